@@ -1,0 +1,69 @@
+"""Canonical key names: every key string of tdrl is spelled here once.
+
+The names follow TorchRL 0.14, so that a TensorDict produced by TorchRL is read by tdrl and the
+reverse. Nested keys are tuples; ``NEXT_*`` constants are the ``("next", ...)`` entries of a
+transition. Anything else in tdrl imports these constants instead of writing the string.
+"""
+
+from __future__ import annotations
+
+# --- transition -----------------------------------------------------------------------------
+NEXT = "next"
+OBSERVATION = "observation"
+ACTION = "action"
+REWARD = "reward"
+DONE = "done"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+# A gymnasium env that is reset: the state the step started from was a reset state.
+IS_INIT = "is_init"
+
+NEXT_OBSERVATION = (NEXT, OBSERVATION)
+NEXT_REWARD = (NEXT, REWARD)
+NEXT_DONE = (NEXT, DONE)
+NEXT_TERMINATED = (NEXT, TERMINATED)
+NEXT_TRUNCATED = (NEXT, TRUNCATED)
+
+# --- policy outputs (TorchRL 0.14 names) ----------------------------------------------------
+LOC = "loc"
+SCALE = "scale"
+LOGITS = "logits"
+ACTION_LOG_PROB = "action_log_prob"
+# V-trace without an actor: the target policy's log-probability of the taken action.
+TARGET_LOG_PROB = "target_log_prob"
+
+# --- values written by critics and estimators -----------------------------------------------
+STATE_VALUE = "state_value"
+NEXT_STATE_VALUE = (NEXT, STATE_VALUE)
+STATE_ACTION_VALUE = "state_action_value"
+ACTION_VALUE = "action_value"
+CHOSEN_ACTION_VALUE = "chosen_action_value"
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+TD_ERROR = "td_error"
+
+# --- collector ------------------------------------------------------------------------------
+COLLECTOR = "collector"
+TRAJ_IDS = "traj_ids"
+COLLECTOR_TRAJ_IDS = (COLLECTOR, TRAJ_IDS)
+EPISODE_RETURN = "episode_return"
+EPISODE_LENGTH = "episode_length"
+# Name of the time dimension of a ``[num_envs, T]`` rollout (``TensorDict.names``).
+TIME_DIM_NAME = "time"
+
+# --- replay buffers -------------------------------------------------------------------------
+INDEX = "index"
+PRIORITY = "priority"
+PRIORITY_WEIGHT = "priority_weight"
+# Number of env steps between an n-step sample's root and its ("next", ...) entries
+# (TorchRL's MultiStep name).
+STEPS_TO_NEXT_OBS = "steps_to_next_obs"
+NEXT_STEPS_TO_NEXT_OBS = (NEXT, STEPS_TO_NEXT_OBS)
+# A discount already applied to ("next", ...) entries: gamma ** steps_to_next_obs.
+GAMMA = "gamma"
+
+# --- losses ---------------------------------------------------------------------------------
+ENTROPY = "entropy"
+KL_APPROX = "kl_approx"
+CLIP_FRACTION = "clip_fraction"
+ALPHA = "alpha"
