@@ -1,0 +1,122 @@
+"""Run logs: one CSV file per metric group, TensorBoard event files, and a console line.
+
+A recipe logs a dict of scalars under a group (``"train"``, ``"eval"``) at an env-step count.
+Each group has its own CSV (``<log_dir>/<group>.csv``) whose columns are the union of every key
+logged to it so far: when a later row brings a new key the file is rewritten with the wider header,
+so nothing logged is ever dropped. TensorBoard receives ``<group>/<key>`` scalars.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import numbers
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+Scalar = float | int | torch.Tensor
+
+
+def _to_float(name: str, value: Scalar) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"metric {name!r} must be a scalar, got a tensor of shape {tuple(value.shape)}"
+            )
+        return float(value.item())
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(
+        f"metric {name!r} must be a number or a one-element tensor, got {type(value).__name__}"
+    )
+
+
+class Logger:
+    """CSV + TensorBoard logger.
+
+    Args:
+        log_dir: folder for ``<group>.csv`` files and the TensorBoard run.
+        tensorboard: write TensorBoard event files too.
+
+    The CSV files are flushed on every call, so a run that is killed keeps what it logged.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool = True) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._columns: dict[str, list[str]] = {}
+        self._writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        # Resuming a run: carry on the existing CSV files.
+        for path in self.log_dir.glob("*.csv"):
+            with path.open(newline="") as f:
+                header = next(csv.reader(f), None)
+            if header:
+                self._columns[path.stem] = header
+
+    def csv_path(self, group: str) -> Path:
+        return self.log_dir / f"{group}.csv"
+
+    def log(self, group: str, step: int, metrics: Mapping[str, Scalar]) -> None:
+        """Append ``metrics`` at env step ``step`` to ``group``."""
+        row = {"step": float(step)}
+        row.update({k: _to_float(k, v) for k, v in metrics.items()})
+        path = self.csv_path(group)
+        columns = self._columns.get(group)
+        if columns is None:
+            columns = list(row)
+            with path.open("w", newline="") as f:
+                csv.writer(f).writerow(columns)
+        elif any(k not in columns for k in row):
+            columns = columns + [k for k in row if k not in columns]
+            old_rows = read_csv(path)
+            with path.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=columns, restval="")
+                writer.writeheader()
+                for old in old_rows:
+                    writer.writerow({k: _fmt(v) for k, v in old.items()})
+        self._columns[group] = columns
+        with path.open("a", newline="") as f:
+            csv.DictWriter(f, fieldnames=columns, restval="").writerow(
+                {k: _fmt(v) for k, v in row.items()}
+            )
+        if self._writer is not None:
+            for k, v in row.items():
+                if k != "step":
+                    self._writer.add_scalar(f"{group}/{k}", v, int(step))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> Logger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def read_csv(path: str | os.PathLike) -> list[dict[str, float]]:
+    """Rows of a log CSV as dicts of floats (empty cells are left out)."""
+    with Path(path).open(newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+
+def format_metrics(metrics: Mapping[str, Scalar], digits: int = 4) -> str:
+    """``key=value`` pairs for a progress bar or a console line."""
+    return " ".join(f"{k}={_to_float(k, v):.{digits}g}" for k, v in metrics.items())

@@ -1,0 +1,51 @@
+import csv
+
+import pytest
+import torch
+
+from tdrl.trainers import Logger, plot_learning_curve, read_csv
+
+
+def test_csv_rows_and_widened_header(tmp_path):
+    with Logger(tmp_path, tensorboard=False) as log:
+        log.log("train", 10, {"loss": 1.5})
+        log.log("train", 20, {"loss": torch.tensor(0.5), "kl": 0.01})
+        log.log("train", 30, {"kl": 0.02})
+    rows = read_csv(tmp_path / "train.csv")
+    assert [r["step"] for r in rows] == [10, 20, 30]
+    assert rows[0] == {"step": 10, "loss": 1.5}
+    assert rows[1] == {"step": 20, "loss": 0.5, "kl": 0.01}
+    assert rows[2] == {"step": 30, "kl": 0.02}
+    with (tmp_path / "train.csv").open() as f:
+        assert next(csv.reader(f)) == ["step", "loss", "kl"]
+
+
+def test_resume_appends(tmp_path):
+    with Logger(tmp_path, tensorboard=False) as log:
+        log.log("eval", 1, {"return_mean": 3.0})
+    with Logger(tmp_path, tensorboard=False) as log:
+        log.log("eval", 2, {"return_mean": 4.0})
+    assert [r["return_mean"] for r in read_csv(tmp_path / "eval.csv")] == [3.0, 4.0]
+
+
+def test_tensorboard_files_written(tmp_path):
+    with Logger(tmp_path) as log:
+        log.log("train", 1, {"loss": 1.0})
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+def test_bad_metric_names_the_key(tmp_path):
+    with Logger(tmp_path, tensorboard=False) as log:
+        with pytest.raises(ValueError, match="'loss'.*shape \\(2,\\)"):
+            log.log("train", 1, {"loss": torch.zeros(2)})
+        with pytest.raises(TypeError, match="'name'"):
+            log.log("train", 1, {"name": "abc"})
+
+
+def test_plot_writes_png(tmp_path):
+    with Logger(tmp_path, tensorboard=False) as log:
+        for step in range(5):
+            log.log("eval", step * 100, {"return_mean": step, "return_std": 0.5})
+    png = plot_learning_curve(tmp_path / "eval.csv", tmp_path / "curve.png", title="t")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
