@@ -97,7 +97,7 @@ class PolicyStep:
 
 def _plain_module(policy: Policy | None) -> TensorDictModule | None:
     """``policy`` if it is a TensorDictModule whose call is exactly read -> module -> write."""
-    if type(policy) is not TensorDictModule:
+    if not isinstance(policy, TensorDictModule) or type(policy) is not TensorDictModule:
         return None
     plain = (
         policy._kwargs is None

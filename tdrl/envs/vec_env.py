@@ -80,7 +80,8 @@ class VecEnv:
     ) -> None:
         if out_of_bounds not in ("clip", "reject"):
             raise ValueError(f"out_of_bounds must be 'clip' or 'reject', got {out_of_bounds!r}")
-        self._vec = vec_env
+        # Any: the async-only members (step_wait, processes) are not on VectorEnv.
+        self._vec: Any = vec_env
         self.num_envs: int = vec_env.num_envs
         self.seed = seed
         self.out_of_bounds = out_of_bounds
@@ -95,10 +96,10 @@ class VecEnv:
         self.action_spec: TensorSpec = action_spec(vec_env.single_action_space, self.num_envs)
         space = vec_env.single_action_space
         self._is_box = isinstance(space, gym.spaces.Box)
-        if self._is_box:
+        if isinstance(space, gym.spaces.Box):
             self._low = np.broadcast_to(space.low, space.shape).astype(space.dtype)
             self._high = np.broadcast_to(space.high, space.shape).astype(space.dtype)
-        else:
+        elif isinstance(space, gym.spaces.Discrete):
             self._n_actions = int(space.n)
         self._seeded = False
         self._closed = False

@@ -233,3 +233,10 @@ def test_evaluate_with_policy_is_deterministic_by_default():
         a = evaluate(env, actor, n_episodes=3, seed=5)
         b = evaluate(env, actor, n_episodes=3, seed=5)
     assert a == b and a["n_episodes"] == 3
+
+
+def test_collect_random_recipe_runs_in_process():
+    from recipes.collect_random import Config, main
+
+    out = main(Config(env_id="Hopper-v5", num_envs=2, frames_per_batch=100, total_frames=200))
+    assert out["steps_per_s"] > 0
