@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import gymnasium as gym
@@ -252,6 +254,20 @@ def test_async_step_timeout():
     td["action"] = torch.zeros(2, 1)
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="step_timeout=0.5"):
+        env.step(td)
+    assert time.monotonic() - start < 10
+    assert not any(p.is_alive() for p in processes)
+
+
+def test_async_worker_killed_surfaces_as_error():
+    env = make_vec_env("Hopper-v5", 2, mode="async", seed=0)
+    processes = env.worker_processes
+    td = env.reset()
+    os.kill(processes[1].pid, signal.SIGKILL)
+    processes[1].join(timeout=5)
+    td["action"] = torch.zeros(2, 3)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="an env worker failed during step"):
         env.step(td)
     assert time.monotonic() - start < 10
     assert not any(p.is_alive() for p in processes)
