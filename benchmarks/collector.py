@@ -8,7 +8,7 @@ also runs its value head, as its ``collect_rollouts`` always does). Every measur
 ``--rounds`` times, interleaved across libraries, and the best round is kept: the machine is
 shared, and the best round is the least disturbed one. Ratios are within this one run.
 
-    python benchmarks/collector.py            # full run (a few minutes)
+    python benchmarks/collector.py            # full run (about 8 minutes on 2 shared cores)
     python benchmarks/collector.py --quick    # smoke run (under a minute)
 """
 
@@ -249,8 +249,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
     args = parser.parse_args()
-    frames = args.frames or (1_600 if args.quick else 16_000)
-    rounds = args.rounds or (1 if args.quick else 3)
+    frames = args.frames or (1_600 if args.quick else 8_000)
+    rounds = args.rounds or (1 if args.quick else 2)
     torch.set_num_threads(1)  # every library runs its policy on one thread
     warnings.filterwarnings("ignore")
 
