@@ -1,0 +1,113 @@
+"""One policy call per vector step, with one reused TensorDict (the collector's hot path)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tensordict import NestedKey, TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+
+from tdrl import keys
+from tdrl.envs import VecEnv
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+
+
+class PolicyStep:
+    """Holds the current observation in persistent tensors and calls the policy on them.
+
+    The policy sees a ``[num_envs]`` TensorDict with the observation keys and the root flags; it
+    must write ``"action"``. The keys it adds on its first call (``"action"``, and e.g. ``"loc"``,
+    ``"scale"``, ``"action_log_prob"``) are the keys the collector stores every step.
+
+    Shapes:
+        observation leaves [num_envs, *obs_shape]; action [num_envs, *action_shape].
+    """
+
+    def __init__(self, env: VecEnv, policy: Policy | None) -> None:
+        self.env = env
+        self.policy = policy
+        n = env.num_envs
+        self.observation = [
+            torch.zeros(n, *leaf.shape, dtype=leaf.dtype) for leaf in env.obs_leaves
+        ]
+        # numpy views on the same memory: numpy's assignment copies and casts (float64 -> float32)
+        # in one call, cheaper than building tensors.
+        self.observation_np = [t.numpy() for t in self.observation]
+        self.td = TensorDict(
+            {leaf.key: t for leaf, t in zip(env.obs_leaves, self.observation, strict=True)},
+            batch_size=(n,),
+        )
+        for key in (keys.DONE, keys.TERMINATED, keys.TRUNCATED):
+            self.td.set(key, torch.zeros(n, 1, dtype=torch.bool))
+        self.out_keys: list[NestedKey] | None = None
+        self._direct = _plain_module(policy)
+
+    def set_observation(self, observation: list[np.ndarray]) -> None:
+        """Copies per-leaf numpy observations into the persistent tensors."""
+        for dst, src in zip(self.observation_np, observation, strict=True):
+            dst[...] = src
+
+    def __call__(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Runs the policy; returns the action and the values of ``out_keys``."""
+        assert self.policy is not None
+        td = self.td
+        if self._direct is not None:
+            return self._call_direct(self._direct)
+        if self.out_keys is None:
+            before = set(td.keys(True, True))
+            result = self.policy(td)
+            if result is not None and result is not td:
+                raise TypeError("the policy must write its outputs into the TensorDict it gets")
+            if keys.ACTION not in td.keys():
+                wrote = sorted(map(str, set(td.keys(True, True)) - before))
+                raise KeyError(f"the policy did not write {keys.ACTION!r}; it wrote {wrote}")
+            added = [k for k in td.keys(True, True) if k not in before]
+            self.out_keys = [keys.ACTION] + [k for k in added if k != keys.ACTION]
+        else:
+            self.policy(td)
+        action = td.get(keys.ACTION)
+        self.env.check_action(action)
+        return action, [td.get(k) for k in self.out_keys]
+
+    def _call_direct(self, policy: TensorDictModule) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        # A plain TensorDictModule reads in_keys, calls its module and writes out_keys; calling
+        # the module directly does the same and skips ~50 us of TensorDict writes per step
+        # (measured on 2 CPU cores), which is most of the collector's per-step cost.
+        td = self.td
+        values = policy.module(*[td.get(k) for k in policy.in_keys])
+        if not isinstance(values, tuple):
+            values = (values,)
+        if len(values) != len(policy.out_keys):
+            raise RuntimeError(
+                f"the policy returned {len(values)} tensors for out_keys {policy.out_keys}"
+            )
+        if self.out_keys is None:
+            if keys.ACTION not in policy.out_keys:
+                raise KeyError(
+                    f"the policy did not write {keys.ACTION!r}; its out_keys are {policy.out_keys}"
+                )
+            self.out_keys = list(policy.out_keys)
+        action = values[self.out_keys.index(keys.ACTION)]
+        self.env.check_action(action)
+        return action, list(values)
+
+
+def _plain_module(policy: Policy | None) -> TensorDictModule | None:
+    """``policy`` if it is a TensorDictModule whose call is exactly read -> module -> write."""
+    if not isinstance(policy, TensorDictModule) or type(policy) is not TensorDictModule:
+        return None
+    plain = (
+        policy._kwargs is None
+        and policy.method is None
+        and not policy.method_kwargs
+        and not policy._get_kwargs
+        and policy.inplace is True
+        and list(policy.out_keys) == list(policy.out_keys_source)
+        and "_" not in policy.out_keys
+        and not policy._forward_hooks
+        and not policy._forward_pre_hooks
+    )
+    return policy if plain else None

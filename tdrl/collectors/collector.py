@@ -1,0 +1,196 @@
+"""The collector: a policy and a vector env -> ``[num_envs, T]`` rollout TensorDicts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tensordict.nn import InteractionType, set_interaction_type
+
+from tdrl import keys
+from tdrl.collectors._policy import Policy, PolicyStep
+from tdrl.envs import VecEnv
+
+
+class Collector:
+    """Iterates over ``[num_envs, T]`` rollouts of ``policy`` in ``env`` (T = frames_per_batch /
+    num_envs), in TorchRL's layout (DESIGN.md, "Data"), time last and named ``"time"``.
+
+    Each batch holds the observation keys, ``"action"`` and whatever else the policy wrote
+    (``"loc"``, ``"scale"``, ``"action_log_prob"``, ...), the root flags (all False: with same-step
+    autoreset every root state is a running or freshly reset state), ``("next", obs)`` (the real
+    final observation where an episode ended), ``("next", "reward")``, the three ``("next", flag)``
+    entries and ``("collector", "traj_ids")`` (int64, one id per episode, unique within the
+    collector). Batches are fresh tensors every time (no aliasing), made without gradients.
+
+    After each batch, ``collector.episodes`` is a ``[k]`` TensorDict of the k episodes that ended
+    during it: ``"episode_return"`` (float32, undiscounted), ``"episode_length"`` (int64) and
+    ``"traj_ids"``. Episodes that began in an earlier batch count in full.
+
+    Args:
+        env: a ``VecEnv`` (``tdrl.envs.make_vec_env``). The collector resets it on first use and
+            then owns its state: do not step or reset it elsewhere while collecting.
+        policy: a TensorDictModule (tdrl actor, TorchRL ``ProbabilisticActor``, ...) that writes
+            ``"action"`` into the TensorDict it gets; ``None`` draws uniform random actions.
+        frames_per_batch: env steps per batch, a multiple of ``env.num_envs``.
+        total_frames: stop after this many frames (rounded up to whole batches); -1: never.
+        init_random_frames: whole batches of random actions until this many frames were
+            collected (those batches hold ``"action"`` but no policy outputs).
+        deterministic: run the policy under ``InteractionType.DETERMINISTIC`` (the distribution's
+            mode) instead of ``RANDOM``.
+        seed: seed of the random actions; default: the env's seed.
+
+    Shapes:
+        batch [num_envs, T]; observation [num_envs, T, *obs_shape]; flags and reward [.., 1].
+    """
+
+    def __init__(
+        self,
+        env: VecEnv,
+        policy: Policy | None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        init_random_frames: int = 0,
+        deterministic: bool = False,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        n = env.num_envs
+        if frames_per_batch <= 0 or frames_per_batch % n:
+            raise ValueError(
+                f"frames_per_batch={frames_per_batch} must be a positive multiple of num_envs={n}"
+            )
+        self.env = env
+        self.frames_per_batch = frames_per_batch
+        self.steps_per_batch = frames_per_batch // n
+        self.total_frames = total_frames
+        self.init_random_frames = init_random_frames
+        self.deterministic = deterministic
+        self.frames = 0
+        self.episodes = _episodes_td(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._policy_step = PolicyStep(env, policy)
+        self._generator = torch.Generator()
+        seed = seed if seed is not None else env.seed
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        else:
+            self._generator.seed()
+        self._started = False
+        self._traj_ids = np.arange(n, dtype=np.int64)
+        self._next_traj_id = n
+        self._episode_return = np.zeros(n)
+        self._episode_length = np.zeros(n, dtype=np.int64)
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        while self.total_frames < 0 or self.frames < self.total_frames:
+            yield self.rollout()
+
+    def rollout(self) -> TensorDict:
+        """Collects one ``[num_envs, T]`` batch (``iter`` calls this)."""
+        use_policy = self._policy_step.policy is not None and self.frames >= self.init_random_frames
+        mode = InteractionType.DETERMINISTIC if self.deterministic else InteractionType.RANDOM
+        with torch.no_grad(), set_interaction_type(mode):
+            batch = self._rollout(use_policy)
+        self.frames += self.frames_per_batch
+        return batch
+
+    def _rollout(self, use_policy: bool) -> TensorDict:
+        env, n, steps = self.env, self.env.num_envs, self.steps_per_batch
+        runner = self._policy_step
+        if not self._started:
+            runner.set_observation(env.reset_arrays())
+            self._started = True
+        leaves = env.obs_leaves
+        # One buffer per key for the whole batch; numpy views take the per-step writes.
+        observation = [torch.empty(n, steps, *lf.shape, dtype=lf.dtype) for lf in leaves]
+        next_observation = [torch.empty_like(t) for t in observation]
+        observation_np = [t.numpy() for t in observation]
+        next_observation_np = [t.numpy() for t in next_observation]
+        reward = torch.empty(n, steps, 1, dtype=torch.float32)
+        terminated = torch.empty(n, steps, 1, dtype=torch.bool)
+        truncated = torch.empty(n, steps, 1, dtype=torch.bool)
+        traj_ids = torch.empty(n, steps, dtype=torch.int64)
+        reward_np, terminated_np = reward.numpy()[..., 0], terminated.numpy()[..., 0]
+        truncated_np, traj_ids_np = truncated.numpy()[..., 0], traj_ids.numpy()
+        if use_policy:
+            outputs: list[list[torch.Tensor]] = []
+        else:
+            action = env.rand_action(self._generator, steps)
+            action_np = action.numpy()
+        current_np = runner.observation_np
+        ended_returns, ended_lengths, ended_ids = [], [], []
+
+        for t in range(steps):
+            for dst, src in zip(observation_np, current_np, strict=True):
+                dst[:, t] = src
+            if use_policy:
+                step_action, values = runner()
+                outputs.append(values)
+                out = env.step_arrays(step_action.numpy())
+            else:
+                out = env.step_arrays(action_np[:, t])
+            for dst, cur, src in zip(next_observation_np, current_np, out.observation, strict=True):
+                dst[:, t] = src
+                cur[...] = src
+            reward_np[:, t] = out.reward
+            terminated_np[:, t] = out.terminated
+            truncated_np[:, t] = out.truncated
+            traj_ids_np[:, t] = self._traj_ids
+            self._episode_return += out.reward
+            self._episode_length += 1
+            for i, final in out.final_observation.items():
+                for dst, src in zip(next_observation_np, final, strict=True):
+                    dst[i, t] = src
+                ended_returns.append(self._episode_return[i])
+                ended_lengths.append(self._episode_length[i])
+                ended_ids.append(self._traj_ids[i])
+                self._episode_return[i] = 0.0
+                self._episode_length[i] = 0
+                self._traj_ids[i] = self._next_traj_id
+                self._next_traj_id += 1
+
+        self.episodes = _episodes_td(
+            np.asarray(ended_returns), np.asarray(ended_lengths), np.asarray(ended_ids)
+        )
+        batch = TensorDict(
+            {
+                keys.NEXT: {
+                    keys.REWARD: reward,
+                    keys.TERMINATED: terminated,
+                    keys.TRUNCATED: truncated,
+                    keys.DONE: terminated | truncated,
+                },
+                keys.COLLECTOR: {keys.TRAJ_IDS: traj_ids},
+            },
+            batch_size=(n, steps),
+        )
+        for leaf, obs, next_obs in zip(leaves, observation, next_observation, strict=True):
+            batch.set(leaf.key, obs)
+            batch.set((keys.NEXT, *_as_tuple(leaf.key)), next_obs)
+        for key in (keys.DONE, keys.TERMINATED, keys.TRUNCATED):
+            batch.set(key, torch.zeros(n, steps, 1, dtype=torch.bool))
+        if use_policy:
+            assert runner.out_keys is not None
+            for j, key in enumerate(runner.out_keys):
+                batch.set(key, torch.stack([values[j] for values in outputs], dim=1))
+        else:
+            batch.set(keys.ACTION, action)
+        batch.names = [None, keys.TIME_DIM_NAME]
+        return batch
+
+
+def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else key
+
+
+def _episodes_td(returns: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> TensorDict:
+    return TensorDict(
+        {
+            keys.EPISODE_RETURN: torch.as_tensor(returns, dtype=torch.float32).reshape(-1),
+            keys.EPISODE_LENGTH: torch.as_tensor(lengths, dtype=torch.int64).reshape(-1),
+            keys.TRAJ_IDS: torch.as_tensor(ids, dtype=torch.int64).reshape(-1),
+        },
+        batch_size=(len(returns),),
+    )

@@ -1,0 +1,80 @@
+"""Policy evaluation: exactly n episodes on a vector env."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tensordict.nn import InteractionType, set_interaction_type
+
+from tdrl.collectors._policy import Policy, PolicyStep
+from tdrl.envs import VecEnv
+
+
+def evaluate(
+    env: VecEnv,
+    policy: Policy | None,
+    n_episodes: int,
+    deterministic: bool = True,
+    *,
+    seed: int | None = None,
+) -> dict[str, float]:
+    """Runs ``policy`` until exactly ``n_episodes`` episodes have ended; returns their statistics.
+
+    The env is reset first (with ``seed``, or continuing its random streams), so give evaluation
+    its own env rather than the one a collector is using. Env i contributes its first
+    ``n_episodes // num_envs`` episodes, plus one for ``i < n_episodes % num_envs``; extra episodes
+    are ignored, so short episodes are not over-represented (Stable-Baselines3's
+    ``evaluate_policy`` does the same).
+
+    Args:
+        env: a ``VecEnv``.
+        policy: a TensorDictModule that writes ``"action"``; ``None`` for uniform random actions.
+        n_episodes: number of episodes to average over (>= 1).
+        deterministic: run the policy under ``InteractionType.DETERMINISTIC`` (else ``RANDOM``).
+        seed: seed of the reset (and of the random actions when ``policy`` is None).
+
+    Returns:
+        ``{"return_mean", "return_std", "length_mean", "length_std", "n_episodes"}``; std is the
+        population standard deviation (ddof=0).
+
+    Shapes:
+        scalars.
+    """
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    n = env.num_envs
+    quota = np.full(n, n_episodes // n, dtype=np.int64)
+    quota[: n_episodes % n] += 1
+    returns: list[float] = []
+    lengths: list[int] = []
+    runner = PolicyStep(env, policy)
+    generator = torch.Generator()
+    if seed is not None:
+        generator.manual_seed(seed)
+    else:
+        generator.seed()
+    episode_return = np.zeros(n)
+    episode_length = np.zeros(n, dtype=np.int64)
+    mode = InteractionType.DETERMINISTIC if deterministic else InteractionType.RANDOM
+    with torch.no_grad(), set_interaction_type(mode):
+        runner.set_observation(env.reset_arrays(seed))
+        while quota.any():
+            action = runner()[0] if policy is not None else env.rand_action(generator)
+            out = env.step_arrays(action.numpy())
+            runner.set_observation(out.observation)
+            episode_return += out.reward
+            episode_length += 1
+            for i in out.final_observation:
+                if quota[i] > 0:
+                    quota[i] -= 1
+                    returns.append(float(episode_return[i]))
+                    lengths.append(int(episode_length[i]))
+                episode_return[i] = 0.0
+                episode_length[i] = 0
+    return {
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "length_mean": float(np.mean(lengths)),
+        "length_std": float(np.std(lengths)),
+        "n_episodes": float(len(returns)),
+    }

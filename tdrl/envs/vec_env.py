@@ -1,0 +1,392 @@
+"""Gymnasium vector envs (MuJoCo included) that read and write TensorDicts.
+
+The env steps with gymnasium's same-step autoreset (gymnasium >= 1.1): when an episode ends at a
+step, gymnasium returns the reset observation and puts the real final one in
+``infos["final_obs"]``. tdrl writes the real one to ``("next", "observation")``, so a transition
+never pairs s_t with the next episode's first observation (DESIGN.md, "Episode ends"), and no
+step is spent on a reset.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Composite, TensorSpec
+
+from tdrl import keys
+from tdrl.envs.specs import Leaf, action_spec, observation_leaves, observation_spec
+
+# gymnasium's info entries for same-step autoreset (gymnasium/vector/vector_env.py, _add_info):
+# "final_obs" is an object array over envs, "_final_obs" the boolean mask of envs that ended.
+_FINAL_OBS, _FINAL_OBS_MASK = "final_obs", "_final_obs"
+
+EnvFactory = Callable[[], gym.Env]
+
+
+class StepArrays(NamedTuple):
+    """One vector step as numpy arrays (the collector's fast path; no TensorDict).
+
+    Attributes:
+        observation: per leaf, ``[num_envs, *shape]``: the next root observation, i.e. the reset
+            observation for envs whose episode ended at this step. Valid until the next step.
+        reward: ``[num_envs]``.
+        terminated: ``[num_envs]`` bool.
+        truncated: ``[num_envs]`` bool.
+        final_observation: env index -> per-leaf real final observation, for ended envs only.
+    """
+
+    observation: list[np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_observation: dict[int, list[np.ndarray]]
+
+
+class VecEnv:
+    """A gymnasium vector env with TorchRL's TensorDict step semantics.
+
+    ``reset()`` returns a ``[num_envs]`` TensorDict with the observation keys and the root flags
+    ``"done"``, ``"terminated"``, ``"truncated"`` (``[num_envs, 1]`` bool, False). ``step(td)``
+    reads ``td["action"]`` and writes ``("next", key)`` for every observation key, plus
+    ``("next", "reward")`` (float32) and the three flags (``[num_envs, 1]``); on an ended episode
+    ``("next", obs)`` is the real final observation. ``step_and_maybe_reset(td)`` also returns the
+    next root TensorDict, which holds the reset observation where an episode ended.
+
+    Actions are checked: a missing ``"action"`` key, a batch size other than ``[num_envs]``, a
+    shape or dtype other than ``action_spec``'s raise errors naming them. Out-of-bounds Box actions
+    are clipped to ``[low, high]`` before the env sees them (``out_of_bounds="clip"``, the default,
+    as Stable-Baselines3 does for Gaussian policies); the TensorDict keeps the unclipped action, so
+    its log-probability stays valid. ``out_of_bounds="reject"`` raises a ``ValueError`` instead
+    (also for NaN). Discrete actions out of range always raise.
+
+    Shapes:
+        reset() -> [num_envs]; step(td: [num_envs]) -> td with ("next", ...) of batch [num_envs].
+    """
+
+    def __init__(
+        self,
+        vec_env: gym.vector.VectorEnv,
+        *,
+        seed: int | None = None,
+        obs_dtype: torch.dtype = torch.float32,
+        out_of_bounds: Literal["clip", "reject"] = "clip",
+        step_timeout: float | None = None,
+    ) -> None:
+        if out_of_bounds not in ("clip", "reject"):
+            raise ValueError(f"out_of_bounds must be 'clip' or 'reject', got {out_of_bounds!r}")
+        # Any: the async-only members (step_wait, processes) are not on VectorEnv.
+        self._vec: Any = vec_env
+        self.num_envs: int = vec_env.num_envs
+        self.seed = seed
+        self.out_of_bounds = out_of_bounds
+        self.step_timeout = step_timeout
+        self.is_async = isinstance(vec_env, gym.vector.AsyncVectorEnv)
+        self.obs_leaves: list[Leaf] = observation_leaves(
+            vec_env.single_observation_space, obs_dtype
+        )
+        self.observation_spec: Composite = observation_spec(
+            vec_env.single_observation_space, self.obs_leaves, self.num_envs
+        )
+        self.action_spec: TensorSpec = action_spec(vec_env.single_action_space, self.num_envs)
+        space = vec_env.single_action_space
+        self._is_box = isinstance(space, gym.spaces.Box)
+        if isinstance(space, gym.spaces.Box):
+            self._low = np.broadcast_to(space.low, space.shape).astype(space.dtype)
+            self._high = np.broadcast_to(space.high, space.shape).astype(space.dtype)
+        elif isinstance(space, gym.spaces.Discrete):
+            self._n_actions = int(space.n)
+        self._seeded = False
+        self._closed = False
+        self._last_observation: list[np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ numpy fast path
+    def reset_arrays(self, seed: int | None = None) -> list[np.ndarray]:
+        """Resets every env; returns the per-leaf observations ``[num_envs, *shape]``.
+
+        ``seed=None`` uses the seed given to ``make_vec_env`` on the first reset and continues
+        the envs' random streams afterwards; env ``i`` gets ``seed + i`` (gymnasium's rule).
+        """
+        self._check_open()
+        if seed is None and not self._seeded:
+            seed = self.seed
+        self._seeded = True
+        try:
+            obs, _ = self._vec.reset(seed=seed)
+        except Exception as err:
+            raise self._worker_failure("reset", err) from err
+        return self._split(obs)
+
+    def step_arrays(self, action: np.ndarray) -> StepArrays:
+        """Steps every env with an already checked ``[num_envs, *action_shape]`` numpy action."""
+        self._check_open()
+        if self._is_box:
+            if self.out_of_bounds == "reject":
+                inside = (action >= self._low) & (action <= self._high)
+                if not inside.all():
+                    raise ValueError(
+                        f"action out of bounds [{self._low.min()}, {self._high.max()}] "
+                        f"(out_of_bounds='reject'): {action[~inside][:4]}"
+                    )
+            else:
+                action = np.clip(action, self._low, self._high)
+        elif ((action < 0) | (action >= self._n_actions)).any():
+            raise ValueError(f"discrete action outside [0, {self._n_actions}): {action}")
+        try:
+            if self.is_async:
+                self._vec.step_async(action)
+                obs, reward, terminated, truncated, info = self._vec.step_wait(
+                    timeout=self.step_timeout
+                )
+            else:
+                obs, reward, terminated, truncated, info = self._vec.step(action)
+        except Exception as err:
+            raise self._worker_failure("step", err) from err
+        final: dict[int, list[np.ndarray]] = {}
+        if _FINAL_OBS_MASK in info:
+            final_obs = info[_FINAL_OBS]
+            for i in np.flatnonzero(info[_FINAL_OBS_MASK]):
+                final[int(i)] = self._split(final_obs[i])
+        return StepArrays(self._split(obs), reward, terminated, truncated, final)
+
+    def check_action(self, action: Any) -> None:
+        """Raises if ``action`` is not a tensor of ``action_spec``'s shape and dtype."""
+        spec = self.action_spec
+        if not isinstance(action, torch.Tensor):
+            raise TypeError(f"{keys.ACTION!r} must be a torch.Tensor, got {type(action).__name__}")
+        if action.shape != spec.shape:
+            raise ValueError(
+                f"{keys.ACTION!r} has shape {tuple(action.shape)}, expected {tuple(spec.shape)} "
+                f"([num_envs={self.num_envs}, *action_shape])"
+            )
+        if action.dtype != spec.dtype:
+            raise TypeError(f"{keys.ACTION!r} has dtype {action.dtype}, expected {spec.dtype}")
+
+    # ------------------------------------------------------------------ TensorDict API
+    def reset(self, seed: int | None = None) -> TensorDict:
+        """Resets every env and returns the root TensorDict ``[num_envs]``."""
+        return self._root(self.reset_arrays(seed))
+
+    def step(self, td: TensorDictBase) -> TensorDictBase:
+        """Steps with ``td["action"]``, writes ``("next", ...)`` into ``td`` and returns it."""
+        if not isinstance(td, TensorDictBase):
+            raise TypeError(f"step expects a TensorDict, got {type(td).__name__}")
+        if tuple(td.batch_size) != (self.num_envs,):
+            raise ValueError(
+                f"step got a TensorDict of batch size {tuple(td.batch_size)}, expected "
+                f"({self.num_envs},) (num_envs)"
+            )
+        if keys.ACTION not in td.keys():
+            raise KeyError(f"step needs the key {keys.ACTION!r}; got keys {list(td.keys())}")
+        action = td.get(keys.ACTION)
+        self.check_action(action)
+        out = self.step_arrays(action.detach().cpu().numpy())
+        self._last_observation = [o.copy() for o in out.observation]
+        next_td = self._observation_td(out.observation)
+        for i, leaves in out.final_observation.items():
+            for leaf, value in zip(self.obs_leaves, leaves, strict=True):
+                next_td.get(leaf.key)[i] = torch.as_tensor(value).to(leaf.dtype)
+        terminated = torch.from_numpy(out.terminated).reshape(self.num_envs, 1)
+        truncated = torch.from_numpy(out.truncated).reshape(self.num_envs, 1)
+        next_td.set(keys.REWARD, torch.tensor(out.reward, dtype=torch.float32).unsqueeze(-1))
+        next_td.set(keys.TERMINATED, terminated.clone())
+        next_td.set(keys.TRUNCATED, truncated.clone())
+        next_td.set(keys.DONE, terminated | truncated)
+        td.set(keys.NEXT, next_td)
+        return td
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDict]:
+        """``step(td)``, plus the next root: the reset observation where an episode ended."""
+        td = self.step(td)
+        assert self._last_observation is not None
+        return td, self._root(self._last_observation)
+
+    def rand_action(
+        self, generator: torch.Generator | None = None, steps: int | None = None
+    ) -> torch.Tensor:
+        """Uniform random actions within the bounds.
+
+        Shapes:
+            [num_envs, *action_shape], or [num_envs, steps, *action_shape] when steps is given.
+        """
+        batch = (self.num_envs,) if steps is None else (self.num_envs, steps)
+        if self._is_box:
+            low, high = torch.as_tensor(self._low), torch.as_tensor(self._high)
+            u = torch.rand(*batch, *low.shape, generator=generator, dtype=low.dtype)
+            return low + u * (high - low)
+        return torch.randint(self._n_actions, batch, generator=generator)
+
+    def close(self) -> None:
+        """Closes the envs and their worker processes; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._vec.close()
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._abort()
+
+    def __repr__(self) -> str:
+        mode = "async" if self.is_async else "sync"
+        return f"VecEnv(num_envs={self.num_envs}, mode={mode}, keys={self.observation_keys})"
+
+    @property
+    def observation_keys(self) -> list:
+        """The TensorDict keys of the observation (``["observation"]`` for a Box space)."""
+        return [leaf.key for leaf in self.obs_leaves]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def worker_processes(self) -> list[multiprocessing.process.BaseProcess]:
+        """The async workers (empty in sync mode)."""
+        return list(getattr(self._vec, "processes", []))
+
+    # ------------------------------------------------------------------ internals
+    def _split(self, obs: Any) -> list[np.ndarray]:
+        out = []
+        for leaf in self.obs_leaves:
+            value = obs
+            for name in leaf.path:
+                value = value[name]
+            out.append(value)
+        return out
+
+    def _observation_td(self, observation: list[np.ndarray]) -> TensorDict:
+        td = TensorDict({}, batch_size=(self.num_envs,))
+        for leaf, value in zip(self.obs_leaves, observation, strict=True):
+            # torch.tensor copies: the sync vector env reuses its arrays (copy=False).
+            td.set(leaf.key, torch.tensor(value, dtype=leaf.dtype))
+        return td
+
+    def _root(self, observation: list[np.ndarray]) -> TensorDict:
+        td = self._observation_td(observation)
+        for key in (keys.DONE, keys.TERMINATED, keys.TRUNCATED):
+            td.set(key, torch.zeros(self.num_envs, 1, dtype=torch.bool))
+        return td
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+
+    def _worker_failure(self, what: str, err: Exception) -> Exception:
+        """Tears down an async vector env whose worker failed; returns the error to raise."""
+        if not self.is_async:
+            return err
+        self._abort()
+        if isinstance(err, multiprocessing.TimeoutError):
+            return TimeoutError(
+                f"an env worker did not answer {what} within step_timeout={self.step_timeout}s; "
+                "the vector env was closed"
+            )
+        return RuntimeError(
+            f"an env worker failed during {what}: {type(err).__name__}: {err} "
+            "(the worker's traceback is in the log above); the vector env was closed"
+        )
+
+    def _abort(self) -> None:
+        """Terminates async workers without talking to them (they may be dead or stuck)."""
+        self._closed = True
+        vec = self._vec
+        if not self.is_async:
+            vec.close()
+            return
+        for process in vec.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in vec.processes:
+            process.join(timeout=5)
+        for pipe in vec.parent_pipes:
+            if pipe is not None:
+                pipe.close()
+        # gymnasium's close() would wait on the workers' pipes; they are gone.
+        vec.closed = True
+
+
+def make_vec_env(
+    env_id_or_callables: str | EnvFactory | Sequence[EnvFactory],
+    num_envs: int,
+    mode: Literal["sync", "async"] = "sync",
+    seed: int | None = None,
+    obs_dtype: torch.dtype = torch.float32,
+    *,
+    out_of_bounds: Literal["clip", "reject"] = "clip",
+    step_timeout: float | None = None,
+    context: str | None = None,
+    **make_kwargs: Any,
+) -> VecEnv:
+    """Makes ``num_envs`` gymnasium envs in one vector env that speaks TensorDicts.
+
+    Args:
+        env_id_or_callables: a registered id (``"HalfCheetah-v5"``), one env factory (called
+            ``num_envs`` times), or ``num_envs`` factories.
+        num_envs: number of envs.
+        mode: ``"sync"`` (one process, gymnasium's SyncVectorEnv) or ``"async"`` (one subprocess
+            per env, AsyncVectorEnv with shared-memory observations).
+        seed: seed of the first ``reset()``; env i gets ``seed + i``. Same seed, same batches in
+            both modes.
+        obs_dtype: dtype of floating observations (MuJoCo's float64 becomes float32).
+        out_of_bounds: ``"clip"`` or ``"reject"`` Box actions outside the bounds (see VecEnv).
+        step_timeout: async only: seconds to wait for the workers before raising TimeoutError.
+        context: async only: multiprocessing start method. Default ``"fork"`` where available:
+            workers only run gymnasium, and importing torchrl sets the global default to
+            ``"spawn"``, which needs a ``__main__`` guard and starts slowly.
+        **make_kwargs: passed to ``gymnasium.make`` (e.g. ``max_episode_steps``); id only.
+
+    Returns:
+        A ``VecEnv``; close it (or use ``with``) to stop the worker processes.
+
+    Shapes:
+        reset() -> TensorDict [num_envs].
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if mode not in ("sync", "async"):
+        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+    if isinstance(env_id_or_callables, str):
+        env_id = env_id_or_callables
+        try:
+            gym.spec(env_id)
+        except gym.error.Error as err:
+            raise ValueError(f"unknown gymnasium env id {env_id!r}: {err}") from err
+
+        def factory() -> gym.Env:
+            return gym.make(env_id, **make_kwargs)
+
+        factories: list[EnvFactory] = [factory] * num_envs
+    else:
+        if make_kwargs:
+            raise TypeError(f"make_kwargs {sorted(make_kwargs)} need an env id, not callables")
+        if callable(env_id_or_callables):
+            factories = [env_id_or_callables] * num_envs
+        else:
+            factories = list(env_id_or_callables)
+            if len(factories) != num_envs:
+                raise ValueError(f"got {len(factories)} env factories for num_envs={num_envs}")
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+    vec: gym.vector.VectorEnv
+    if mode == "sync":
+        # copy=False: tdrl copies every observation into its own tensors right away.
+        vec = gym.vector.SyncVectorEnv(factories, copy=False, autoreset_mode=same_step)
+    else:
+        if context is None and "fork" in multiprocessing.get_all_start_methods():
+            context = "fork"
+        vec = gym.vector.AsyncVectorEnv(
+            factories, shared_memory=True, copy=False, context=context, autoreset_mode=same_step
+        )
+    return VecEnv(
+        vec, seed=seed, obs_dtype=obs_dtype, out_of_bounds=out_of_bounds, step_timeout=step_timeout
+    )

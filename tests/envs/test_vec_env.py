@@ -1,0 +1,273 @@
+"""tdrl.envs: layout, same-step autoreset against hand-stepped gymnasium envs, dict obs, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from tdrl.envs import make_vec_env
+
+
+def _hand_episode_end(env_id: str, seed: int, actions: list[np.ndarray], **make_kwargs):
+    """Steps one gymnasium env by hand; returns (obs after each step, flags, reset obs at end)."""
+    env = gym.make(env_id, **make_kwargs)
+    env.reset(seed=seed)
+    observations, flags = [], []
+    for action in actions:
+        obs, _, terminated, truncated, _ = env.step(action)
+        observations.append(obs)
+        flags.append((terminated, truncated))
+        if terminated or truncated:
+            reset_obs, _ = env.reset()
+            env.close()
+            return observations, flags, reset_obs
+    env.close()
+    return observations, flags, None
+
+
+def _run_until_done(env, max_steps: int = 400):
+    """Steps a VecEnv with random actions until some env ends; returns the per-step records."""
+    generator = torch.Generator().manual_seed(1)
+    root = env.reset()
+    records = []
+    for _ in range(max_steps):
+        root["action"] = env.rand_action(generator)
+        td, next_root = env.step_and_maybe_reset(root)
+        records.append((td, next_root))
+        if td["next", "done"].any():
+            return records
+        root = next_root
+    raise AssertionError("no episode ended")
+
+
+@pytest.mark.parametrize(
+    ("env_id", "make_kwargs", "flag"),
+    [("Hopper-v5", {}, "terminated"), ("HalfCheetah-v5", {"max_episode_steps": 6}, "truncated")],
+)
+def test_episode_end_holds_real_final_obs_and_reset_obs_follows(env_id, make_kwargs, flag):
+    seed = 3
+    with make_vec_env(env_id, 2, seed=seed, **make_kwargs) as env:
+        records = _run_until_done(env)
+    td, next_root = records[-1]
+    ended = td["next", "done"].squeeze(-1).nonzero().squeeze(-1).tolist()
+    for i in ended:
+        actions = [r[0]["action"][i].numpy() for r in records]
+        observations, flags, reset_obs = _hand_episode_end(env_id, seed + i, actions, **make_kwargs)
+        assert reset_obs is not None and len(observations) == len(records)
+        # Every transition's next obs is the real one, also the last.
+        for (step_td, _), obs in zip(records, observations, strict=True):
+            expected = torch.as_tensor(obs, dtype=torch.float32)
+            torch.testing.assert_close(step_td["next", "observation"][i], expected)
+        terminated, truncated = flags[-1]
+        assert bool(td["next", "terminated"][i]) == terminated
+        assert bool(td["next", "truncated"][i]) == truncated
+        assert (terminated, truncated) == ((True, False) if flag == "terminated" else (False, True))
+        assert bool(td["next", "done"][i])
+        # The next root holds the reset observation, with flags False.
+        torch.testing.assert_close(
+            next_root["observation"][i], torch.as_tensor(reset_obs, dtype=torch.float32)
+        )
+        assert not next_root["done"][i].any()
+    assert td["next", "done"].shape == (2, 1) and td["next", "done"].dtype == torch.bool
+
+
+def test_reset_layout_specs_and_obs_dtype():
+    with make_vec_env("HalfCheetah-v5", 3, seed=0) as env:
+        td = env.reset()
+        assert td.batch_size == (3,)
+        assert td["observation"].shape == (3, 17) and td["observation"].dtype == torch.float32
+        for key in ("done", "terminated", "truncated"):
+            assert td[key].shape == (3, 1) and td[key].dtype == torch.bool and not td[key].any()
+        assert env.observation_spec["observation"].shape == (3, 17)
+        assert env.action_spec.shape == (3, 6) and env.action_spec.dtype == torch.float32
+        assert (env.action_spec.space.low == -1).all() and (env.action_spec.space.high == 1).all()
+        assert env.action_spec.is_in(env.rand_action())
+        td["action"] = env.rand_action()
+        td = env.step(td)
+        assert td["next", "reward"].shape == (3, 1) and td["next", "reward"].dtype == torch.float32
+        assert td["next", "observation"].dtype == torch.float32
+    with make_vec_env("HalfCheetah-v5", 2, seed=0, obs_dtype=torch.float64) as env:
+        assert env.reset()["observation"].dtype == torch.float64
+
+
+def test_same_seed_same_reset_different_seed_differs():
+    with make_vec_env("Hopper-v5", 2, seed=5) as a, make_vec_env("Hopper-v5", 2, seed=5) as b:
+        torch.testing.assert_close(a.reset()["observation"], b.reset()["observation"])
+        assert not torch.equal(a.reset(seed=6)["observation"], b.reset(seed=5)["observation"])
+
+
+class SplitQposQvel(gym.ObservationWrapper):
+    """HalfCheetah's flat obs -> {"qpos": ..., "extra": {"qvel": ...}} (a nested Dict space)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        inf = np.inf
+        self.observation_space = gym.spaces.Dict(
+            {
+                "qpos": gym.spaces.Box(-inf, inf, (8,), np.float64),
+                "extra": gym.spaces.Dict({"qvel": gym.spaces.Box(-inf, inf, (9,), np.float64)}),
+            }
+        )
+
+    def observation(self, observation: np.ndarray) -> dict:
+        return {"qpos": observation[:8], "extra": {"qvel": observation[8:]}}
+
+
+def _split_cheetah() -> gym.Env:
+    return SplitQposQvel(gym.make("HalfCheetah-v5", max_episode_steps=4))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_dict_observations_become_nested_keys(mode):
+    with (
+        make_vec_env(_split_cheetah, 2, mode=mode, seed=1) as env,
+        make_vec_env("HalfCheetah-v5", 2, seed=1, max_episode_steps=4) as flat,
+    ):
+        assert env.observation_keys == [("extra", "qvel"), "qpos"]  # the space's (sorted) order
+        td, ref = env.reset(), flat.reset()
+        assert td["qpos"].shape == (2, 8) and td["extra", "qvel"].shape == (2, 9)
+        assert td["qpos"].dtype == torch.float32
+        assert env.observation_spec["extra", "qvel"].shape == (2, 9)
+        for _ in range(4):  # the 4th step truncates: the final obs must come through as a dict
+            action = flat.rand_action()
+            td["action"], ref["action"] = action, action.clone()
+            td, next_td = env.step_and_maybe_reset(td)
+            ref, next_ref = flat.step_and_maybe_reset(ref)
+            joined = torch.cat([td["next", "qpos"], td["next", "extra", "qvel"]], -1)
+            torch.testing.assert_close(joined, ref["next", "observation"])
+            td, ref = next_td, next_ref
+        assert ref["done"].shape == (2, 1)
+        torch.testing.assert_close(
+            torch.cat([td["qpos"], td["extra", "qvel"]], -1), ref["observation"]
+        )
+
+
+def test_bad_actions_raise_naming_what_is_wrong():
+    with make_vec_env("HalfCheetah-v5", 2, seed=0) as env:
+        td = env.reset()
+        with pytest.raises(KeyError, match="'action'"):
+            env.step(td.clone())
+        td["action"] = torch.zeros(2, 5)
+        with pytest.raises(ValueError, match=r"'action' has shape \(2, 5\), expected \(2, 6\)"):
+            env.step(td)
+        td["action"] = torch.zeros(2, 6, dtype=torch.float64)
+        with pytest.raises(
+            TypeError, match="'action' has dtype torch.float64, expected torch.float32"
+        ):
+            env.step(td)
+        wrong_batch = env.reset()[:1]
+        wrong_batch["action"] = torch.zeros(1, 6)
+        with pytest.raises(ValueError, match=r"batch size \(1,\), expected \(2,\)"):
+            env.step(wrong_batch)
+
+
+def test_unknown_env_id_is_named():
+    with pytest.raises(ValueError, match="'NoSuchEnv-v0'"):
+        make_vec_env("NoSuchEnv-v0", 2)
+
+
+def test_out_of_bounds_actions_are_clipped_or_rejected():
+    big = torch.full((2, 6), 5.0)
+    with (
+        make_vec_env("HalfCheetah-v5", 2, seed=0) as a,
+        make_vec_env("HalfCheetah-v5", 2, seed=0) as b,
+    ):
+        td_a, td_b = a.reset(), b.reset()
+        td_a["action"], td_b["action"] = big.clone(), torch.ones(2, 6)
+        a.step(td_a)
+        b.step(td_b)
+        torch.testing.assert_close(td_a["next", "observation"], td_b["next", "observation"])
+        torch.testing.assert_close(td_a["next", "reward"], td_b["next", "reward"])
+        assert torch.equal(td_a["action"], big)  # the stored action is the policy's, unclipped
+    with make_vec_env("HalfCheetah-v5", 2, seed=0, out_of_bounds="reject") as env:
+        td = env.reset()
+        td["action"] = big
+        with pytest.raises(ValueError, match="out of bounds"):
+            env.step(td)
+        td["action"] = torch.full((2, 6), float("nan"))
+        with pytest.raises(ValueError, match="out of bounds"):
+            env.step(td)
+
+
+def test_close_twice_and_use_after_close():
+    env = make_vec_env("Hopper-v5", 2, mode="async", seed=0)
+    processes = env.worker_processes
+    assert len(processes) == 2 and all(p.is_alive() for p in processes)
+    env.close()
+    env.close()
+    assert not any(p.is_alive() for p in processes)
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reset()
+
+
+class FailsOnStep(gym.Env):
+    """A tiny env that raises on its ``fail_at``-th step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, fail_at: int) -> None:
+        self.fail_at, self.steps = fail_at, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise ValueError(f"env failed on step {self.steps}")
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+def test_async_worker_error_surfaces_quickly_without_orphans():
+    factories = [lambda: FailsOnStep(10**9), lambda: FailsOnStep(3)]
+    env = make_vec_env(factories, 2, mode="async", seed=0)
+    processes = env.worker_processes
+    td = env.reset()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="ValueError: env failed on step 3"):
+        for _ in range(5):
+            td["action"] = torch.zeros(2, 1)
+            td = env.step_and_maybe_reset(td)[1]
+    assert time.monotonic() - start < 10
+    assert not any(p.is_alive() for p in processes)
+    assert env.closed
+    env.close()  # still safe
+
+
+def test_async_step_timeout():
+    class Sleeps(FailsOnStep):
+        def step(self, action):
+            time.sleep(30)
+            return super().step(action)
+
+    env = make_vec_env(lambda: Sleeps(10**9), 2, mode="async", step_timeout=0.5)
+    processes = env.worker_processes
+    td = env.reset()
+    td["action"] = torch.zeros(2, 1)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="step_timeout=0.5"):
+        env.step(td)
+    assert time.monotonic() - start < 10
+    assert not any(p.is_alive() for p in processes)
+
+
+def test_async_worker_killed_surfaces_as_error():
+    env = make_vec_env("Hopper-v5", 2, mode="async", seed=0)
+    processes = env.worker_processes
+    td = env.reset()
+    os.kill(processes[1].pid, signal.SIGKILL)
+    processes[1].join(timeout=5)
+    td["action"] = torch.zeros(2, 3)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="an env worker failed during step"):
+        env.step(td)
+    assert time.monotonic() - start < 10
+    assert not any(p.is_alive() for p in processes)
