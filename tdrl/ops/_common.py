@@ -33,12 +33,12 @@ class InputError(ValueError):
         self.detail = detail
 
 
-def check_float(name: str, x: Tensor, shape: torch.Size) -> None:
-    """Raise ``InputError`` unless ``x`` is a floating tensor of ``shape``."""
+def check_float(name: str, x: Tensor, shape: torch.Size, dtype: torch.dtype) -> None:
+    """Raise ``InputError`` unless ``x`` is a floating tensor of ``shape`` and ``dtype``."""
     if not isinstance(x, Tensor):
         raise InputError(name, f"expected a tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise InputError(name, f"expected a floating dtype, got {x.dtype}")
+    if x.dtype != dtype:
+        raise InputError(name, f"dtype {x.dtype} differs from reward's {dtype}")
     if x.shape != shape:
         raise InputError(name, f"shape {tuple(x.shape)} does not match reward's {tuple(shape)}")
 

@@ -159,9 +159,9 @@ def prepare(
         raise InputError("reward", f"expected a floating tensor with a time dim, got {_d(reward)}")
     shape = reward.shape
     if validate:
-        check_float("next_value", next_value, shape)
+        check_float("next_value", next_value, shape, reward.dtype)
         if value is not None:
-            check_float("value", value, shape)
+            check_float("value", value, shape, reward.dtype)
         check_flags(terminated, done, truncated, shape)
     tdim = normalize_time_dim(time_dim, reward.ndim)
     if isinstance(gamma, Tensor) and gamma.numel() == 1 and not gamma.requires_grad:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from tdrl.ops import _kernels
-from tdrl.ops._common import AdvantageEstimate, InputError
+from tdrl.ops._common import AdvantageEstimate, check_float
 from tdrl.ops._prepare import np_view, prepare, scalar
 from tdrl.ops.scan import reverse_linear_scan
 
@@ -67,9 +67,8 @@ def vtrace(
     Shapes:
         all inputs and outputs ``[*B, T, *F]``.
     """
-    if validate and (not isinstance(log_rho, Tensor) or log_rho.shape != reward.shape):
-        shape = tuple(log_rho.shape) if isinstance(log_rho, Tensor) else type(log_rho).__name__
-        raise InputError("log_rho", f"shape {shape} does not match reward's {tuple(reward.shape)}")
+    if validate:
+        check_float("log_rho", log_rho, reward.shape, reward.dtype)
     rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
                    truncation=truncation, time_dim=time_dim, backend=backend, validate=validate,
                    extra=(log_rho,))  # fmt: skip
