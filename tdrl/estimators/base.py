@@ -44,6 +44,13 @@ class EstimatorKeys:
     action: NestedKey = K.ACTION
 
 
+class MissingKeyError(KeyError):
+    """A key the estimator needs is not in the batch (readable message, unlike ``KeyError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def next_key(key: NestedKey) -> tuple[str, ...]:
     """``key`` under ``"next"``."""
     return (K.NEXT, *key) if isinstance(key, tuple) else (K.NEXT, key)
@@ -140,7 +147,7 @@ class ValueEstimator(TensorDictModuleBase):
         if x is None:
             present = sorted(map(str, tensordict.keys(True)))
             hint = f"; {why}" if why else ""
-            raise KeyError(f"missing key {key!r} in the batch (keys: {present}){hint}")
+            raise MissingKeyError(f"missing key {key!r} in the batch (keys: {present}){hint}")
         return x
 
     def _values(
