@@ -1,0 +1,277 @@
+"""Shared machinery of the value estimators: keys, value-network calls, signals, errors.
+
+Estimators follow TorchRL 0.14's layout and constructor arguments, so a tdrl estimator can be
+assigned as a TorchRL loss's value estimator (``loss.value_estimator = GAE(...)``) and called with
+TorchRL's ``params=`` / ``target_params=`` keywords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import Tensor
+
+from tdrl import keys as K
+from tdrl.ops import InputError
+from tdrl.ops._common import TRUNCATION_POLICIES
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorKeys:
+    """Keys an estimator reads and writes (TorchRL 0.14 names); change with ``set_keys``.
+
+    ``reward``, ``done``, ``terminated`` and ``truncated`` are read under ``"next"``; ``value`` is
+    read (or written by the value network) at the root and under ``"next"``.
+    """
+
+    advantage: NestedKey = K.ADVANTAGE
+    value_target: NestedKey = K.VALUE_TARGET
+    value: NestedKey = K.STATE_VALUE
+    reward: NestedKey = K.REWARD
+    done: NestedKey = K.DONE
+    terminated: NestedKey = K.TERMINATED
+    truncated: NestedKey = K.TRUNCATED
+    steps_to_next_obs: NestedKey = K.STEPS_TO_NEXT_OBS
+    sample_log_prob: NestedKey = K.ACTION_LOG_PROB
+    target_log_prob: NestedKey = K.TARGET_LOG_PROB
+    action: NestedKey = K.ACTION
+
+
+class MissingKeyError(KeyError):
+    """A key the estimator needs is not in the batch (readable message, unlike ``KeyError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def next_key(key: NestedKey) -> tuple[str, ...]:
+    """``key`` under ``"next"``."""
+    return (K.NEXT, *key) if isinstance(key, tuple) else (K.NEXT, key)
+
+
+# Constructor arguments of TorchRL 0.14 that only tune how its value network is called (vmap,
+# chunks, the single-call "shifted" layout). tdrl always makes one batched call over root and
+# next inputs, so these are accepted and have no effect.
+_HARMLESS = ("deactivate_vmap", "shifted", "shifted_budget", "vectorized", "device")
+_UNSUPPORTED = ("value_chunk_size", "num_chunks", "num_chunk", "group_key", "auto_reset_env")
+
+
+class ValueEstimator(TensorDictModuleBase):
+    """Base of tdrl's estimators: reads a ``[*B, T]`` batch, writes advantage and value target."""
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        value_network: Callable[..., Any] | None,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        time_dim: int | None = None,
+        truncation: str = "bootstrap",
+        validate: bool = True,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        **torchrl_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        for name, key in (("advantage", advantage_key), ("value_target", value_target_key),
+                          ("value", value_key)):  # fmt: skip
+            if key is not None:
+                raise RuntimeError(f"{name}_key is not a constructor argument: use set_keys().")
+        for name, val in torchrl_kwargs.items():
+            if name in _UNSUPPORTED:
+                if val not in (None, False, 0):
+                    raise NotImplementedError(
+                        f"{type(self).__name__}: {name}={val!r} is not supported by tdrl"
+                        + (" (use truncation='mask')" if name == "auto_reset_env" else "")
+                    )
+            elif name not in _HARMLESS and name != "value_chunk_dim":
+                raise TypeError(f"{type(self).__name__} got an unexpected argument {name!r}")
+        if truncation not in TRUNCATION_POLICIES:
+            raise ValueError(f"truncation must be one of {TRUNCATION_POLICIES}, got {truncation!r}")
+        self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.get_default_dtype()))
+        # Not a submodule (as in TorchRL): the loss owns the critic's parameters.
+        self.__dict__["value_network"] = value_network
+        self.differentiable = differentiable
+        self.skip_existing = skip_existing
+        self.time_dim = time_dim
+        self.truncation = truncation
+        self.validate = validate
+        self.tensor_keys = EstimatorKeys()
+
+    # --- keys -----------------------------------------------------------------------------
+    def set_keys(self, **kwargs: NestedKey) -> ValueEstimator:
+        """Rename keys (fields of :class:`EstimatorKeys`); unknown names raise ``KeyError``."""
+        fields = {f.name for f in dataclasses.fields(EstimatorKeys)}
+        for name, key in kwargs.items():
+            if name not in fields:
+                raise KeyError(f"{name!r} is not a key of {type(self).__name__}: {sorted(fields)}")
+            if key is None or not isinstance(key, (str, tuple)):
+                raise ValueError(f"key {name!r} must be a str or tuple of str, got {key!r}")
+        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        return self
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        k = self.tensor_keys
+        net_keys = list(getattr(self.value_network, "in_keys", []))
+        flags = [next_key(k.reward), next_key(k.done), next_key(k.terminated)]
+        values = [k.value, next_key(k.value)] if self.value_network is None else []
+        return net_keys + [next_key(x) for x in net_keys] + flags + values
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.advantage, self.tensor_keys.value_target]
+
+    # --- reading the batch ----------------------------------------------------------------
+    def _time_dim(self, tensordict: TensorDictBase, time_dim: int | None) -> int:
+        dim = time_dim if time_dim is not None else self.time_dim
+        if dim is None:
+            names = tensordict.names if tensordict._has_names() else []
+            dim = names.index(K.TIME_DIM_NAME) if K.TIME_DIM_NAME in names else -1
+        if not -tensordict.ndim <= dim < tensordict.ndim:
+            raise ValueError(f"time_dim={dim} is out of range for batch {tensordict.batch_size}")
+        return dim % tensordict.ndim
+
+    @staticmethod
+    def _get(tensordict: TensorDictBase, key: NestedKey, why: str = "") -> Tensor:
+        x = tensordict.get(key, None)
+        if x is None:
+            present = sorted(map(str, tensordict.keys(True)))
+            hint = f"; {why}" if why else ""
+            raise MissingKeyError(f"missing key {key!r} in the batch (keys: {present}){hint}")
+        return x
+
+    def _values(
+        self, tensordict: TensorDictBase, params: TensorDictBase | None, target_params: Any
+    ) -> tuple[Tensor, Tensor]:
+        """``V(s_t)`` and ``V(s_{t+1})`` (detached), from the batch or one network call."""
+        key, nkey = self.tensor_keys.value, next_key(self.tensor_keys.value)
+        net = self.value_network
+        have = tensordict.get(key, None) is not None and tensordict.get(nkey, None) is not None
+        if net is None or (self.skip_existing and have):
+            why = "value_network=None reads values from the batch"
+            return self._get(tensordict, key, why), self._get(tensordict, nkey, why)
+        in_keys = list(net.in_keys)
+        if target_params is None or target_params is params:
+            # One call over root and next inputs stacked on a new leading dim.
+            stacked = TensorDict(
+                {
+                    k: torch.stack([self._get(tensordict, k), self._get(tensordict, next_key(k))])
+                    for k in in_keys
+                },  # fmt: skip
+                batch_size=[2, *tensordict.batch_size],
+            )
+            with params.to_module(net) if params is not None else nullcontext():
+                both = net(stacked).get(key)
+            value, next_value = both[0], both[1]
+        else:
+            root = tensordict.select(*in_keys)
+            nxt = TensorDict({k: self._get(tensordict, next_key(k)) for k in in_keys},
+                             batch_size=tensordict.batch_size)  # fmt: skip
+            with params.to_module(net) if params is not None else nullcontext():
+                value = net(root).get(key)
+            with target_params.to_module(net):
+                next_value = net(nxt).get(key)
+        # Semi-gradient targets: the bootstrap value never carries a gradient (as in TorchRL).
+        next_value = next_value.detach()
+        tensordict.set(key, value)
+        tensordict.set(nkey, next_value)
+        return value, next_value
+
+    def _signals(
+        self, tensordict: TensorDictBase
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """``reward, terminated, done, truncated`` (the last two optional) under ``"next"``."""
+        k = self.tensor_keys
+        reward = self._get(tensordict, next_key(k.reward))
+        terminated = self._get(
+            tensordict, next_key(k.terminated), "estimators need the terminated flag"
+        )
+        done = tensordict.get(next_key(k.done), None)
+        truncated = tensordict.get(next_key(k.truncated), None)
+        return reward, terminated, done, truncated
+
+    def _gamma(self, tensordict: TensorDictBase, reward: Tensor) -> float | Tensor:
+        """Scalar gamma, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
+        steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
+        gamma = self.gamma.to(reward.dtype)
+        return gamma if steps is None else gamma ** steps.reshape(reward.shape)
+
+    def _key_of(self, argument: str) -> NestedKey:
+        k = self.tensor_keys
+        return {
+            "reward": next_key(k.reward),
+            "value": k.value,
+            "next_value": next_key(k.value),
+            "terminated": next_key(k.terminated),
+            "done": next_key(k.done),
+            "truncated": next_key(k.truncated),
+            "log_rho": (k.target_log_prob, k.sample_log_prob),
+            "gamma": k.steps_to_next_obs,
+        }.get(argument, argument)
+
+    def _call_op(self, op: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an op; its ``InputError`` becomes a ``ValueError`` naming the batch key."""
+        try:
+            return op(*args, truncation=self.truncation, validate=self.validate, **kwargs)
+        except InputError as err:
+            raise ValueError(
+                f"{type(self).__name__}: key {self._key_of(err.argument)!r}: {err.detail}"
+            ) from err
+
+    # --- entry points ---------------------------------------------------------------------
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        params: TensorDictBase | None = None,
+        target_params: TensorDictBase | None = None,
+        time_dim: int | None = None,
+    ) -> TensorDictBase:
+        """Write advantage and value target into ``tensordict`` and return it.
+
+        ``params``/``target_params`` are TorchRL's functional-critic parameters (optional).
+
+        Shapes:
+            ``tensordict``: ``[*B, T]``; reward, flags, values ``[*B, T, 1]``.
+        """
+        if tensordict.batch_dims < 1:
+            raise ValueError(f"expected a batch with a time dim, got {tensordict.batch_size}")
+        if params is not None:
+            params = params.detach()
+        with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
+            advantage, value_target = self._estimate(
+                tensordict, params, target_params, self._time_dim(tensordict, time_dim)
+            )
+        tensordict.set(self.tensor_keys.advantage, advantage)
+        tensordict.set(self.tensor_keys.value_target, value_target)
+        return tensordict
+
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """The value target alone (TorchRL's ``value_estimate``); the batch is not modified."""
+        out = self.forward(tensordict.copy(), target_params=target_params, **kwargs)
+        return out.get(self.tensor_keys.value_target)
+
+    def _estimate(
+        self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
+    ) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+
+def standardize(x: Tensor, eps: float) -> Tensor:
+    """``(x - mean) / max(std, eps)`` over all elements (TorchRL's ``average_gae``)."""
+    return (x - x.mean()) / x.std().clamp_min(eps)

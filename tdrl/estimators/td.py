@@ -1,0 +1,143 @@
+"""GAE, TD(0), TD(1) and TD(lambda) estimators: keyed wrappers of ``tdrl.ops.returns``.
+
+Each reads ``("next", "reward")``, ``("next", "terminated")``, ``("next", "done")`` and, if
+present, ``("next", "truncated")``; values from ``"state_value"``/``("next", "state_value")`` or
+from ``value_network`` applied to the root and ``("next", ...)`` inputs in one batched call; and
+writes ``"advantage"`` and ``"value_target"``. ``truncation`` picks what a truncated step does
+(see ``tdrl.ops.returns``); with ``"bootstrap"`` the numbers equal TorchRL 0.14's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensordict import TensorDictBase
+from torch import Tensor
+
+from tdrl.estimators.base import ValueEstimator, standardize
+from tdrl.ops import gae, td0_return, td_lambda_return
+
+
+class GAE(ValueEstimator):
+    """Generalized advantage estimation (Schulman et al. 2015, arXiv:1506.02438).
+
+    Args:
+        gamma: Discount.
+        lmbda: GAE lambda.
+        value_network: Critic writing ``"state_value"``, or ``None`` to read values from the batch.
+        average_gae: Standardize the advantage over the batch.
+        differentiable: Keep the graph (torch backend); otherwise a compiled CPU kernel runs.
+        time_dim: Time dim of the batch (default: the dim named ``"time"``, else the last).
+        truncation: ``"bootstrap"`` (default), ``"mask"`` or ``"terminate"``.
+        validate: Check inputs (shapes, dtypes, flags, NaN).
+        **kwargs: TorchRL 0.14's other arguments (``vectorized``, ``shifted``, ``device``, ...).
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        lmbda: float | Tensor,
+        value_network: Any = None,
+        average_gae: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(gamma=gamma, value_network=value_network, **kwargs)
+        self.lmbda = float(lmbda)
+        self.average_gae = average_gae
+
+    def _estimate(
+        self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
+    ) -> tuple[Tensor, Tensor]:
+        value, next_value = self._values(tensordict, params, target_params)
+        reward, terminated, done, truncated = self._signals(tensordict)
+        advantage, value_target = self._call_op(
+            gae, reward, value, next_value, terminated, done, truncated=truncated,
+            gamma=self._gamma(tensordict, reward), lmbda=self.lmbda, time_dim=time_dim,
+        )  # fmt: skip
+        if self.average_gae:
+            advantage = standardize(advantage, 1e-4)
+        return advantage, value_target
+
+
+class TDLambdaEstimator(ValueEstimator):
+    """TD(lambda) return as value target, ``advantage = target - value`` (Sutton & Barto ch. 12).
+
+    Args:
+        gamma: Discount.
+        lmbda: Lambda.
+        value_network: Critic, or ``None`` to read values from the batch.
+        average_rewards: Standardize rewards over the batch first (the batch is not modified).
+        **kwargs: As :class:`GAE`.
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        lmbda: float | Tensor = 0.95,
+        value_network: Any = None,
+        average_rewards: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(gamma=gamma, value_network=value_network, **kwargs)
+        self.lmbda = float(lmbda)
+        self.average_rewards = average_rewards
+
+    def _estimate(
+        self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
+    ) -> tuple[Tensor, Tensor]:
+        value, next_value = self._values(tensordict, params, target_params)
+        reward, terminated, done, truncated = self._signals(tensordict)
+        gamma = self._gamma(tensordict, reward)
+        if self.average_rewards:
+            reward = standardize(reward, 1e-4)
+        target = self._target(reward, value, next_value, terminated, done, truncated, gamma,
+                              time_dim)  # fmt: skip
+        return target - value, target
+
+    def _target(
+        self,
+        reward: Tensor,
+        value: Tensor,
+        next_value: Tensor,
+        terminated: Tensor,
+        done: Tensor | None,
+        truncated: Tensor | None,
+        gamma: Any,
+        time_dim: int,
+    ) -> Tensor:
+        return self._call_op(
+            td_lambda_return, reward, next_value, terminated, done, truncated=truncated,
+            value=value, gamma=gamma, lmbda=self.lmbda, time_dim=time_dim,
+        )  # fmt: skip
+
+
+class TD1Estimator(TDLambdaEstimator):
+    """TD(1): Monte Carlo return to the end of each episode segment, bootstrapped at cuts."""
+
+    def __init__(self, *, gamma: float | Tensor, value_network: Any = None, **kwargs: Any) -> None:
+        super().__init__(gamma=gamma, lmbda=1.0, value_network=value_network, **kwargs)
+
+
+class TD0Estimator(TDLambdaEstimator):
+    """TD(0): the one-step target ``r + gamma (1 - terminated) V(s')``."""
+
+    def __init__(self, *, gamma: float | Tensor, value_network: Any = None, **kwargs: Any) -> None:
+        super().__init__(gamma=gamma, lmbda=0.0, value_network=value_network, **kwargs)
+
+    def _target(
+        self,
+        reward: Tensor,
+        value: Tensor,
+        next_value: Tensor,
+        terminated: Tensor,
+        done: Tensor | None,
+        truncated: Tensor | None,
+        gamma: Any,
+        time_dim: int,
+    ) -> Tensor:
+        return self._call_op(
+            td0_return, reward, next_value, terminated, done, truncated=truncated, value=value,
+            gamma=gamma, time_dim=time_dim,
+        )  # fmt: skip

@@ -1,0 +1,158 @@
+"""Shared plumbing of the value-estimator ops: input checks, flag algebra, layout, backend choice.
+
+Every op works on ``[N, T]`` views with time last (the layout the numba kernels want and the one
+TorchRL's ``[*B, T, 1]`` batches already have in memory), and maps results back to the caller's
+``[*B, T, *F]`` shape.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+Truncation = Literal["bootstrap", "mask", "terminate"]
+Backend = Literal["auto", "numba", "torch"]
+TRUNCATION_POLICIES: tuple[str, ...] = ("bootstrap", "mask", "terminate")
+
+
+class AdvantageEstimate(NamedTuple):
+    """What an advantage op returns; unpacks like TorchRL's ``(advantage, value_target)``."""
+
+    advantage: Tensor
+    value_target: Tensor
+
+
+class InputError(ValueError):
+    """Bad input to an op; ``argument`` names the argument so callers can name their key."""
+
+    def __init__(self, argument: str, detail: str) -> None:
+        super().__init__(f"{argument}: {detail}")
+        self.argument = argument
+        self.detail = detail
+
+
+def check_float(name: str, x: Tensor, shape: torch.Size, dtype: torch.dtype) -> None:
+    """Raise ``InputError`` unless ``x`` is a floating tensor of ``shape`` and ``dtype``."""
+    if not isinstance(x, Tensor):
+        raise InputError(name, f"expected a tensor, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise InputError(name, f"dtype {x.dtype} differs from reward's {dtype}")
+    if x.shape != shape:
+        raise InputError(name, f"shape {tuple(x.shape)} does not match reward's {tuple(shape)}")
+
+
+def check_flag(name: str, x: Tensor, shape: torch.Size) -> None:
+    """Raise ``InputError`` unless ``x`` is a bool tensor of ``shape``."""
+    if not isinstance(x, Tensor):
+        raise InputError(name, f"expected a bool tensor, got {type(x).__name__}")
+    if x.dtype != torch.bool:
+        raise InputError(name, f"episode-end flags must be torch.bool, got {x.dtype}")
+    if x.shape != shape:
+        raise InputError(name, f"shape {tuple(x.shape)} does not match reward's {tuple(shape)}")
+
+
+def check_flags(
+    terminated: Tensor, done: Tensor | None, truncated: Tensor | None, shape: torch.Size
+) -> None:
+    """Dtype and shape of the flags (metadata only: no pass over the data)."""
+    check_flag("terminated", terminated, shape)
+    if done is not None:
+        check_flag("done", done, shape)
+    if truncated is not None:
+        check_flag("truncated", truncated, shape)
+
+
+def check_done(terminated: Tensor, done: Tensor, truncated: Tensor | None) -> None:
+    """Raise unless ``done == terminated | truncated`` (or ``done`` covers ``terminated``).
+
+    A terminal step that is not done would let the recursion run into the next episode.
+    """
+    if truncated is not None:
+        bad = done != (terminated | truncated)
+        what = "terminated | truncated"
+    else:
+        bad = terminated & ~done
+        what = "True wherever terminated is"
+    if bool(bad.any()):
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        raise InputError("done", f"must be {what}; first mismatch at index {index}")
+
+
+def effective_flags(
+    terminated: Tensor, done: Tensor | None, truncated: Tensor | None, truncation: str
+) -> tuple[Tensor, Tensor]:
+    """``(terminated, done)`` after the truncation policy: ``"terminate"`` makes every end
+    terminal. ``done`` defaults to ``terminated | truncated`` (no truncation if both absent)."""
+    if done is None:
+        done = terminated if truncated is None else terminated | truncated
+    if truncation == "terminate":
+        terminated = done
+    return terminated, done
+
+
+def to_rows(x: Tensor, time_dim: int) -> Tensor:
+    """``[*B, T, *F]`` -> ``[N, T]`` with time last (a view for TorchRL's ``[*B, T, 1]``)."""
+    return x.movedim(time_dim, -1).reshape(-1, x.shape[time_dim])
+
+
+def from_rows(x: Tensor, shape: torch.Size, time_dim: int) -> Tensor:
+    """Inverse of :func:`to_rows` for a tensor of the original ``shape``."""
+    moved = list(shape)
+    moved.append(moved.pop(time_dim))
+    return x.reshape(moved).movedim(-1, time_dim)
+
+
+def normalize_time_dim(time_dim: int, ndim: int) -> int:
+    """Non-negative time dim, with an error naming the shape when it is out of range."""
+    if not -ndim <= time_dim < ndim:
+        raise ValueError(f"time_dim={time_dim} is out of range for tensors with {ndim} dims")
+    return time_dim % ndim
+
+
+def use_numba(backend: str, *tensors: Tensor | float) -> bool:
+    """The compiled CPU kernels run unless a gradient is needed or a tensor is not on CPU."""
+    if backend not in ("auto", "numba", "torch"):
+        raise ValueError(f"backend must be 'auto', 'numba' or 'torch', got {backend!r}")
+    if backend == "torch":
+        return False
+    ts = [t for t in tensors if isinstance(t, Tensor)]
+    ok = all(t.device.type == "cpu" for t in ts) and all(
+        t.dtype in (torch.float32, torch.float64) for t in ts if t.is_floating_point()
+    )
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in ts)
+    if backend == "numba":
+        if not ok or needs_grad:
+            raise ValueError(
+                "backend='numba' needs float32/float64 CPU tensors and no gradient; "
+                "use backend='torch' (or 'auto')"
+            )
+        return True
+    return ok and not needs_grad
+
+
+def raise_nan(bad: int, named: list[tuple[str, Tensor | None]]) -> None:
+    """Turn a NaN bitmask (bit i: ``named[i]``) into an ``InputError`` naming the argument."""
+    for bit, (name, x) in enumerate(named):
+        if bad & (1 << bit) and x is not None:
+            where = torch.isnan(x.detach()).nonzero()
+            index = tuple(int(i) for i in where[0])
+            raise InputError(
+                name, f"contains NaN (first at index {index} of shape {tuple(x.shape)})"
+            )
+
+
+def nan_bits(named: list[tuple[str, Tensor | None]], used: list[Tensor | None]) -> int:
+    """Torch-path twin of the kernels' NaN bitmask: bit i set if ``named[i]`` has a NaN where
+    ``used[i]`` (a bool mask, or ``None`` for everywhere) says the value enters the result."""
+    bad = 0
+    for bit, ((_, x), keep) in enumerate(zip(named, used, strict=True)):
+        if x is None:
+            continue
+        isnan = torch.isnan(x.detach())
+        if keep is not None:
+            isnan = isnan & keep
+        if bool(isnan.any()):
+            bad |= 1 << bit
+    return bad

@@ -1,0 +1,203 @@
+"""Input preparation shared by the ops: checks, row views, the flags each backend needs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tdrl.ops._common import (
+    TRUNCATION_POLICIES,
+    InputError,
+    check_done,
+    check_flags,
+    check_float,
+    effective_flags,
+    from_rows,
+    nan_bits,
+    normalize_time_dim,
+    raise_nan,
+    to_rows,
+    use_numba,
+)
+
+_POLICY_CODE = {"bootstrap": 0, "mask": 1, "terminate": 2}
+
+
+@dataclass
+class Rows:
+    """Inputs as ``[N, T]`` time-last views, plus what is needed to map results back."""
+
+    reward: Tensor
+    value: Tensor | None
+    next_value: Tensor
+    terminated: Tensor  # as given (before the truncation policy)
+    done: Tensor | None
+    truncated: Tensor | None
+    gamma: float | Tensor
+    shape: torch.Size
+    time_dim: int
+    truncation: str
+    numba: bool
+    validate: bool
+
+    @property
+    def mask(self) -> bool:
+        return self.truncation == "mask"
+
+    def back(self, x: Tensor) -> Tensor:
+        """``[N, T]`` -> the caller's ``[*B, T, *F]``."""
+        return from_rows(x, self.shape, self.time_dim)
+
+    # --- numba path ---------------------------------------------------------------------
+    def kernel_flags(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, bool]:
+        """``terminated, done, truncated, has_done, has_trunc`` for the kernels."""
+        term = np_view(self.terminated)
+        done = term if self.done is None else np_view(self.done)
+        trunc = term if self.truncated is None else np_view(self.truncated)
+        return term, done, trunc, self.done is not None, self.truncated is not None
+
+    def kernel_gamma(self) -> tuple[np.ndarray, bool]:
+        """``gamma`` for the kernels: a ``[1, 1]`` array for a scalar, else ``[N, T]``."""
+        if isinstance(self.gamma, Tensor):
+            return self.gamma.detach().to(torch.float64).contiguous().numpy(), False
+        return np.full((1, 1), self.gamma), True
+
+    def policy_code(self) -> int:
+        return _POLICY_CODE[self.truncation]
+
+    def after_kernel(
+        self,
+        checksum: float,
+        flags_ok: bool,
+        *,
+        value_truncated_only: bool = False,
+        log_rho: Tensor | None = None,
+    ) -> None:
+        """Turn the kernel's checks into errors naming the argument (slow path on error only)."""
+        if not self.validate:
+            return
+        if not flags_ok:
+            assert self.done is not None
+            check_done(self.back(self.terminated), self.back(self.done), self._back(self.truncated))
+        if math.isnan(checksum):
+            where = self.truncated_after_policy() if value_truncated_only else None
+            self.nan_check(where, log_rho)
+
+    # --- torch path ---------------------------------------------------------------------
+    def gamma_t(self) -> float | Tensor:
+        """``gamma`` for the torch path, in the reward's dtype."""
+        if isinstance(self.gamma, Tensor):
+            return self.gamma.to(self.reward.dtype)
+        return self.gamma
+
+    def flags(self) -> tuple[Tensor, Tensor]:
+        """``(terminated, done)`` after the truncation policy (checked when validating)."""
+        if self.validate and self.done is not None:
+            check_done(self.terminated, self.done, self.truncated)
+        return effective_flags(self.terminated, self.done, self.truncated, self.truncation)
+
+    def nan_check(self, value_where: Tensor | None, log_rho: Tensor | None = None) -> None:
+        """Raise for NaN in reward and log_rho (anywhere), value where ``value_where`` (None:
+        everywhere; the value is not checked if absent), next_value where it is used."""
+        terminated, _ = effective_flags(self.terminated, self.done, self.truncated, self.truncation)
+        named = [
+            ("reward", self.reward),
+            ("value", self.value),
+            ("next_value", self.next_value),
+            ("log_rho", log_rho),
+        ]
+        bad = nan_bits(named, [None, value_where, ~terminated, None])
+        if bad:
+            raise_nan(bad, [(n, self._back(x)) for n, x in named])
+
+    def truncated_after_policy(self) -> Tensor:
+        terminated, done = effective_flags(
+            self.terminated, self.done, self.truncated, self.truncation
+        )
+        return done & ~terminated
+
+    def cut(self, done: Tensor) -> Tensor:
+        """Where the recursion stops: a done step, or the last step of the batch."""
+        cut = done.clone()
+        cut[:, -1] = True
+        return cut
+
+    def _back(self, x: Tensor | None) -> Tensor | None:
+        return None if x is None else self.back(x)
+
+
+def scalar(name: str, x: float | Tensor) -> float:
+    """A hyperparameter that must be a scalar (python number or one-element tensor)."""
+    if isinstance(x, Tensor) and x.numel() != 1:
+        raise InputError(name, f"expected a scalar, got shape {tuple(x.shape)}")
+    return float(x)
+
+
+def prepare(
+    reward: Tensor,
+    value: Tensor | None,
+    next_value: Tensor,
+    terminated: Tensor,
+    done: Tensor | None,
+    truncated: Tensor | None,
+    *,
+    gamma: float | Tensor,
+    truncation: str,
+    time_dim: int,
+    backend: str,
+    validate: bool,
+    extra: tuple[Tensor, ...] = (),
+) -> Rows:
+    """Check metadata (shapes, dtypes), and view every input as ``[N, T]`` rows."""
+    if truncation not in TRUNCATION_POLICIES:
+        raise ValueError(f"truncation must be one of {TRUNCATION_POLICIES}, got {truncation!r}")
+    if not isinstance(reward, Tensor) or not reward.is_floating_point() or reward.ndim == 0:
+        raise InputError("reward", f"expected a floating tensor with a time dim, got {_d(reward)}")
+    shape = reward.shape
+    if validate:
+        check_float("next_value", next_value, shape, reward.dtype)
+        if value is not None:
+            check_float("value", value, shape, reward.dtype)
+        check_flags(terminated, done, truncated, shape)
+    tdim = normalize_time_dim(time_dim, reward.ndim)
+    if isinstance(gamma, Tensor) and gamma.numel() == 1 and not gamma.requires_grad:
+        gamma = float(gamma)
+    if isinstance(gamma, Tensor):
+        try:
+            gamma = to_rows(gamma.expand(shape), tdim)
+        except RuntimeError as err:
+            raise InputError(
+                "gamma", f"shape {tuple(gamma.shape)} does not broadcast to {tuple(shape)}"
+            ) from err
+    else:
+        gamma = float(gamma)
+    numba = use_numba(backend, reward, next_value, *(x for x in (value, *extra) if x is not None))
+    return Rows(
+        reward=to_rows(reward, tdim),
+        value=None if value is None else to_rows(value, tdim),
+        next_value=to_rows(next_value, tdim),
+        terminated=to_rows(terminated, tdim),
+        done=None if done is None else to_rows(done, tdim),
+        truncated=None if truncated is None else to_rows(truncated, tdim),
+        gamma=gamma,
+        shape=shape,
+        time_dim=tdim,
+        truncation=truncation,
+        numba=numba,
+        validate=validate,
+    )
+
+
+def np_view(x: Tensor) -> np.ndarray:
+    """A zero-copy numpy view of a CPU tensor (contiguous rows for the kernels)."""
+    return x.detach().contiguous().numpy()
+
+
+def _d(x: object) -> str:
+    if isinstance(x, Tensor):
+        return f"dtype {x.dtype}, shape {tuple(x.shape)}"
+    return type(x).__name__

@@ -1,0 +1,291 @@
+"""tdrl.ops value estimators against definitions, properties, backends and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tdrl.ops import InputError, gae, td0_return, td1_return, td_lambda_return, vtrace
+from tests.ops.estimator_reference import (
+    gae_ref,
+    td0_ref,
+    td1_ref,
+    td_lambda_ref,
+    vtrace_ref,
+)
+
+POLICIES = ["bootstrap", "mask", "terminate"]
+BACKENDS = ["numba", "torch"]
+
+
+def make_batch(flags: list[str], rows: int = 3, seed: int = 0, dtype=torch.float64):
+    """Rows of one flag pattern ('.' ordinary, 'x' terminated, 't' truncated), values chained
+    inside episodes; the value after a terminal state is NaN (it must never be read)."""
+    g = torch.Generator().manual_seed(seed)
+    t_len = len(flags[0])
+    terminated = torch.tensor([[c == "x" for c in f] for f in flags]).repeat(rows, 1)
+    truncated = torch.tensor([[c == "t" for c in f] for f in flags]).repeat(rows, 1)
+    n = terminated.shape[0]
+    reward = torch.randn(n, t_len, generator=g, dtype=dtype)
+    value = torch.randn(n, t_len, generator=g, dtype=dtype)
+    final = torch.randn(n, t_len, generator=g, dtype=dtype)  # V of real final observations
+    done = terminated | truncated
+    next_value = torch.cat([value[:, 1:], final[:, -1:]], 1)
+    next_value = torch.where(done, final, next_value)
+    next_value = torch.where(terminated, float("nan"), next_value)
+    log_rho = 0.7 * torch.randn(n, t_len, generator=g, dtype=dtype)
+    return [x.unsqueeze(-1) for x in (reward, value, next_value, terminated, truncated, log_rho)]
+
+
+# Mixes all four episode-end kinds; episodes end and restart inside rows; row 2 ends on a cut.
+FLAGS = [
+    "...x..t....x.t..",
+    "t..t.x.xx...t...",
+    "..x....t..t....t",
+    "................",
+]
+
+
+def per_row(fn, *tensors, **kw):
+    outs = [fn(*(x[i, :, 0].numpy() for x in tensors), **kw) for i in range(tensors[0].shape[0])]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.tensor(np.stack(o)).unsqueeze(-1) for o in zip(*outs, strict=True))
+    return torch.tensor(np.stack(outs)).unsqueeze(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("truncation", POLICIES)
+def test_against_definitions(truncation, backend):
+    r, v, nv, term, trunc, log_rho = make_batch(FLAGS)
+    gamma = torch.full_like(r, 0.9)
+    kw = dict(truncation=truncation, backend=backend)
+    ref_gamma = gamma[..., 0].numpy()
+
+    def ref(fn, *args, **k):
+        out = [fn(*(a[i] for a in args), gamma=ref_gamma[i], truncation=truncation, **k)
+               for i in range(r.shape[0])]  # fmt: skip
+        if isinstance(out[0], tuple):
+            return tuple(torch.tensor(np.stack(o)).unsqueeze(-1) for o in zip(*out, strict=True))
+        return torch.tensor(np.stack(out)).unsqueeze(-1)
+
+    rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc, log_rho)]
+    nr, nvv, nnv, nterm, ntrunc, nlr = rows
+    adv, target = gae(r, v, nv, term, truncated=trunc, gamma=0.9, lmbda=0.8, **kw)
+    ref_adv, ref_target = ref(gae_ref, nr, nvv, nnv, nterm, ntrunc, lmbda=0.8)
+    torch.testing.assert_close(adv, ref_adv)
+    torch.testing.assert_close(target, ref_target)
+
+    got = td_lambda_return(r, nv, term, truncated=trunc, value=v, gamma=gamma, lmbda=0.8, **kw)
+    torch.testing.assert_close(got, ref(td_lambda_ref, nr, nvv, nnv, nterm, ntrunc, lmbda=0.8))
+    got = td1_return(r, nv, term, truncated=trunc, value=v, gamma=0.9, **kw)
+    torch.testing.assert_close(got, ref(td1_ref, nr, nvv, nnv, nterm, ntrunc))
+    got = td0_return(r, nv, term, truncated=trunc, value=v, gamma=0.9, truncation=truncation)
+    torch.testing.assert_close(got, ref(td0_ref, nr, nvv, nnv, nterm, ntrunc))
+    adv, vs = vtrace(r, v, nv, log_rho, term, truncated=trunc, gamma=0.9, rho_thresh=1.2,
+                     c_thresh=0.9, **kw)  # fmt: skip
+    ref_adv, ref_vs = ref(vtrace_ref, nr, nvv, nnv, nlr, nterm, ntrunc, rho_thresh=1.2,
+                          c_thresh=0.9)  # fmt: skip
+    torch.testing.assert_close(adv, ref_adv)
+    torch.testing.assert_close(vs, ref_vs)
+
+
+def test_policies_differ_exactly_at_truncated_steps():
+    r, v, nv, term, trunc, _ = make_batch(FLAGS)
+    out = {p: gae(r, v, nv, term, truncated=trunc, gamma=0.9, lmbda=0.8, truncation=p)[1]
+           for p in POLICIES}  # fmt: skip
+    # the steps whose value target depends on a truncated step's treatment: the truncated step
+    # and its episode's earlier steps; nothing else may change
+    touched = torch.zeros_like(trunc)
+    for i in range(r.shape[0]):
+        for t in range(r.shape[1]):
+            if trunc[i, t, 0]:
+                s = t
+                while s >= 0 and (s == t or not (term[i, s, 0] or trunc[i, s, 0])):
+                    touched[i, s, 0] = True
+                    s -= 1
+    for p in ("mask", "terminate"):
+        diff = (out[p] - out["bootstrap"]).abs() > 1e-9
+        assert diff.any()
+        assert not (diff & ~touched).any()
+        assert (diff[trunc]).all()  # every truncated step's target changes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backends_agree_and_layouts(dtype):
+    r, v, nv, term, trunc, log_rho = make_batch(FLAGS, rows=4, seed=3, dtype=dtype)
+    nv = torch.nan_to_num(nv)
+    tol = dict(rtol=1e-5, atol=1e-5)
+    for p in POLICIES:
+        a = gae(r, v, nv, term, truncated=trunc, gamma=0.99, lmbda=0.95, truncation=p,
+                backend="numba")  # fmt: skip
+        b = gae(r, v, nv, term, truncated=trunc, gamma=0.99, lmbda=0.95, truncation=p,
+                backend="torch")  # fmt: skip
+        torch.testing.assert_close(a, b, **tol)
+        a = vtrace(r, v, nv, log_rho, term, truncated=trunc, gamma=0.99, truncation=p,
+                   backend="numba")  # fmt: skip
+        b = vtrace(r, v, nv, log_rho, term, truncated=trunc, gamma=0.99, truncation=p,
+                   backend="torch")  # fmt: skip
+        torch.testing.assert_close(a, b, **tol)
+    # time_dim=-1 (no trailing dim) and a leading time dim give the same numbers
+    a = gae(r, v, nv, term, truncated=trunc, gamma=0.99, lmbda=0.95)
+    sq = [x.squeeze(-1) for x in (r, v, nv, term, trunc)]
+    b = gae(*sq[:4], truncated=sq[4], gamma=0.99, lmbda=0.95, time_dim=-1)
+    torch.testing.assert_close(a.advantage.squeeze(-1), b.advantage)
+    tr = [x.transpose(0, 1) for x in (r, v, nv, term, trunc)]
+    c = gae(*tr[:4], truncated=tr[4], gamma=0.99, lmbda=0.95, time_dim=0)
+    torch.testing.assert_close(a.advantage, c.advantage.transpose(0, 1))
+
+
+def test_gradients_on_torch_path():
+    r, v, nv, term, trunc, _ = make_batch(FLAGS, dtype=torch.float64)
+    nv = torch.nan_to_num(nv)
+    v = v.clone().requires_grad_()
+    adv, _ = gae(r, v, nv, term, truncated=trunc, gamma=0.9, lmbda=0.8)  # auto -> torch
+    assert adv.requires_grad
+    torch.autograd.gradcheck(
+        lambda v_: gae(r, v_, nv, term, truncated=trunc, gamma=0.9, lmbda=0.8)[0], (v,)
+    )
+
+
+def test_per_step_gamma():
+    r, v, nv, term, trunc, _ = make_batch(FLAGS)
+    gamma = torch.rand_like(r) * 0.5 + 0.5
+    rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc)]
+    for backend in BACKENDS:
+        got = td_lambda_return(r, nv, term, truncated=trunc, gamma=gamma, lmbda=0.7,
+                               backend=backend)  # fmt: skip
+        for i in range(r.shape[0]):
+            want = td_lambda_ref(*rows_i(rows, i), gamma=gamma[i, :, 0].numpy(), lmbda=0.7,
+                                 truncation="bootstrap")  # fmt: skip
+            np.testing.assert_allclose(got[i, :, 0].numpy(), want, rtol=1e-6)
+
+
+def rows_i(rows, i):
+    return [x[i] for x in rows]
+
+
+# --- hypothesis properties ----------------------------------------------------------------------
+flag_rows = st.integers(1, 3).flatmap(
+    lambda n: st.integers(1, 24).flatmap(
+        lambda t: st.lists(st.text(alphabet=".xt", min_size=t, max_size=t), min_size=n, max_size=n)
+    )
+)
+SETTINGS = settings(max_examples=40, deadline=None)
+
+
+@SETTINGS
+@given(flags=flag_rows, seed=st.integers(0, 2**16), gamma=st.floats(0.0, 1.0),
+       truncation=st.sampled_from(POLICIES))  # fmt: skip
+def test_lambda_limits(flags, seed, gamma, truncation):
+    r, v, nv, term, trunc, _ = make_batch(flags, rows=1, seed=seed)
+    kw = dict(truncated=trunc, value=v, gamma=gamma, truncation=truncation)
+    rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc)]
+    g = np.full(r.shape[1], gamma)
+    for backend in BACKENDS:
+        one = td_lambda_return(r, nv, term, lmbda=1.0, backend=backend, **kw)
+        zero = td_lambda_return(r, nv, term, lmbda=0.0, backend=backend, **kw)
+        torch.testing.assert_close(zero, td0_return(r, nv, term, **kw))
+        for i in range(r.shape[0]):  # lambda = 1 is Monte Carlo, bootstrapped at cuts
+            mc = td1_ref(*rows_i(rows, i), gamma=g, truncation=truncation)
+            np.testing.assert_allclose(one[i, :, 0].numpy(), mc, rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(flags=flag_rows, seed=st.integers(0, 2**16), lmbda=st.floats(0.0, 1.0),
+       truncation=st.sampled_from(POLICIES))  # fmt: skip
+def test_gae_target_is_td_lambda_when_values_chain(flags, seed, lmbda, truncation):
+    r, v, nv, term, trunc, _ = make_batch(flags, rows=1, seed=seed)
+    for backend in BACKENDS:
+        _, target = gae(r, v, nv, term, truncated=trunc, gamma=0.97, lmbda=lmbda,
+                        truncation=truncation, backend=backend)  # fmt: skip
+        ret = td_lambda_return(r, nv, term, truncated=trunc, value=v, gamma=0.97, lmbda=lmbda,
+                               truncation=truncation, backend=backend)  # fmt: skip
+        torch.testing.assert_close(target, ret)
+
+
+@SETTINGS
+@given(flags=flag_rows, seed=st.integers(0, 2**16), truncation=st.sampled_from(POLICIES),
+       backend=st.sampled_from(BACKENDS))  # fmt: skip
+def test_split_at_done_and_concat(flags, seed, truncation, backend):
+    r, v, nv, term, trunc, log_rho = make_batch(flags[:1], rows=1, seed=seed)  # one row
+    done = (term | trunc)[0, :, 0]
+    cuts = [int(i) + 1 for i in done.nonzero() if int(i) + 1 < r.shape[1]]
+    bounds = [0, *cuts, r.shape[1]]
+
+    def run(sl):
+        x = [t[:, sl] for t in (r, v, nv, term, trunc, log_rho)]
+        a = gae(x[0], x[1], x[2], x[3], truncated=x[4], gamma=0.9, lmbda=0.8,
+                truncation=truncation, backend=backend)  # fmt: skip
+        b = vtrace(x[0], x[1], x[2], x[5], x[3], truncated=x[4], gamma=0.9,
+                   truncation=truncation, backend=backend)  # fmt: skip
+        return torch.cat([*a, *b], -1)
+
+    whole = run(slice(None))
+    pieces = torch.cat([run(slice(a, b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)], 1)
+    torch.testing.assert_close(whole, pieces)
+
+
+# --- the infinite-horizon test (Pardo et al. 2018; SB3's test of timeout handling) --------------
+@pytest.mark.parametrize("estimator", ["td0", "gae"])
+def test_infinite_horizon_value(estimator):
+    """Reward 1 forever, cut every N steps, never terminated: V* = 1 / (1 - gamma)."""
+    gamma, n_cut, t_len = 0.9, 5, 40
+    reward = torch.ones(1, t_len, 1)
+    truncated = torch.zeros(1, t_len, 1, dtype=torch.bool)
+    truncated[:, n_cut - 1 :: n_cut] = True
+    terminated = torch.zeros_like(truncated)
+    fitted = {}
+    for policy in ("bootstrap", "terminate"):
+        v = 0.0  # a single-parameter value function, regressed on its own targets
+        for _ in range(400):
+            value = torch.full_like(reward, v)
+            if estimator == "td0":
+                target = td0_return(reward, value, terminated, truncated=truncated, gamma=gamma,
+                                    truncation=policy)  # fmt: skip
+            else:
+                target = gae(reward, value, value, terminated, truncated=truncated, gamma=gamma,
+                             lmbda=0.9, truncation=policy).value_target  # fmt: skip
+            v += 0.5 * (float(target.mean()) - v)
+        fitted[policy] = v
+    assert math.isclose(fitted["bootstrap"], 1 / (1 - gamma), rel_tol=1e-3)
+    assert fitted["terminate"] < 0.6 / (1 - gamma)
+
+
+# --- bad input ----------------------------------------------------------------------------------
+def test_bad_input_names_the_argument():
+    r, v, nv, term, trunc, log_rho = make_batch(FLAGS, rows=1)
+    nv = torch.nan_to_num(nv)
+    kw = dict(gamma=0.9, lmbda=0.9)
+    with pytest.raises(InputError, match=r"value: shape \(4, 15, 1\)"):
+        gae(r, v[:, 1:], nv, term, truncated=trunc, **kw)
+    with pytest.raises(InputError, match="terminated: episode-end flags must be torch.bool"):
+        gae(r, v, nv, term.float(), truncated=trunc, **kw)
+    with pytest.raises(InputError, match="truncated: shape"):
+        gae(r, v, nv, term, truncated=trunc[:, :-1], **kw)
+    with pytest.raises(InputError, match="next_value: dtype"):
+        gae(r, v, nv.float(), term, truncated=trunc, **kw)
+    bad_done = term | trunc
+    bad_done[0, 0, 0] = ~bad_done[0, 0, 0]
+    for backend in BACKENDS:
+        with pytest.raises(InputError, match=r"done: must be terminated \| truncated"):
+            gae(r, v, nv, term, bad_done, truncated=trunc, backend=backend, **kw)
+        with pytest.raises(InputError, match="done: must be True wherever terminated"):
+            gae(r, v, nv, term, torch.zeros_like(term), backend=backend, **kw)
+        for j, name in enumerate(("reward", "value", "next_value")):
+            bad = [r.clone(), v.clone(), nv.clone()]
+            bad[j][0, 2, 0] = float("nan")
+            msg = rf"{name}: contains NaN \(first at index \(0, 2, 0\)"
+            with pytest.raises(InputError, match=msg):
+                gae(*bad, term, truncated=trunc, backend=backend, **kw)
+        with pytest.raises(InputError, match="log_rho: contains NaN"):
+            vtrace(r, v, nv, log_rho * float("nan"), term, truncated=trunc, gamma=0.9,
+                   backend=backend)  # fmt: skip
+    with pytest.raises(ValueError, match="truncation must be one of"):
+        gae(r, v, nv, term, truncated=trunc, truncation="ignore", **kw)
+    with pytest.raises(InputError, match="truncation='mask' needs value"):
+        td_lambda_return(r, nv, term, truncated=trunc, gamma=0.9, lmbda=0.9, truncation="mask")
