@@ -1,1 +1,3 @@
 """tdrl.ops."""
+
+from tdrl.ops.nstep import nstep_return, nstep_steps  # noqa: F401
