@@ -33,10 +33,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     arguments as :class:`ReplayBuffer` (n-step sampling applies to the sampled roots).
 
     Shapes:
-        ``sample(B)["priority_weight"]`` ``[B]`` float32; ``update_priority(index [B], priority [B])``.
+        ``sample(B)["priority_weight"]`` ``[B]`` float32;
+        ``update_priority(index [B], priority [B])``.
     """
 
-    def __init__(self, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, **kwargs: Any):
+    def __init__(
+        self, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, **kwargs: Any
+    ):
         super().__init__(capacity, **kwargs)
         if alpha < 0 or beta < 0 or eps < 0:
             raise ValueError(f"alpha, beta and eps must be >= 0, got {alpha}, {beta}, {eps}")
@@ -80,11 +83,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             if index_np.size:
                 raise IndexError("the buffer is empty: no priority to update")
             return
-        bad, top = self._tree.check_and_update(index_np, priority_np, len(self), self.alpha, self.eps)
+        bad, top = self._tree.check_and_update(
+            index_np, priority_np, len(self), self.alpha, self.eps
+        )
         if bad >= 0:
             if not 0 <= index_np[bad] < len(self):
                 raise IndexError(
-                    f"index[{bad}] = {index_np[bad]} is not a stored item (buffer holds {len(self)})"
+                    f"index[{bad}] = {index_np[bad]} is not a stored item "
+                    f"(buffer holds {len(self)})"
                 )
             raise ValueError(
                 f"priorities must be finite and >= 0: priority[{bad}] = {priority_np[bad]} "

@@ -1,4 +1,4 @@
-"""Replay buffer on preallocated TensorDict storage: uniform, n-step and slice sampling, save/load."""
+"""Replay buffer on preallocated TensorDict storage: uniform, n-step, slice sampling; save/load."""
 
 from __future__ import annotations
 
@@ -44,7 +44,9 @@ def _subplan(items: list[tuple[int, tuple[str, ...]]]) -> _Plan:
     return out
 
 
-def _assemble(plan: _Plan, leaves: list[Tensor], batch_size: torch.Size, device: torch.device) -> TensorDict:
+def _assemble(
+    plan: _Plan, leaves: list[Tensor], batch_size: torch.Size, device: torch.device
+) -> TensorDict:
     # tensordict's unchecked constructor: every leaf was gathered from the storage with the right
     # batch size, so the constructor's checks (~40 us a sample) would only repeat ours.
     source = {
@@ -91,7 +93,11 @@ class ReplayBuffer:
         self._num_streams = num_streams
         self.n_steps = n_steps
         self.gamma = gamma
-        self.rng = generator if isinstance(generator, np.random.Generator) else np.random.default_rng(generator)
+        self.rng = (
+            generator
+            if isinstance(generator, np.random.Generator)
+            else np.random.default_rng(generator)
+        )
         self._storage: StreamStorage | None = None
         self._plan: _Plan = []
 
@@ -111,13 +117,17 @@ class ReplayBuffer:
 
     def _allocate(self, td: TensorDictBase) -> StreamStorage:
         if td.batch_dims not in (1, 2):
-            raise ValueError(f"expected a [N] batch or a [N, T] rollout, got batch size {tuple(td.batch_size)}")
+            raise ValueError(
+                f"expected a [N] batch or a [N, T] rollout, got batch size {tuple(td.batch_size)}"
+            )
         streams = self._num_streams
         if streams is None:
             streams = td.batch_size[0] if td.batch_dims == 2 else 1
         storage = StreamStorage(self._capacity, streams, self.device)
         if self.n_steps > storage.length:
-            raise ValueError(f"n_steps={self.n_steps} exceeds the {storage.length} steps a stream holds")
+            raise ValueError(
+                f"n_steps={self.n_steps} exceeds the {storage.length} steps a stream holds"
+            )
         storage.steps_of(td)  # a clear error before allocating
         storage.allocate(td, td.batch_dims)
         self._set_storage(storage)
@@ -209,7 +219,9 @@ class ReplayBuffer:
         steps = stop.int().argmax(1) + 1  # first stop, inclusive
         last = window.gather(1, (steps - 1).unsqueeze(1)).squeeze(1)
         reward = s.flat[reward_i][window]  # [B, n, *F]
-        discount = torch.where(offsets < steps.unsqueeze(1), self.gamma**offsets, 0.0).to(reward.dtype)
+        discount = torch.where(offsets < steps.unsqueeze(1), self.gamma**offsets, 0.0).to(
+            reward.dtype
+        )
         reward = (reward * discount.view(*discount.shape, *([1] * (reward.dim() - 2)))).sum(1)
         leaves = []
         for i, k in enumerate(s.keys):
@@ -217,7 +229,10 @@ class ReplayBuffer:
                 leaves.append(reward)
             else:
                 leaves.append(s.flat[i].index_select(0, last if k[0] == keys.NEXT else index))
-        extra = {keys.STEPS_TO_NEXT_OBS: steps.unsqueeze(-1), keys.GAMMA: (self.gamma**steps).unsqueeze(-1).to(reward.dtype)}
+        extra: dict[NestedKey, Tensor] = {
+            keys.STEPS_TO_NEXT_OBS: steps.unsqueeze(-1),
+            keys.GAMMA: (self.gamma**steps).unsqueeze(-1).to(reward.dtype),
+        }
         return leaves, extra
 
     def sample_slices(self, batch_size: int, slice_len: int, *, frame_stack: int = 1) -> TensorDict:
@@ -251,7 +266,9 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Copy a :meth:`state_dict` into this buffer (the capacity must match)."""
         if state["capacity"] != self._capacity:
-            raise ValueError(f"state has capacity {state['capacity']}, this buffer {self._capacity}")
+            raise ValueError(
+                f"state has capacity {state['capacity']}, this buffer {self._capacity}"
+            )
         self.rng.bit_generator.state = state["rng"]
         data = state["storage"]
         if data is None:
@@ -259,10 +276,12 @@ class ReplayBuffer:
             return
         storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device)
         if tuple(data.batch_size) != (storage.length, storage.num_streams):
-            raise ValueError(f"state storage has batch size {tuple(data.batch_size)}, expected "
-                             f"{(storage.length, storage.num_streams)}")
+            raise ValueError(
+                f"state storage has batch size {tuple(data.batch_size)}, expected "
+                f"{(storage.length, storage.num_streams)}"
+            )
         storage.allocate(data, 2)
-        for k, leaf in zip(storage.keys, storage.leaves):
+        for k, leaf in zip(storage.keys, storage.leaves, strict=False):
             leaf.copy_(data.get(_spell(k)))
         storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
         self._set_storage(storage)

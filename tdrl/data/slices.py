@@ -78,11 +78,15 @@ def _frame_stack(buffer: ReplayBuffer, index: Tensor, k: int) -> Tensor:
     return ((position.unsqueeze(-1) - lookback) % length) * S + stream.unsqueeze(-1)
 
 
-def sample_slices(buffer: ReplayBuffer, batch_size: int, slice_len: int, *, frame_stack: int = 1) -> TensorDict:
+def sample_slices(
+    buffer: ReplayBuffer, batch_size: int, slice_len: int, *, frame_stack: int = 1
+) -> TensorDict:
     """See :meth:`tdrl.data.ReplayBuffer.sample_slices`."""
     s = buffer._require(batch_size)
     if not 1 <= slice_len <= s.length:
-        raise ValueError(f"slice_len must be in [1, {s.length}] (steps per stream), got {slice_len}")
+        raise ValueError(
+            f"slice_len must be in [1, {s.length}] (steps per stream), got {slice_len}"
+        )
     if frame_stack < 1:
         raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
     S = s.num_streams

@@ -26,7 +26,9 @@ _memmove = ctypes.memmove
 
 
 @numba.njit(nogil=True)  # not cached: numba cannot cache a function calling a ctypes pointer
-def _copy_rows(base: np.ndarray, src: np.ndarray, step_bytes: np.ndarray, row: int, rows: int) -> None:
+def _copy_rows(
+    base: np.ndarray, src: np.ndarray, step_bytes: np.ndarray, row: int, rows: int
+) -> None:
     # One compiled call for all leaves: a ctypes memmove per leaf from Python costs ~0.6 us each.
     for i in range(base.shape[0]):
         _memmove(base[i] + row * step_bytes[i], src[i], rows * step_bytes[i])
@@ -117,7 +119,9 @@ class StreamStorage:
             self._leaf_node.append((node_ids[k[:-1]], k[-1]))
         inv = {v: k for k, v in node_ids.items()}
         self._root_count = len(counts[()])
-        self._nodes = [(p, name, len(counts[inv[i + 1]])) for i, (p, name, _) in enumerate(self._nodes)]
+        self._nodes = [
+            (p, name, len(counts[inv[i + 1]])) for i, (p, name, _) in enumerate(self._nodes)
+        ]
         self._shapes = {}
         self._addr = [leaf.data_ptr() for leaf in self.leaves] if self.device.type == "cpu" else []
         self._base = np.array(self._addr, dtype=np.uint64)
@@ -188,7 +192,9 @@ class StreamStorage:
             src = np.array([x.data_ptr() for x in srcs], dtype=np.uint64)
         except (KeyError, AttributeError, TypeError):
             return False
-        _copy_rows(self._base, src, self._step_bytes, self.cursor * self.num_streams, T * self.num_streams)
+        _copy_rows(
+            self._base, src, self._step_bytes, self.cursor * self.num_streams, T * self.num_streams
+        )
         return True
 
     def check(self, td: TensorDictBase) -> None:
@@ -198,9 +204,11 @@ class StreamStorage:
         if keys != stored:
             missing = sorted(map(_spell, stored - keys), key=str)
             extra = sorted(map(_spell, keys - stored), key=str)
-            raise KeyError(f"batch keys differ from the storage's: missing {missing}, extra {extra}")
+            raise KeyError(
+                f"batch keys differ from the storage's: missing {missing}, extra {extra}"
+            )
         bdims = td.batch_dims
-        for k, leaf in zip(self.keys, self.leaves):
+        for k, leaf in zip(self.keys, self.leaves, strict=False):
             x = td.get(_spell(k))
             if not isinstance(x, Tensor):
                 raise TypeError(f"key {_spell(k)!r}: expected a tensor, got {type(x).__name__}")
@@ -210,7 +218,9 @@ class StreamStorage:
                     f"storage's {tuple(leaf.shape[2:])} (batch size {tuple(td.batch_size)})"
                 )
             if x.dtype != leaf.dtype:
-                raise TypeError(f"key {_spell(k)!r}: dtype {x.dtype} differs from the storage's {leaf.dtype}")
+                raise TypeError(
+                    f"key {_spell(k)!r}: dtype {x.dtype} differs from the storage's {leaf.dtype}"
+                )
 
     def _slow_write(self, td: TensorDictBase, T: int) -> None:
         self.check(td)
@@ -219,7 +229,7 @@ class StreamStorage:
         start = (self.cursor + skip) % L
         n = T - skip
         first = min(n, L - start)
-        for k, leaf in zip(self.keys, self.leaves):
+        for k, leaf in zip(self.keys, self.leaves, strict=False):
             x = td.get(_spell(k))
             # -> [T, S, *F] time-major like the storage
             if td.batch_dims == 2:

@@ -98,9 +98,16 @@ class SumTree:
         self.mins = np.full(2 * size, np.inf, dtype=np.float64)
 
     def update(self, index: np.ndarray, value: np.ndarray) -> None:
-        _update(self.sums, self.mins, np.ascontiguousarray(index, np.int64), np.ascontiguousarray(value, np.float64))
+        _update(
+            self.sums,
+            self.mins,
+            np.ascontiguousarray(index, np.int64),
+            np.ascontiguousarray(value, np.float64),
+        )
 
-    def sample(self, uniform: np.ndarray, num_valid: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
+    def sample(
+        self, uniform: np.ndarray, num_valid: int, beta: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Indices drawn with probability ``leaf / total`` from ``uniform`` in [0, 1), and their
         importance weights ``(leaf / min leaf)^-beta`` (float32)."""
         return _sample(self.sums, self.mins, uniform, num_valid, beta)
@@ -143,4 +150,6 @@ class SumTree:
         while lo > 1:  # one vectorized pass per level
             hi, lo = lo, lo // 2
             self.sums[lo:hi] = self.sums[2 * lo : 2 * hi : 2] + self.sums[2 * lo + 1 : 2 * hi : 2]
-            self.mins[lo:hi] = np.minimum(self.mins[2 * lo : 2 * hi : 2], self.mins[2 * lo + 1 : 2 * hi : 2])
+            self.mins[lo:hi] = np.minimum(
+                self.mins[2 * lo : 2 * hi : 2], self.mins[2 * lo + 1 : 2 * hi : 2]
+            )

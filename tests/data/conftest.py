@@ -28,7 +28,9 @@ def _rollout(num_envs: int, steps: int, seed: int, max_episode_steps: int) -> Te
     envs.action_space.seed(seed)
     obs, _ = envs.reset(seed=seed)
     traj = np.arange(num_envs)
-    rows: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "next_obs", "rew", "term", "trunc", "traj")}
+    rows: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("obs", "act", "next_obs", "rew", "term", "trunc", "traj")
+    }
     for _ in range(steps):
         action = envs.action_space.sample()
         next_obs, reward, terminated, truncated, info = envs.step(action)
@@ -36,7 +38,8 @@ def _rollout(num_envs: int, steps: int, seed: int, max_episode_steps: int) -> Te
         real_next = next_obs.copy()
         if done.any():
             real_next[done] = np.stack(info["final_obs"][done])
-        for k, v in zip(rows, (obs, action, real_next, reward, terminated, truncated, traj.copy())):
+        values = (obs, action, real_next, reward, terminated, truncated, traj.copy())
+        for k, v in zip(rows, values, strict=True):
             rows[k].append(np.asarray(v))
         traj[done] = traj.max() + 1 + np.arange(done.sum())
         obs = next_obs
@@ -70,7 +73,9 @@ def _rollout(num_envs: int, steps: int, seed: int, max_episode_steps: int) -> Te
 def rollout():
     """``(num_envs, steps, seed, max_episode_steps) -> [N, T]`` rollout (a fresh copy)."""
 
-    def make(num_envs: int = 3, steps: int = 40, seed: int = 0, max_episode_steps: int = 12) -> TensorDict:
+    def make(
+        num_envs: int = 3, steps: int = 40, seed: int = 0, max_episode_steps: int = 12
+    ) -> TensorDict:
         return _rollout(num_envs, steps, seed, max_episode_steps).clone()
 
     return make

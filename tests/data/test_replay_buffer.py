@@ -21,7 +21,10 @@ def steps(num: int, start: int = 0, streams: int = 2) -> list[TensorDict]:
             TensorDict(
                 {
                     "observation": value.unsqueeze(-1).repeat(1, 3),
-                    "next": {"observation": value.unsqueeze(-1).repeat(1, 3) + 100, "reward": value.unsqueeze(-1)},
+                    "next": {
+                        "observation": value.unsqueeze(-1).repeat(1, 3) + 100,
+                        "reward": value.unsqueeze(-1),
+                    },
                 },
                 batch_size=[streams],
             )
