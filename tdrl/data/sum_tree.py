@@ -17,37 +17,41 @@ __all__ = ["SumTree"]
 @numba.njit(cache=True, nogil=True)
 def _update(sums: np.ndarray, mins: np.ndarray, index: np.ndarray, value: np.ndarray) -> None:
     size = sums.shape[0] // 2
-    for j in range(index.shape[0]):
-        node = index[j] + size
-        sums[node] = value[j]
-        mins[node] = value[j]
-        node //= 2
-        # Recompute parents from children (not by adding deltas): exact, no drift, and
-        # duplicate indices in one batch are harmless (the last value wins).
-        while node >= 1:
-            left, right = 2 * node, 2 * node + 1
-            sums[node] = sums[left] + sums[right]
-            mins[node] = min(mins[left], mins[right])
-            node //= 2
+    node = index + size
+    for j in range(node.shape[0]):
+        sums[node[j]] = value[j]
+        mins[node[j]] = value[j]
+    # Level by level over the whole batch (not item by item): the loads of one level are
+    # independent across items, so the CPU overlaps their cache misses. Parents are recomputed
+    # from their children (not by adding deltas): exact, no drift, and duplicate indices in one
+    # batch are harmless (the last value wins).
+    while size > 1:
+        for j in range(node.shape[0]):
+            parent = node[j] // 2
+            left = 2 * parent
+            sums[parent] = sums[left] + sums[left + 1]
+            mins[parent] = min(mins[left], mins[left + 1])
+            node[j] = parent
+        size //= 2
 
 
 @numba.njit(cache=True, nogil=True)
 def _find(sums: np.ndarray, mass: np.ndarray) -> np.ndarray:
     size = sums.shape[0] // 2
-    out = np.empty(mass.shape[0], dtype=np.int64)
-    for j in range(mass.shape[0]):
-        u = mass[j]
-        node = 1
-        while node < size:
-            left = 2 * node
+    node = np.ones(mass.shape[0], dtype=np.int64)
+    u = mass.copy()
+    level = 1
+    while level < size:  # level-major, as in _update: independent loads overlap
+        for j in range(node.shape[0]):
+            left = 2 * node[j]
             # Never step into an empty right subtree (u can reach it only by rounding).
-            if u < sums[left] or sums[left + 1] <= 0.0:
-                node = left
+            if u[j] < sums[left] or sums[left + 1] <= 0.0:
+                node[j] = left
             else:
-                u -= sums[left]
-                node = left + 1
-        out[j] = node - size
-    return out
+                u[j] -= sums[left]
+                node[j] = left + 1
+        level *= 2
+    return node - size
 
 
 @numba.njit(cache=True, nogil=True)
