@@ -1,0 +1,112 @@
+"""Prioritized experience replay (Schaul et al. 2015, arXiv 1511.05952), proportional variant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tdrl import keys
+from tdrl.data.replay_buffer import ReplayBuffer
+from tdrl.data.storage import NestedKey, StreamStorage
+from tdrl.data.sum_tree import SumTree
+
+__all__ = ["PrioritizedReplayBuffer"]
+
+
+def _numpy(x: Tensor | np.ndarray | Any) -> np.ndarray:
+    if isinstance(x, Tensor):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x).reshape(-1)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Replay buffer sampling item i with ``P(i) = p_i^alpha / sum_j p_j^alpha``.
+
+    ``p_i = |priority_i| + eps`` after :meth:`update_priority`; new items get the largest
+    ``p`` seen so far (1 at first), so each is replayed at least once with high probability
+    (Schaul et al., Alg. 1). Samples carry ``"priority_weight"`` (TorchRL's key, which its losses
+    read), ``w_i = (N P(i))^-beta / max_j w_j = (p_i^alpha / min_j p_j^alpha)^-beta`` with the
+    max over all stored items. ``beta`` may be changed between calls (annealing). Other
+    arguments as :class:`ReplayBuffer` (n-step sampling applies to the sampled roots).
+
+    Shapes:
+        ``sample(B)["priority_weight"]`` ``[B]`` float32;
+        ``update_priority(index [B], priority [B])``.
+    """
+
+    def __init__(
+        self, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, **kwargs: Any
+    ):
+        super().__init__(capacity, **kwargs)
+        if alpha < 0 or beta < 0 or eps < 0:
+            raise ValueError(f"alpha, beta and eps must be >= 0, got {alpha}, {beta}, {eps}")
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.max_priority = 1.0
+        self._tree: SumTree | None = None
+
+    def _set_storage(self, storage: StreamStorage) -> None:
+        super()._set_storage(storage)
+        self._tree = SumTree(storage.capacity)
+
+    def _written(self, cursor: int, steps: int) -> None:
+        s = self._storage
+        assert s is not None and self._tree is not None
+        S, length = s.num_streams, s.length
+        m = min(steps, length)  # only the newest `length` steps of a long batch survive
+        positions = (s.cursor - m + np.arange(m)) % length
+        index = (positions[:, None] * S + np.arange(S)).reshape(-1)
+        self._tree.update(index, np.full(index.shape, self.max_priority**self.alpha))
+
+    def _sample_index(self, batch_size: int) -> tuple[Tensor, dict[NestedKey, Tensor]]:
+        assert self._tree is not None
+        index, weight = self._tree.sample(self.rng.random(batch_size), len(self), self.beta)
+        return (
+            torch.from_numpy(index).to(self.device, non_blocking=True),
+            {keys.PRIORITY_WEIGHT: torch.from_numpy(weight).to(self.device, non_blocking=True)},
+        )
+
+    def update_priority(self, index: Tensor | np.ndarray, priority: Tensor | np.ndarray) -> None:
+        """Set the priorities of the items at flat ``index`` (as returned in ``"index"``).
+
+        ``priority`` is typically ``|td_error|``; each must be finite and >= 0, else a
+        ValueError names the entry (and nothing is updated).
+        """
+        index_np = _numpy(index).astype(np.int64, copy=False)
+        priority_np = _numpy(priority).astype(np.float64, copy=False)
+        if index_np.shape != priority_np.shape:
+            raise ValueError(f"{index_np.size} indices but {priority_np.size} priorities")
+        assert self._tree is not None or index_np.size == 0 or len(self) == 0
+        if self._tree is None:
+            if index_np.size:
+                raise IndexError("the buffer is empty: no priority to update")
+            return
+        bad, top = self._tree.check_and_update(
+            index_np, priority_np, len(self), self.alpha, self.eps
+        )
+        if bad >= 0:
+            if not 0 <= index_np[bad] < len(self):
+                raise IndexError(
+                    f"index[{bad}] = {index_np[bad]} is not a stored item "
+                    f"(buffer holds {len(self)})"
+                )
+            raise ValueError(
+                f"priorities must be finite and >= 0: priority[{bad}] = {priority_np[bad]} "
+                f"(index {index_np[bad]})"
+            )
+        self.max_priority = max(self.max_priority, top)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["max_priority"] = self.max_priority
+        if self._tree is not None:
+            state[keys.PRIORITY] = torch.from_numpy(self._tree.leaves())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.max_priority = float(state["max_priority"])
+        if self._tree is not None:
+            self._tree.load_leaves(np.asarray(state[keys.PRIORITY]), len(self))

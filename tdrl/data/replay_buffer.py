@@ -1,0 +1,308 @@
+"""Replay buffer on preallocated TensorDict storage: uniform, n-step, slice sampling; save/load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+
+from tdrl import keys
+from tdrl.data.storage import NestedKey, StreamStorage, _spell
+
+__all__ = ["ReplayBuffer"]
+
+_Plan = list[tuple[str, Any]]
+
+
+def _plan(paths: list[tuple[str, ...]], offset: int = 0) -> _Plan:
+    """Nested-dict plan of leaf positions, to assemble output TensorDicts without key parsing."""
+    plan: _Plan = []
+    groups: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+    for i, p in enumerate(paths):
+        groups.setdefault(p[0], []).append((i + offset, p[1:]))
+    for name, items in groups.items():
+        if len(items) == 1 and not items[0][1]:
+            plan.append((name, items[0][0]))
+        else:
+            sub = [(i, rest) for i, rest in items]
+            plan.append((name, _subplan(sub)))
+    return plan
+
+
+def _subplan(items: list[tuple[int, tuple[str, ...]]]) -> _Plan:
+    groups: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+    out: _Plan = []
+    for i, rest in items:
+        groups.setdefault(rest[0], []).append((i, rest[1:]))
+    for name, sub in groups.items():
+        out.append((name, sub[0][0] if len(sub) == 1 and not sub[0][1] else _subplan(sub)))
+    return out
+
+
+def _assemble(
+    plan: _Plan, leaves: list[Tensor], batch_size: torch.Size, device: torch.device
+) -> TensorDict:
+    # tensordict's unchecked constructor: every leaf was gathered from the storage with the right
+    # batch size, so the constructor's checks (~40 us a sample) would only repeat ours.
+    source = {
+        name: leaves[item] if isinstance(item, int) else _assemble(item, leaves, batch_size, device)
+        for name, item in plan
+    }
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
+
+
+class ReplayBuffer:
+    """Circular replay buffer of TensorDict transitions, stored per env stream.
+
+    ``extend(td)`` takes ``[S]`` batches (one step of each of ``S`` env streams, SB3's and
+    Tianshou's vector-buffer convention) or ``[S, T]`` rollouts (DESIGN.md's collector layout).
+    ``num_streams=None`` infers ``S`` from the first batch: ``[N, T] -> N``, a 1-D ``[T]`` batch
+    -> 1 stream of T consecutive steps (a TorchRL collector over one env). Each stream keeps
+    ``capacity // S`` steps; a batch longer than that keeps its newest steps.
+
+    ``sample(B)`` returns ``[B]`` transitions with their flat ``"index"``; with ``n_steps > 1``
+    each is an n-step transition (see :meth:`sample`). ``sample_slices`` returns ``[B, L]``
+    sequences inside one episode. ``generator`` (seed or ``np.random.Generator``) makes
+    sampling reproducible.
+
+    Shapes:
+        storage leaves ``[capacity // S, S, *F]``; ``sample(B) -> [B]``; slices ``[B, L]``.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        device: torch.device | str = "cpu",
+        num_streams: int | None = None,
+        n_steps: int = 1,
+        gamma: float = 0.99,
+        generator: np.random.Generator | int | None = None,
+    ):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if n_steps < 1 or n_steps > capacity:
+            raise ValueError(f"n_steps must be in [1, capacity={capacity}], got {n_steps}")
+        self._capacity = capacity
+        self.device = torch.device(device)
+        self._num_streams = num_streams
+        self.n_steps = n_steps
+        self.gamma = gamma
+        self.rng = (
+            generator
+            if isinstance(generator, np.random.Generator)
+            else np.random.default_rng(generator)
+        )
+        self._storage: StreamStorage | None = None
+        self._plan: _Plan = []
+
+    # --- writing ---------------------------------------------------------------------------
+    def extend(self, td: TensorDictBase) -> None:
+        """Append a ``[S]`` batch or a ``[S, T]`` rollout at the write cursor."""
+        storage = self._storage
+        if storage is None:
+            storage = self._allocate(td)
+        cursor = storage.cursor
+        steps = storage.write(td)
+        if steps:
+            self._written(cursor, steps)
+
+    def _written(self, cursor: int, steps: int) -> None:
+        """Hook after ``steps`` time steps were written from time position ``cursor``."""
+
+    def _allocate(self, td: TensorDictBase) -> StreamStorage:
+        if td.batch_dims not in (1, 2):
+            raise ValueError(
+                f"expected a [N] batch or a [N, T] rollout, got batch size {tuple(td.batch_size)}"
+            )
+        streams = self._num_streams
+        if streams is None:
+            streams = td.batch_size[0] if td.batch_dims == 2 else 1
+        storage = StreamStorage(self._capacity, streams, self.device)
+        if self.n_steps > storage.length:
+            raise ValueError(
+                f"n_steps={self.n_steps} exceeds the {storage.length} steps a stream holds"
+            )
+        storage.steps_of(td)  # a clear error before allocating
+        storage.allocate(td, td.batch_dims)
+        self._set_storage(storage)
+        return storage
+
+    def _set_storage(self, storage: StreamStorage) -> None:
+        self._storage = storage
+        self._plan = _plan(storage.keys)
+        self._key_index = {k: i for i, k in enumerate(storage.keys)}
+
+    # --- geometry --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        s = self._storage
+        return 0 if s is None else s.size * s.num_streams
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity if self._storage is None else self._storage.capacity
+
+    @property
+    def num_streams(self) -> int | None:
+        return self._num_streams if self._storage is None else self._storage.num_streams
+
+    @property
+    def storage(self) -> TensorDict:
+        """The stored data as a ``[capacity // S, S]`` TensorDict of views (not a copy)."""
+        s = self._require(1)
+        leaves = list(s.leaves)
+        return _assemble(self._plan, leaves, torch.Size(s.leaves[0].shape[:2]), s.device)
+
+    def _require(self, batch_size: int) -> StreamStorage:
+        if self._storage is None or self._storage.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer: call extend() first")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        return self._storage
+
+    def _leaf(self, key: NestedKey) -> int:
+        k = key if isinstance(key, tuple) else (key,)
+        if k not in self._key_index:
+            raise KeyError(f"the stored batches have no {_spell(k)!r} entry, needed here")
+        return self._key_index[k]
+
+    def _ahead(self, position: Tensor) -> Tensor:
+        """Steps stored from time position ``p`` up to the newest one, inclusive."""
+        s = self._storage
+        assert s is not None
+        return (s.cursor - 1 - position) % s.length + 1
+
+    # --- sampling --------------------------------------------------------------------------
+    def _sample_index(self, batch_size: int) -> tuple[Tensor, dict[NestedKey, Tensor]]:
+        index = self.rng.integers(0, len(self), batch_size)
+        return torch.from_numpy(index).to(self.device, non_blocking=True), {}
+
+    def sample(self, batch_size: int) -> TensorDict:
+        """``[B]`` transitions with ``"index"`` (flat storage index ``p * S + s``).
+
+        With ``n_steps = n > 1``: the root entries are those of step t; ``("next", ...)`` are
+        those of step ``t + k - 1`` (the real next observation after k steps, its flags);
+        ``("next", "reward")`` is ``sum_{i<k} gamma^i r_{t+i}``; ``"steps_to_next_obs"`` is k and
+        ``"gamma"`` is ``gamma^k`` (TorchRL's MultiStep names), where k stops after a done step,
+        after n steps, or at the newest stored step of the stream (bootstrap; unwritten or stale
+        steps are never read). Equal to :func:`tdrl.ops.nstep.nstep_return` on the stream.
+        """
+        storage = self._require(batch_size)
+        index, extra = self._sample_index(batch_size)
+        if self.n_steps == 1:
+            leaves = storage.gather(index)
+        else:
+            leaves, extra2 = self._nstep(index)
+            extra.update(extra2)
+        out = _assemble(self._plan, leaves, torch.Size([batch_size]), storage.device)
+        out._tensordict[keys.INDEX] = index
+        for k, v in extra.items():
+            out._tensordict[k] = v  # root-level entries with the batch size [B]
+        return out
+
+    def _nstep(self, index: Tensor) -> tuple[list[Tensor], dict[NestedKey, Tensor]]:
+        s = self._storage
+        assert s is not None
+        S, n = s.num_streams, self.n_steps
+        done_i, reward_i = self._leaf(keys.NEXT_DONE), self._leaf(keys.NEXT_REWARD)
+        position, stream = index // S, index % S
+        offsets = torch.arange(n, device=index.device)
+        window = ((position.unsqueeze(1) + offsets) % s.length) * S + stream.unsqueeze(1)  # [B, n]
+        done = s.flat[done_i][window].reshape(window.shape + (-1,)).any(-1)
+        last_stored = self._ahead(position).unsqueeze(1) - 1
+        stop = done | (offsets == last_stored) | (offsets == n - 1)
+        steps = stop.int().argmax(1) + 1  # first stop, inclusive
+        last = window.gather(1, (steps - 1).unsqueeze(1)).squeeze(1)
+        reward = s.flat[reward_i][window]  # [B, n, *F]
+        discount = torch.where(offsets < steps.unsqueeze(1), self.gamma**offsets, 0.0).to(
+            reward.dtype
+        )
+        reward = (reward * discount.view(*discount.shape, *([1] * (reward.dim() - 2)))).sum(1)
+        leaves = []
+        for i, k in enumerate(s.keys):
+            if i == reward_i:
+                leaves.append(reward)
+            else:
+                leaves.append(s.flat[i].index_select(0, last if k[0] == keys.NEXT else index))
+        extra: dict[NestedKey, Tensor] = {
+            keys.STEPS_TO_NEXT_OBS: steps.unsqueeze(-1),
+            keys.GAMMA: (self.gamma**steps).unsqueeze(-1).to(reward.dtype),
+        }
+        return leaves, extra
+
+    def sample_slices(self, batch_size: int, slice_len: int, *, frame_stack: int = 1) -> TensorDict:
+        """``[B, L]`` sequences of consecutive steps of one stream inside one episode.
+
+        A slice never crosses an episode end (only its last step may be done) nor the newest
+        stored step. Its last step is marked ``("next", "truncated")`` and ``("next", "done")``
+        when the episode goes on, so no estimator leaks past it (DESIGN.md). Episodes shorter
+        than L are never sampled. ``frame_stack = k > 1`` replaces ``"observation"`` and
+        ``("next", "observation")`` by the last k observations ``[B, L, k, *obs]`` (oldest
+        first), repeating the episode's first observation instead of reaching into the
+        previous episode. ``"index"`` is ``[B, L]``.
+        """
+        from tdrl.data.slices import sample_slices
+
+        return sample_slices(self, batch_size, slice_len, frame_stack=frame_stack)
+
+    # --- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Geometry, cursor, sampler state and the storage TensorDict (views, not a copy)."""
+        s = self._storage
+        return {
+            "capacity": self._capacity,
+            "num_streams": self.num_streams,
+            "cursor": 0 if s is None else s.cursor,
+            "size": 0 if s is None else s.size,
+            "rng": self.rng.bit_generator.state,
+            "storage": None if s is None else self.storage,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Copy a :meth:`state_dict` into this buffer (the capacity must match)."""
+        if state["capacity"] != self._capacity:
+            raise ValueError(
+                f"state has capacity {state['capacity']}, this buffer {self._capacity}"
+            )
+        self.rng.bit_generator.state = state["rng"]
+        data = state["storage"]
+        if data is None:
+            self._storage, self._plan = None, []
+            return
+        storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device)
+        if tuple(data.batch_size) != (storage.length, storage.num_streams):
+            raise ValueError(
+                f"state storage has batch size {tuple(data.batch_size)}, expected "
+                f"{(storage.length, storage.num_streams)}"
+            )
+        storage.allocate(data, 2)
+        for k, leaf in zip(storage.keys, storage.leaves, strict=False):
+            leaf.copy_(data.get(_spell(k)))
+        storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
+        self._set_storage(storage)
+
+    def save(self, path: str | Path) -> None:
+        """Write the buffer to directory ``path``: tensors memory-mapped, scalars as JSON."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = self.state_dict()
+        tensors = {k: v for k, v in state.items() if isinstance(v, (Tensor, TensorDictBase))}
+        meta = {k: v for k, v in state.items() if k not in tensors and v is not None}
+        if tensors:
+            TensorDict(tensors, batch_size=[]).memmap(path / "tensors", existsok=True)
+        (path / "meta.json").write_text(json.dumps(meta))
+
+    def load(self, path: str | Path) -> None:
+        """Load what :meth:`save` wrote; the data are copied into this buffer's storage."""
+        path = Path(path)
+        state: dict[str, Any] = json.loads((path / "meta.json").read_text())
+        state["storage"] = None
+        if (path / "tensors").exists():
+            tensors = TensorDict.load_memmap(path / "tensors")
+            state.update({k: tensors.get(k) for k in tensors.keys()})
+        self.load_state_dict(state)

@@ -1,0 +1,192 @@
+"""ReplayBuffer: storage layout, circular overwrite, uniform sampling, bad input, save/load."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+
+
+def steps(num: int, start: int = 0, streams: int = 2) -> list[TensorDict]:
+    """``num`` [streams] batches whose observation encodes (step, stream)."""
+    out = []
+    for t in range(start, start + num):
+        value = torch.tensor([100.0 * t + s for s in range(streams)])
+        out.append(
+            TensorDict(
+                {
+                    "observation": value.unsqueeze(-1).repeat(1, 3),
+                    "next": {
+                        "observation": value.unsqueeze(-1).repeat(1, 3) + 100,
+                        "reward": value.unsqueeze(-1),
+                    },
+                },
+                batch_size=[streams],
+            )
+        )
+    return out
+
+
+def stored_values(rb: ReplayBuffer) -> set[float]:
+    obs = rb.storage["observation"][..., 0].reshape(-1)
+    return set(obs[: len(rb)].tolist())
+
+
+def test_rollout_is_stored_per_stream_in_time_order(rollout):
+    td = rollout(3, 40)
+    rb = ReplayBuffer(300)
+    rb.extend(td[:, :25])
+    rb.extend(td[:, 25:])
+    assert rb.num_streams == 3 and len(rb) == 120
+    stored = rb.storage[:40]  # [L, S] time-major
+    for key in td.keys(True, True):
+        torch.testing.assert_close(stored[key].transpose(0, 1), td[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("extend_as", ["steps", "rollouts"])
+def test_circular_overwrite_keeps_exactly_the_newest_capacity_items(extend_as):
+    rb = ReplayBuffer(8, num_streams=2)  # 4 steps per stream
+    batches = steps(11)
+    if extend_as == "steps":
+        for b in batches:
+            rb.extend(b)
+    else:
+        rollout = torch.stack(batches, 1)  # [2, 11]
+        rb.extend(rollout[:, :3])
+        rb.extend(rollout[:, 3:10])  # wraps around inside one extend
+        rb.extend(rollout[:, 10:])
+    assert len(rb) == 8
+    assert stored_values(rb) == {100.0 * t + s for t in range(7, 11) for s in range(2)}
+
+
+def test_single_stream_time_batches_and_a_batch_longer_than_the_buffer():
+    rb = ReplayBuffer(5)
+    flat = [torch.cat(steps(3, start=3 * i, streams=1)) for i in range(4)]  # [3] time batches
+    for b in flat:
+        rb.extend(b)
+    assert rb.num_streams == 1 and len(rb) == 5
+    assert stored_values(rb) == {100.0 * t for t in range(7, 12)}
+    rb.extend(torch.cat(steps(7, start=20, streams=1)))  # longer than capacity: newest 5 kept
+    assert stored_values(rb) == {100.0 * t for t in range(22, 27)}
+    sample = rb.sample(50)
+    assert set(sample["observation"][:, 0].tolist()) <= {100.0 * t for t in range(22, 27)}
+
+
+def test_sample_returns_the_stored_item_at_index(rollout):
+    td = rollout(3, 40)
+    rb = ReplayBuffer(90, generator=1)  # wraps: 30 of 40 steps per stream kept
+    rb.extend(td)
+    sample = rb.sample(64)
+    flat = rb.storage.reshape(-1)
+    for key in td.keys(True, True):
+        torch.testing.assert_close(sample[key], flat[sample["index"]][key], rtol=0, atol=0)
+    assert sample.batch_size == (64,)
+
+
+def _chi2_critical(df: int, z: float) -> float:
+    # Wilson-Hilferty approximation of the chi-square quantile (z: standard-normal quantile).
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def test_uniform_sampling_passes_a_chi_square_test():
+    rb = ReplayBuffer(60, num_streams=3, generator=0)
+    for b in steps(27, streams=3):  # 20 per stream kept, 60 items, wrapped
+        rb.extend(b)
+    counts = np.zeros(60)
+    for _ in range(30):
+        np.add.at(counts, rb.sample(1000)["index"].numpy(), 1)
+    expected = counts.sum() / 60
+    stat = ((counts - expected) ** 2 / expected).sum()
+    assert stat < _chi2_critical(59, 3.09)  # alpha = 0.001
+    assert stat > _chi2_critical(59, -3.09)  # and not suspiciously regular
+
+
+def test_seeded_sampling_is_reproducible():
+    a, b = ReplayBuffer(20, generator=3), ReplayBuffer(20, generator=3)
+    for rb in (a, b):
+        for x in steps(5):
+            rb.extend(x)
+    assert torch.equal(a.sample(32)["index"], b.sample(32)["index"])
+
+
+# --- bad input -------------------------------------------------------------------------------
+def test_bad_input_raises_errors_that_name_the_fault():
+    rb = ReplayBuffer(20, num_streams=2)
+    with pytest.raises(RuntimeError, match="empty"):
+        rb.sample(4)
+    good = steps(1)[0]
+    rb.extend(good)
+    missing = good.exclude(("next", "reward"))
+    with pytest.raises(KeyError, match=r"missing \[\('next', 'reward'\)\]"):
+        rb.extend(missing)
+    extra = good.clone().set("extra", torch.zeros(2))
+    with pytest.raises(KeyError, match="extra"):
+        rb.extend(extra)
+    wrong_shape = good.clone().set("observation", torch.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"'observation'.*\(4,\).*\(3,\)"):
+        rb.extend(wrong_shape)
+    wrong_dtype = good.clone().set("observation", torch.zeros(2, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"'observation'.*float64.*float32"):
+        rb.extend(wrong_dtype)
+    with pytest.raises(ValueError, match=r"batch size \(3,\).*2 env streams"):
+        rb.extend(torch.cat([good, good[:1]]))
+    assert len(rb) == 2  # nothing of the bad batches was written
+    with pytest.raises(ValueError, match="n_steps"):
+        ReplayBuffer(4, n_steps=5)
+    with pytest.raises(ValueError, match="n_steps=3 exceeds the 2 steps"):
+        ReplayBuffer(4, num_streams=2, n_steps=3).extend(good)
+    with pytest.raises(ValueError, match="batch_size"):
+        rb.sample(0)
+
+
+# --- save / load -----------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_save_then_load_is_exact(cls, rollout, tmp_path):
+    td = rollout(3, 40)
+    rb = cls(60, n_steps=3, gamma=0.9, generator=5)
+    rb.extend(td)  # wraps: cursor != 0
+    if cls is PrioritizedReplayBuffer:
+        s = rb.sample(16)
+        rb.update_priority(s["index"], torch.rand(16) * 5)
+    rb.save(tmp_path / "rb")
+    loaded = cls(60, n_steps=3, gamma=0.9)
+    loaded.load(tmp_path / "rb")
+    assert len(loaded) == len(rb) and loaded.num_streams == rb.num_streams
+    assert loaded._storage.cursor == rb._storage.cursor == 40 % 20
+    assert (loaded.storage == rb.storage).all()
+    if cls is PrioritizedReplayBuffer:
+        assert np.array_equal(loaded._tree.sums, rb._tree.sums)
+        assert np.array_equal(loaded._tree.mins, rb._tree.mins)
+        assert loaded.max_priority == rb.max_priority
+    # the sampler state travels too: the next samples are identical
+    assert (loaded.sample(32) == rb.sample(32)).all()
+    # and the loaded buffer goes on like the original
+    for b in (rb, loaded):
+        b.extend(td[:, :5])
+    assert (loaded.storage == rb.storage).all()
+
+
+def test_state_dict_round_trip_and_empty_buffer(tmp_path):
+    rb = ReplayBuffer(10)
+    rb.save(tmp_path / "empty")
+    other = ReplayBuffer(10)
+    other.load(tmp_path / "empty")
+    assert len(other) == 0
+    rb.extend(torch.cat(steps(4, streams=1)))
+    other.load_state_dict(rb.state_dict())
+    assert (other.storage == rb.storage).all() and len(other) == 4
+    with pytest.raises(ValueError, match="capacity"):
+        ReplayBuffer(11).load_state_dict(rb.state_dict())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_storage(rollout):
+    rb = ReplayBuffer(60, device="cuda", n_steps=3)
+    rb.extend(rollout(3, 40))
+    s = rb.sample(8)
+    assert s.device.type == "cuda" and s["observation"].is_cuda
