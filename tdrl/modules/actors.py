@@ -112,7 +112,7 @@ class GaussianActor(_ProbabilisticActor):
     ``scale = exp(log_std)`` shared by all states.
 
     Args:
-        net: maps observations to ``loc`` in ``[-1, 1]`` units (e.g. ``mlp(..., output_gain=0.01)``).
+        net: maps observations to ``loc`` in ``[-1, 1]`` units (``mlp(..., output_gain=0.01)``).
         action_dim: action size ``A``.
         in_key: observation key.
         init_log_std: initial log standard deviation (in ``[-1, 1]`` units).
@@ -140,17 +140,22 @@ class GaussianActor(_ProbabilisticActor):
         self.net = net
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         low, high = _bounds(action_low, action_high)
-        self.register_buffer("action_mid", ((high + low) / 2).expand(action_dim).clone())
-        self.register_buffer("action_half", ((high - low) / 2).expand(action_dim).clone())
+        # Bounds are configuration, not state: non-persistent buffers (they follow .to(device)),
+        # and the affine map is skipped for [-1, 1] (fewer ops in the PPO minibatch loop).
+        self.rescale = not (bool((low == -1).all()) and bool((high == 1).all()))
+        mid, half = ((high + low) / 2).expand(action_dim), ((high - low) / 2).expand(action_dim)
+        self.register_buffer("action_mid", mid.clone(), persistent=False)
+        self.register_buffer("action_half", half.clone(), persistent=False)
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         loc = _apply(self.net, observation, self.in_keys[0], "GaussianActor")
-        loc = self.action_mid + self.action_half * loc
-        scale = (self.action_half * self.log_std.exp()).expand_as(loc)
-        return {LOC: loc, SCALE: scale}
+        if self.rescale:
+            loc = self.action_mid + self.action_half * loc
+            return {LOC: loc, SCALE: (self.action_half * self.log_std.exp()).expand_as(loc)}
+        return {LOC: loc, SCALE: self.log_std.exp().expand_as(loc)}
 
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
-        log_scale = self.log_std + self.action_half.log()
+        log_scale = self.log_std + self.action_half.log() if self.rescale else self.log_std
         return IndependentNormal(params[LOC], params[SCALE], log_scale)
 
 
@@ -206,8 +211,8 @@ class TanhGaussianActor(_ProbabilisticActor):
             else nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         )
         low, high = _bounds(action_low, action_high)
-        self.register_buffer("action_low", low.expand(action_dim).clone())
-        self.register_buffer("action_high", high.expand(action_dim).clone())
+        self.register_buffer("action_low", low.expand(action_dim).clone(), persistent=False)
+        self.register_buffer("action_high", high.expand(action_dim).clone(), persistent=False)
 
     def _log_std(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.log_std is not None:
