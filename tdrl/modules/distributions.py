@@ -61,12 +61,12 @@ class IndependentNormal(Distribution):
     def variance(self) -> torch.Tensor:
         return self.stddev.pow(2)
 
-    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+    def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         shape = self._extended_shape(torch.Size(sample_shape))
         noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + noise * self.scale
 
-    def sample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         with torch.no_grad():
             return self.rsample(sample_shape)
 
@@ -152,10 +152,10 @@ class TanhNormal(Distribution):
         log_det = 2.0 * (_LOG_2 - u - torch.nn.functional.softplus(-2.0 * u))
         return self._squash(u), self.base.log_prob(u) - log_det.sum(-1) - self._log_half
 
-    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+    def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         return self._squash(self.base.rsample(sample_shape))
 
-    def sample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         with torch.no_grad():
             return self.rsample(sample_shape)
 

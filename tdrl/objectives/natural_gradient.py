@@ -12,6 +12,7 @@ until the measured KL is within ``max_kl`` and the surrogate improved. So the lo
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import torch
@@ -24,9 +25,17 @@ from tdrl.keys import ENTROPY
 from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, normalize, require
 
 
-def flat_grad(output: torch.Tensor, params: Sequence[torch.Tensor], **kwargs: bool) -> torch.Tensor:
+def flat_grad(
+    output: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    *,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+) -> torch.Tensor:
     """``d output / d params`` as one vector (zeros for parameters ``output`` does not use)."""
-    grads = torch.autograd.grad(output, params, allow_unused=True, **kwargs)
+    grads = torch.autograd.grad(
+        output, params, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True
+    )
     return torch.cat(
         [
             (torch.zeros_like(p) if g is None else g).reshape(-1)
@@ -152,7 +161,11 @@ class NaturalPolicyGradient(OnPolicyLoss):
         params = [p for p in self.actor_network.parameters() if p.requires_grad]
         action = require(tensordict, keys.action, owner)
         with torch.no_grad():
-            old_dist = self._dist(tensordict)
+            # A frozen copy: a distribution may alias the actor's parameters (a state-independent
+            # log-std), which the step below overwrites.
+            old_dist = copy.deepcopy(self.actor_network).get_dist(
+                tensordict.select(*self.actor_network.in_keys)
+            )
             old_log_prob = old_dist.log_prob(action)
         advantage = advantage_of(tensordict, keys.advantage, old_log_prob.shape, owner)
         if self.normalize_advantage:
