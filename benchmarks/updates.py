@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -237,6 +238,7 @@ def main() -> None:
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
     args = parser.parse_args()
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=UserWarning)  # Tianshou's action-bound notice
     for name in args.sections:
         SECTIONS[name](args.quick)
 
