@@ -1,0 +1,77 @@
+"""Advantage actor-critic loss (Mnih et al. 2016, arXiv 1602.01783)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from tdrl.keys import ENTROPY
+from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, normalize, require
+
+
+class A2CLoss(OnPolicyLoss):
+    """A2C: ``L = -E[log pi(a|s) A] + critic_coeff E[(V(s) - G)^2] - entropy_coeff E[H]``.
+
+    Reads ``"action"``, ``"advantage"`` and, with a critic, ``"value_target"``, plus the networks'
+    in-keys. Returns ``"loss_objective"``, ``"loss_critic"`` (with a critic) and
+    ``"loss_entropy"`` (when ``entropy_coeff`` > 0), and a detached ``"entropy"``. Advantages come
+    from an estimator run on the whole rollout beforehand. Defaults are SB3's A2C (no entropy
+    bonus, critic_coeff 0.5 on the squared error, no advantage normalization); names are TorchRL's.
+
+    Args:
+        actor_network: provides ``get_dist(td)``.
+        critic_network: writes ``"state_value"``; ``None`` for an actor-only loss.
+        entropy_coeff: weight of the entropy bonus.
+        critic_coeff: weight of the critic loss.
+        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        normalize_advantage: normalize advantages over the batch.
+
+    Shapes:
+        batch ``[*B]``; every output is a scalar.
+    """
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        critic_network: TensorDictModuleBase | None = None,
+        *,
+        entropy_coeff: float = 0.0,
+        critic_coeff: float = 0.5,
+        loss_critic_type: str = "l2",
+        normalize_advantage: bool = False,
+    ) -> None:
+        super().__init__(
+            actor_network,
+            critic_network,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+        )
+        self.entropy_coeff = entropy_coeff
+        self.normalize_advantage = normalize_advantage
+
+    def _set_in_keys(self) -> None:
+        super()._set_in_keys()
+        # A2C needs no behaviour log-prob: it is on-policy by construction.
+        self.in_keys = [key for key in self.in_keys if key != self.tensor_keys.sample_log_prob]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        owner = type(self).__name__
+        keys = self.tensor_keys
+        action = require(tensordict, keys.action, owner)
+        dist = self._dist(tensordict)
+        log_prob = dist.log_prob(action)
+        advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
+        if self.normalize_advantage:
+            advantage = normalize(advantage)
+        out = {"loss_objective": -(log_prob * advantage.detach()).mean()}
+        if self.entropy_coeff:
+            entropy = entropy_of(dist).mean()
+            out["loss_entropy"] = -self.entropy_coeff * entropy
+        else:
+            with torch.no_grad():
+                entropy = entropy_of(dist).mean()
+        if self.critic_network is not None:
+            out["loss_critic"] = self._critic_loss(tensordict)[0]
+        out[ENTROPY] = entropy.detach()
+        return self._output(out)

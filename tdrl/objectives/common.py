@@ -1,0 +1,221 @@
+"""What the on-policy losses share: configurable keys, input checks, critic loss, entropy."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch.distributions import Distribution
+
+from tdrl.keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, STATE_VALUE, VALUE_TARGET
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyKeys:
+    """Keys read by the on-policy losses (TorchRL's ``tensor_keys`` field names).
+
+    ``sample_log_prob`` is TorchRL's name for the field that holds the behaviour policy's
+    log-prob key (``"action_log_prob"`` in TorchRL 0.14 and tdrl).
+    """
+
+    advantage: NestedKey = ADVANTAGE
+    value_target: NestedKey = VALUE_TARGET
+    value: NestedKey = STATE_VALUE
+    sample_log_prob: NestedKey = ACTION_LOG_PROB
+    action: NestedKey = ACTION
+
+
+def require(td: TensorDictBase, key: NestedKey, owner: str) -> torch.Tensor:
+    """``td[key]``, or a ``KeyError`` naming the loss and the key."""
+    value = td.get(key, None)
+    if value is None:
+        raise KeyError(f"{owner}: the batch has no {key!r} entry (it has {list(td.keys(True))})")
+    return value
+
+
+def advantage_of(
+    td: TensorDictBase, key: NestedKey, batch_shape: torch.Size, owner: str
+) -> torch.Tensor:
+    """The advantage as ``[*B]``; explains what to do when an estimator has not been run."""
+    advantage = td.get(key, None)
+    if advantage is None:
+        raise KeyError(
+            f"{owner}: the batch has no {key!r} entry. Losses do not compute advantages: run a "
+            f"value estimator (e.g. tdrl.estimators.GAE) on the whole rollout first, then split "
+            f"it into minibatches."
+        )
+    if advantage.shape == (*batch_shape, 1):
+        return advantage.squeeze(-1)
+    if advantage.shape != batch_shape:
+        raise ValueError(
+            f"{owner}: {key!r} has shape {tuple(advantage.shape)}, expected "
+            f"{(*batch_shape, 1)} (the log-prob of the actions has shape {tuple(batch_shape)})"
+        )
+    return advantage
+
+
+def as_batch_shape(value: torch.Tensor, batch_shape: torch.Size, key: NestedKey, owner: str):
+    """``value`` as ``[*B]``, accepting a trailing singleton; otherwise a shape error."""
+    if value.shape == batch_shape:
+        return value
+    if value.shape == (*batch_shape, 1):
+        return value.squeeze(-1)
+    raise ValueError(
+        f"{owner}: {key!r} has shape {tuple(value.shape)}, expected {tuple(batch_shape)} "
+        f"(the shape of the actions' log-prob)"
+    )
+
+
+def normalize(advantage: torch.Tensor) -> torch.Tensor:
+    """Zero mean, unit std over the (mini)batch (SB3 / CleanRL / Tianshou PPO)."""
+    if advantage.numel() < 2:
+        return advantage
+    std, mean = torch.std_mean(advantage)
+    return (advantage - mean) / (std + 1e-8)
+
+
+def distance(input: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
+    """Element-wise ``l2`` (squared error), ``l1`` or ``smooth_l1`` (Huber, beta 1)."""
+    if kind == "l2":
+        return (input - target).pow(2)
+    if kind == "l1":
+        return (input - target).abs()
+    if kind == "smooth_l1":
+        return torch.nn.functional.smooth_l1_loss(input, target, reduction="none")
+    raise ValueError(f"loss_critic_type must be 'l2', 'l1' or 'smooth_l1', got {kind!r}")
+
+
+def entropy_of(dist: Distribution) -> torch.Tensor:
+    """Analytic entropy, or a one-sample estimate ``-log p(a)`` where none exists (tanh)."""
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        if hasattr(dist, "rsample_and_log_prob"):
+            return -dist.rsample_and_log_prob()[1]
+        sample = dist.rsample() if dist.has_rsample else dist.sample()
+        return -dist.log_prob(sample)
+
+
+class OnPolicyLoss(TensorDictModuleBase):
+    """Key handling and critic loss shared by the on-policy losses (not a public loss)."""
+
+    out_keys: list[NestedKey] = []
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        critic_network: TensorDictModuleBase | None,
+        *,
+        critic_coeff: float | None,
+        loss_critic_type: str,
+        clip_value: float | None = None,
+    ) -> None:
+        super().__init__()
+        if clip_value is not None and not clip_value > 0:
+            raise ValueError(f"clip_value must be positive or None, got {clip_value!r}")
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(
+                f"{type(self).__name__}: the actor must provide get_dist(td) (tdrl actors and "
+                f"TorchRL's ProbabilisticActor do), got {type(actor_network).__name__}"
+            )
+        distance(torch.zeros(()), torch.zeros(()), loss_critic_type)  # validates the name
+        self.actor_network = actor_network
+        self.critic_network = critic_network
+        self.critic_coeff = critic_coeff
+        self.loss_critic_type = loss_critic_type
+        self.clip_value = clip_value
+        self.tensor_keys = OnPolicyKeys()
+        self._value_estimator: TensorDictModuleBase | None = None
+        self._set_in_keys()
+
+    def _set_in_keys(self) -> None:
+        keys = self.tensor_keys
+        in_keys: list[NestedKey] = [*self.actor_network.in_keys, keys.action, keys.advantage]
+        in_keys.append(keys.sample_log_prob)
+        if self.critic_network is not None:
+            in_keys += [*self.critic_network.in_keys, keys.value_target]
+            if self.clip_value:
+                in_keys.append(keys.value)
+        self.in_keys = list(dict.fromkeys(in_keys))
+
+    def set_keys(self, **kwargs: NestedKey) -> OnPolicyLoss:
+        """Rename the keys read from the batch, e.g. ``set_keys(advantage="adv")``."""
+        fields = {f.name for f in dataclasses.fields(OnPolicyKeys)}
+        unknown = set(kwargs) - fields
+        if unknown:
+            raise ValueError(f"unknown key names {sorted(unknown)}; valid: {sorted(fields)}")
+        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        self._set_in_keys()
+        return self
+
+    def make_value_estimator(self, kind: Any = None, **hyperparams: Any) -> TensorDictModuleBase:
+        """Attach a value estimator for the caller to run on whole rollouts.
+
+        ``kind`` is an estimator instance (any TensorDict module writing ``"advantage"`` and
+        ``"value_target"``: tdrl's ``GAE``, TorchRL's ``GAE``). The loss never runs it: call
+        ``loss.value_estimator(rollout)`` before splitting the rollout into minibatches. String
+        kinds need ``tdrl.estimators``, which this layer may not import: build the estimator
+        there (``tdrl.estimators.GAE(gamma=..., lmbda=..., value_network=critic)``).
+        """
+        if kind is None or isinstance(kind, str):
+            raise TypeError(
+                f"{type(self).__name__}.make_value_estimator takes an estimator instance, e.g. "
+                f"tdrl.estimators.GAE(gamma=0.99, lmbda=0.95, value_network=critic), got {kind!r}"
+            )
+        if hyperparams:
+            raise TypeError("pass hyperparameters to the estimator's constructor")
+        self._value_estimator = kind
+        return kind
+
+    @property
+    def value_estimator(self) -> TensorDictModuleBase:
+        if self._value_estimator is None:
+            raise AttributeError(
+                f"{type(self).__name__} has no value estimator: call make_value_estimator(...)"
+            )
+        return self._value_estimator
+
+    def _dist(self, batch: TensorDictBase) -> Distribution:
+        # ``select`` gives a new TensorDict over the same tensors: a module that writes its
+        # outputs (TorchRL's ProbabilisticActor) cannot touch the caller's batch. A missing
+        # in-key raises tensordict's KeyError, which names the key.
+        return self.actor_network.get_dist(batch.select(*self.actor_network.in_keys))
+
+    def _critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``critic_coeff * mean distance(V, value_target)``, with PPO value clipping if set."""
+        assert self.critic_network is not None
+        owner = type(self).__name__
+        keys = self.tensor_keys
+        target = require(batch, keys.value_target, owner)
+        out = self.critic_network(batch.select(*self.critic_network.in_keys))
+        value = out.get(keys.value)
+        if value.shape != target.shape:
+            raise ValueError(
+                f"{owner}: the critic's {keys.value!r} has shape {tuple(value.shape)} but "
+                f"{keys.value_target!r} has shape {tuple(target.shape)}"
+            )
+        loss = distance(value, target, self.loss_critic_type)
+        clip_fraction = None
+        if self.clip_value:
+            # PPO value clipping (Schulman et al. baselines; "37 details" #9): the new value may
+            # move at most clip_value away from the value stored at collection time.
+            clip = float(self.clip_value)
+            old_value = require(batch, keys.value, owner)
+            if old_value.shape != value.shape:
+                raise ValueError(
+                    f"{owner}: the batch's {keys.value!r} has shape {tuple(old_value.shape)}, "
+                    f"expected {tuple(value.shape)}"
+                )
+            clipped = old_value + (value - old_value).clamp(-clip, clip)
+            loss = torch.maximum(loss, distance(clipped, target, self.loss_critic_type))
+            clip_fraction = ((value - old_value).abs() > clip).float().mean().detach()
+        coeff = 1.0 if self.critic_coeff is None else self.critic_coeff
+        return coeff * loss.mean(), clip_fraction
+
+    @staticmethod
+    def _output(entries: dict[str, torch.Tensor]) -> TensorDict:
+        return TensorDict(entries, batch_size=torch.Size([]))

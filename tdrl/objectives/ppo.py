@@ -1,0 +1,164 @@
+"""Clipped-surrogate PPO loss (Schulman et al. 2017, arXiv 1707.06347) and its update loop."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from tdrl.keys import CLIP_FRACTION, ENTROPY, KL_APPROX
+from tdrl.objectives.common import (
+    OnPolicyLoss,
+    advantage_of,
+    as_batch_shape,
+    entropy_of,
+    normalize,
+    require,
+)
+
+
+class ClipPPOLoss(OnPolicyLoss):
+    """PPO-Clip: ``L = -E[min(r A, clip(r, 1 - e, 1 + e) A)]``, ``r = pi(a|s) / pi_old(a|s)``.
+
+    Reads ``"action"``, ``"action_log_prob"`` (the behaviour policy's, ``[*B]`` or ``[*B, 1]``),
+    ``"advantage"`` and, with a critic, ``"value_target"`` (and ``"state_value"``, the value at
+    collection time, when ``clip_value`` is set), plus the networks' in-keys. Returns
+    ``"loss_objective"``, ``"loss_critic"`` (with a critic), ``"loss_entropy"`` (when
+    ``entropy_coeff`` > 0) to sum, and detached ``"entropy"``, ``"kl_approx"`` (Schulman's k3
+    estimator ``E[(r - 1) - log r]``), ``"clip_fraction"`` and ``"value_clip_fraction"``. Advantages
+    are never computed here: run an estimator on the whole rollout first. Hyperparameter names
+    are TorchRL's; defaults follow the MuJoCo setups of SB3 / Tianshou / CleanRL where TorchRL's
+    differ (entropy_coeff 0, critic_coeff 0.5 with squared error, advantage normalization on).
+
+    Args:
+        actor_network: provides ``get_dist(td)`` (tdrl actors, TorchRL ``ProbabilisticActor``).
+        critic_network: writes ``"state_value"``; ``None`` for an actor-only loss.
+        clip_epsilon: ratio clip range.
+        entropy_coeff: weight of the entropy bonus.
+        critic_coeff: weight of the critic loss.
+        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
+        normalize_advantage: normalize advantages per minibatch.
+        clip_value: value-clipping range; ``True`` uses ``clip_epsilon``; ``None`` disables.
+
+    Shapes:
+        batch ``[*B]``; every output is a scalar.
+    """
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        critic_network: TensorDictModuleBase | None = None,
+        *,
+        clip_epsilon: float = 0.2,
+        entropy_coeff: float = 0.0,
+        critic_coeff: float = 0.5,
+        loss_critic_type: str = "l2",
+        normalize_advantage: bool = True,
+        clip_value: float | bool | None = None,
+    ) -> None:
+        if not 0 < clip_epsilon < 1:
+            raise ValueError(f"clip_epsilon must be in (0, 1), got {clip_epsilon}")
+        if clip_value is True:
+            clip_value = clip_epsilon
+        super().__init__(
+            actor_network,
+            critic_network,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            clip_value=clip_value or None,
+        )
+        self.clip_epsilon = clip_epsilon
+        self.entropy_coeff = entropy_coeff
+        self.normalize_advantage = normalize_advantage
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        owner = type(self).__name__
+        keys = self.tensor_keys
+        action = require(tensordict, keys.action, owner)
+        old_log_prob = require(tensordict, keys.sample_log_prob, owner)
+        dist = self._dist(tensordict)
+        log_prob = dist.log_prob(action)
+        old_log_prob = as_batch_shape(old_log_prob, log_prob.shape, keys.sample_log_prob, owner)
+        advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
+        if self.normalize_advantage:
+            advantage = normalize(advantage)
+        log_ratio = log_prob - old_log_prob.detach()
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
+        surrogate = torch.minimum(ratio * advantage, clipped * advantage)
+        out = {"loss_objective": -surrogate.mean()}
+        if self.entropy_coeff:
+            entropy = entropy_of(dist).mean()
+            out["loss_entropy"] = -self.entropy_coeff * entropy
+        else:
+            with torch.no_grad():  # a diagnostic only: no graph to build
+                entropy = entropy_of(dist).mean()
+        if self.critic_network is not None:
+            out["loss_critic"], value_clip_fraction = self._critic_loss(tensordict)
+            if value_clip_fraction is not None:
+                out["value_clip_fraction"] = value_clip_fraction
+        with torch.no_grad():
+            out[ENTROPY] = entropy.detach()
+            out[KL_APPROX] = ((ratio - 1.0) - log_ratio).mean()
+            out[CLIP_FRACTION] = ((ratio - 1.0).abs() > self.clip_epsilon).float().mean()
+        return self._output(out)
+
+
+def ppo_update(
+    loss: TensorDictModuleBase,
+    optimizer: torch.optim.Optimizer,
+    batch: TensorDictBase,
+    *,
+    epochs: int,
+    minibatch_size: int,
+    max_grad_norm: float | None = None,
+    generator: torch.Generator | None = None,
+) -> TensorDict:
+    """Several epochs of shuffled minibatch steps on one rollout; returns mean diagnostics.
+
+    The rollout (advantages already computed) is flattened and cut down to the loss's in-keys
+    once; every epoch draws one permutation and gathers all entries once, and minibatches are
+    contiguous slices (views) of that shuffled copy, so the per-step TensorDict cost is one
+    slice. The last minibatch may be smaller. Each step sums the ``loss_*`` entries, clips the
+    global gradient norm (when ``max_grad_norm`` is set) and steps ``optimizer``.
+
+    Args:
+        loss: e.g. ``ClipPPOLoss``; returns ``loss_*`` entries.
+        optimizer: over the parameters the loss trains.
+        batch: rollout ``[*B]`` with advantages.
+        epochs: passes over the rollout.
+        minibatch_size: samples per gradient step.
+        max_grad_norm: global gradient-norm clip; ``None`` disables.
+        generator: random generator of the shuffles.
+
+    Shapes:
+        batch ``[*B]`` (flattened to ``[N]``); returns scalars averaged over all steps.
+    """
+    if minibatch_size < 1 or epochs < 0:
+        raise ValueError(
+            f"need minibatch_size >= 1 and epochs >= 0, got {minibatch_size}, {epochs}"
+        )
+    flat = batch.select(*loss.in_keys, strict=False).reshape(-1)
+    missing = [key for key in loss.in_keys if key not in flat.keys(True)]
+    if missing:
+        raise KeyError(f"ppo_update: the batch has no {missing} entries needed by the loss")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    size = flat.shape[0]
+    history: dict[str, list[torch.Tensor]] = {}
+    for _ in range(epochs):
+        shuffled = flat[torch.randperm(size, generator=generator)]
+        for start in range(0, size, minibatch_size):
+            out = loss(shuffled[start : start + minibatch_size])
+            terms = [value for key, value in out.items() if key.startswith("loss_")]
+            total = terms[0]
+            for term in terms[1:]:
+                total = total + term
+            optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+            optimizer.step()
+            for key, value in out.items():
+                history.setdefault(key, []).append(value.detach())
+    means = {key: torch.stack(values).mean() for key, values in history.items()}
+    return TensorDict(means, batch_size=[])
