@@ -1,0 +1,260 @@
+"""Stochastic actors: Gaussian (state-independent log-std), tanh-Gaussian, categorical.
+
+Each actor is a lean ``TensorDictModuleBase`` rather than a ``ProbabilisticTensorDictSequential``:
+the generic machinery costs about 200 us per call against about 50 us for the 64x64 network itself
+(measured on [8, 11] observations, one thread), and the collector calls the actor once per env
+step. The behaviour is the same as TorchRL's ``ProbabilisticActor``:
+
+* ``forward`` writes the distribution parameters, ``"action"`` and ``"action_log_prob"``
+  (shape ``[*B]``, as TorchRL 0.14), and follows tensordict's interaction type:
+  ``set_interaction_type(InteractionType.RANDOM)`` (TorchRL's ``set_exploration_type``) samples,
+  any other type returns the deterministic action (mean, squashed mean, or arg-max). With no type
+  set, ``default_interaction_type`` applies (``DETERMINISTIC``, tensordict's default).
+* ``get_dist(td)`` returns the distribution without writing into ``td``; losses use it, so a
+  TorchRL ``ProbabilisticActor`` and a tdrl actor are interchangeable in tdrl and TorchRL losses.
+
+Actions and bounds: networks work in ``[-1, 1]`` units. Given ``action_low``/``action_high``, the
+continuous actors map that range affinely onto the env's bounds inside the distribution, so the
+stored ``"action"`` is in env units and ``"action_log_prob"`` is its exact log-density (Jacobian
+included). ``TanhGaussianActor`` actions are always within the bounds; ``GaussianActor`` samples
+are not clipped (the log-prob is of the unclipped sample, as in SB3, Tianshou and CleanRL), so the
+env side must clip to the action space before stepping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase
+from tensordict.nn.probabilistic import interaction_type
+from tensordict.utils import NestedKey
+from torch import nn
+from torch.distributions import Distribution
+
+from tdrl.keys import ACTION, ACTION_LOG_PROB, LOC, LOGITS, OBSERVATION, SCALE
+from tdrl.modules.distributions import Categorical, IndependentNormal, TanhNormal
+
+
+def _get(td: TensorDictBase, key: NestedKey, owner: str) -> torch.Tensor:
+    value = td.get(key, None)
+    if value is None:
+        raise KeyError(f"{owner}: the input has no {key!r} entry (it has {list(td.keys(True))})")
+    return value
+
+
+def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> torch.Tensor:
+    try:
+        return net(value)
+    except RuntimeError as error:
+        raise ValueError(
+            f"{owner}: the network failed on {key!r} of shape {tuple(value.shape)} and dtype "
+            f"{value.dtype}: {error}"
+        ) from error
+
+
+def _bounds(
+    low: float | Sequence[float] | torch.Tensor | None,
+    high: float | Sequence[float] | torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    low_t = torch.as_tensor(-1.0 if low is None else low, dtype=torch.get_default_dtype())
+    high_t = torch.as_tensor(1.0 if high is None else high, dtype=torch.get_default_dtype())
+    if not bool((high_t > low_t).all()) or not bool(torch.isfinite(high_t - low_t).all()):
+        raise ValueError(f"action bounds must be finite with high > low, got {low_t}, {high_t}")
+    return low_t, high_t
+
+
+class _ProbabilisticActor(TensorDictModuleBase):
+    """Shared forward: parameters -> distribution -> action and log-prob by interaction type."""
+
+    def __init__(
+        self,
+        in_key: NestedKey,
+        param_keys: list[NestedKey],
+        default_interaction_type: InteractionType,
+    ) -> None:
+        super().__init__()
+        self.in_keys = [in_key]
+        self.param_keys = param_keys
+        self.out_keys = [*param_keys, ACTION, ACTION_LOG_PROB]
+        self.default_interaction_type = default_interaction_type
+
+    def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
+        raise NotImplementedError
+
+    def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        raise NotImplementedError
+
+    def get_dist(self, tensordict: TensorDictBase) -> Distribution:
+        """The action distribution for ``tensordict``; nothing is written into it."""
+        return self._dist(self._params(_get(tensordict, self.in_keys[0], type(self).__name__)))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        params = self._params(_get(tensordict, self.in_keys[0], type(self).__name__))
+        dist = self._dist(params)
+        mode = interaction_type() or self.default_interaction_type
+        if mode is InteractionType.RANDOM:
+            action = dist.rsample() if dist.has_rsample else dist.sample()
+        else:
+            action = dist.deterministic_sample  # type: ignore[attr-defined]
+        for key, value in params.items():
+            tensordict.set(key, value)
+        tensordict.set(ACTION, action)
+        tensordict.set(ACTION_LOG_PROB, dist.log_prob(action))
+        return tensordict
+
+
+class GaussianActor(_ProbabilisticActor):
+    """Diagonal Gaussian policy with a state-independent log-std parameter.
+
+    The MuJoCo default of Tianshou's benchmark, SB3 and CleanRL PPO: ``loc = net(obs)``,
+    ``scale = exp(log_std)`` shared by all states.
+
+    Args:
+        net: maps observations to ``loc`` in ``[-1, 1]`` units (e.g. ``mlp(..., output_gain=0.01)``).
+        action_dim: action size ``A``.
+        in_key: observation key.
+        init_log_std: initial log standard deviation (in ``[-1, 1]`` units).
+        action_low: env lower bound (float or ``[A]``); ``None`` means -1.
+        action_high: env upper bound; ``None`` means 1.
+        default_interaction_type: used when no interaction type is set.
+
+    Shapes:
+        reads ``[*B, obs]``; writes ``loc``, ``scale``, ``action``: ``[*B, A]``,
+        ``action_log_prob``: ``[*B]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        action_dim: int,
+        *,
+        in_key: NestedKey = OBSERVATION,
+        init_log_std: float = 0.0,
+        action_low: float | Sequence[float] | torch.Tensor | None = None,
+        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
+    ) -> None:
+        super().__init__(in_key, [LOC, SCALE], default_interaction_type)
+        self.net = net
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        low, high = _bounds(action_low, action_high)
+        self.register_buffer("action_mid", ((high + low) / 2).expand(action_dim).clone())
+        self.register_buffer("action_half", ((high - low) / 2).expand(action_dim).clone())
+
+    def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
+        loc = _apply(self.net, observation, self.in_keys[0], "GaussianActor")
+        loc = self.action_mid + self.action_half * loc
+        scale = (self.action_half * self.log_std.exp()).expand_as(loc)
+        return {LOC: loc, SCALE: scale}
+
+    def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        log_scale = self.log_std + self.action_half.log()
+        return IndependentNormal(params[LOC], params[SCALE], log_scale)
+
+
+class TanhGaussianActor(_ProbabilisticActor):
+    """Tanh-squashed Gaussian policy (SAC's actor; also usable by PPO).
+
+    With ``state_dependent_scale`` (the SAC default) ``net`` outputs ``2 A`` values, ``loc`` and a
+    raw log-std that is bounded softly into ``[log_std_min, log_std_max]`` with a tanh (as in
+    CleanRL's SAC, after Yarats' pytorch_sac); otherwise ``net`` outputs ``loc`` and the log-std is
+    a state-independent parameter. ``loc``/``scale`` are the pre-tanh parameters (TorchRL's
+    ``TanhNormal`` convention), so ``TanhNormal(loc, scale, low, high)`` reproduces the log-prob.
+
+    Args:
+        net: maps observations to ``[*B, 2 A]`` (or ``[*B, A]`` without state-dependent scale).
+        action_dim: action size ``A``.
+        in_key: observation key.
+        state_dependent_scale: whether ``net`` also outputs the log-std.
+        init_log_std: initial log-std of the state-independent parameter.
+        log_std_min: lower bound of the state-dependent log-std.
+        log_std_max: upper bound of the state-dependent log-std.
+        action_low: env lower bound (float or ``[A]``); ``None`` means -1.
+        action_high: env upper bound; ``None`` means 1.
+        default_interaction_type: used when no interaction type is set.
+
+    Shapes:
+        reads ``[*B, obs]``; writes ``loc``, ``scale``, ``action``: ``[*B, A]``,
+        ``action_log_prob``: ``[*B]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        action_dim: int,
+        *,
+        in_key: NestedKey = OBSERVATION,
+        state_dependent_scale: bool = True,
+        init_log_std: float = 0.0,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+        action_low: float | Sequence[float] | torch.Tensor | None = None,
+        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
+    ) -> None:
+        super().__init__(in_key, [LOC, SCALE], default_interaction_type)
+        self.net = net
+        self.action_dim = action_dim
+        self.state_dependent_scale = state_dependent_scale
+        self.log_std_min = log_std_min
+        self.log_std_max = log_std_max
+        self.log_std = (
+            None
+            if state_dependent_scale
+            else nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        )
+        low, high = _bounds(action_low, action_high)
+        self.register_buffer("action_low", low.expand(action_dim).clone())
+        self.register_buffer("action_high", high.expand(action_dim).clone())
+
+    def _log_std(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.log_std is not None:
+            return out, self.log_std.expand_as(out)
+        if out.shape[-1] != 2 * self.action_dim:
+            raise ValueError(
+                f"TanhGaussianActor: the network must output 2 * action_dim = "
+                f"{2 * self.action_dim} values (loc and log-std), got {out.shape[-1]}"
+            )
+        loc, raw = out.chunk(2, dim=-1)
+        span = self.log_std_max - self.log_std_min
+        return loc, self.log_std_min + 0.5 * span * (raw.tanh() + 1.0)
+
+    def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
+        out = _apply(self.net, observation, self.in_keys[0], "TanhGaussianActor")
+        loc, log_std = self._log_std(out)
+        return {LOC: loc, SCALE: log_std.exp()}
+
+    def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        return TanhNormal(params[LOC], params[SCALE], self.action_low, self.action_high)
+
+
+class CategoricalActor(_ProbabilisticActor):
+    """Categorical policy over ``n`` discrete actions from logits.
+
+    Args:
+        net: maps observations to ``[*B, n]`` logits.
+        in_key: observation key.
+        default_interaction_type: used when no interaction type is set.
+
+    Shapes:
+        reads ``[*B, obs]``; writes ``logits``: ``[*B, n]``, ``action`` (int64 index) and
+        ``action_log_prob``: ``[*B]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        in_key: NestedKey = OBSERVATION,
+        default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
+    ) -> None:
+        super().__init__(in_key, [LOGITS], default_interaction_type)
+        self.net = net
+
+    def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
+        return {LOGITS: _apply(self.net, observation, self.in_keys[0], "CategoricalActor")}
+
+    def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        return Categorical(logits=params[LOGITS], validate_args=False)

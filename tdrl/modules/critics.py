@@ -1,0 +1,47 @@
+"""Value critic: ``V(s)`` written to ``"state_value"``."""
+
+from __future__ import annotations
+
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from tdrl.keys import OBSERVATION, STATE_VALUE
+from tdrl.modules.actors import _apply, _get
+
+
+class ValueCritic(TensorDictModuleBase):
+    """State-value network as a keyed module (TorchRL's ``ValueOperator`` keys).
+
+    Args:
+        net: maps observations to ``[*B, 1]`` (e.g. ``mlp(obs_dim, 1, output_gain=1.0)``).
+        in_key: observation key.
+        out_key: value key.
+
+    Shapes:
+        reads ``[*B, obs]``; writes ``state_value``: ``[*B, 1]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        in_key: NestedKey = OBSERVATION,
+        out_key: NestedKey = STATE_VALUE,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.in_keys = [in_key]
+        self.out_keys = [out_key]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        observation = _get(tensordict, self.in_keys[0], "ValueCritic")
+        value = _apply(self.net, observation, self.in_keys[0], "ValueCritic")
+        if value.shape[-1] != 1:
+            raise ValueError(
+                f"ValueCritic: the network must output a trailing dim of 1 for "
+                f"{self.out_keys[0]!r}, got shape {tuple(value.shape)}"
+            )
+        tensordict.set(self.out_keys[0], value)
+        return tensordict

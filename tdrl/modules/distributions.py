@@ -1,0 +1,194 @@
+"""Lean action distributions: a diagonal Gaussian and a tanh-squashed diagonal Gaussian.
+
+``torch.distributions.Independent(Normal(...))`` costs about twice the arithmetic of its log-prob
+in Python overhead; these classes compute the same numbers directly (the PPO update evaluates a
+log-prob per minibatch, the collector samples once per env step). They subclass
+``torch.distributions.Distribution``, so TorchRL losses accept them, and register their KL
+divergences with ``torch.distributions.kl_divergence`` (used by NPG/TRPO).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.distributions import Distribution, register_kl
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_2 = math.log(2.0)
+
+
+class IndependentNormal(Distribution):
+    """Diagonal Gaussian over the last dimension (one event = one action vector).
+
+    Args:
+        loc: mean.
+        scale: standard deviation, broadcastable to ``loc`` (e.g. a state-independent ``[A]``).
+        log_scale: ``log(scale)`` if already known (saves a ``log`` and keeps its gradient exact).
+
+    Shapes:
+        ``loc``: ``[*B, A]``; samples ``[*S, *B, A]``; ``log_prob`` and ``entropy``: ``[*S, *B]``.
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = True
+
+    def __init__(
+        self, loc: torch.Tensor, scale: torch.Tensor, log_scale: torch.Tensor | None = None
+    ) -> None:
+        self.loc = loc
+        self.scale = scale
+        self.log_scale = scale.log() if log_scale is None else log_scale
+        super().__init__(loc.shape[:-1], loc.shape[-1:], validate_args=False)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.loc
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.loc
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.loc
+
+    @property
+    def stddev(self) -> torch.Tensor:
+        return self.scale.expand_as(self.loc)
+
+    @property
+    def variance(self) -> torch.Tensor:
+        return self.stddev.pow(2)
+
+    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        shape = self._extended_shape(torch.Size(sample_shape))
+        noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + noise * self.scale
+
+    def sample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        z = (value - self.loc) / self.scale
+        return (-0.5 * z * z - self.log_scale).sum(-1) - _HALF_LOG_2PI * self.loc.shape[-1]
+
+    def entropy(self) -> torch.Tensor:
+        per_dim = (0.5 + _HALF_LOG_2PI + self.log_scale).expand_as(self.loc)
+        return per_dim.sum(-1)
+
+
+class TanhNormal(Distribution):
+    """``low + (high - low) * (tanh(u) + 1) / 2`` with ``u`` a diagonal Gaussian.
+
+    The log-density includes the change of variables (Haarnoja et al. 2018, arXiv 1801.01290,
+    appendix C): ``log p(a) = log N(u) - sum log(1 - tanh(u)^2) - sum log((high - low) / 2)``,
+    with ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``, finite for any ``u``. Samples are
+    kept at least ``finfo.resolution`` inside the bounds (TorchRL's ``safe_tanh``) so that every
+    stored action can be inverted; ``log_prob(a)`` inverts with ``atanh`` of the clamped value.
+    ``rsample_and_log_prob`` scores the exact pre-tanh sample (use it for SAC: no inversion).
+    There is no closed-form entropy or mean; ``deterministic_sample`` is the squashed Gaussian
+    mean, as in TorchRL's ``TanhNormal``.
+
+    Args:
+        loc: pre-tanh mean.
+        scale: pre-tanh standard deviation, broadcastable to ``loc``.
+        low: lower action bound (float or ``[A]``).
+        high: upper action bound (float or ``[A]``).
+        log_scale: ``log(scale)`` if already known.
+
+    Shapes:
+        ``loc``: ``[*B, A]``; samples ``[*S, *B, A]``; ``log_prob``: ``[*S, *B]``.
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = True
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        low: torch.Tensor | float = -1.0,
+        high: torch.Tensor | float = 1.0,
+        log_scale: torch.Tensor | None = None,
+    ) -> None:
+        self.base = IndependentNormal(loc, scale, log_scale)
+        self.loc = loc
+        self.scale = scale
+        self.low = torch.as_tensor(low, dtype=loc.dtype, device=loc.device)
+        self.high = torch.as_tensor(high, dtype=loc.dtype, device=loc.device)
+        self._mid = (self.high + self.low) / 2
+        self._half = (self.high - self.low) / 2
+        self._log_half = self._half.log().expand(loc.shape[-1:]).sum()
+        self._limit = 1.0 - torch.finfo(loc.dtype).resolution
+        super().__init__(loc.shape[:-1], loc.shape[-1:], validate_args=False)
+
+    def _squash(self, u: torch.Tensor) -> torch.Tensor:
+        return self._mid + self._half * u.tanh().clamp(-self._limit, self._limit)
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self._squash(self.loc)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.deterministic_sample
+
+    def rsample_and_log_prob(
+        self, sample_shape: torch.Size | tuple[int, ...] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized sample and the log-density of its exact pre-tanh value."""
+        u = self.base.rsample(sample_shape)
+        log_det = 2.0 * (_LOG_2 - u - torch.nn.functional.softplus(-2.0 * u))
+        return self._squash(u), self.base.log_prob(u) - log_det.sum(-1) - self._log_half
+
+    def sample_and_log_prob(
+        self, sample_shape: torch.Size | tuple[int, ...] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sample without pathwise gradient and its log-density (score gradient kept)."""
+        with torch.no_grad():
+            u = self.base.rsample(sample_shape)
+        log_det = 2.0 * (_LOG_2 - u - torch.nn.functional.softplus(-2.0 * u))
+        return self._squash(u), self.base.log_prob(u) - log_det.sum(-1) - self._log_half
+
+    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        return self._squash(self.base.rsample(sample_shape))
+
+    def sample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        y = ((value - self._mid) / self._half).clamp(-self._limit, self._limit)
+        # log(1 - y^2) as log1p(-y) + log1p(y): exact near |y| = 1, where 1 - y*y cancels.
+        log_det = torch.log1p(-y) + torch.log1p(y)
+        return self.base.log_prob(torch.atanh(y)) - log_det.sum(-1) - self._log_half
+
+
+class Categorical(torch.distributions.Categorical):
+    """``torch.distributions.Categorical`` with TorchRL's ``deterministic_sample`` (the arg-max).
+
+    Shapes:
+        ``logits``: ``[*B, n]``; samples and ``log_prob``: ``[*S, *B]``.
+    """
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.mode
+
+
+@register_kl(IndependentNormal, IndependentNormal)
+def _kl_normal_normal(p: IndependentNormal, q: IndependentNormal) -> torch.Tensor:
+    var_ratio = (p.scale / q.scale).pow(2)
+    mean_term = ((p.loc - q.loc) / q.scale).pow(2)
+    per_dim = 0.5 * (var_ratio + mean_term - 1.0) - (p.log_scale - q.log_scale)
+    return per_dim.sum(-1)
+
+
+@register_kl(TanhNormal, TanhNormal)
+def _kl_tanh_tanh(p: TanhNormal, q: TanhNormal) -> torch.Tensor:
+    # KL is invariant under a shared bijection, so it is the KL of the pre-tanh Gaussians.
+    if not (torch.equal(p.low, q.low) and torch.equal(p.high, q.high)):
+        raise ValueError("KL between TanhNormal distributions with different bounds is undefined")
+    return _kl_normal_normal(p.base, q.base)

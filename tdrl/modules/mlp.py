@@ -1,0 +1,55 @@
+"""MLP builder with orthogonal initialization."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from torch import nn
+
+# Gains of the CleanRL / Tianshou MuJoCo PPO setup (after "The 37 Implementation Details of PPO",
+# Huang et al. 2022, detail 2; Andrychowicz et al. 2021, arXiv 2006.05990, sec. 3.2): sqrt(2) for
+# hidden layers, 0.01 for the policy head (near-uniform initial policy), 1.0 for the value head.
+HIDDEN_GAIN = math.sqrt(2.0)
+POLICY_GAIN = 0.01
+VALUE_GAIN = 1.0
+
+
+def orthogonal_init_(layer: nn.Linear, gain: float) -> nn.Linear:
+    """Orthogonal weights with ``gain`` and zero bias, in place (Saxe et al. 2013, 1312.6120)."""
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(
+    in_features: int,
+    out_features: int,
+    hidden_sizes: Sequence[int] = (64, 64),
+    *,
+    activation: type[nn.Module] = nn.Tanh,
+    hidden_gain: float = HIDDEN_GAIN,
+    output_gain: float = VALUE_GAIN,
+) -> nn.Sequential:
+    """A feed-forward network ``Linear -> activation -> ... -> Linear`` with orthogonal init.
+
+    Args:
+        in_features: input width.
+        out_features: output width.
+        hidden_sizes: widths of the hidden layers; empty gives one linear layer.
+        activation: activation class placed after every hidden layer.
+        hidden_gain: orthogonal gain of the hidden layers.
+        output_gain: orthogonal gain of the last layer (``POLICY_GAIN`` for a policy head,
+            ``VALUE_GAIN`` for a value head).
+
+    Shapes:
+        ``[*B, in_features] -> [*B, out_features]``.
+    """
+    layers: list[nn.Module] = []
+    width = in_features
+    for hidden in hidden_sizes:
+        layers += [orthogonal_init_(nn.Linear(width, hidden), hidden_gain), activation()]
+        width = hidden
+    layers.append(orthogonal_init_(nn.Linear(width, out_features), output_gain))
+    return nn.Sequential(*layers)
