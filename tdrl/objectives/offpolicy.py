@@ -77,6 +77,23 @@ class OffPolicyLoss(TensorDictModuleBase):
         self.loss_function = loss_function
         self.tensor_keys = OffPolicyKeys()
 
+    @property
+    def in_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """What the loss reads: the networks' inputs at the root and under ``"next"``."""
+        keys = self.tensor_keys
+        found: list[NestedKey] = [keys.action, _next(keys.reward), _next(keys.terminated)]
+        for net in self.children():
+            for key in getattr(net, "in_keys", []):
+                for k in (key, _next(key)):
+                    if k not in found:
+                        found.append(k)
+        return found
+
+    @property
+    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """The output names are listed in each loss's docstring; computed on call."""
+        return []
+
     def set_keys(self, **keys: NestedKey) -> OffPolicyLoss:
         """Rename the keys the loss reads (TorchRL's ``set_keys``); returns ``self``."""
         fields = {f.name for f in dataclasses.fields(OffPolicyKeys)}
@@ -99,7 +116,7 @@ class OffPolicyLoss(TensorDictModuleBase):
         if value is None:
             raise KeyError(
                 f"{type(self).__name__}: the batch has no {key!r} entry "
-                f"(it has {sorted(map(str, batch.keys(True, True)))})"
+                f"(it has {', '.join(sorted(map(str, batch.keys(True, True))))})"
             )
         return value
 
@@ -148,8 +165,9 @@ class OffPolicyLoss(TensorDictModuleBase):
         key = self.tensor_keys.action
         action = self._get(batch, key)
         shape = batch.batch_size
-        if action.dtype.is_floating_point or action.dtype == torch.bool:
-            if action.shape != (*shape, num_actions):
+        one_hot = num_actions > 1 and action.shape == (*shape, num_actions)
+        if one_hot or action.dtype.is_floating_point or action.dtype == torch.bool:
+            if not one_hot:
                 raise ValueError(
                     f"{type(self).__name__}: a one-hot {key!r} must have shape "
                     f"{(*shape, num_actions)}, got {tuple(action.shape)}"
