@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -170,7 +170,7 @@ class EnsembleCritic(TensorDictModuleBase):
     ) -> None:
         super().__init__()
         self.net = net
-        self.num_members = int(net.num_members)
+        self.num_members = int(cast(Any, net).num_members)
         self.in_keys = list(in_keys)
         self.out_keys = [out_key]
 

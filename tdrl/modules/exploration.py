@@ -198,6 +198,8 @@ class AdditiveGaussianNoise(_ActionNoise):
 
 
 class OrnsteinUhlenbeckNoise(_ActionNoise):
+    state: torch.Tensor
+
     """Temporally correlated noise of DDPG (Lillicrap et al. 2015, arXiv 1509.02971).
 
     ``x <- x + theta (mu - x) dt + sigma sqrt(dt) N(0, 1)`` per env (the Euler-Maruyama step of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -48,7 +49,7 @@ class _DeterministicActorCritic(OffPolicyLoss):
             pairs.append((self.qvalue_network, self.target_qvalue_network))
         return pairs
 
-    def _act(self, actor: nn.Module, td: TensorDictBase) -> torch.Tensor:
+    def _act(self, actor: Any, td: TensorDictBase) -> torch.Tensor:
         inputs = td.select(*actor.in_keys, strict=False)
         return self._get(actor(inputs), self.tensor_keys.action)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -108,7 +109,7 @@ class DiscreteSACLoss(OffPolicyLoss):
             )
         return log_pi
 
-    def _q(self, critic: nn.Module, td: TensorDictBase) -> torch.Tensor:
+    def _q(self, critic: Any, td: TensorDictBase) -> torch.Tensor:
         return critic.values(td.select(*critic.in_keys, strict=False))  # [E, B, n]
 
     @torch.no_grad()

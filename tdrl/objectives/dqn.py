@@ -3,6 +3,8 @@ returns through the replay buffer and prioritized replay (Schaul et al. 2015, 15
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -66,7 +68,7 @@ class DQNLoss(OffPolicyLoss):
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.value_network, self.target_value_network)] if self.delay_value else []
 
-    def _action_values(self, network: nn.Module, td: TensorDictBase) -> torch.Tensor:
+    def _action_values(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         inputs = td.select(*network.in_keys, strict=False)
         return self._get(network(inputs), self.tensor_keys.action_value)
 

@@ -38,7 +38,8 @@ def make_target(module: nn.Module) -> nn.Module:
 
 
 def _tensors(online: nn.Module, target: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    src, dst = list(online.parameters()), list(target.parameters())
+    src: list[torch.Tensor] = list(online.parameters())
+    dst: list[torch.Tensor] = list(target.parameters())
     if len(src) != len(dst) or any(a.shape != b.shape for a, b in zip(src, dst, strict=True)):
         raise ValueError("target and online networks have different parameter shapes")
     return src, dst
