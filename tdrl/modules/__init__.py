@@ -21,3 +21,29 @@ __all__ = [
     "mlp",
     "orthogonal_init_",
 ]
+
+# --- off-policy modules (issue 6) ---
+from tdrl.modules.deterministic import DeterministicActor  # noqa: E402
+from tdrl.modules.ensemble import EnsembleCritic, EnsembleLinear, EnsembleMLP  # noqa: E402
+from tdrl.modules.exploration import (  # noqa: E402
+    AdditiveGaussianNoise,
+    EpsilonGreedy,
+    OrnsteinUhlenbeckNoise,
+    linear_schedule,
+)
+from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp  # noqa: E402
+
+__all__ += [
+    "AdditiveGaussianNoise",
+    "DeterministicActor",
+    "Dueling",
+    "EnsembleCritic",
+    "EnsembleLinear",
+    "EnsembleMLP",
+    "EpsilonGreedy",
+    "OrnsteinUhlenbeckNoise",
+    "QValueActor",
+    "StateActionCritic",
+    "linear_schedule",
+    "q_mlp",
+]

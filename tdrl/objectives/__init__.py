@@ -1,19 +1,48 @@
 """tdrl.objectives: losses that read a batch and return ``loss_*`` entries."""
 
 from tdrl.objectives.a2c import A2CLoss
+from tdrl.objectives.critic_ensemble import ModuleEnsemble, as_ensemble
+from tdrl.objectives.ddpg import DDPGLoss
+from tdrl.objectives.discrete_sac import DiscreteSACLoss
+from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
 from tdrl.objectives.ppo import ClipPPOLoss, ppo_update
+from tdrl.objectives.redq import REDQLoss
 from tdrl.objectives.reinforce import ReinforceLoss
+from tdrl.objectives.sac import SACLoss
+from tdrl.objectives.target import (
+    HardUpdate,
+    SoftUpdate,
+    hard_update_,
+    make_target,
+    soft_update_,
+    update_priority,
+)
+from tdrl.objectives.td3 import TD3Loss
 from tdrl.objectives.trpo import TRPOLoss
 
 __all__ = [
     "A2CLoss",
     "ClipPPOLoss",
+    "DDPGLoss",
+    "DQNLoss",
+    "DiscreteSACLoss",
+    "HardUpdate",
+    "ModuleEnsemble",
     "NPGLoss",
+    "REDQLoss",
     "ReinforceLoss",
+    "SACLoss",
+    "SoftUpdate",
+    "TD3Loss",
     "TRPOLoss",
+    "as_ensemble",
     "conjugate_gradient",
     "flat_grad",
+    "hard_update_",
+    "make_target",
     "ppo_update",
+    "soft_update_",
+    "update_priority",
 ]

@@ -1,0 +1,69 @@
+"""Deterministic actor for DDPG and TD3: ``a = mid + half * tanh(net(s))``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from tdrl.keys import ACTION, OBSERVATION
+from tdrl.modules.actors import _apply, _bounds, _get
+
+
+class DeterministicActor(TensorDictModuleBase):
+    """A deterministic policy squashed by ``tanh`` onto the env's action box.
+
+    The tanh bound is the one of Fujimoto et al. 2018 (arXiv 1802.09477, ``max_action *
+    tanh``), generalised to asymmetric bounds. Exploration noise is a separate module
+    (:mod:`tdrl.modules.exploration`), so this actor is also the evaluation policy.
+
+    Args:
+        net: maps observations to ``[*B, A]`` pre-tanh outputs.
+        action_dim: action size ``A``.
+        in_key: observation key.
+        action_low: env lower bound (float or ``[A]``); ``None`` means -1.
+        action_high: env upper bound; ``None`` means 1.
+
+    Shapes:
+        reads ``[*B, obs]``; writes ``action`` ``[*B, A]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        action_dim: int,
+        *,
+        in_key: NestedKey = OBSERVATION,
+        action_low: float | Sequence[float] | torch.Tensor | None = None,
+        action_high: float | Sequence[float] | torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.action_dim = action_dim
+        self.in_keys = [in_key]
+        self.out_keys = [ACTION]
+        low, high = _bounds(action_low, action_high)
+        self.register_buffer("action_low", low.expand(action_dim).clone())
+        self.register_buffer("action_high", high.expand(action_dim).clone())
+
+    def action(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The action for ``tensordict`` in env units; nothing is written."""
+        key = self.in_keys[0]
+        observation = _get(tensordict, key, "DeterministicActor")
+        out = _apply(self.net, observation, key, "DeterministicActor")
+        if out.shape[-1] != self.action_dim:
+            raise ValueError(
+                f"DeterministicActor: the network must output action_dim={self.action_dim} "
+                f"values, got shape {tuple(out.shape)}"
+            )
+        mid = (self.action_high + self.action_low) / 2
+        half = (self.action_high - self.action_low) / 2
+        return mid + half * torch.tanh(out)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict.set(ACTION, self.action(tensordict))
+        return tensordict

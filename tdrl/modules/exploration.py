@@ -1,0 +1,267 @@
+"""Exploration: epsilon-greedy with a linear schedule, Gaussian and Ornstein-Uhlenbeck noise.
+
+Each module goes after the actor (``TensorDictSequential(actor, noise)`` or called in turn) and
+rewrites ``"action"``. Noise is applied only under tensordict's ``InteractionType.RANDOM``
+(TorchRL's ``set_exploration_type(ExplorationType.RANDOM)``); under any other type (e.g.
+``DETERMINISTIC`` for evaluation) the action passes through. With no type set,
+``default_interaction_type`` applies: ``RANDOM`` here, since the module exists to explore (as
+TorchRL's ``EGreedyModule`` and ``AdditiveGaussianModule``).
+
+Schedules are buffers, so they are saved and restored with ``state_dict``; ``step(n)`` advances
+them by ``n`` env frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase
+from tensordict.nn.probabilistic import interaction_type
+from tensordict.utils import NestedKey
+
+from tdrl.keys import ACTION, IS_INIT
+from tdrl.modules.actors import _bounds, _get
+
+
+def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float:
+    """``start`` moved linearly to ``end`` over ``duration`` steps, then held at ``end``.
+
+    The DQN schedule of Mnih et al. 2015 (epsilon 1 -> 0.1 over the first 1M frames).
+    """
+    if duration <= 0:
+        return end
+    frac = min(max(float(t) / duration, 0.0), 1.0)
+    return start + frac * (end - start)
+
+
+class _Exploration(TensorDictModuleBase):
+    def __init__(self, action_key: NestedKey, default_interaction_type: InteractionType) -> None:
+        super().__init__()
+        self.in_keys = [action_key]
+        self.out_keys = [action_key]
+        self.default_interaction_type = default_interaction_type
+        self.register_buffer("frames", torch.zeros((), dtype=torch.int64))
+
+    def step(self, frames: int = 1) -> None:
+        """Advance the schedule by ``frames`` env steps."""
+        self.frames += frames
+
+    def _exploring(self) -> bool:
+        return (interaction_type() or self.default_interaction_type) is InteractionType.RANDOM
+
+
+class EpsilonGreedy(_Exploration):
+    """With probability epsilon, replace the (index) action by a uniform random one.
+
+    Epsilon follows :func:`linear_schedule` from ``eps_init`` to ``eps_end`` over
+    ``annealing_num_steps`` frames (TorchRL's ``EGreedyModule`` argument names).
+
+    Args:
+        num_actions: number of discrete actions ``n``.
+        eps_init: initial epsilon.
+        eps_end: final epsilon.
+        annealing_num_steps: frames over which epsilon decays.
+        action_key: the action entry (int64 index) to rewrite.
+        default_interaction_type: used when no interaction type is set.
+
+    Shapes:
+        ``action``: ``[*B]`` int64.
+    """
+
+    def __init__(
+        self,
+        num_actions: int,
+        *,
+        eps_init: float = 1.0,
+        eps_end: float = 0.05,
+        annealing_num_steps: int = 10_000,
+        action_key: NestedKey = ACTION,
+        default_interaction_type: InteractionType = InteractionType.RANDOM,
+    ) -> None:
+        super().__init__(action_key, default_interaction_type)
+        if not 0.0 <= eps_end <= 1.0 or not 0.0 <= eps_init <= 1.0:
+            raise ValueError(f"epsilons must lie in [0, 1], got {eps_init}, {eps_end}")
+        self.num_actions = num_actions
+        self.eps_init = eps_init
+        self.eps_end = eps_end
+        self.annealing_num_steps = annealing_num_steps
+
+    @property
+    def eps(self) -> float:
+        """The current epsilon."""
+        return linear_schedule(
+            self.eps_init, self.eps_end, self.annealing_num_steps, int(self.frames)
+        )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not self._exploring():
+            return tensordict
+        key = self.in_keys[0]
+        action = _get(tensordict, key, "EpsilonGreedy")
+        if action.dtype.is_floating_point:
+            raise TypeError(
+                f"EpsilonGreedy: {key!r} must be an integer action index, got {action.dtype}"
+            )
+        explore = torch.rand(action.shape, device=action.device) < self.eps
+        random = torch.randint_like(action, self.num_actions)
+        tensordict.set(key, torch.where(explore, random, action))
+        return tensordict
+
+
+class _ActionNoise(_Exploration):
+    def __init__(
+        self,
+        action_dim: int,
+        action_low: float | Sequence[float] | torch.Tensor | None,
+        action_high: float | Sequence[float] | torch.Tensor | None,
+        action_key: NestedKey,
+        default_interaction_type: InteractionType,
+    ) -> None:
+        super().__init__(action_key, default_interaction_type)
+        self.action_dim = action_dim
+        low, high = _bounds(action_low, action_high)
+        self.register_buffer("action_low", low.expand(action_dim).clone())
+        self.register_buffer("action_high", high.expand(action_dim).clone())
+
+    def _action(self, tensordict: TensorDictBase) -> torch.Tensor:
+        key = self.in_keys[0]
+        action = _get(tensordict, key, type(self).__name__)
+        if action.shape[-1:] != (self.action_dim,):
+            raise ValueError(
+                f"{type(self).__name__}: {key!r} has shape {tuple(action.shape)}, expected a "
+                f"last dim of action_dim={self.action_dim}"
+            )
+        return action
+
+    def _write(self, tensordict: TensorDictBase, action: torch.Tensor) -> TensorDictBase:
+        tensordict.set(self.in_keys[0], action.clamp(self.action_low, self.action_high))
+        return tensordict
+
+
+class AdditiveGaussianNoise(_ActionNoise):
+    """``a + sigma * (high - low) / 2 * N(0, 1)``, clipped to the bounds (TD3's exploration).
+
+    ``sigma`` is in units of the half-range, so ``sigma=0.1`` is Fujimoto et al.'s
+    ``N(0, 0.1 max_action)`` and Tianshou's ``GaussianNoise(sigma=0.1 * max_action)``. It is
+    annealed linearly from ``sigma_init`` to ``sigma_end`` over ``annealing_num_steps`` frames
+    (constant by default).
+
+    Args:
+        action_dim: action size ``A``.
+        sigma_init: initial noise scale (half-range units).
+        sigma_end: final noise scale; ``None`` keeps ``sigma_init``.
+        annealing_num_steps: frames over which sigma decays.
+        action_low: env lower bound; ``None`` means -1.
+        action_high: env upper bound; ``None`` means 1.
+        action_key: the action entry to rewrite.
+        default_interaction_type: used when no interaction type is set.
+
+    Shapes:
+        ``action``: ``[*B, A]``.
+    """
+
+    def __init__(
+        self,
+        action_dim: int,
+        *,
+        sigma_init: float = 0.1,
+        sigma_end: float | None = None,
+        annealing_num_steps: int = 1,
+        action_low: float | Sequence[float] | torch.Tensor | None = None,
+        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_key: NestedKey = ACTION,
+        default_interaction_type: InteractionType = InteractionType.RANDOM,
+    ) -> None:
+        super().__init__(action_dim, action_low, action_high, action_key, default_interaction_type)
+        self.sigma_init = sigma_init
+        self.sigma_end = sigma_init if sigma_end is None else sigma_end
+        self.annealing_num_steps = annealing_num_steps
+
+    @property
+    def sigma(self) -> float:
+        """The current noise scale."""
+        return linear_schedule(
+            self.sigma_init, self.sigma_end, self.annealing_num_steps, int(self.frames)
+        )
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Stateless noise: nothing to reset (kept for a uniform interface)."""
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not self._exploring():
+            return tensordict
+        action = self._action(tensordict)
+        half = (self.action_high - self.action_low) / 2
+        return self._write(tensordict, action + self.sigma * half * torch.randn_like(action))
+
+
+class OrnsteinUhlenbeckNoise(_ActionNoise):
+    state: torch.Tensor
+
+    """Temporally correlated noise of DDPG (Lillicrap et al. 2015, arXiv 1509.02971).
+
+    ``x <- x + theta (mu - x) dt + sigma sqrt(dt) N(0, 1)`` per env (the Euler-Maruyama step of
+    SB3's and TorchRL's ``OrnsteinUhlenbeckProcess``, same defaults), added to the action in
+    half-range units and clipped to the bounds. The state has one row per env; it is reset to
+    ``x0`` for the envs whose ``"is_init"`` entry is set (the first step of an episode) when the
+    input has that entry, or explicitly with :meth:`reset`.
+
+    Args:
+        action_dim: action size ``A``.
+        theta: mean-reversion rate.
+        mu: long-run mean.
+        sigma: noise scale.
+        dt: time step.
+        x0: reset value of the state.
+        action_low: env lower bound; ``None`` means -1.
+        action_high: env upper bound; ``None`` means 1.
+        action_key: the action entry to rewrite.
+        default_interaction_type: used when no interaction type is set.
+
+    Shapes:
+        ``action``: ``[*B, A]``; ``is_init``: ``[*B, 1]``; the state: ``[*B, A]``.
+    """
+
+    def __init__(
+        self,
+        action_dim: int,
+        *,
+        theta: float = 0.15,
+        mu: float = 0.0,
+        sigma: float = 0.2,
+        dt: float = 1e-2,
+        x0: float = 0.0,
+        action_low: float | Sequence[float] | torch.Tensor | None = None,
+        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_key: NestedKey = ACTION,
+        default_interaction_type: InteractionType = InteractionType.RANDOM,
+    ) -> None:
+        super().__init__(action_dim, action_low, action_high, action_key, default_interaction_type)
+        self.theta, self.mu, self.sigma, self.dt, self.x0 = theta, mu, sigma, dt, x0
+        # Per-env transient state: not saved (its shape follows the number of envs).
+        self.register_buffer("state", torch.empty(0), persistent=False)
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Reset the envs where ``mask`` (``[*B]`` or ``[*B, 1]``) is set; all if ``None``."""
+        if mask is None or self.state.numel() == 0:
+            self.state = torch.empty(0, device=self.state.device)
+            return
+        mask = mask.reshape(self.state.shape[:-1]).to(torch.bool)
+        self.state[mask] = self.x0
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not self._exploring():
+            return tensordict
+        action = self._action(tensordict)
+        if self.state.shape != action.shape:
+            self.state = torch.full_like(action, self.x0)
+        is_init = tensordict.get(IS_INIT, None)
+        if is_init is not None:
+            self.reset(is_init)
+        noise = torch.randn_like(action)
+        drift = self.theta * (self.mu - self.state) * self.dt
+        self.state = self.state + drift + self.sigma * self.dt**0.5 * noise
+        half = (self.action_high - self.action_low) / 2
+        return self._write(tensordict, action + half * self.state)

@@ -1,0 +1,158 @@
+"""Q-value networks: discrete-action Q actors (with a dueling head) and state-action critics.
+
+``QValueActor`` follows TorchRL's ``QValueActor`` keys: it writes ``"action_value"`` (all
+actions), ``"action"`` (the greedy action, an int64 index) and ``"chosen_action_value"``.
+``StateActionCritic`` is TorchRL's ``ValueOperator(in_keys=["observation", "action"])``:
+``Q(s, a)`` written to ``"state_action_value"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION, STATE_ACTION_VALUE
+from tdrl.modules.actors import _apply, _get
+from tdrl.modules.mlp import mlp
+
+
+class Dueling(nn.Module):
+    """Dueling head ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)`` (Wang et al. 2016, 1511.06581).
+
+    Subtracting the mean advantage (their eq. 9) makes ``V`` and ``A`` identifiable.
+
+    Args:
+        trunk: shared features ``[*B, obs] -> [*B, F]``.
+        value_head: ``[*B, F] -> [*B, 1]``.
+        advantage_head: ``[*B, F] -> [*B, n]``.
+
+    Shapes:
+        ``[*B, obs] -> [*B, n]``.
+    """
+
+    def __init__(self, trunk: nn.Module, value_head: nn.Module, advantage_head: nn.Module) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.value_head = value_head
+        self.advantage_head = advantage_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(x)
+        advantage = self.advantage_head(features)
+        value = self.value_head(features)
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+def q_mlp(
+    in_features: int,
+    num_actions: int,
+    hidden_sizes: Sequence[int] = (128, 128),
+    *,
+    dueling: bool = False,
+    activation: type[nn.Module] = nn.ReLU,
+) -> nn.Module:
+    """A Q network over ``num_actions`` discrete actions, plain or dueling.
+
+    The dueling variant shares all hidden layers but the last; the value and advantage streams
+    each get their own last hidden layer of the same width (as in Wang et al., Fig. 1).
+
+    Shapes:
+        ``[*B, in_features] -> [*B, num_actions]``.
+    """
+    if not dueling:
+        return mlp(in_features, num_actions, hidden_sizes, activation=activation)
+    if not hidden_sizes:
+        raise ValueError("a dueling Q network needs at least one hidden layer")
+    *shared, last = hidden_sizes
+    if shared:
+        trunk: nn.Module = nn.Sequential(
+            mlp(in_features, shared[-1], shared[:-1], activation=activation), activation()
+        )
+        width = shared[-1]
+    else:
+        trunk, width = nn.Identity(), in_features
+
+    def stream(out: int) -> nn.Module:
+        return mlp(width, out, (last,), activation=activation)
+
+    return Dueling(trunk, stream(1), stream(num_actions))
+
+
+class QValueActor(TensorDictModuleBase):
+    """Greedy actor over a discrete Q network (DQN's policy before exploration).
+
+    Args:
+        net: maps observations to ``[*B, n]`` action values (e.g. :func:`q_mlp`).
+        in_key: observation key.
+
+    Shapes:
+        reads ``[*B, obs]``; writes ``action_value`` ``[*B, n]``, ``action`` (int64) ``[*B]``,
+        ``chosen_action_value`` ``[*B, 1]``.
+    """
+
+    def __init__(self, net: nn.Module, *, in_key: NestedKey = OBSERVATION) -> None:
+        super().__init__()
+        self.net = net
+        self.in_keys = [in_key]
+        self.out_keys = [ACTION_VALUE, ACTION, CHOSEN_ACTION_VALUE]
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``Q(s, .)`` ``[*B, n]``; nothing is written."""
+        observation = _get(tensordict, self.in_keys[0], "QValueActor")
+        return _apply(self.net, observation, self.in_keys[0], "QValueActor")
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action_value = self.action_values(tensordict)
+        chosen, action = action_value.max(dim=-1, keepdim=True)
+        tensordict.set(ACTION_VALUE, action_value)
+        tensordict.set(ACTION, action.squeeze(-1))
+        tensordict.set(CHOSEN_ACTION_VALUE, chosen)
+        return tensordict
+
+
+class StateActionCritic(TensorDictModuleBase):
+    """``Q(s, a)`` from the concatenation of ``in_keys`` (TorchRL's ``ValueOperator`` keys).
+
+    For twin or larger critics pass :class:`~tdrl.modules.ensemble.EnsembleCritic` to the loss
+    instead (one batched call); a single ``StateActionCritic`` is what TorchRL's losses expect.
+
+    Args:
+        net: maps ``[*B, obs + act]`` to ``[*B, 1]``.
+        in_keys: keys concatenated on the last dim.
+        out_key: value key.
+
+    Shapes:
+        reads ``[*B, obs]``, ``[*B, act]``; writes ``state_action_value`` ``[*B, 1]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        in_keys: Sequence[NestedKey] = (OBSERVATION, ACTION),
+        out_key: NestedKey = STATE_ACTION_VALUE,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.in_keys = list(in_keys)
+        self.out_keys = [out_key]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        inputs = [_get(tensordict, key, "StateActionCritic") for key in self.in_keys]
+        try:
+            value = self.net(torch.cat(inputs, dim=-1))
+        except RuntimeError as error:
+            shapes = {key: tuple(v.shape) for key, v in zip(self.in_keys, inputs, strict=True)}
+            raise ValueError(f"StateActionCritic: bad inputs {shapes}: {error}") from error
+        if value.shape[-1] != 1:
+            raise ValueError(
+                f"StateActionCritic: the network must output a trailing dim of 1 for "
+                f"{self.out_keys[0]!r}, got shape {tuple(value.shape)}"
+            )
+        tensordict.set(self.out_keys[0], value)
+        return tensordict

@@ -1,0 +1,100 @@
+"""DQN (Mnih et al. 2015) with double Q (van Hasselt et al. 2015, arXiv 1509.06461), n-step
+returns through the replay buffer and prioritized replay (Schaul et al. 2015, 1511.05952)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from tdrl.keys import CHOSEN_ACTION_VALUE, NEXT, VALUE_TARGET
+from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
+from tdrl.objectives.target import make_target
+
+
+class DQNLoss(OffPolicyLoss):
+    """Q-learning loss on a discrete Q network with a target network.
+
+    ::
+
+        a*   = argmax_a Q(s', a)   (double_dqn)   or   argmax_a Q'(s', a)
+        y    = r + discount (1 - terminated) Q'(s', a*)
+        loss = mean_B w l(Q(s, a) - y)
+
+    ``discount`` is ``gamma``, or ``gamma ** steps_to_next_obs`` for n-step samples (whose
+    ``("next", "reward")`` the buffer has already summed); ``w`` is PER's ``"priority_weight"``.
+    A truncated step bootstraps from the real ``("next", "observation")``. The absolute TD
+    errors are returned as ``"td_error"`` ``[B]``: pass them to
+    :func:`~tdrl.objectives.target.update_priority`.
+
+    Args:
+        value_network: a keyed module writing ``"action_value"`` ``[B, n]`` (tdrl
+            ``QValueActor`` or TorchRL's ``QValueActor``).
+        loss_function: ``"l2"`` (TorchRL's default), ``"smooth_l1"`` (Huber, Nature DQN, SB3)
+            or ``"l1"``.
+        delay_value: keep a target network (updated by ``HardUpdate``/``SoftUpdate``).
+        double_dqn: select ``a*`` with the online network (needs ``delay_value``).
+        gamma: discount.
+
+    Reads the network's in_keys at the root and under ``"next"``, ``"action"`` (int64 index
+    ``[B]``/``[B, 1]``, or one-hot ``[B, n]``), ``("next", "reward"|"terminated")``, optional
+    ``steps_to_next_obs``/``gamma`` and ``priority_weight``. Returns ``loss`` (TorchRL's name),
+    ``td_error`` ``[B]``, ``chosen_action_value`` and ``value_target`` (batch means).
+
+    Shapes:
+        batch ``[B]``; reward and flags ``[B, 1]``.
+    """
+
+    def __init__(
+        self,
+        value_network: TensorDictModuleBase,
+        *,
+        loss_function: str = "l2",
+        delay_value: bool = True,
+        double_dqn: bool = False,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(gamma=gamma, loss_function=loss_function)
+        if double_dqn and not delay_value:
+            raise ValueError("double_dqn=True needs delay_value=True (a separate target network)")
+        self.value_network = value_network
+        self.delay_value = delay_value
+        self.double_dqn = double_dqn
+        self.target_value_network = make_target(value_network) if delay_value else value_network
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.value_network, self.target_value_network)] if self.delay_value else []
+
+    def _action_values(self, network: Any, td: TensorDictBase) -> torch.Tensor:
+        inputs = td.select(*network.in_keys, strict=False)
+        return self._get(network(inputs), self.tensor_keys.action_value)
+
+    @torch.no_grad()
+    def value_target(self, batch: TensorDictBase) -> torch.Tensor:
+        """``y`` ``[B]`` (no gradient)."""
+        reward, terminated, discount = self._transition(batch)
+        next_td = self._get(batch, NEXT)
+        next_target_q = self._action_values(self.target_value_network, next_td)
+        if self.double_dqn:
+            best = self._action_values(self.value_network, next_td).argmax(-1, keepdim=True)
+            next_value = next_target_q.gather(-1, best).squeeze(-1)
+        else:
+            next_value = next_target_q.max(dim=-1).values
+        return bellman_target(reward, next_value, terminated, discount)
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        target = self.value_target(batch)
+        action_value = self._action_values(self.value_network, batch)
+        index = self._action_index(batch, action_value.shape[-1])
+        chosen = action_value.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        loss = self._mean(self._distance(chosen, target), self._weights(batch))
+        out = {
+            "loss": loss,
+            self.tensor_keys.priority: (chosen.detach() - target).abs(),
+            CHOSEN_ACTION_VALUE: chosen.detach().mean(),
+            VALUE_TARGET: target.mean(),
+        }
+        return TensorDict(out, batch_size=[])

@@ -1,0 +1,290 @@
+"""What the off-policy losses share: keys, input checks, the Bellman target, PER weighting.
+
+Every off-policy loss reads one transition batch ``[B]`` in TorchRL's layout (``DESIGN.md``):
+the root holds ``s_t`` and ``a_t``; ``("next", ...)`` holds ``r_t``, the flags and the real
+``s_{t+1}``. An n-step sample from a replay buffer has the same layout plus
+``"steps_to_next_obs"`` = k (and ``"gamma"`` = gamma^k); its ``("next", "reward")`` is already the
+discounted k-step reward sum, so the bootstrap discount becomes ``gamma ** k``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch.distributions import Distribution
+
+from tdrl.keys import (
+    ACTION,
+    ACTION_VALUE,
+    DONE,
+    GAMMA,
+    NEXT,
+    PRIORITY_WEIGHT,
+    REWARD,
+    STATE_ACTION_VALUE,
+    STEPS_TO_NEXT_OBS,
+    TD_ERROR,
+    TERMINATED,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyKeys:
+    """Keys the off-policy losses read (TorchRL's ``tensor_keys`` field names).
+
+    ``reward``, ``done`` and ``terminated`` are read under ``"next"``, as in TorchRL.
+    ``gamma`` is the per-sample discount written by an n-step buffer, used only when
+    ``steps_to_next_obs`` is absent.
+    """
+
+    action: NestedKey = ACTION
+    state_action_value: NestedKey = STATE_ACTION_VALUE
+    action_value: NestedKey = ACTION_VALUE
+    reward: NestedKey = REWARD
+    done: NestedKey = DONE
+    terminated: NestedKey = TERMINATED
+    priority: NestedKey = TD_ERROR
+    priority_weight: NestedKey = PRIORITY_WEIGHT
+    steps_to_next_obs: NestedKey = STEPS_TO_NEXT_OBS
+    gamma: NestedKey = GAMMA
+
+
+def _next(key: NestedKey) -> tuple[str, ...]:
+    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)
+
+
+class OffPolicyLoss(TensorDictModuleBase):
+    """Base of the off-policy losses: ``set_keys``, batch readers, targets, reduction."""
+
+    def __init__(self, *, gamma: float, loss_function: str) -> None:
+        super().__init__()
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+        if loss_function not in ("l2", "l1", "smooth_l1"):
+            raise ValueError(
+                f"loss_function must be 'l2', 'l1' or 'smooth_l1', got {loss_function!r}"
+            )
+        self.gamma = gamma
+        self.loss_function = loss_function
+        self.tensor_keys = OffPolicyKeys()
+
+    @property
+    def in_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """What the loss reads: the networks' inputs at the root and under ``"next"``."""
+        keys = self.tensor_keys
+        found: list[NestedKey] = [keys.action, _next(keys.reward), _next(keys.terminated)]
+        for net in self.children():
+            for key in getattr(net, "in_keys", []):
+                for k in (key, _next(key)):
+                    if k not in found:
+                        found.append(k)
+        return found
+
+    @property
+    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """The output names are listed in each loss's docstring; computed on call."""
+        return []
+
+    def set_keys(self, **keys: NestedKey) -> OffPolicyLoss:
+        """Rename the keys the loss reads (TorchRL's ``set_keys``); returns ``self``."""
+        fields = {f.name for f in dataclasses.fields(OffPolicyKeys)}
+        unknown = set(keys) - fields
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: set_keys got unknown names {sorted(unknown)}; "
+                f"known: {sorted(fields)}"
+            )
+        self.tensor_keys = dataclasses.replace(self.tensor_keys, **keys)
+        return self
+
+    def target_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
+        """``(online, target)`` pairs, for :class:`~tdrl.objectives.target.SoftUpdate`."""
+        return []
+
+    # --- reading the batch ----------------------------------------------------------------
+    def _get(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
+        value = batch.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"{type(self).__name__}: the batch has no {key!r} entry "
+                f"(it has {', '.join(sorted(map(str, batch.keys(True, True))))})"
+            )
+        return value
+
+    def _per_sample(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
+        """``batch[key]`` as ``[B]``, accepting the trailing singleton of TorchRL's layout."""
+        value = self._get(batch, key)
+        shape = batch.batch_size
+        if value.shape == (*shape, 1):
+            return value.squeeze(-1)
+        if value.shape != shape:
+            raise ValueError(
+                f"{type(self).__name__}: {key!r} has shape {tuple(value.shape)}, expected "
+                f"{(*shape, 1)} for a batch of size {tuple(shape)}"
+            )
+        return value
+
+    def _transition(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """``(reward, terminated, discount)`` per sample, ``[B]`` each (discount may be a float)."""
+        if len(batch.batch_size) != 1:
+            raise ValueError(
+                f"{type(self).__name__}: expected a flat batch of transitions [B], got batch "
+                f"size {tuple(batch.batch_size)} (reshape(-1) a [num_envs, T] rollout first)"
+            )
+        keys = self.tensor_keys
+        reward = self._per_sample(batch, _next(keys.reward))
+        terminated = self._per_sample(batch, _next(keys.terminated))
+        if terminated.dtype != torch.bool:
+            raise TypeError(
+                f"{type(self).__name__}: {_next(keys.terminated)!r} must be bool, got "
+                f"{terminated.dtype}"
+            )
+        return reward, terminated, self._discount(batch)
+
+    def _discount(self, batch: TensorDictBase) -> torch.Tensor | float:
+        keys = self.tensor_keys
+        for key in (keys.steps_to_next_obs, _next(keys.steps_to_next_obs)):
+            if batch.get(key, None) is not None:
+                steps = self._per_sample(batch, key)
+                return torch.pow(self.gamma, steps.to(torch.get_default_dtype()))
+        if batch.get(keys.gamma, None) is not None:
+            return self._per_sample(batch, keys.gamma)
+        return self.gamma
+
+    def _action_index(self, batch: TensorDictBase, num_actions: int) -> torch.Tensor:
+        """The discrete action as an index ``[B]``, from an index or a one-hot entry."""
+        key = self.tensor_keys.action
+        action = self._get(batch, key)
+        shape = batch.batch_size
+        one_hot = num_actions > 1 and action.shape == (*shape, num_actions)
+        if one_hot or action.dtype.is_floating_point or action.dtype == torch.bool:
+            if not one_hot:
+                raise ValueError(
+                    f"{type(self).__name__}: a one-hot {key!r} must have shape "
+                    f"{(*shape, num_actions)}, got {tuple(action.shape)}"
+                )
+            return action.argmax(-1)
+        index = self._per_sample(batch, key)
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_actions):
+            raise ValueError(
+                f"{type(self).__name__}: {key!r} holds indices outside [0, {num_actions}): "
+                f"min {int(index.min())}, max {int(index.max())}"
+            )
+        return index
+
+    def _weights(self, batch: TensorDictBase) -> torch.Tensor | None:
+        if batch.get(self.tensor_keys.priority_weight, None) is None:
+            return None
+        return self._per_sample(batch, self.tensor_keys.priority_weight)
+
+    # --- computing -----------------------------------------------------------------------
+    def _distance(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.loss_function == "l2":
+            return (prediction - target).pow(2)
+        if self.loss_function == "l1":
+            return (prediction - target).abs()
+        return F.smooth_l1_loss(prediction, target, reduction="none")
+
+    @staticmethod
+    def _mean(per_sample: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """Mean over the batch, importance-weighted by PER's ``priority_weight`` if given."""
+        if weights is None:
+            return per_sample.mean()
+        return (per_sample * weights).mean()
+
+
+def bellman_target(
+    reward: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    discount: torch.Tensor | float,
+) -> torch.Tensor:
+    """One-step target ``y = r + discount * (1 - terminated) * V(s')`` (no gradient).
+
+    A truncated step is bootstrapped like an ordinary one: ``V(s')`` is computed from the real
+    final observation (partial-episode bootstrapping, Pardo et al. 2018, arXiv 1712.00378).
+
+    Shapes:
+        all ``[B]`` (``next_value`` may have leading dims that broadcast) -> ``[B]``.
+    """
+    return reward + discount * next_value.masked_fill(terminated, 0.0)
+
+
+def rsample_and_log_prob(dist: Distribution) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterised action and its log-density ``[B]``, from one draw.
+
+    Uses the distribution's own ``rsample_and_log_prob`` when it has one (tdrl's and TorchRL's
+    ``TanhNormal``: no ``atanh`` round trip); a per-dimension log-prob is summed.
+    """
+    both = getattr(dist, "rsample_and_log_prob", None)
+    if callable(both):
+        action, log_prob = both()
+    else:
+        action = dist.rsample()
+        log_prob = dist.log_prob(action)
+    if log_prob.shape == action.shape:
+        log_prob = log_prob.sum(-1)
+    return action, log_prob
+
+
+def critic_values(
+    critic: Any, batch: TensorDictBase, action: torch.Tensor | None, action_key: NestedKey
+) -> torch.Tensor:
+    """``Q_e(s, a)`` of every ensemble member as ``[E, B]``, with ``a`` replaced if given.
+
+    The batch is not modified: the critic reads a shallow selection of it.
+    """
+    inputs = batch.select(*critic.in_keys, strict=False)
+    if action is not None:
+        inputs.set(action_key, action)
+    values = critic.values(inputs)
+    if values.shape[-1] != 1:
+        raise ValueError(
+            f"the critic must output one value per member, got shape {tuple(values.shape)}"
+        )
+    return values.squeeze(-1)
+
+
+def target_entropy_of(target_entropy: str | float, action_dim: int | None) -> float:
+    """``-action_dim`` for ``"auto"`` (Haarnoja et al. 2018, arXiv 1812.05905, sec. 5)."""
+    if target_entropy != "auto":
+        return float(target_entropy)
+    if action_dim is None:
+        raise ValueError("target_entropy='auto' needs action_dim (or give target_entropy)")
+    return -float(action_dim)
+
+
+def log_alpha_parameter(alpha_init: float, fixed_alpha: bool) -> torch.Tensor:
+    """``log(alpha_init)`` as a trainable parameter, or a constant when ``fixed_alpha``."""
+    if alpha_init <= 0:
+        raise ValueError(f"alpha_init must be > 0, got {alpha_init}")
+    value = torch.tensor(math.log(alpha_init))
+    return value if fixed_alpha else torch.nn.Parameter(value)
+
+
+@contextlib.contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[None]:
+    """Evaluate ``module`` without recording its parameters in the graph.
+
+    The actor losses differentiate ``Q(s, pi(s))`` with respect to the actor only: gradients
+    flow through the action into the actor, and none reach the critic (TorchRL detaches the
+    critic's parameters for the same reason). Cheaper than a functional call with detached
+    copies: it flips ``requires_grad`` on the few parameter tensors and back.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)

@@ -1,0 +1,62 @@
+"""Randomized ensembled double Q-learning (Chen et al. 2021, arXiv 2101.05982)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from tdrl.objectives.sac import SACLoss
+
+
+class REDQLoss(SACLoss):
+    """REDQ: SAC with ``N`` critics, a random subset of ``M`` in each target, mean-Q actor.
+
+    ::
+
+        M_idx       = a random subset of size sub_sample_len of {0..N-1}, fresh per call
+        y           = r + discount (1 - terminated) (min_{i in M_idx} Q'_i(s', a')
+                                                     - alpha log pi(a'|s'))   (Alg. 1, line 8)
+        loss_qvalue = sum_{i<N} mean_B w (Q_i(s, a) - y)^2                   (line 10)
+        loss_actor  = mean_B w (alpha log pi(a~|s) - mean_{i<N} Q_i(s, a~))  (line 13)
+
+    The update-to-data ratio (G = 20 in the paper) is the recipe's: it calls the loss G times
+    per env step and the actor every time (or every ``G`` th time). All ``N`` critics run in one
+    batched call (a tdrl ``EnsembleCritic``). Same arguments, keys and outputs as
+    :class:`~tdrl.objectives.sac.SACLoss`, with ``num_qvalue_nets=N`` (10) and
+    ``sub_sample_len=M`` (2), TorchRL's names.
+
+    Shapes:
+        batch ``[B]``; reward and flags ``[B, 1]``.
+    """
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: nn.Module | Sequence[nn.Module],
+        *,
+        num_qvalue_nets: int = 10,
+        sub_sample_len: int = 2,
+        **kwargs: object,
+    ) -> None:
+        if not 1 <= sub_sample_len <= num_qvalue_nets:
+            raise ValueError(
+                f"sub_sample_len must lie in [1, num_qvalue_nets={num_qvalue_nets}], got "
+                f"{sub_sample_len}"
+            )
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            num_qvalue_nets=num_qvalue_nets,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        self.sub_sample_len = sub_sample_len
+
+    def _target_reduce(self, next_q: torch.Tensor) -> torch.Tensor:
+        subset = torch.randperm(next_q.shape[0], device=next_q.device)[: self.sub_sample_len]
+        return next_q.index_select(0, subset).min(dim=0).values
+
+    def _actor_reduce(self, q: torch.Tensor) -> torch.Tensor:
+        return q.mean(dim=0)

@@ -1,0 +1,179 @@
+"""Soft actor-critic (Haarnoja et al. 2018, arXiv 1801.01290 and 1812.05905)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from tdrl.keys import ALPHA, ENTROPY, NEXT
+from tdrl.objectives.critic_ensemble import as_ensemble
+from tdrl.objectives.offpolicy import (
+    OffPolicyLoss,
+    bellman_target,
+    critic_values,
+    frozen,
+    log_alpha_parameter,
+    rsample_and_log_prob,
+    target_entropy_of,
+)
+from tdrl.objectives.target import make_target
+
+
+class SACLoss(OffPolicyLoss):
+    """SAC with a clipped double-Q ensemble and automatic entropy tuning (SAC v2).
+
+    With ``Q_e`` the critics, ``Q'_e`` their targets and ``alpha = exp(log_alpha)``::
+
+        y           = r + discount (1 - terminated) (min_e Q'_e(s', a') - alpha log pi(a'|s')),
+                      a' ~ pi(.|s')
+        loss_qvalue = sum_e mean_B w (Q_e(s, a) - y)^2
+        loss_actor  = mean_B w (alpha log pi(a~|s) - min_e Q_e(s, a~)),  a~ ~ pi(.|s) (rsample)
+        loss_alpha  = mean_B w (-log_alpha (log pi(a~|s) + target_entropy))
+
+    ``w`` is PER's ``"priority_weight"`` (1 without). ``loss_actor`` reaches only the actor,
+    ``loss_qvalue`` only the critics, ``loss_alpha`` only ``log_alpha``, so their sum can be
+    backpropagated once with one optimiser per group. Truncated steps bootstrap from the real
+    ``("next", "observation")``; n-step samples use ``discount = gamma ** steps_to_next_obs``.
+
+    Args:
+        actor_network: a stochastic actor with ``get_dist(td)`` (tdrl ``TanhGaussianActor`` or
+            TorchRL ``ProbabilisticActor``), reparameterisable.
+        qvalue_network: a tdrl critic ensemble (``EnsembleCritic``), or one keyed critic (or a
+            list) writing ``"state_action_value"``, copied ``num_qvalue_nets`` times.
+        num_qvalue_nets, loss_function, alpha_init, min_alpha, max_alpha, fixed_alpha,
+        target_entropy, delay_qvalue, gamma: TorchRL's names. ``target_entropy="auto"`` is
+            ``-action_dim``, taken from ``action_dim``, the actor's ``action_dim``, or the first
+            batch's actions.
+        action_dim: action size for ``target_entropy="auto"``.
+
+    Reads ``action``, the actor's and critic's in_keys at the root and under ``"next"``,
+    ``("next", "reward"|"terminated")``, optionally ``steps_to_next_obs``/``gamma`` and
+    ``priority_weight``. Returns ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``,
+    ``entropy`` (scalars) and ``td_error`` (``[B]``, max over critics, for PER).
+
+    Shapes:
+        batch ``[B]``; reward and flags ``[B, 1]``.
+    """
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: nn.Module | Sequence[nn.Module],
+        *,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "l2",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        action_dim: int | None = None,
+        delay_qvalue: bool = True,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(gamma=gamma, loss_function=loss_function)
+        self.actor_network = actor_network
+        self.qvalue_network = as_ensemble(qvalue_network, num_qvalue_nets)
+        self.num_qvalue_nets = num_qvalue_nets
+        self.delay_qvalue = delay_qvalue
+        self.target_qvalue_network = (
+            make_target(self.qvalue_network) if delay_qvalue else self.qvalue_network
+        )
+        self.fixed_alpha = fixed_alpha
+        log_alpha = log_alpha_parameter(alpha_init, fixed_alpha)
+        if fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = log_alpha
+        self.min_log_alpha = None if min_alpha is None else float(torch.tensor(min_alpha).log())
+        self.max_log_alpha = None if max_alpha is None else float(torch.tensor(max_alpha).log())
+        self._target_entropy_spec = target_entropy
+        self._action_dim = action_dim or getattr(actor_network, "action_dim", None)
+        self._target_entropy: float | None = None
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        if not self.delay_qvalue:
+            return []
+        return [(self.qvalue_network, self.target_qvalue_network)]
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The entropy coefficient ``exp(log_alpha)`` (no gradient), clamped if bounds are set."""
+        if self.min_log_alpha is not None or self.max_log_alpha is not None:
+            with torch.no_grad():
+                self.log_alpha.clamp_(self.min_log_alpha, self.max_log_alpha)
+        return self.log_alpha.detach().exp()
+
+    def target_entropy(self, action: torch.Tensor | None = None) -> float:
+        """The entropy target; ``"auto"`` resolves to ``-action_dim`` on first use."""
+        if self._target_entropy is None:
+            dim = self._action_dim
+            if dim is None and action is not None:
+                dim = action.shape[-1]
+            self._target_entropy = target_entropy_of(self._target_entropy_spec, dim)
+        return self._target_entropy
+
+    # --- ensemble reductions (REDQ overrides these) --------------------------------------
+    def _target_reduce(self, next_q: torch.Tensor) -> torch.Tensor:
+        """Clipped double Q (Fujimoto et al. 2018): the minimum over the target critics."""
+        return next_q.min(dim=0).values
+
+    def _actor_reduce(self, q: torch.Tensor) -> torch.Tensor:
+        return q.min(dim=0).values
+
+    # --- losses -------------------------------------------------------------------------
+    def _sample(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.actor_network.get_dist(td.select(*self.actor_network.in_keys, strict=False))
+        return rsample_and_log_prob(dist)
+
+    @torch.no_grad()
+    def value_target(self, batch: TensorDictBase) -> torch.Tensor:
+        """The soft Bellman target ``y`` ``[B]``."""
+        reward, terminated, discount = self._transition(batch)
+        next_td = self._get(batch, NEXT)
+        next_action, next_log_prob = self._sample(next_td)
+        next_q = critic_values(
+            self.target_qvalue_network, next_td, next_action, self.tensor_keys.action
+        )
+        next_value = self._target_reduce(next_q) - self.alpha * next_log_prob
+        return bellman_target(reward, next_value, terminated, discount)
+
+    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss_qvalue, td_error [B])``."""
+        target = self.value_target(batch)
+        self._get(batch, self.tensor_keys.action)
+        q = critic_values(self.qvalue_network, batch, None, self.tensor_keys.action)
+        per_sample = self._distance(q, target.expand_as(q)).sum(0)
+        td_error = (q.detach() - target).abs().max(dim=0).values
+        return self._mean(per_sample, self._weights(batch)), td_error
+
+    def actor_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss_actor, log_prob [B] detached)``."""
+        action, log_prob = self._sample(batch)
+        with frozen(self.qvalue_network):
+            q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)
+        self.target_entropy(action)
+        per_sample = self.alpha * log_prob - self._actor_reduce(q)
+        return self._mean(per_sample, self._weights(batch)), log_prob.detach()
+
+    def alpha_loss(self, log_prob: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
+        """``-log_alpha (log pi + target_entropy)``, mean over the batch (SB3, TorchRL)."""
+        per_sample = -self.log_alpha * (log_prob + self.target_entropy())
+        return self._mean(per_sample, self._weights(batch))
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        loss_qvalue, td_error = self.qvalue_loss(batch)
+        loss_actor, log_prob = self.actor_loss(batch)
+        out = {
+            "loss_actor": loss_actor,
+            "loss_qvalue": loss_qvalue,
+            "loss_alpha": self.alpha_loss(log_prob, batch),
+            ALPHA: self.alpha,
+            ENTROPY: -log_prob.mean(),
+            self.tensor_keys.priority: td_error,
+        }
+        return TensorDict(out, batch_size=[])

@@ -1,0 +1,131 @@
+"""Target networks: frozen copies, soft (Polyak) and hard updates, and PER priority wiring.
+
+A loss owns its targets and lists them in ``target_pairs()`` as ``(online, target)`` module
+pairs; :class:`SoftUpdate` and :class:`HardUpdate` (TorchRL's names and arguments) move every
+target of a loss. Soft updates run as a few fused ``torch._foreach_lerp_`` calls over all
+parameters instead of one small kernel per tensor.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from tdrl.keys import INDEX, TD_ERROR
+
+
+class HasTargets(Protocol):
+    """A loss that owns target networks."""
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` module pairs."""
+        ...
+
+
+def make_target(module: nn.Module) -> nn.Module:
+    """A frozen deep copy of ``module``: ``requires_grad=False`` on every parameter.
+
+    The copy is excluded from autograd, so no loss can send it gradients; only
+    :func:`soft_update_` / :func:`hard_update_` change it.
+    """
+    target = copy.deepcopy(module)
+    target.requires_grad_(False)
+    return target
+
+
+def _tensors(online: nn.Module, target: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    src: list[torch.Tensor] = list(online.parameters())
+    dst: list[torch.Tensor] = list(target.parameters())
+    if len(src) != len(dst) or any(a.shape != b.shape for a, b in zip(src, dst, strict=True)):
+        raise ValueError("target and online networks have different parameter shapes")
+    return src, dst
+
+
+@torch.no_grad()
+def soft_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """Polyak update ``p_t <- tau p + (1 - tau) p_t`` in place (Lillicrap et al. 2015).
+
+    Floating-point buffers (e.g. normalisation statistics) are copied, not averaged.
+    """
+    if not 0.0 <= tau <= 1.0:
+        raise ValueError(f"tau must lie in [0, 1], got {tau}")
+    src, dst = _tensors(online, target)
+    if dst:
+        # lerp_(end, w) computes p_t + w (p - p_t) = w p + (1 - w) p_t.
+        torch._foreach_lerp_(dst, src, tau)
+    for b_t, b in zip(target.buffers(), online.buffers(), strict=True):
+        b_t.copy_(b)
+
+
+@torch.no_grad()
+def hard_update_(target: nn.Module, online: nn.Module) -> None:
+    """Copy ``online``'s parameters and buffers into ``target``."""
+    src, dst = _tensors(online, target)
+    if dst:
+        torch._foreach_copy_(dst, src)
+    for b_t, b in zip(target.buffers(), online.buffers(), strict=True):
+        b_t.copy_(b)
+
+
+class SoftUpdate:
+    """Soft-update every target of ``loss`` by ``tau`` on each :meth:`step`.
+
+    Args:
+        loss: a loss with ``target_pairs()``.
+        tau: Polyak coefficient (the weight of the online network), e.g. 0.005 for SAC/TD3.
+        eps: TorchRL's spelling, ``eps = 1 - tau``; give one of the two.
+    """
+
+    def __init__(self, loss: HasTargets, *, tau: float | None = None, eps: float | None = None):
+        if (tau is None) == (eps is None):
+            raise ValueError("give exactly one of tau and eps (= 1 - tau)")
+        self.loss = loss
+        self.tau = float(tau if tau is not None else 1.0 - eps)  # type: ignore[operator]
+
+    def step(self) -> None:
+        for online, target in self.loss.target_pairs():
+            soft_update_(target, online, self.tau)
+
+
+class HardUpdate:
+    """Copy every target of ``loss`` once per ``value_network_update_interval`` steps.
+
+    Args:
+        loss: a loss with ``target_pairs()``.
+        value_network_update_interval: number of :meth:`step` calls between copies (DQN: the
+            target update period, counted in gradient steps).
+    """
+
+    def __init__(self, loss: HasTargets, *, value_network_update_interval: int = 1000):
+        if value_network_update_interval < 1:
+            raise ValueError(
+                f"value_network_update_interval must be >= 1, got {value_network_update_interval}"
+            )
+        self.loss = loss
+        self.value_network_update_interval = value_network_update_interval
+        self.counter = 0
+
+    def step(self) -> None:
+        self.counter += 1
+        if self.counter % self.value_network_update_interval == 0:
+            for online, target in self.loss.target_pairs():
+                hard_update_(target, online)
+
+
+def update_priority(buffer: Any, batch: TensorDictBase, loss_out: TensorDictBase) -> None:
+    """Feed a loss's ``"td_error"`` back to a prioritized buffer as the new priorities.
+
+    ``buffer.update_priority(batch["index"], loss_out["td_error"])``: the buffer turns
+    ``|td_error|`` into ``(|td_error| + eps) ** alpha`` (Schaul et al. 2015, arXiv 1511.05952).
+    """
+    index = batch.get(INDEX, None)
+    if index is None:
+        raise KeyError(f"update_priority: the batch has no {INDEX!r} entry (sampled indices)")
+    td_error = loss_out.get(TD_ERROR, None)
+    if td_error is None:
+        raise KeyError(f"update_priority: the loss output has no {TD_ERROR!r} entry")
+    buffer.update_priority(index, td_error.detach())

@@ -1,0 +1,112 @@
+"""Exploration: epsilon schedule, noise only under RANDOM, clipping, per-env OU resets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import InteractionType, set_interaction_type
+
+from tdrl.modules import (
+    AdditiveGaussianNoise,
+    DeterministicActor,
+    EpsilonGreedy,
+    OrnsteinUhlenbeckNoise,
+    linear_schedule,
+)
+
+
+def test_linear_schedule():
+    assert linear_schedule(1.0, 0.1, 100, 0) == 1.0
+    assert linear_schedule(1.0, 0.1, 100, 50) == pytest.approx(0.55)
+    assert linear_schedule(1.0, 0.1, 100, 1000) == pytest.approx(0.1)
+
+
+def test_epsilon_greedy_rate_and_schedule():
+    torch.manual_seed(0)
+    module = EpsilonGreedy(4, eps_init=1.0, eps_end=0.2, annealing_num_steps=10)
+    module.step(10)
+    assert module.eps == pytest.approx(0.2)
+    td = TensorDict(action=torch.zeros(20000, dtype=torch.int64), batch_size=[20000])
+    with set_interaction_type(InteractionType.RANDOM):
+        module(td)
+    # A random action differs from 0 with probability eps * 3/4.
+    assert abs(float((td["action"] != 0).float().mean()) - 0.2 * 0.75) < 0.01
+    assert int(td["action"].max()) == 3
+    state = module.state_dict()
+    fresh = EpsilonGreedy(4, eps_init=1.0, eps_end=0.2, annealing_num_steps=10)
+    fresh.load_state_dict(state)
+    assert fresh.eps == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: EpsilonGreedy(3, eps_init=1.0, eps_end=1.0),
+        lambda: AdditiveGaussianNoise(2, sigma_init=1.0),
+        lambda: OrnsteinUhlenbeckNoise(2, sigma=5.0),
+    ],
+)
+def test_no_noise_under_deterministic(make):
+    module = make()
+    action = torch.zeros(8, dtype=torch.int64) if isinstance(module, EpsilonGreedy) else None
+    action = torch.zeros(8, 2) if action is None else action
+    td = TensorDict(action=action.clone(), batch_size=[8])
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        module(td)
+    assert torch.equal(td["action"], action)
+    module(td)  # no type set: the module explores
+    assert not torch.equal(td["action"], action)
+
+
+def test_gaussian_noise_scale_and_bounds():
+    torch.manual_seed(0)
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+    noise = AdditiveGaussianNoise(2, sigma_init=0.1, action_low=low, action_high=high)
+    td = TensorDict(action=((low + high) / 2).expand(50000, 2).clone(), batch_size=[50000])
+    noise(td)
+    std = td["action"].std(0)
+    torch.testing.assert_close(std, 0.1 * (high - low) / 2, atol=2e-3, rtol=0)
+    wide = AdditiveGaussianNoise(2, sigma_init=10.0, action_low=low, action_high=high)
+    td = TensorDict(action=torch.zeros(1000, 2), batch_size=[1000])
+    wide(td)
+    assert bool((td["action"] >= low).all() and (td["action"] <= high).all())
+
+
+def test_ou_noise_is_correlated_and_resets_per_env():
+    torch.manual_seed(0)
+    noise = OrnsteinUhlenbeckNoise(1, sigma=1.0, theta=0.15)
+    zeros = torch.zeros(3, 1)
+    for _ in range(50):
+        noise(TensorDict(action=zeros.clone(), batch_size=[3]))
+    assert bool((noise.state != 0).all())
+    kept = noise.state[[0, 2]].clone()
+    noise.reset(torch.tensor([False, True, False]))
+    assert noise.state[1] == 0 and torch.equal(noise.state[[0, 2]], kept)
+    # An "is_init" entry resets those envs to x0 before the Euler-Maruyama step.
+    is_init = torch.tensor([[True], [False], [False]])
+    td = TensorDict(action=zeros.clone(), is_init=is_init, batch_size=[3])
+    before = noise.state.clone()
+    torch.manual_seed(5)
+    noise(td)
+    torch.manual_seed(5)
+    n = torch.randn(3, 1)
+    start = torch.where(is_init, 0.0, before)
+    expected = start + 0.15 * (0.0 - start) * 0.01 + 1.0 * 0.01**0.5 * n
+    torch.testing.assert_close(noise.state, expected)
+    torch.testing.assert_close(td["action"], expected.clamp(-1.0, 1.0))  # half-range 1
+    noise.reset()
+    assert noise.state.numel() == 0
+
+
+def test_deterministic_actor_bounds():
+    torch.manual_seed(0)
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+    actor = DeterministicActor(torch.nn.Linear(3, 2), 2, action_low=low, action_high=high)
+    td = TensorDict(observation=100 * torch.randn(64, 3), batch_size=[64])
+    action = actor(td)["action"]
+    assert bool((action >= low).all() and (action <= high).all())
+    expected = (low + high) / 2 + (high - low) / 2 * torch.tanh(actor.net(td["observation"]))
+    torch.testing.assert_close(action, expected)
+    with pytest.raises(ValueError, match="action_dim=3"):
+        DeterministicActor(torch.nn.Linear(3, 2), 3)(td)

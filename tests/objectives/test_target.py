@@ -1,0 +1,91 @@
+"""Target networks: frozen copies, exact soft updates by tau, hard updates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from offpolicy_data import transitions
+from torch import nn
+
+from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+from tdrl.objectives import SACLoss, SoftUpdate, hard_update_, make_target, soft_update_
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+
+
+def test_make_target_is_a_frozen_equal_copy():
+    online = net()
+    target = make_target(online)
+    for p, p_t in zip(online.parameters(), target.parameters(), strict=True):
+        assert torch.equal(p, p_t) and p is not p_t
+        assert p.requires_grad and not p_t.requires_grad
+
+
+def test_soft_update_moves_by_exactly_tau():
+    online, tau = net(), 0.05
+    target = make_target(online)
+    with torch.no_grad():
+        for p in online.parameters():
+            p.add_(torch.randn_like(p))
+        online[1].running_mean.fill_(3.0)
+    before = [p.clone() for p in target.parameters()]
+    soft_update_(target, online, tau)
+    for p, p_t, old in zip(online.parameters(), target.parameters(), before, strict=True):
+        torch.testing.assert_close(p_t, tau * p + (1 - tau) * old, rtol=1e-6, atol=1e-6)
+        # The step is tau of the gap, elementwise.
+        torch.testing.assert_close(p_t - old, tau * (p - old), rtol=1e-6, atol=1e-6)
+    assert torch.equal(target[1].running_mean, online[1].running_mean)
+
+
+def test_soft_update_limits_and_hard_update():
+    online = net()
+    target = make_target(online)
+    with torch.no_grad():
+        for p in online.parameters():
+            p.add_(1.0)
+    frozen_copy = [p.clone() for p in target.parameters()]
+    soft_update_(target, online, 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(target.parameters(), frozen_copy, strict=True))
+    hard_update_(target, online)
+    assert all(
+        torch.equal(a, b) for a, b in zip(target.parameters(), online.parameters(), strict=True)
+    )
+    with pytest.raises(ValueError, match="tau"):
+        soft_update_(target, online, 1.5)
+
+
+def test_targets_get_no_gradient_in_a_training_step_and_move_by_tau():
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(mlp(3, 4, (16,)), 2)
+    critic = EnsembleCritic(EnsembleMLP(5, 1, (16,), num_members=2))
+    loss = SACLoss(actor, critic)
+    optim = torch.optim.Adam(loss.parameters(), lr=1e-2)
+    updater = SoftUpdate(loss, tau=0.1)
+    target_before = [p.clone() for p in loss.target_qvalue_network.parameters()]
+    out = loss(transitions())
+    (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    assert all(p.grad is None for p in loss.target_qvalue_network.parameters())
+    optim.step()
+    # The optimiser left the targets alone; only the soft update moves them.
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(loss.target_qvalue_network.parameters(), target_before, strict=True)
+    )
+    updater.step()
+    for p, p_t, old in zip(
+        critic.parameters(), loss.target_qvalue_network.parameters(), target_before, strict=True
+    ):
+        torch.testing.assert_close(p_t, 0.1 * p + 0.9 * old, rtol=1e-6, atol=1e-6)
+
+
+def test_soft_update_eps_spelling():
+    loss = SACLoss(
+        TanhGaussianActor(mlp(3, 4, (8,)), 2),
+        EnsembleCritic(EnsembleMLP(5, 1, (8,), num_members=2)),
+    )
+    assert SoftUpdate(loss, eps=0.995).tau == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="exactly one"):
+        SoftUpdate(loss, tau=0.1, eps=0.9)
