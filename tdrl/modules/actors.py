@@ -79,6 +79,9 @@ class _ProbabilisticActor(TensorDictModuleBase):
         self.param_keys = param_keys
         self.out_keys = [*param_keys, ACTION, ACTION_LOG_PROB]
         self.default_interaction_type = default_interaction_type
+        # What TorchRL's losses read off a ProbabilisticActor to find the sample and its log-prob.
+        self.dist_sample_keys: list[NestedKey] = [ACTION]
+        self.log_prob_keys: list[NestedKey] = [ACTION_LOG_PROB]
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         raise NotImplementedError

@@ -213,23 +213,8 @@ def _torchrl_sac_step(policy: nn.Module) -> None:
         _train_step(loss, transitions(8, OBS, ACT))
 
 
-@pytest.mark.xfail(
-    not hasattr(TanhGaussianActor, "log_prob_keys"),
-    reason="TorchRL's SACLoss reads actor.log_prob_keys / dist_sample_keys, which "
-    "tdrl.modules.TanhGaussianActor (owned by the on-policy branch) does not define yet",
-    strict=True,
-)
 def test_torchrl_sac_accepts_tdrl_modules():
     _torchrl_sac_step(actor())
-
-
-def test_torchrl_sac_accepts_tdrl_modules_given_the_two_key_lists():
-    # Everything but the two attribute lists already works: the distribution, get_dist, the
-    # keyed critic under TorchRL's vmap.
-    policy = actor()
-    policy.log_prob_keys = ["action_log_prob"]
-    policy.dist_sample_keys = ["action"]
-    _torchrl_sac_step(policy)
 
 
 def test_bad_input_names_the_key():
