@@ -51,7 +51,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super()._set_storage(storage)
         self._tree = SumTree(storage.capacity)
 
-    def _written(self, cursor: int, steps: int) -> None:
+    _hooked = True
+
+    def _written(self, steps: int) -> None:
         s = self._storage
         assert s is not None and self._tree is not None
         S, length = s.num_streams, s.length
