@@ -160,3 +160,19 @@ def test_requires_grad_and_zero_stride_leaves():
     b["next", "reward"] = torch.tensor([[3.0]]).expand(4, 1)  # stride 0: not contiguous
     rb.extend(b)
     assert_last_step_is(rb, b.detach())
+
+
+def test_compiled_gather_matches_index_select_and_rejects_bad_indices():
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb, 10)
+    s = rb._storage
+    index = torch.tensor([39, 0, 5, 5, 17])
+    fast = s.gather(index)
+    reference = [flat.index_select(0, index) for flat in s.flat]
+    for a, b in zip(fast, reference, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    strided = torch.arange(10)[::2]  # a non-contiguous index takes the per-leaf path
+    assert all(torch.equal(a, f[strided]) for a, f in zip(s.gather(strided), s.flat, strict=True))
+    for bad in (torch.tensor([3, 40]), torch.tensor([-41])):
+        with pytest.raises((IndexError, RuntimeError)):
+            s.gather(bad)
