@@ -176,3 +176,16 @@ def test_compiled_gather_matches_index_select_and_rejects_bad_indices():
     for bad in (torch.tensor([3, 40]), torch.tensor([-41])):
         with pytest.raises((IndexError, RuntimeError)):
             s.gather(bad)
+
+
+def test_float32_and_float64_priorities_give_the_same_tree():
+    trees = []
+    for dtype in (torch.float32, torch.float64):
+        rb = PrioritizedReplayBuffer(40, num_streams=4, alpha=0.7, eps=0.01, generator=0)
+        warm(rb, 10)
+        priority = torch.linspace(0.0, 3.0, 40, dtype=dtype)
+        rb.update_priority(torch.arange(40), priority)
+        trees.append(rb._tree.leaves())
+    expected = (np.linspace(0.0, 3.0, 40).astype(np.float32).astype(np.float64) + 0.01) ** 0.7
+    for leaves in trees:
+        np.testing.assert_allclose(leaves, expected, rtol=1e-6)
