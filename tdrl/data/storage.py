@@ -284,13 +284,14 @@ class StreamStorage:
             return self._checked_write(td)
         try:
             srcs = self._fetch(td._tensordict)
-            ok = srcs is not None and list(map(_meta, srcs)) == sig[1]
-            ok = ok and all(map(_contiguous, srcs))
+            if srcs is None or list(map(_meta, srcs)) != sig[1] or not all(map(_contiguous, srcs)):
+                return self._checked_write(td)
         except (KeyError, AttributeError, TypeError, RuntimeError):
-            ok = False  # a missing key, a non-tensor or sparse leaf: the checked path names it
-        if ok and _write_rows(self._geom, tuple(map(_data_ptr, srcs)), sig[0]):
+            # a missing key, a non-tensor or sparse leaf: the checked path names it
+            return self._checked_write(td)
+        if _write_rows(self._geom, tuple(map(_data_ptr, srcs)), sig[0]):
             return sig[0]
-        return self._checked_write(td)
+        return self._checked_write(td)  # it would wrap around: two copies per leaf
 
     def _checked_write(self, td: TensorDictBase) -> int:
         T = self.steps_of(td)
