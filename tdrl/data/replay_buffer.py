@@ -107,13 +107,16 @@ class ReplayBuffer:
         storage = self._storage
         if storage is None:
             storage = self._allocate(td)
-        cursor = storage.cursor
         steps = storage.write(td)
-        if steps:
-            self._written(cursor, steps)
+        if steps and self._hooked:
+            self._written(steps)
 
-    def _written(self, cursor: int, steps: int) -> None:
-        """Hook after ``steps`` time steps were written from time position ``cursor``."""
+    # Whether a subclass needs :meth:`_written`: the plain buffer skips the call (~0.1 us of the
+    # ~4 us of an ``extend``, issue 4).
+    _hooked = False
+
+    def _written(self, steps: int) -> None:
+        """Hook after ``steps`` time steps were written, ending before the cursor."""
 
     def _allocate(self, td: TensorDictBase) -> StreamStorage:
         if td.batch_dims not in (1, 2):

@@ -88,5 +88,8 @@ def nstep_return(
         last = k - 1 + torch.arange(T, device=r.device).view(T, *([1] * (r.dim() - 1)))
         value = _time_first(next_value, time_dim).gather(0, last)
         nonterminal = ~_time_first(terminated, time_dim).bool().gather(0, last)
-        ret = ret + gamma**k * nonterminal * value
+        # gamma ** k of an int tensor is float32 whatever the reward's dtype: compute it in
+        # the value's dtype so float64 returns stay exact (found by the hypothesis test).
+        discount = torch.pow(gamma, k.to(value.dtype))
+        ret = ret + discount * nonterminal * value
     return ret.movedim(0, time_dim)

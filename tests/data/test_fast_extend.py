@@ -1,0 +1,191 @@
+"""The memcpy fast path of ``extend`` (issue 4): whatever it skips must still be caught.
+
+Each test first lets a good batch through (so the fast path and its cached signature are warm),
+then feeds a batch that differs in one way the fast path must notice: it is either stored
+exactly like the checked path would store it, or rejected with an error naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict
+
+from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+
+
+def batch(value: float, streams: int = 4) -> TensorDict:
+    """A [streams] batch with float, bool and int leaves, one nested level."""
+    base = torch.arange(streams, dtype=torch.float32) + value
+    return TensorDict(
+        {
+            "observation": base.unsqueeze(-1).repeat(1, 3),
+            "action": base.unsqueeze(-1) * 2,
+            "next": {
+                "observation": base.unsqueeze(-1).repeat(1, 3) + 1,
+                "reward": base.unsqueeze(-1),
+                "done": (base.long() % 2 == 0).unsqueeze(-1),
+            },
+            "collector": {"traj_ids": base.long()},
+        },
+        batch_size=[streams],
+    )
+
+
+def warm(rb: ReplayBuffer, times: int = 3) -> None:
+    for i in range(times):
+        rb.extend(batch(10.0 * i))
+
+
+def assert_last_step_is(rb: ReplayBuffer, expected: TensorDict) -> None:
+    step = rb.storage[(rb._storage.cursor - 1) % rb._storage.length]
+    for key in expected.keys(True, True):
+        assert torch.equal(step[key], expected[key]), key
+
+
+def test_fast_path_stores_exactly_what_the_checked_path_stores(monkeypatch):
+    fast, slow = ReplayBuffer(40, num_streams=4), ReplayBuffer(40, num_streams=4)
+    fast.extend(batch(-1.0))
+    slow.extend(batch(-1.0))
+    checked = fast._storage._checked_write
+    calls = []
+    monkeypatch.setattr(fast._storage, "_checked_write", lambda td: calls.append(1) or checked(td))
+    for i in range(25):  # wraps around the 10 steps per stream
+        b = batch(float(i))
+        fast.extend(b)
+        slow._storage._checked_write(b)  # the reference: per-leaf checked copies
+    assert not calls  # every batch took the fast path
+    assert fast._storage.cursor == slow._storage.cursor and len(fast) == len(slow)
+    assert (fast.storage == slow.storage).all()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error", "match"),
+    [
+        (("next", "reward"), torch.zeros(4, 1, dtype=torch.float64), TypeError, "float64"),
+        (("next", "done"), torch.zeros(4, 1, dtype=torch.uint8), TypeError, "uint8"),
+        ("observation", torch.zeros(4, 3, 1), ValueError, r"\(3, 1\).*\(3,\)"),
+        ("observation", torch.zeros(4, 1, 3), ValueError, r"\(1, 3\).*\(3,\)"),
+        (("collector", "traj_ids"), torch.zeros(4, 1, dtype=torch.int64), ValueError, r"\(1,\)"),
+    ],
+)
+def test_same_keys_with_a_different_dtype_or_trailing_shape_are_rejected(key, value, error, match):
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb)
+    bad = batch(99.0)
+    bad.set(key, value)
+    name = repr(key if isinstance(key, str) else key)
+    with pytest.raises(error, match=rf"{re.escape(name)}.*{match}"):
+        rb.extend(bad)
+    assert len(rb) == 12 and rb._storage.cursor == 3  # nothing written
+
+
+def test_non_contiguous_leaves_are_stored_correctly():
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb)
+    b = batch(50.0)
+    wide = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    b["observation"] = wide[:, ::2]  # [4, 3], strides (6, 2)
+    b["next", "observation"] = torch.arange(12, dtype=torch.float32).reshape(3, 4).T  # [4, 3]
+    assert not b["observation"].is_contiguous() and not b["next", "observation"].is_contiguous()
+    rb.extend(b)
+    assert_last_step_is(rb, b)
+
+
+def test_a_leaf_swapped_between_extends_is_read_afresh():
+    rb = ReplayBuffer(40, num_streams=4)
+    b = batch(1.0)
+    rb.extend(b)
+    b["next", "reward"] = torch.full((4, 1), 7.0)  # same TensorDict object, new leaf
+    b["observation"].fill_(-3.0)  # and an in-place change of an old one
+    rb.extend(b)
+    assert_last_step_is(rb, b)
+    b["action"] = torch.zeros(4, 2)  # now a wrong trailing shape on the same object
+    with pytest.raises(ValueError, match=r"'action'.*\(2,\).*\(1,\)"):
+        rb.extend(b)
+
+
+def test_key_order_extra_and_missing_nested_keys():
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb)
+    good = batch(5.0)
+    reordered = TensorDict(
+        {k: good[k] for k in reversed(list(good.keys(True, True)))}, batch_size=[4]
+    )
+    rb.extend(reordered)  # insertion order differs: stored by key all the same
+    assert_last_step_is(rb, good)
+    extra = batch(6.0).set(("next", "extra"), torch.zeros(4))
+    with pytest.raises(KeyError, match=r"extra \[\('next', 'extra'\)\]"):
+        rb.extend(extra)
+    swapped = batch(6.0)  # same count of entries in "next", one key renamed
+    swapped["next"] = swapped["next"].rename_key_("reward", "rewards")
+    with pytest.raises(KeyError, match=r"missing \[\('next', 'reward'\)\].*'rewards'"):
+        rb.extend(swapped)
+    flat = batch(6.0)
+    flat["next"] = torch.zeros(4, 1)  # a tensor where a sub-TensorDict was
+    with pytest.raises(KeyError, match="missing"):
+        rb.extend(flat)
+    assert len(rb) == 16
+
+
+def test_other_tensordict_types_and_a_wrapping_time_batch():
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb)
+    lazy = LazyStackedTensorDict.lazy_stack([batch(8.0)[i] for i in range(4)])
+    rb.extend(lazy)  # not a plain TensorDict: the checked path stores it
+    assert_last_step_is(rb, batch(8.0))
+    one = ReplayBuffer(5)  # one stream: [T] batches are T steps; the third one wraps
+    for start in (0, 3, 6):
+        one.extend(TensorDict({"x": torch.arange(start, start + 3.0)}, batch_size=[3]))
+    assert sorted(one.storage["x"][:, 0].tolist()) == [4.0, 5.0, 6.0, 7.0, 8.0]
+    assert one._storage.cursor == 4
+
+
+def test_prioritized_buffer_takes_the_fast_path_and_sets_new_priorities():
+    rb = PrioritizedReplayBuffer(40, num_streams=4, alpha=1.0, eps=0.0, generator=0)
+    warm(rb)
+    rb.update_priority(torch.arange(12), torch.full((12,), 2.0))
+    rb.extend(batch(3.0))
+    assert np.allclose(rb._tree.leaves()[:16], 2.0)  # the new 4 items got the max, 2
+
+
+def test_requires_grad_and_zero_stride_leaves():
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb)
+    b = batch(4.0)
+    b["observation"] = b["observation"].clone().requires_grad_()
+    b["next", "reward"] = torch.tensor([[3.0]]).expand(4, 1)  # stride 0: not contiguous
+    rb.extend(b)
+    assert_last_step_is(rb, b.detach())
+
+
+def test_compiled_gather_matches_index_select_and_rejects_bad_indices():
+    rb = ReplayBuffer(40, num_streams=4)
+    warm(rb, 10)
+    s = rb._storage
+    index = torch.tensor([39, 0, 5, 5, 17])
+    fast = s.gather(index)
+    reference = [flat.index_select(0, index) for flat in s.flat]
+    for a, b in zip(fast, reference, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    strided = torch.arange(10)[::2]  # a non-contiguous index takes the per-leaf path
+    assert all(torch.equal(a, f[strided]) for a, f in zip(s.gather(strided), s.flat, strict=True))
+    for bad in (torch.tensor([3, 40]), torch.tensor([-41])):
+        with pytest.raises((IndexError, RuntimeError)):
+            s.gather(bad)
+
+
+def test_float32_and_float64_priorities_give_the_same_tree():
+    trees = []
+    for dtype in (torch.float32, torch.float64):
+        rb = PrioritizedReplayBuffer(40, num_streams=4, alpha=0.7, eps=0.01, generator=0)
+        warm(rb, 10)
+        priority = torch.linspace(0.0, 3.0, 40, dtype=dtype)
+        rb.update_priority(torch.arange(40), priority)
+        trees.append(rb._tree.leaves())
+    expected = (np.linspace(0.0, 3.0, 40).astype(np.float32).astype(np.float64) + 0.01) ** 0.7
+    for leaves in trees:
+        np.testing.assert_allclose(leaves, expected, rtol=1e-6)
