@@ -17,7 +17,6 @@ their running std), and the default budget is short (Tianshou: 3M steps).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,22 +25,9 @@ import torch
 from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
 from tdrl.estimators import GAE
+from tdrl.keys import OBSERVATION
 from tdrl.objectives import ClipPPOLoss
-from tdrl.trainers import (
-    CHECKPOINT,
-    Logger,
-    actor_critic,
-    episode_metrics,
-    evaluate_and_log,
-    finish_run,
-    on_policy_update,
-    parse,
-    progress_bar,
-    resume_run,
-    run_dir,
-    save_run,
-    seed_everything,
-)
+from tdrl.trainers import Run, actor_critic, on_policy_update, parse, run_dir, seed_everything
 
 
 @dataclass(frozen=True)
@@ -114,7 +100,6 @@ def main(cfg: Config) -> dict[str, float]:
     """Train PPO as configured; returns the last evaluation and the last update's metrics."""
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    log_dir = run_dir(cfg.log_dir, "ppo", cfg.env_id, cfg.seed)
     # 1. envs: a separate eval env, reset with the same seed at every evaluation
     env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed)
     eval_env = make_vec_env(cfg.env_id, cfg.eval_envs, seed=cfg.seed + 10_000)
@@ -141,16 +126,17 @@ def main(cfg: Config) -> dict[str, float]:
         optimizer, lambda i: max(1.0 - i / n_batches, 0.0) if cfg.lr_decay else 1.0
     )
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
-    state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    counters = {"batches": 0, "time": 0.0, "next_eval": cfg.eval_every}
-    if cfg.resume and (log_dir / CHECKPOINT).exists():
-        counters = resume_run(log_dir / CHECKPOINT, collector, **state)
-    logger = Logger(log_dir, tensorboard=cfg.tensorboard)
-    bar = progress_bar(cfg.total_frames, initial=collector.frames, disable=not cfg.progress)
-    start = time.perf_counter() - counters["time"]
-    last_eval: dict[str, float] = {}
-    metrics: dict[str, float] = {}
-    # 4. loop: estimate, minibatch updates, log, evaluate, checkpoint
+    run = Run(
+        run_dir(cfg.log_dir, "ppo", cfg.env_id, cfg.seed),
+        {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler},
+        eval_env=eval_env, policy=actor, title=f"PPO {cfg.env_id}",
+        total_frames=cfg.total_frames, eval_every=cfg.eval_every,
+        eval_episodes=cfg.eval_episodes, eval_seed=cfg.seed + 10_000,
+        checkpoint_every=cfg.checkpoint_every, stop_after_frames=cfg.stop_after_frames,
+        stop_at_return=cfg.stop_at_return, tensorboard=cfg.tensorboard, progress=cfg.progress,
+    )  # fmt: skip
+    run.start(collector, resume=cfg.resume)
+    # 4. loop: estimate on the whole rollout, minibatch epochs, then log / evaluate / checkpoint
     for batch in collector:
         metrics = on_policy_update(
             batch,
@@ -163,43 +149,14 @@ def main(cfg: Config) -> dict[str, float]:
         )
         metrics["lr"] = scheduler.get_last_lr()[0]
         scheduler.step()
-        if obs_norm is not None:  # after the updates: they saw the statistics of collection
-            obs_norm.update(batch["observation"])
-        counters["batches"] += 1
-        frames = collector.frames
-        counters["time"] = time.perf_counter() - start
-        logger.log(
-            "train", frames, {**metrics, **episode_metrics(collector), "time": counters["time"]}
-        )
-        done = frames >= cfg.total_frames or 0 < cfg.stop_after_frames <= frames
-        if frames >= counters["next_eval"] or done:
-            last_eval = evaluate_and_log(
-                logger, eval_env, actor, step=frames, n_episodes=cfg.eval_episodes,
-                seed=cfg.seed + 10_000, elapsed=counters["time"],
-            )  # fmt: skip
-            counters["next_eval"] = (frames // cfg.eval_every + 1) * cfg.eval_every
-            done = done or last_eval["return_mean"] >= cfg.stop_at_return
-        counters["time"] = time.perf_counter() - start
-        if counters["batches"] % cfg.checkpoint_every == 0 or done:
-            save_run(log_dir / CHECKPOINT, collector, counters, **state)
-        bar.update(cfg.frames_per_batch)
-        bar.set_postfix(ret=last_eval.get("return_mean", float("nan")), kl=metrics["kl_approx"])
-        if done:
+        if obs_norm is not None:  # after the updates, which saw the collection's statistics
+            obs_norm.update(batch[OBSERVATION])
+        if run.end_batch(collector, metrics):
             break
-    # 5. report: the last evaluation is the final deterministic one; curve PNG, CSV, TensorBoard
-    bar.close()
-    logger.close()
+    # 5. report: the last evaluation is the final one; curve.png, CSV and TensorBoard logs
     env.close()
     eval_env.close()
-    png = finish_run(log_dir, f"PPO {cfg.env_id}")
-    result = {"frames": float(collector.frames), "time": counters["time"], **metrics}
-    result.update({f"eval_{k}": v for k, v in last_eval.items()})
-    print(
-        f"PPO {cfg.env_id}: {collector.frames} steps in {counters['time']:.0f} s, eval return "
-        f"{last_eval.get('return_mean', float('nan')):.1f} +- "
-        f"{last_eval.get('return_std', float('nan')):.1f}; logs and {png.name} in {log_dir}"
-    )
-    return result
+    return run.finish()
 
 
 if __name__ == "__main__":

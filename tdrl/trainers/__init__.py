@@ -9,6 +9,7 @@ from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.resume import collector_state, env_state, load_collector_state, load_env_state
 from tdrl.trainers.run import (
     CHECKPOINT,
+    Run,
     drop_rows_after,
     episode_metrics,
     evaluate_and_log,
@@ -23,6 +24,7 @@ from tdrl.trainers.run import (
 __all__ = [
     "CHECKPOINT",
     "Logger",
+    "Run",
     "NormalizedInput",
     "actor_critic",
     "collector_state",

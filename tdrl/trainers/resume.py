@@ -9,8 +9,8 @@ state (MuJoCo envs pickle their constructor arguments only, via ``EzPickle``), s
   qpos, qvel, actuator activations, warm-start accelerations, controls);
 * every env: the plain attributes of the unwrapped env (numpy arrays, numbers, ``None``: e.g.
   CartPole's ``state`` and ``steps_beyond_terminated``, Pendulum's ``last_u``), its
-  ``np_random`` bit-generator state (reset noise), and each wrapper's ``_elapsed_steps``
-  (``TimeLimit``).
+  ``np_random`` bit-generator state (reset noise), and the plain attributes of each wrapper
+  (``TimeLimit``'s ``_elapsed_steps``, ``OrderEnforcing``'s ``_has_reset``, checker flags).
 
 Async vector envs keep their envs in worker processes, out of reach: for them ``env_state``
 returns ``None`` and :func:`load_env_state` re-seeds and resets the envs from a seed derived from
@@ -39,22 +39,29 @@ def _is_mujoco(env: Any) -> bool:
     return hasattr(env, "model") and hasattr(env, "data") and hasattr(env.data, "qpos")
 
 
+def _plain_attrs(obj: Any) -> dict[str, Any]:
+    return {
+        name: value.copy() if isinstance(value, np.ndarray) else value
+        for name, value in vars(obj).items()
+        if isinstance(value, _PLAIN) and not name.startswith(("_ezpickle", "_saved", "_cached"))
+    }
+
+
+def _layers(env: gym.Env) -> list[Any]:
+    layers, layer = [], env
+    while isinstance(layer, gym.Wrapper):
+        layers.append(layer)
+        layer = layer.env
+    return layers
+
+
 def _sub_env_state(env: gym.Env) -> dict[str, Any]:
     unwrapped = env.unwrapped
-    attrs = {
-        name: value.copy() if isinstance(value, np.ndarray) else value
-        for name, value in vars(unwrapped).items()
-        if isinstance(value, _PLAIN) and not name.startswith("_ezpickle")
-    }
-    wrappers = []
-    layer: Any = env
-    while isinstance(layer, gym.Wrapper):
-        wrappers.append(getattr(layer, "_elapsed_steps", None))
-        layer = layer.env
     state: dict[str, Any] = {
-        "attrs": attrs,
+        "attrs": _plain_attrs(unwrapped),
         "np_random": unwrapped.np_random.bit_generator.state,
-        "elapsed_steps": wrappers,
+        # TimeLimit's _elapsed_steps, OrderEnforcing's _has_reset, the env checker's flags.
+        "wrappers": [_plain_attrs(layer) for layer in _layers(env)],
     }
     if _is_mujoco(unwrapped):
         import mujoco
@@ -68,16 +75,15 @@ def _sub_env_state(env: gym.Env) -> dict[str, Any]:
 
 def _load_sub_env_state(env: gym.Env, state: dict[str, Any]) -> None:
     unwrapped = env.unwrapped
-    for name, value in state["attrs"].items():
-        setattr(unwrapped, name, value.copy() if isinstance(value, np.ndarray) else value)
+    layers = _layers(env)
+    if len(layers) != len(state["wrappers"]):
+        raise ValueError(
+            f"the env has {len(layers)} wrappers, the checkpoint {len(state['wrappers'])}"
+        )
+    for obj, attrs in [(unwrapped, state["attrs"]), *zip(layers, state["wrappers"], strict=True)]:
+        for name, value in attrs.items():
+            setattr(obj, name, value.copy() if isinstance(value, np.ndarray) else value)
     unwrapped.np_random.bit_generator.state = state["np_random"]
-    layer: Any = env
-    for elapsed in state["elapsed_steps"]:
-        if elapsed is not None:
-            layer._elapsed_steps = elapsed
-        if hasattr(layer, "_has_reset"):
-            layer._has_reset = True  # OrderEnforcing: the env is mid-episode, not fresh
-        layer = layer.env
     if "physics" in state:
         import mujoco
 
