@@ -56,7 +56,7 @@ def _layers(env: gym.Env) -> list[Any]:
 
 
 def _sub_env_state(env: gym.Env) -> dict[str, Any]:
-    unwrapped = env.unwrapped
+    unwrapped: Any = env.unwrapped
     state: dict[str, Any] = {
         "attrs": _plain_attrs(unwrapped),
         "np_random": unwrapped.np_random.bit_generator.state,
@@ -74,7 +74,7 @@ def _sub_env_state(env: gym.Env) -> dict[str, Any]:
 
 
 def _load_sub_env_state(env: gym.Env, state: dict[str, Any]) -> None:
-    unwrapped = env.unwrapped
+    unwrapped: Any = env.unwrapped
     layers = _layers(env)
     if len(layers) != len(state["wrappers"]):
         raise ValueError(
