@@ -3,16 +3,52 @@
 from tdrl.trainers.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tdrl.trainers.config import parse
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
+from tdrl.trainers.networks import NormalizedInput, actor_critic
+from tdrl.trainers.onpolicy import natural_gradient_update, on_policy_update, train_on_policy
 from tdrl.trainers.plotting import plot_learning_curve
+from tdrl.trainers.resume import collector_state, env_state, load_collector_state, load_env_state
+from tdrl.trainers.run import (
+    CHECKPOINT,
+    Run,
+    drop_rows_after,
+    episode_metrics,
+    evaluate_and_log,
+    finish_run,
+    progress_bar,
+    resume_run,
+    run_dir,
+    save_run,
+    seed_everything,
+)
 
 __all__ = [
+    "CHECKPOINT",
     "Logger",
+    "Run",
+    "NormalizedInput",
+    "actor_critic",
+    "collector_state",
+    "drop_rows_after",
+    "env_state",
+    "episode_metrics",
+    "evaluate_and_log",
+    "finish_run",
     "format_metrics",
     "load_checkpoint",
+    "load_collector_state",
+    "load_env_state",
+    "natural_gradient_update",
+    "on_policy_update",
     "parse",
     "plot_learning_curve",
+    "progress_bar",
     "read_csv",
+    "resume_run",
     "rng_state",
+    "run_dir",
     "save_checkpoint",
+    "save_run",
+    "seed_everything",
     "set_rng_state",
+    "train_on_policy",
 ]

@@ -1,0 +1,158 @@
+"""On-policy training steps and a one-call loop.
+
+Every on-policy step starts the same way: the value estimator (``GAE``, ``TD1Estimator``, ...)
+runs once on the whole ``[num_envs, T]`` rollout, before any minibatching, so advantages see
+whole trajectories and the episode ends in them (a loss never runs an estimator). Then either
+minibatch gradient steps on the summed ``loss_*`` entries (:func:`on_policy_update`: REINFORCE,
+A2C, PPO) or a natural-gradient actor step plus critic regression
+(:func:`natural_gradient_update`: NPG, TRPO). :func:`train_on_policy` wraps the first in a loop
+over a collector for users who want one call; the recipes keep their loop visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from tdrl.collectors import Collector
+from tdrl.modules import RunningObservationNorm
+from tdrl.objectives import ppo_update
+from tdrl.trainers.run import episode_metrics
+
+
+def _scalars(td: TensorDictBase) -> dict[str, float]:
+    return {str(key): float(value) for key, value in td.items()}
+
+
+def on_policy_update(
+    batch: TensorDictBase,
+    loss: TensorDictModuleBase,
+    estimator: TensorDictModuleBase,
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int = 1,
+    minibatch_size: int | None = None,
+    max_grad_norm: float | None = None,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """Estimate advantages on the whole rollout, then ``epochs`` passes of minibatch steps.
+
+    Args:
+        batch: a collector rollout ``[num_envs, T]``; advantages are written into it.
+        loss: returns ``loss_*`` entries to sum (``ClipPPOLoss``, ``A2CLoss``, ``ReinforceLoss``).
+        estimator: writes ``"advantage"`` and ``"value_target"`` (run without gradients).
+        optimizer: over the parameters the loss trains.
+        epochs: passes over the rollout (PPO: 10; A2C, REINFORCE: 1).
+        minibatch_size: samples per gradient step; ``None``: the whole rollout (one step).
+        max_grad_norm: global gradient-norm clip; ``None`` disables.
+        generator: random generator of the shuffles (default: torch's global one).
+
+    Returns:
+        The loss outputs averaged over all gradient steps, as floats.
+
+    Shapes:
+        batch ``[num_envs, T]``.
+    """
+    with torch.no_grad():
+        estimator(batch)
+    size = batch.numel() if minibatch_size is None else minibatch_size
+    out = ppo_update(
+        loss,
+        optimizer,
+        batch,
+        epochs=epochs,
+        minibatch_size=size,
+        max_grad_norm=max_grad_norm,
+        generator=generator,
+    )
+    return _scalars(out)
+
+
+def natural_gradient_update(
+    batch: TensorDictBase,
+    loss: TensorDictModuleBase,
+    estimator: TensorDictModuleBase,
+    critic_optimizer: torch.optim.Optimizer,
+    *,
+    critic_steps: int = 20,
+    critic_minibatch_size: int | None = None,
+) -> dict[str, float]:
+    """NPG/TRPO: estimate on the whole rollout, one ``loss.actor_step``, then critic steps.
+
+    The critic regresses on the value targets computed before the actor moved, with
+    ``critic_steps`` passes of ``critic_minibatch_size`` (``None``: full batch) steps on
+    ``"loss_critic"`` (Tianshou's ``optim_critic_iters``, 20 full-batch steps by default).
+
+    Returns:
+        The actor step's diagnostics (``kl``, ``step_size``, ...) and the mean ``loss_critic``.
+
+    Shapes:
+        batch ``[num_envs, T]``.
+    """
+    with torch.no_grad():
+        estimator(batch)
+    flat = batch.reshape(-1)
+    metrics = _scalars(loss.actor_step(flat))  # type: ignore[operator]
+    # The step leaves the actor's parameters as views into one flat vector, at offsets whose
+    # memory alignment differs from freshly allocated tensors; vectorized kernels then round
+    # differently (1e-8 relative), and a run resumed from a checkpoint (fresh tensors) would drift
+    # from an uninterrupted one. Own storage for every parameter keeps runs bit-reproducible.
+    for param in loss.actor_network.parameters():
+        param.data = param.data.clone()
+    size = flat.numel() if critic_minibatch_size is None else critic_minibatch_size
+    metrics.update(
+        _scalars(ppo_update(loss, critic_optimizer, flat, epochs=critic_steps, minibatch_size=size))
+    )
+    return metrics
+
+
+def train_on_policy(
+    collector: Collector,
+    loss: TensorDictModuleBase,
+    estimator: TensorDictModuleBase,
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int = 1,
+    minibatch_size: int | None = None,
+    max_grad_norm: float | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    obs_norm: RunningObservationNorm | None = None,
+    callback: Callable[[TensorDictBase, dict[str, float]], bool | None] | None = None,
+) -> list[dict[str, float]]:
+    """Runs :func:`on_policy_update` on every batch of ``collector`` until it stops.
+
+    After each batch's updates: ``scheduler.step()`` and, when given, ``obs_norm`` folds the
+    batch's raw observations into its statistics (see ``tdrl.trainers.networks``). Then
+    ``callback(batch, metrics)`` (logging, evaluation, checkpoints); returning False stops.
+
+    Returns:
+        One dict per batch: the update's metrics, ``"frames"`` and, when episodes ended,
+        ``"episode_return"`` and ``"episode_length"``.
+
+    Shapes:
+        batches ``[num_envs, T]``.
+    """
+    history: list[dict[str, float]] = []
+    for batch in collector:
+        metrics = on_policy_update(
+            batch,
+            loss,
+            estimator,
+            optimizer,
+            epochs=epochs,
+            minibatch_size=minibatch_size,
+            max_grad_norm=max_grad_norm,
+        )
+        if scheduler is not None:
+            scheduler.step()
+        if obs_norm is not None:
+            obs_norm.update(batch.get(obs_norm.in_keys[0]))
+        metrics["frames"] = float(collector.frames)
+        metrics.update(episode_metrics(collector))
+        history.append(metrics)
+        if callback is not None and callback(batch, metrics) is False:
+            break
+    return history

@@ -1,0 +1,148 @@
+"""On-policy loop parts: update steps, the one-call loop, the actor-critic builder, and the
+collector/env state that makes a resumed run identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tdrl.collectors import Collector
+from tdrl.envs import make_vec_env
+from tdrl.estimators import GAE
+from tdrl.modules import CategoricalActor, GaussianActor
+from tdrl.objectives import A2CLoss, ClipPPOLoss, TRPOLoss
+from tdrl.trainers import (
+    Logger,
+    actor_critic,
+    collector_state,
+    drop_rows_after,
+    load_collector_state,
+    natural_gradient_update,
+    on_policy_update,
+    read_csv,
+    train_on_policy,
+)
+
+
+def test_actor_critic_picks_the_policy_and_shares_obs_norm() -> None:
+    with make_vec_env("Hopper-v5", 2, seed=0) as env:
+        actor, critic, obs_norm = actor_critic(env)
+        assert isinstance(actor, GaussianActor)
+        assert obs_norm is not None
+        obs_norm.update(torch.randn(100, 11) * 5 + 3)
+        batch = env.reset()
+        actor(batch)
+        critic(batch)
+        # Both networks see the same normalized input: their first layer is the shared norm.
+        assert actor.net[0].obs_norm is critic.net[0].obs_norm is obs_norm
+        assert "net.0.obs_norm.mean" in actor.state_dict()
+    with make_vec_env("CartPole-v1", 2, seed=0) as env:
+        actor, _, obs_norm = actor_critic(env, normalize_observations=False)
+        assert isinstance(actor, CategoricalActor) and obs_norm is None
+        assert actor(env.reset())["logits"].shape == (2, 2)
+
+
+def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
+    torch.manual_seed(0)
+    with make_vec_env("CartPole-v1", 4, seed=0) as env:
+        actor, critic, _ = actor_critic(env)
+        loss = A2CLoss(actor, critic)
+        estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
+        batch = next(iter(Collector(env, actor, 64)))
+        assert "advantage" not in batch.keys()
+        before = [p.detach().clone() for p in loss.parameters()]
+        metrics = on_policy_update(batch, loss, estimator, optimizer)
+        assert batch["advantage"].shape == (4, 16, 1)  # written on the [num_envs, T] rollout
+        assert {"loss_objective", "loss_critic", "entropy"} <= set(metrics)
+        assert all(isinstance(v, float) for v in metrics.values())
+        assert all(not torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))
+
+
+def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
+    torch.manual_seed(0)
+    with make_vec_env("Pendulum-v1", 4, seed=0) as env:
+        actor, critic, _ = actor_critic(env)
+        loss = TRPOLoss(actor, critic, max_kl=0.01)
+        estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        optimizer = torch.optim.Adam(critic.parameters(), lr=1e-3)
+        collector = Collector(env, actor, 256)
+        first = natural_gradient_update(next(iter(collector)), loss, estimator, optimizer)
+        assert 0 < first["kl"] <= 0.01 and first["step_size"] > 0
+        later = natural_gradient_update(collector.rollout(), loss, estimator, optimizer)
+        assert later["kl"] <= 0.01
+        for param in actor.parameters():  # not views into the step's flat vector
+            assert param.untyped_storage().nbytes() == param.numel() * param.element_size()
+
+
+def test_train_on_policy_runs_the_loop_and_stops_on_callback() -> None:
+    torch.manual_seed(0)
+    with make_vec_env("CartPole-v1", 4, seed=0) as env:
+        actor, critic, obs_norm = actor_critic(env)
+        loss = ClipPPOLoss(actor, critic)
+        estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+        optimizer = torch.optim.Adam(loss.parameters(), lr=3e-4)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1 - i / 4)
+        collector = Collector(env, actor, 128, total_frames=512)
+        history = train_on_policy(
+            collector, loss, estimator, optimizer, epochs=2, minibatch_size=32,
+            scheduler=scheduler, obs_norm=obs_norm,
+        )  # fmt: skip
+        assert [row["frames"] for row in history] == [128, 256, 384, 512]
+        assert "kl_approx" in history[0] and "episode_return" in history[-1]
+        assert optimizer.param_groups[0]["lr"] == 0.0
+        assert obs_norm is not None and obs_norm.count > 500  # 512 observations folded in
+        seen = []
+        collector = Collector(env, actor, 128, total_frames=10_000)
+        history = train_on_policy(
+            collector,
+            loss,
+            estimator,
+            optimizer,
+            callback=lambda b, m: seen.append(m) or len(seen) < 2,
+        )
+        assert len(history) == len(seen) == 2
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1", "Pendulum-v1"])
+def test_collector_state_restores_the_env_stream(env_id: str) -> None:
+    """Batch after a restore == the batch that followed the save (resets included)."""
+    torch.manual_seed(0)
+    with make_vec_env(env_id, 3, seed=1) as env:
+        collector = Collector(env, None, 300)
+        collector.rollout()
+        state = collector_state(collector)
+        after_save = collector.rollout()
+        collector.rollout()  # move on, then go back
+    with make_vec_env(env_id, 3, seed=99) as fresh_env:  # different seed: all from the state
+        fresh = Collector(fresh_env, None, 300)
+        assert load_collector_state(fresh, state)
+        replayed = fresh.rollout()
+    assert after_save["next", "done"].any()  # episodes ended: resets were reproduced too
+    assert fresh.frames == 600
+    for key in after_save.keys(True, True):
+        assert torch.equal(after_save[key], replayed[key]), key
+
+
+def test_async_env_resume_reseeds_instead() -> None:
+    with make_vec_env("CartPole-v1", 2, mode="async", seed=0) as env:
+        collector = Collector(env, None, 20)
+        collector.rollout()
+        state = collector_state(collector)
+        assert state["env"] is None
+        assert not load_collector_state(collector, state)
+        batch = collector.rollout()  # fresh episodes from a derived seed
+        assert batch["collector", "traj_ids"][:, 0].tolist() != [0, 1]
+
+
+def test_drop_rows_after(tmp_path: Path) -> None:
+    with Logger(tmp_path, tensorboard=False) as logger:
+        for step in (100, 200, 300):
+            logger.log("train", step, {"loss": step / 100})
+    drop_rows_after(tmp_path, 200)
+    assert read_csv(tmp_path / "train.csv") == [
+        {"step": 100.0, "loss": 1.0},
+        {"step": 200.0, "loss": 2.0},
+    ]
