@@ -42,6 +42,7 @@ from tdrl.trainers import (
     parse,
     plot_learning_curve,
     save_run,
+    torch_default_init_,
     transitions,
     updates_due,
 )
@@ -110,7 +111,7 @@ def main(cfg: Config) -> dict[str, float]:
     low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
 
     # 2. networks: deterministic actor; Gaussian noise on top acts only while collecting
-    actor_net = mlp(obs_dim, action_dim, cfg.hidden_sizes, activation=nn.ReLU)
+    actor_net = torch_default_init_(mlp(obs_dim, action_dim, cfg.hidden_sizes, activation=nn.ReLU))
     actor = DeterministicActor(actor_net, action_dim, action_low=low, action_high=high)
     bounds = {"action_low": low, "action_high": high}
     if cfg.noise == "ou":
@@ -118,7 +119,8 @@ def main(cfg: Config) -> dict[str, float]:
     else:
         noise = AdditiveGaussianNoise(action_dim, sigma_init=cfg.exploration_noise, **bounds)
     policy = TensorDictSequential(actor, noise)
-    critic = StateActionCritic(mlp(obs_dim + action_dim, 1, cfg.hidden_sizes, activation=nn.ReLU))
+    critic_net = mlp(obs_dim + action_dim, 1, cfg.hidden_sizes, activation=nn.ReLU)
+    critic = StateActionCritic(torch_default_init_(critic_net))
 
     # 3. loss, target update, optimiser, buffer
     loss = DDPGLoss(actor, critic, gamma=cfg.gamma)

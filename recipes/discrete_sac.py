@@ -35,6 +35,7 @@ from tdrl.trainers import (
     parse,
     plot_learning_curve,
     save_run,
+    torch_default_init_,
     transitions,
     updates_due,
 )
@@ -107,7 +108,8 @@ def main(cfg: Config) -> dict[str, float]:
     obs_dim, num_actions = env.obs_leaves[0].shape[-1], int(env.action_spec.space.n)
 
     # 2. networks
-    actor = CategoricalActor(mlp(obs_dim, num_actions, cfg.hidden_sizes, activation=nn.ReLU))
+    actor_net = mlp(obs_dim, num_actions, cfg.hidden_sizes, activation=nn.ReLU)
+    actor = CategoricalActor(torch_default_init_(actor_net))
     critic = EnsembleCritic(  # Q_e(s, .) for every action, both critics in one call
         EnsembleMLP(obs_dim, num_actions, cfg.hidden_sizes, num_members=2),
         in_keys=(OBSERVATION,),

@@ -3,10 +3,12 @@ heads (Wang et al. 2016, 1511.06581), n-step returns and prioritized replay (Sch
 1511.05952) as options.
 
 Defaults: CartPole-v1 with rl-baselines3-zoo's tuned DQN settings (hyperparams/dqn.yml): lr
-2.3e-3, batch 64, 256x256 MLP, 1k random steps, epsilon 1 -> 0.04 over the first 16% of 50k
-steps, 128 gradient steps per 256 env steps (utd 0.5), hard target copy every 10 gradient steps,
-gamma 0.99, Huber loss, gradient norm clipped at 10 (SB3's default). Where tdrl differs: double Q
-is on by default (the zoo uses SB3's plain DQN).
+2.3e-3, batch 64, 256x256 MLP with PyTorch's default init, 1k random steps, epsilon 1 -> 0.04
+over the first 16% of 50k steps, 128 gradient steps per 256 env steps (utd 0.5), gamma 0.99,
+Huber loss, gradient norm clipped at 10 (SB3's default). The zoo copies the target every 10 env
+steps; SB3 trains in bursts, so that is one copy per burst, i.e. every 128 gradient steps here
+(a copy every 10 gradient steps diverged: Q reached 1e10). Where tdrl differs: double Q is on by
+default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here).
 
     python recipes/dqn.py                                  # CartPole-v1
     python recipes/dqn.py --n-steps 3 --prioritized --no-double-dqn
@@ -38,6 +40,7 @@ from tdrl.trainers import (
     parse,
     plot_learning_curve,
     save_run,
+    torch_default_init_,
     transitions,
     updates_due,
 )
@@ -85,8 +88,9 @@ class Config:
     """final exploration epsilon."""
     eps_frames: int = 8_000
     """env steps over which epsilon decays."""
-    target_update_interval: int = 10
-    """gradient steps between hard target copies."""
+    target_update_interval: int = 128
+    """gradient steps between hard target copies (zoo: every 10 env steps, i.e. once per burst of
+    128 gradient steps, since SB3 trains in bursts every 256 env steps)."""
     max_grad_norm: float = 10.0
     """gradient norm clip."""
     eval_every: int = 5_000
@@ -120,7 +124,8 @@ def main(cfg: Config) -> dict[str, float]:
     obs_dim, num_actions = env.obs_leaves[0].shape[-1], int(env.action_spec.space.n)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
-    qnet = QValueActor(q_mlp(obs_dim, num_actions, cfg.hidden_sizes, dueling=cfg.dueling))
+    qnet_body = q_mlp(obs_dim, num_actions, cfg.hidden_sizes, dueling=cfg.dueling)
+    qnet = QValueActor(torch_default_init_(qnet_body))  # SB3's init, which the zoo tuned
     exploration = EpsilonGreedy(
         num_actions, eps_init=cfg.eps_init, eps_end=cfg.eps_end, annealing_num_steps=cfg.eps_frames
     )

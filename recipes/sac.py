@@ -37,6 +37,7 @@ from tdrl.trainers import (
     parse,
     plot_learning_curve,
     save_run,
+    torch_default_init_,
     transitions,
     updates_due,
 )
@@ -107,7 +108,9 @@ def main(cfg: Config) -> dict[str, float]:
     low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
 
     # 2. networks
-    actor_net = mlp(obs_dim, 2 * action_dim, cfg.hidden_sizes, activation=nn.ReLU)
+    actor_net = torch_default_init_(
+        mlp(obs_dim, 2 * action_dim, cfg.hidden_sizes, activation=nn.ReLU)
+    )
     actor = TanhGaussianActor(actor_net, action_dim, action_low=low, action_high=high)
     critic = EnsembleCritic(EnsembleMLP(obs_dim + action_dim, 1, cfg.hidden_sizes, num_members=2))
 

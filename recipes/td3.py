@@ -36,6 +36,7 @@ from tdrl.trainers import (
     parse,
     plot_learning_curve,
     save_run,
+    torch_default_init_,
     transitions,
     updates_due,
 )
@@ -108,7 +109,7 @@ def main(cfg: Config) -> dict[str, float]:
     low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
 
     # 2. networks: deterministic actor; Gaussian noise on top acts only while collecting
-    actor_net = mlp(obs_dim, action_dim, cfg.hidden_sizes, activation=nn.ReLU)
+    actor_net = torch_default_init_(mlp(obs_dim, action_dim, cfg.hidden_sizes, activation=nn.ReLU))
     actor = DeterministicActor(actor_net, action_dim, action_low=low, action_high=high)
     noise = AdditiveGaussianNoise(
         action_dim, sigma_init=cfg.exploration_noise, action_low=low, action_high=high
