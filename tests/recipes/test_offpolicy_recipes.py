@@ -137,7 +137,7 @@ def test_dqn_solves_cartpole(tmp_path):
     cfg = dqn.Config(log_dir=str(tmp_path / "dqn"), progress=False, tensorboard=False)
     result = dqn.main(cfg)
     # Solved: a greedy evaluation of >= 475 during training (the time-to-solve criterion). DQN on
-    # CartPole oscillates after solving (seed 0 here: 500 at 25k-45k steps, 286 at the end), so
+    # CartPole oscillates after solving (seed 0 here: 500 at 30k and 45k steps, 286 at 50k), so
     # the final evaluation is only required to be far above a random policy's ~22.
     assert result["best_eval_return"] >= 475, result
     assert result["eval_return"] >= 200, result
