@@ -60,6 +60,20 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
     assert read_csv(run / "train.csv"), "no training episode was logged"
 
 
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("dqn", {"prioritized": True, "n_steps": 3, "dueling": True, "double_dqn": False}),
+        ("ddpg", {"noise": "ou"}),
+        ("discrete_sac", {"auto_alpha": True}),
+    ],
+)
+def test_recipe_options_run(name, options, tmp_path):
+    module, cfg = config(name, tmp_path, checkpoint_every=0, **options)
+    result = module.main(cfg)
+    assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return"])
+
+
 @pytest.mark.parametrize(("name", "every"), [("dqn", 128), ("sac", 100)])
 def test_resume_restores_buffer_and_counters(name, every, tmp_path):
     module, first = config(name, tmp_path, checkpoint_every=every)
