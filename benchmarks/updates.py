@@ -10,8 +10,16 @@ cheaper than its replay-buffer sampler, so this favours TorchRL), tdrl ``ppo_upd
 library runs on one thread (``torch.set_num_threads(1)``): the figure is the library overhead
 around the same small networks, and ratios within a run are what to compare.
 
-Usage: ``python benchmarks/updates.py [--quick] [--sections ppo]``.
-Sections for other algorithms (SAC, DQN) are added to ``SECTIONS``.
+SAC section: gradient steps per second on HalfCheetah shapes (observation 17, action 6), batch
+256, 256x256 ReLU MLPs for the actor and both critics, automatic entropy tuning, Polyak targets,
+each library sampling from its own replay buffer of 10,000 random transitions (Tianshou's
+``SAC.update``, SB3's ``SAC.train``, TorchRL's ``SACLoss`` loop as in its sota-implementations,
+tdrl's recipes/sac.py loop). DQN section: the same on CartPole shapes (observation 4, 2 actions),
+batch 64, 256x256 MLP (rl-baselines3-zoo's CartPole setting), Huber loss, no double Q (SB3 has
+none), hard target copy every 10 steps, gradients clipped at 10 (SB3 always clips; Tianshou's DQN
+has no clipping, which favours it).
+
+Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac dqn]``.
 """
 
 from __future__ import annotations
@@ -229,7 +237,410 @@ def section_ppo(quick: bool) -> None:
     print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
 
 
-SECTIONS: dict[str, Callable[[bool], None]] = {"ppo": section_ppo}
+# --- SAC: gradient steps on HalfCheetah shapes ------------------------------------------------
+SAC_OBS, SAC_ACT, SAC_BATCH, SAC_HIDDEN, SAC_BUFFER = 17, 6, 256, [256, 256], 20_000
+
+
+def sac_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random transitions with HalfCheetah's shapes (the update cost does not depend on values)."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "observation": torch.randn(n, SAC_OBS, generator=g),
+        "action": torch.rand(n, SAC_ACT, generator=g) * 2 - 1,
+        "next_observation": torch.randn(n, SAC_OBS, generator=g),
+        "reward": torch.randn(n, generator=g),
+        "terminated": torch.rand(n, generator=g) < 0.01,
+    }
+
+
+def _td(data: dict[str, torch.Tensor]):  # noqa: ANN202
+    from tensordict import TensorDict
+
+    n = len(data["reward"])
+    term = data["terminated"].view(n, 1)
+    return TensorDict(
+        {
+            "observation": data["observation"],
+            "action": data["action"],
+            ("next", "observation"): data["next_observation"],
+            ("next", "reward"): data["reward"].view(n, 1),
+            ("next", "terminated"): term,
+            ("next", "truncated"): torch.zeros_like(term),
+            ("next", "done"): term,
+        },
+        batch_size=[n],
+    )
+
+
+def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    """The loop of recipes/sac.py: sample, loss, one backward, fused Adam, soft update."""
+    from tdrl.data import ReplayBuffer
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+    from tdrl.objectives import SACLoss, SoftUpdate
+    from tdrl.trainers import optimizer_step
+
+    actor = TanhGaussianActor(mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)
+    critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, SAC_HIDDEN, num_members=2))
+    loss = SACLoss(actor, critic)
+    updater = SoftUpdate(loss, tau=0.005)
+    optimizer = torch.optim.Adam(
+        [
+            {"params": actor.parameters(), "lr": 1e-3},
+            {"params": critic.parameters(), "lr": 1e-3},
+            {"params": [loss.log_alpha], "lr": 3e-4},
+        ],
+        fused=True,
+    )
+    buffer = ReplayBuffer(SAC_BUFFER, generator=0)
+    buffer.extend(_td(data))
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = loss(buffer.sample(SAC_BATCH))
+        optimizer_step(out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], optimizer)
+        updater.step()
+    return time.perf_counter() - start
+
+
+def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import configure
+
+    class Shapes(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+
+    model = SAC(
+        "MlpPolicy",
+        Shapes(),
+        learning_rate=1e-3,
+        buffer_size=SAC_BUFFER,
+        learning_starts=0,
+        batch_size=SAC_BATCH,
+        policy_kwargs={"net_arch": SAC_HIDDEN},
+        device="cpu",
+        seed=0,
+    )
+    model.set_logger(configure(None, [""]))
+    rb, n = model.replay_buffer, len(data["reward"])
+    rb.observations[:n, 0] = data["observation"].numpy()
+    rb.next_observations[:n, 0] = data["next_observation"].numpy()
+    rb.actions[:n, 0] = data["action"].numpy()
+    rb.rewards[:n, 0] = data["reward"].numpy()
+    rb.dones[:n, 0] = data["terminated"].numpy()
+    rb.pos, rb.full = n % rb.buffer_size, n >= rb.buffer_size
+    model._current_progress_remaining = 1.0
+    start = time.perf_counter()
+    model.train(gradient_steps=steps, batch_size=SAC_BATCH)
+    return time.perf_counter() - start
+
+
+def sac_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from tianshou.algorithm import SAC
+    from tianshou.algorithm.algorithm_base import policy_within_training_step
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Batch, ReplayBuffer
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+
+    # As in Tianshou's examples/mujoco/mujoco_sac.py.
+    net_a = Net(state_shape=SAC_OBS, hidden_sizes=SAC_HIDDEN)
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=net_a, action_shape=SAC_ACT, unbounded=True, conditioned_sigma=True
+    )
+
+    def critic() -> ContinuousCritic:
+        net = Net(state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=SAC_HIDDEN, concat=True)
+        return ContinuousCritic(preprocess_net=net)
+
+    space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+    algorithm = SAC(
+        policy=SACPolicy(actor=actor, action_space=space),
+        policy_optim=AdamOptimizerFactory(lr=1e-3),
+        critic=critic(),
+        critic_optim=AdamOptimizerFactory(lr=1e-3),
+        critic2=critic(),
+        critic2_optim=AdamOptimizerFactory(lr=1e-3),
+        tau=0.005,
+        gamma=0.99,
+        alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=3e-4)),
+    )
+    buffer = ReplayBuffer(SAC_BUFFER)
+    for i in range(len(data["reward"])):
+        buffer.add(
+            Batch(
+                obs=data["observation"][i].numpy(),
+                act=data["action"][i].numpy(),
+                rew=float(data["reward"][i]),
+                terminated=bool(data["terminated"][i]),
+                truncated=False,
+                obs_next=data["next_observation"][i].numpy(),
+                info={},
+            )
+        )
+    start = time.perf_counter()
+    with policy_within_training_step(algorithm.policy):
+        for _ in range(steps):
+            algorithm.update(buffer=buffer, sample_size=SAC_BATCH)
+    return time.perf_counter() - start
+
+
+def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import SACLoss, SoftUpdate
+
+    # As in TorchRL's sota-implementations/sac (one backward of the summed losses).
+    actor_net = nn.Sequential(
+        MLP(
+            in_features=SAC_OBS,
+            out_features=2 * SAC_ACT,
+            num_cells=SAC_HIDDEN,
+            activation_class=nn.ReLU,
+        ),  # fmt: skip
+        NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": -1.0, "high": 1.0},
+    )
+    qvalue = ValueOperator(
+        MLP(
+            in_features=SAC_OBS + SAC_ACT,
+            out_features=1,
+            num_cells=SAC_HIDDEN,
+            activation_class=nn.ReLU,
+        ),  # fmt: skip
+        in_keys=["action", "observation"],
+    )
+    loss = SACLoss(
+        actor, qvalue, num_qvalue_nets=2, delay_qvalue=True, target_entropy=-float(SAC_ACT)
+    )
+    loss.make_value_estimator(gamma=0.99)
+    updater = SoftUpdate(loss, eps=0.995)
+    optimizer = torch.optim.Adam(
+        [
+            {"params": loss.actor_network_params.flatten_keys().values(), "lr": 1e-3},
+            {"params": loss.qvalue_network_params.flatten_keys().values(), "lr": 1e-3},
+            {"params": [loss.log_alpha], "lr": 3e-4},
+        ]
+    )
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(SAC_BUFFER), batch_size=SAC_BATCH)
+    buffer.extend(_td(data))
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = loss(buffer.sample())
+        total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+        updater.step()
+    return time.perf_counter() - start
+
+
+SAC_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int], float]] = {
+    "tdrl": sac_tdrl,
+    "SB3": sac_sb3,
+    "Tianshou": sac_tianshou,
+    "TorchRL": sac_torchrl,
+}
+
+
+# --- DQN: gradient steps on CartPole shapes ---------------------------------------------------
+DQN_OBS, DQN_ACTIONS, DQN_BATCH, DQN_HIDDEN, DQN_TARGET_EVERY = 4, 2, 64, [256, 256], 10
+
+
+def dqn_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "observation": torch.randn(n, DQN_OBS, generator=g),
+        "action": torch.randint(DQN_ACTIONS, (n,), generator=g),
+        "next_observation": torch.randn(n, DQN_OBS, generator=g),
+        "reward": torch.ones(n),
+        "terminated": torch.rand(n, generator=g) < 0.05,
+    }
+
+
+def dqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    """The loop of recipes/dqn.py (double Q off, as SB3 has none)."""
+    from tdrl.data import ReplayBuffer
+    from tdrl.modules import QValueActor, q_mlp
+    from tdrl.objectives import DQNLoss, HardUpdate
+    from tdrl.trainers import optimizer_step
+
+    qnet = QValueActor(q_mlp(DQN_OBS, DQN_ACTIONS, DQN_HIDDEN))
+    loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=False)
+    updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
+    optimizer = torch.optim.Adam(qnet.parameters(), lr=2.3e-3, fused=True)
+    buffer = ReplayBuffer(SAC_BUFFER, generator=0)
+    buffer.extend(_td(data))
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = loss(buffer.sample(DQN_BATCH))
+        optimizer_step(out["loss"], optimizer, max_grad_norm=10.0)
+        updater.step()
+    return time.perf_counter() - start
+
+
+def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.logger import configure
+
+    class Shapes(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (DQN_OBS,), np.float32)
+        action_space = gym.spaces.Discrete(DQN_ACTIONS)
+
+    model = DQN(
+        "MlpPolicy",
+        Shapes(),
+        learning_rate=2.3e-3,
+        buffer_size=SAC_BUFFER,
+        learning_starts=0,
+        batch_size=DQN_BATCH,
+        target_update_interval=DQN_TARGET_EVERY,
+        policy_kwargs={"net_arch": DQN_HIDDEN},
+        device="cpu",
+        seed=0,
+    )
+    model.set_logger(configure(None, [""]))
+    rb, n = model.replay_buffer, len(data["reward"])
+    rb.observations[:n, 0] = data["observation"].numpy()
+    rb.next_observations[:n, 0] = data["next_observation"].numpy()
+    rb.actions[:n, 0, 0] = data["action"].numpy()
+    rb.rewards[:n, 0] = data["reward"].numpy()
+    rb.dones[:n, 0] = data["terminated"].numpy()
+    rb.pos, rb.full = n % rb.buffer_size, n >= rb.buffer_size
+    model._current_progress_remaining = 1.0
+    start = time.perf_counter()
+    model.train(gradient_steps=steps, batch_size=DQN_BATCH)
+    return time.perf_counter() - start
+
+
+def dqn_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.algorithm_base import policy_within_training_step
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Batch, ReplayBuffer
+    from tianshou.utils.net.common import Net
+
+    net = Net(state_shape=DQN_OBS, action_shape=DQN_ACTIONS, hidden_sizes=DQN_HIDDEN)
+    policy = DiscreteQLearningPolicy(model=net, action_space=gym.spaces.Discrete(DQN_ACTIONS))
+    algorithm = DQN(
+        policy=policy,
+        optim=AdamOptimizerFactory(lr=2.3e-3),
+        gamma=0.99,
+        target_update_freq=DQN_TARGET_EVERY,
+        is_double=False,
+        huber_loss_delta=1.0,
+    )
+    buffer = ReplayBuffer(SAC_BUFFER)
+    for i in range(len(data["reward"])):
+        buffer.add(
+            Batch(
+                obs=data["observation"][i].numpy(),
+                act=int(data["action"][i]),
+                rew=float(data["reward"][i]),
+                terminated=bool(data["terminated"][i]),
+                truncated=False,
+                obs_next=data["next_observation"][i].numpy(),
+                info={},
+            )
+        )
+    start = time.perf_counter()
+    with policy_within_training_step(algorithm.policy):
+        for _ in range(steps):
+            algorithm.update(buffer=buffer, sample_size=DQN_BATCH)
+    return time.perf_counter() - start
+
+
+def dqn_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    from torchrl.data import LazyTensorStorage, OneHot, TensorDictReplayBuffer
+    from torchrl.modules import MLP, QValueActor
+    from torchrl.objectives import DQNLoss, HardUpdate
+
+    net = MLP(in_features=DQN_OBS, out_features=DQN_ACTIONS, num_cells=DQN_HIDDEN,
+              activation_class=nn.ReLU)  # fmt: skip
+    actor = QValueActor(net, in_keys=["observation"], spec=OneHot(DQN_ACTIONS))
+    loss = DQNLoss(actor, loss_function="smooth_l1", delay_value=True, double_dqn=False)
+    loss.make_value_estimator(gamma=0.99)
+    updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=2.3e-3)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(SAC_BUFFER), batch_size=DQN_BATCH)
+    td = _td(data)
+    td["action"] = torch.nn.functional.one_hot(data["action"], DQN_ACTIONS)
+    buffer.extend(td)
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = loss(buffer.sample())
+        optimizer.zero_grad()
+        out["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(loss.parameters(), 10.0)
+        optimizer.step()
+        updater.step()
+    return time.perf_counter() - start
+
+
+DQN_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int], float]] = {
+    "tdrl": dqn_tdrl,
+    "SB3": dqn_sb3,
+    "Tianshou": dqn_tianshou,
+    "TorchRL": dqn_torchrl,
+}
+
+
+def _steps_table(
+    title: str,
+    peers: dict[str, Callable[[dict[str, torch.Tensor], int], float]],
+    data: dict[str, torch.Tensor],
+    steps: int,
+) -> None:
+    print(title)
+    rates = {}
+    for name, bench in peers.items():
+        bench(data, 10)  # warm-up: imports, allocator, first-call costs
+        rates[name] = steps / bench(data, steps)
+    best_peer = max(rate for name, rate in rates.items() if name != "tdrl")
+    print(f"{'library':<10} {'steps/s':>10} {'vs tdrl':>8}")
+    for name, rate in rates.items():
+        print(f"{name:<10} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}")
+    print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
+
+
+def section_sac(quick: bool) -> None:
+    steps = 30 if quick else 300
+    _steps_table(
+        f"SAC gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
+        f"twin critics, auto alpha, {steps} steps, 1 thread",
+        SAC_PEERS,
+        sac_data(10_000),
+        steps,
+    )
+
+
+def section_dqn(quick: bool) -> None:
+    steps = 100 if quick else 2000
+    _steps_table(
+        f"DQN gradient steps: batch {DQN_BATCH}, 256x256 MLP, obs {DQN_OBS}, {DQN_ACTIONS} "
+        f"actions, Huber, target copy every {DQN_TARGET_EVERY}, {steps} steps, 1 thread",
+        DQN_PEERS,
+        dqn_data(10_000),
+        steps,
+    )
+
+
+SECTIONS: dict[str, Callable[[bool], None]] = {
+    "ppo": section_ppo,
+    "sac": section_sac,
+    "dqn": section_dqn,
+}
 
 
 def main() -> None:

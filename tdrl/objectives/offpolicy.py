@@ -35,6 +35,7 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
+from tdrl.ops import td0_return
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,13 +211,18 @@ def bellman_target(
 ) -> torch.Tensor:
     """One-step target ``y = r + discount * (1 - terminated) * V(s')`` (no gradient).
 
-    A truncated step is bootstrapped like an ordinary one: ``V(s')`` is computed from the real
-    final observation (partial-episode bootstrapping, Pardo et al. 2018, arXiv 1712.00378).
+    :func:`tdrl.ops.td0_return` with the ``"bootstrap"`` truncation policy: a truncated step is
+    bootstrapped like an ordinary one, ``V(s')`` coming from the real final observation
+    (partial-episode bootstrapping, Pardo et al. 2018, arXiv 1712.00378). ``discount`` is
+    ``gamma`` or, for n-step samples, the per-sample ``gamma ** k``. The flat batch is passed as
+    one time row (``time_dim=-1``): TD(0) is elementwise, so no step reads its neighbour. The
+    op's input checks are skipped (``validate=False``): ``_transition`` already checked shapes
+    and dtypes, and the checks would cost more than the target itself on this hot path.
 
     Shapes:
-        all ``[B]`` (``next_value`` may have leading dims that broadcast) -> ``[B]``.
+        all ``[B]`` -> ``[B]``.
     """
-    return reward + discount * next_value.masked_fill(terminated, 0.0)
+    return td0_return(reward, next_value, terminated, gamma=discount, time_dim=-1, validate=False)
 
 
 def rsample_and_log_prob(dist: Distribution) -> tuple[torch.Tensor, torch.Tensor]:

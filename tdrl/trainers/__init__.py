@@ -4,6 +4,17 @@ from tdrl.trainers.checkpoint import load_checkpoint, rng_state, save_checkpoint
 from tdrl.trainers.config import parse
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
 from tdrl.trainers.networks import NormalizedInput, actor_critic
+from tdrl.trainers.offpolicy import (
+    crossed,
+    has_run,
+    load_run,
+    make_replay_buffer,
+    optimizer_step,
+    torch_default_init_,
+    transitions,
+    truncate_streams,
+    updates_due,
+)
 from tdrl.trainers.onpolicy import natural_gradient_update, on_policy_update, train_on_policy
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.resume import collector_state, env_state, load_collector_state, load_env_state
@@ -24,6 +35,15 @@ from tdrl.trainers.run import (
 __all__ = [
     "CHECKPOINT",
     "Logger",
+    "crossed",
+    "has_run",
+    "load_run",
+    "make_replay_buffer",
+    "optimizer_step",
+    "torch_default_init_",
+    "transitions",
+    "truncate_streams",
+    "updates_due",
     "Run",
     "NormalizedInput",
     "actor_critic",
