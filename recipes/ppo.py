@@ -10,8 +10,9 @@ steps = 2048 per batch, 10 epochs of minibatch 64, Adam lr 3e-4 decayed linearly
 0.99, GAE lambda 0.95, clip 0.2, critic coefficient 0.25, no entropy bonus, gradient norm 0.5,
 64x64 tanh MLPs, initial log-std -0.5, observation normalization. Differences: advantages are
 normalized per minibatch (SB3/CleanRL; Tianshou off), GAE is computed once per batch
-(Tianshou recomputes it every epoch), no reward/return scaling (Tianshou divides returns by
-their running std), and the default budget is short (Tianshou: 3M steps).
+(Tianshou recomputes it every epoch), rewards are divided by the running std of the discounted
+return (SB3/CleanRL; Tianshou normalizes the value targets instead), and the default budget is
+short (Tianshou: 3M steps).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
 from tdrl.estimators import GAE
 from tdrl.keys import OBSERVATION
+from tdrl.modules import RewardScaling
 from tdrl.objectives import ClipPPOLoss
 from tdrl.trainers import Run, actor_critic, on_policy_update, parse, run_dir, seed_everything
 
@@ -70,6 +72,8 @@ class Config:
     """initial log standard deviation of the Gaussian policy."""
     normalize_observations: bool = True
     """running mean/std observation normalization."""
+    scale_rewards: bool = True
+    """divide rewards by the running std of the discounted return (SB3/CleanRL/Tianshou)."""
     eval_every: int = 20_000
     """env steps between deterministic evaluations."""
     eval_episodes: int = 10
@@ -119,6 +123,7 @@ def main(cfg: Config) -> dict[str, float]:
         critic_coeff=cfg.critic_coeff,
         normalize_advantage=cfg.normalize_advantage,
     )
+    reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
     n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
@@ -128,7 +133,8 @@ def main(cfg: Config) -> dict[str, float]:
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     run = Run(
         run_dir(cfg.log_dir, "ppo", cfg.env_id, cfg.seed),
-        {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler},
+        {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
+        | ({"reward_scaler": reward_scaler} if reward_scaler is not None else {}),
         eval_env=eval_env, policy=actor, title=f"PPO {cfg.env_id}",
         total_frames=cfg.total_frames, eval_every=cfg.eval_every,
         eval_episodes=cfg.eval_episodes, eval_seed=cfg.seed + 10_000,
@@ -138,6 +144,8 @@ def main(cfg: Config) -> dict[str, float]:
     run.start(collector, resume=cfg.resume)
     # 4. loop: estimate on the whole rollout, minibatch epochs, then log / evaluate / checkpoint
     for batch in collector:
+        if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
+            reward_scaler(batch)
         metrics = on_policy_update(
             batch,
             loss,

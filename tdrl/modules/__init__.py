@@ -12,7 +12,7 @@ from tdrl.modules.exploration import (
     linear_schedule,
 )
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
-from tdrl.modules.normalization import RunningObservationNorm
+from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "IndependentNormal",
     "OrnsteinUhlenbeckNoise",
     "QValueActor",
+    "RewardScaling",
     "RunningObservationNorm",
     "StateActionCritic",
     "TanhGaussianActor",

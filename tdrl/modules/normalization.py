@@ -1,4 +1,4 @@
-"""Running observation normalization with statistics saved in ``state_dict``."""
+"""Running observation normalization and reward scaling, with statistics saved in ``state_dict``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 
-from tdrl.keys import OBSERVATION
+from tdrl.keys import NEXT_DONE, NEXT_REWARD, OBSERVATION
 
 
 class RunningObservationNorm(TensorDictModuleBase):
@@ -98,4 +98,100 @@ class RunningObservationNorm(TensorDictModuleBase):
             self.update(values[0])
         for key, value in zip(self.out_keys, values, strict=True):
             tensordict.set(key, self.normalize(value))
+        return tensordict
+
+
+class RewardScaling(TensorDictModuleBase):
+    """Divide rewards by the running standard deviation of the discounted return.
+
+    The reward scaling of PPO implementations (Engstrom et al. 2020, arXiv 2005.12729, sec. 3;
+    SB3's ``VecNormalize(norm_reward=True)``, Tianshou's ``rew_norm``, CleanRL's
+    ``NormalizeReward``): each env carries ``R <- gamma * R + r`` (reset to 0 after every episode
+    end, terminated or truncated, and carried across batch cuts), the variance of ``R`` is
+    tracked with :class:`RunningObservationNorm`'s exact parallel update, and the reward becomes
+    ``clip(r / sqrt(var + eps), -clip, clip)`` (the mean is not subtracted, so the sign of every
+    reward and the optimal policy are kept). Call it on each whole ``[num_envs, T]`` rollout
+    after collection and before the estimator; it folds the rollout's returns into the statistics
+    first, then scales the rollout with them. The statistics and the per-env carry are buffers,
+    saved with ``state_dict`` and checkpoints. Episode returns reported by the collector stay raw.
+
+    Args:
+        gamma: discount of the tracked return (use the estimator's).
+        in_key: the reward entry; ``done_key`` marks episode ends.
+        out_key: where to write the scaled reward; default ``in_key`` (overwrite).
+        clip: bound of the scaled reward (SB3: 10); ``None`` for no clip.
+        epsilon: added to the variance.
+
+    Shapes:
+        reward ``[num_envs, T]`` or ``[num_envs, T, 1]``, done the same -> reward's shape.
+    """
+
+    def __init__(
+        self,
+        gamma: float = 0.99,
+        *,
+        in_key: NestedKey = NEXT_REWARD,
+        done_key: NestedKey = NEXT_DONE,
+        out_key: NestedKey | None = None,
+        clip: float | None = 10.0,
+        epsilon: float = 1e-8,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"RewardScaling: gamma must lie in [0, 1], got {gamma}")
+        self.gamma = gamma
+        self.in_keys = [in_key, done_key]
+        self.out_keys = [in_key if out_key is None else out_key]
+        self.clip = clip
+        self.epsilon = epsilon
+        self.return_stats = RunningObservationNorm((), clip=None, epsilon=epsilon)
+        # per-env discounted return, sized at the first call (or by load_state_dict)
+        self.register_buffer("discounted_return", torch.zeros(0, dtype=torch.float64))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
+        carry = state_dict.get(prefix + "discounted_return")
+        if carry is not None:
+            self.discounted_return = torch.zeros_like(carry)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @property
+    def std(self) -> float:
+        """The current divisor ``sqrt(var + eps)``."""
+        return float((self.return_stats.var + self.epsilon).sqrt())
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        reward_key, done_key = self.in_keys
+        reward = tensordict.get(reward_key, None)
+        done = tensordict.get(done_key, None)
+        if reward is None or done is None:
+            missing = reward_key if reward is None else done_key
+            raise KeyError(f"RewardScaling: the input has no {missing!r} entry")
+        if reward.dim() < 2 or reward.shape != done.shape:
+            raise ValueError(
+                f"RewardScaling: expects a [num_envs, T(, 1)] rollout with {reward_key!r} and "
+                f"{done_key!r} of one shape, got {tuple(reward.shape)} and {tuple(done.shape)}"
+            )
+        num_envs, steps = reward.shape[:2]
+        if self.discounted_return.numel() == 0:
+            self.discounted_return = torch.zeros(num_envs, dtype=torch.float64)
+        if self.discounted_return.shape[0] != num_envs:
+            raise ValueError(
+                f"RewardScaling: carries returns of {self.discounted_return.shape[0]} envs, "
+                f"got a rollout of {num_envs}"
+            )
+        r = reward.reshape(num_envs, steps).to(torch.float64)
+        keep = (~done.reshape(num_envs, steps).bool()).to(torch.float64)
+        returns = torch.empty_like(r)
+        carry = self.discounted_return.clone()
+        for t in range(steps):  # T small vector ops per rollout; negligible next to the update
+            carry = carry * self.gamma + r[:, t]
+            returns[:, t] = carry
+            carry = carry * keep[:, t]
+        self.discounted_return.copy_(carry)
+        self.return_stats.update(returns)
+        scaled = reward / self.std
+        if self.clip is not None:
+            scaled = scaled.clamp(-self.clip, self.clip)
+        tensordict.set(self.out_keys[0], scaled)
         return tensordict

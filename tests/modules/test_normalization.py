@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.modules import RunningObservationNorm
+from tdrl.modules import RewardScaling, RunningObservationNorm
 
 
 def test_chunked_updates_match_full_statistics() -> None:
@@ -43,3 +44,50 @@ def test_statistics_saved_in_state_dict() -> None:
     assert set(norm.state_dict()) == {"mean", "var", "count"}
     x = torch.randn(5, 4)
     torch.testing.assert_close(restored.normalize(x), norm.normalize(x))
+
+
+def _rollout(reward: torch.Tensor, done: torch.Tensor) -> TensorDict:
+    n, t = reward.shape
+    nxt = TensorDict(reward=reward.unsqueeze(-1), done=done.unsqueeze(-1), batch_size=[n, t])
+    return TensorDict(next=nxt, batch_size=[n, t])
+
+
+def _returns_by_sum(reward: torch.Tensor, done: torch.Tensor, gamma: float) -> torch.Tensor:
+    """R_t = sum_{k=s..t} gamma^(t-k) r_k, s = first step after the last episode end before t."""
+    out = torch.zeros_like(reward, dtype=torch.float64)
+    for i in range(reward.shape[0]):
+        start = 0
+        for t in range(reward.shape[1]):
+            out[i, t] = sum(gamma ** (t - k) * float(reward[i, k]) for k in range(start, t + 1))
+            if done[i, t]:
+                start = t + 1
+    return out
+
+
+def test_reward_scaling_tracks_discounted_returns_across_batch_cuts() -> None:
+    gen = torch.Generator().manual_seed(0)
+    reward = torch.randn(3, 40, generator=gen) * 5 + 1
+    done = torch.rand(3, 40, generator=gen) < 0.1
+    gamma = 0.9
+    scaler = RewardScaling(gamma, clip=None, epsilon=1e-12)
+    first = scaler(_rollout(reward[:, :25].clone(), done[:, :25]))  # a batch cut inside episodes
+    second = scaler(_rollout(reward[:, 25:].clone(), done[:, 25:]))
+    returns = _returns_by_sum(reward, done, gamma)
+    torch.testing.assert_close(scaler.return_stats.var, returns.var(unbiased=False))
+    std_first = float(returns[:, :25].var(unbiased=False).sqrt())
+    std_all = float(returns.var(unbiased=False).sqrt())
+    torch.testing.assert_close(first["next", "reward"].squeeze(-1), reward[:, :25] / std_first)
+    torch.testing.assert_close(second["next", "reward"].squeeze(-1), reward[:, 25:] / std_all)
+
+
+def test_reward_scaling_clips_keeps_carry_in_state_dict_and_names_missing_keys() -> None:
+    reward = torch.tensor([[1.0, 1.0, 100.0]])
+    scaler = RewardScaling(0.99, clip=1.5)
+    out = scaler(_rollout(reward.clone(), torch.zeros(1, 3, dtype=torch.bool)))
+    assert float(out["next", "reward"].max()) == 1.5
+    restored = RewardScaling(0.99, clip=1.5)
+    restored.load_state_dict(scaler.state_dict())
+    torch.testing.assert_close(restored.discounted_return, scaler.discounted_return)
+    assert float(restored.discounted_return[0]) > 100  # the episode goes on into the next batch
+    with pytest.raises(KeyError, match="done"):
+        scaler(TensorDict(next=TensorDict(reward=reward, batch_size=[1, 3]), batch_size=[1, 3]))
