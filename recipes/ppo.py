@@ -12,8 +12,8 @@ steps = 2048 per batch, 10 epochs of minibatch 64, Adam lr 3e-4 decayed linearly
 normalized per minibatch (SB3/CleanRL; Tianshou off), GAE is computed once per batch
 (Tianshou recomputes it every epoch), rewards are not scaled by default (`--scale-rewards`
 divides them by the running std of the discounted return as SB3/CleanRL do; Tianshou normalizes
-value targets instead; on Hopper seed 0 it was no better: 1,286 vs 1,079 near 200k steps, while
-the unscaled run reached 3,236 at 280k), and the default budget is short (Tianshou: 3M steps).
+value targets instead; unscaled, Hopper seed 0 already reached 3,236 at 280k steps), and the
+default budget is short (Tianshou: 3M steps).
 """
 
 from __future__ import annotations
