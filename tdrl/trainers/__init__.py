@@ -17,7 +17,6 @@ from tdrl.trainers.offpolicy import (
 )
 from tdrl.trainers.onpolicy import natural_gradient_update, on_policy_update, train_on_policy
 from tdrl.trainers.plotting import plot_learning_curve
-from tdrl.trainers.resume import collector_state, env_state, load_collector_state, load_env_state
 from tdrl.trainers.run import (
     CHECKPOINT,
     Run,
@@ -47,16 +46,12 @@ __all__ = [
     "Run",
     "NormalizedInput",
     "actor_critic",
-    "collector_state",
     "drop_rows_after",
-    "env_state",
     "episode_metrics",
     "evaluate_and_log",
     "finish_run",
     "format_metrics",
     "load_checkpoint",
-    "load_collector_state",
-    "load_env_state",
     "natural_gradient_update",
     "on_policy_update",
     "parse",

@@ -96,12 +96,6 @@ def natural_gradient_update(
         estimator(batch)
     flat = batch.reshape(-1)
     metrics = _scalars(loss.actor_step(flat))  # type: ignore[operator]
-    # The step leaves the actor's parameters as views into one flat vector, at offsets whose
-    # memory alignment differs from freshly allocated tensors; vectorized kernels then round
-    # differently (1e-8 relative), and a run resumed from a checkpoint (fresh tensors) would drift
-    # from an uninterrupted one. Own storage for every parameter keeps runs bit-reproducible.
-    for param in loss.actor_network.parameters():
-        param.data = param.data.clone()
     size = flat.numel() if critic_minibatch_size is None else critic_minibatch_size
     metrics.update(
         _scalars(ppo_update(loss, critic_optimizer, flat, epochs=critic_steps, minibatch_size=size))

@@ -21,7 +21,6 @@ from tdrl.envs import VecEnv
 from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
 from tdrl.trainers.logger import Logger, read_csv
 from tdrl.trainers.plotting import plot_learning_curve
-from tdrl.trainers.resume import collector_state, load_collector_state
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -77,7 +76,7 @@ def evaluate_and_log(
 def save_run(path: Path, collector: Collector, counters: Mapping[str, Any], **objects: Any) -> None:
     """Checkpoint at a batch boundary: ``objects`` (modules, optimizers, schedulers by their
     ``state_dict``), ``counters``, the RNG states, and the collector's and envs' state."""
-    save_checkpoint(path, collector=collector_state(collector), counters=dict(counters), **objects)
+    save_checkpoint(path, collector=collector.state_dict(), counters=dict(counters), **objects)
 
 
 def resume_run(path: Path, collector: Collector, **objects: Any) -> dict[str, Any]:
@@ -87,7 +86,7 @@ def resume_run(path: Path, collector: Collector, **objects: Any) -> dict[str, An
     resumed run read like those of an uninterrupted one.
     """
     payload = load_checkpoint(path, **objects)
-    exact = load_collector_state(collector, payload["collector"])
+    exact = collector.load_state_dict(payload["collector"])
     if not exact:
         print("resume: async envs were re-seeded; the run continues, not bit-identically")
     drop_rows_after(path.parent, collector.frames)
