@@ -144,3 +144,25 @@ def test_drop_rows_after(tmp_path: Path) -> None:
         {"step": 100.0, "loss": 1.0},
         {"step": 200.0, "loss": 2.0},
     ]
+
+
+def test_resume_run_marks_the_buffer_seam_only_when_episodes_restart(tmp_path: Path) -> None:
+    """Sync envs resume exactly (no seam); async envs restart their episodes, so the newest
+    stored step of every stream is marked truncated."""
+    from tdrl.data import ReplayBuffer
+    from tdrl.trainers import resume_run, save_run
+
+    for mode, exact in (("sync", True), ("async", False)):
+        with make_vec_env("CartPole-v1", 2, mode=mode, seed=0) as env:
+            collector = Collector(env, None, 10)
+            buffer = ReplayBuffer(100)
+            buffer.extend(collector.rollout())
+            path = tmp_path / mode / "checkpoint.pt"
+            path.parent.mkdir()
+            save_run(path, collector, {"frames": collector.frames}, buffer)
+            fresh = ReplayBuffer(100)
+            counters = resume_run(path, Collector(env, None, 10), fresh)
+        assert counters == {"frames": 10}
+        newest = fresh.storage["next", "truncated"][4]  # [streams, 1] of the 5th step
+        assert bool(newest.all()) is not exact, mode
+        assert not fresh.storage["next", "truncated"][:4].any()
