@@ -17,27 +17,21 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from tensordict.nn import TensorDictSequential
-from tqdm import tqdm
 
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
-from tdrl.envs import make_vec_env
 from tdrl.modules import EpsilonGreedy, QValueActor, linear_schedule, q_mlp
 from tdrl.objectives import DQNLoss, HardUpdate, update_priority
-from tdrl.trainers import Logger, parse, plot_learning_curve
-from tdrl.trainers.offpolicy import (
-    crossed,
-    episode_metrics,
-    evaluate_and_log,
-    has_run,
-    load_run,
+from tdrl.trainers import (
+    OffPolicyConfig,
+    Run,
     make_replay_buffer,
     optimizer_step,
-    save_run,
+    parse,
+    setup,
     torch_default_init_,
     transitions,
     updates_due,
@@ -45,25 +39,20 @@ from tdrl.trainers.offpolicy import (
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(OffPolicyConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
+    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), redefined where DQN differs.
     env_id: str = "CartPole-v1"
-    """gymnasium id of the task (discrete actions)."""
     total_frames: int = 50_000
-    """env steps in total."""
-    num_envs: int = 1
-    """parallel training envs."""
+    init_random_frames: int = 1_000
+    utd_ratio: float = 0.5  # zoo: 128 gradient steps per 256 env steps
+    batch_size: int = 64
+    buffer_size: int = 100_000
+    eval_every: int = 5_000
+    checkpoint_every: int = 25_000
+    # The algorithm's own fields.
     frames_per_batch: int = 256
     """env steps per collected batch (SB3's train_freq)."""
-    init_random_frames: int = 1_000
-    """uniform random steps before learning starts."""
-    utd_ratio: float = 0.5
-    """gradient steps per env step (zoo: 128 per 256)."""
-    batch_size: int = 64
-    """transitions per gradient step."""
-    buffer_size: int = 100_000
-    """replay buffer capacity."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    """hidden widths of the Q network."""
     dueling: bool = False
     """dueling value/advantage head."""
     double_dqn: bool = True
@@ -78,8 +67,6 @@ class Config:
     """PER importance-weight exponent at the start, annealed to 1 by the end."""
     lr: float = 2.3e-3
     """Adam learning rate."""
-    gamma: float = 0.99
-    """discount."""
     eps_init: float = 1.0
     """initial exploration epsilon."""
     eps_end: float = 0.04
@@ -91,34 +78,12 @@ class Config:
     128 gradient steps, since SB3 trains in bursts every 256 env steps)."""
     max_grad_norm: float = 10.0
     """gradient norm clip."""
-    eval_every: int = 5_000
-    """env steps between greedy evaluations (0: only at the end)."""
-    eval_episodes: int = 10
-    """episodes per evaluation."""
-    checkpoint_every: int = 25_000
-    """env steps between checkpoints with the replay buffer (0: never)."""
-    log_dir: str = "runs/dqn"
-    """folder of logs, curve PNG and checkpoint."""
-    resume: bool = False
-    """continue from the checkpoint in log_dir, if there is one."""
-    seed: int = 0
-    """seed of torch, the envs and the buffer."""
-    threads: int = 1
-    """torch threads."""
-    progress: bool = True
-    """show a progress bar."""
-    tensorboard: bool = True
-    """write TensorBoard event files."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.log_dir)
-    # 1. envs
-    env = make_vec_env(cfg.env_id, cfg.num_envs, seed=cfg.seed)
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 10), seed=cfg.seed + 10_000)
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = setup(cfg)
     obs_dim, num_actions = env.obs_leaves[0].shape[-1], int(env.action_spec.space.n)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
@@ -142,74 +107,44 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.gamma,
         seed=cfg.seed,
     )
-    counters = {"frames": 0, "updates": 0, "best": -float("inf")}
-    if cfg.resume and has_run(run_dir):
-        counters = load_run(run_dir, buffer, loss=loss, optimizer=optimizer, policy=policy)[
-            "counters"
-        ]
-        env.seed = cfg.seed + counters["frames"]
-        target_updater.counter = counters["updates"]
     collector = Collector(
-        env, policy, cfg.frames_per_batch, init_random_frames=cfg.init_random_frames, seed=env.seed
+        env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames
     )
-    collector.frames = frames = counters["frames"]
-    updates, best = counters["updates"], counters["best"]
-    logger = Logger(run_dir, tensorboard=cfg.tensorboard)
+    state = {"loss": loss, "optimizer": optimizer, "policy": policy}
+    run = Run.from_config(cfg, "DQN", state, eval_env=eval_env, policy=qnet, buffer=buffer)
+    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    target_updater.counter = run.updates
 
-    # 4. loop
-    bar = tqdm(total=cfg.total_frames, initial=frames, disable=not cfg.progress, desc="dqn")
-    out = None
-    while frames < cfg.total_frames:
-        previous = frames
-        buffer.extend(transitions(collector.rollout()))
-        frames = collector.frames
-        exploration.step(frames - previous)
+    # 4. loop: collect a batch -> store -> gradient steps (PER priorities) -> log, eval, save
+    previous = collector.frames
+    for batch in collector:
+        buffer.extend(transitions(batch))
+        exploration.step(collector.frames - previous)
+        previous = collector.frames
         if isinstance(buffer, PrioritizedReplayBuffer):
             # Anneal the importance-weight exponent to 1 by the end (Schaul et al., sec. 3.4).
-            buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, frames)
+            buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, collector.frames)
         due = updates_due(
-            frames, updates, learning_starts=cfg.init_random_frames, utd_ratio=cfg.utd_ratio
-        )
+            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
+            utd_ratio=cfg.utd_ratio,
+        )  # fmt: skip
+        metrics = None
         for _ in range(due):
-            batch = buffer.sample(cfg.batch_size)
-            out = loss(batch)
+            sample = buffer.sample(cfg.batch_size)
+            out = loss(sample)
             optimizer_step(out["loss"], optimizer, max_grad_norm=cfg.max_grad_norm)
             if cfg.prioritized:
-                update_priority(buffer, batch, out)
+                update_priority(buffer, sample, out)
             target_updater.step()
-        updates += due
-        if episodes := episode_metrics(collector.episodes):
-            logger.log("train", frames, episodes | {"epsilon": exploration.eps})
-            bar.set_postfix(train_return=f"{episodes['return_mean']:.1f}")
-        if out is not None and due:
-            logger.log("loss", frames, {"loss": out["loss"], "q": out["chosen_action_value"]})
-        if crossed(frames, previous, cfg.eval_every) and frames < cfg.total_frames:
-            metrics = evaluate_and_log(eval_env, qnet, logger, frames, n_episodes=cfg.eval_episodes)
-            best = max(best, metrics["return_mean"])
-        if crossed(frames, previous, cfg.checkpoint_every):
-            counters = {"frames": frames, "updates": updates, "best": best}
-            save_run(
-                run_dir, buffer, loss=loss, optimizer=optimizer, policy=policy, counters=counters
-            )
-        bar.update(frames - previous)
-    bar.close()
+            metrics = {"loss": out["loss"], "q": out["chosen_action_value"]}
+        run.updates += due
+        if metrics is not None:
+            metrics["epsilon"] = exploration.eps
+        if run.end_batch(collector, metrics):
+            break
 
-    # 5. report
-    final = evaluate_and_log(eval_env, qnet, logger, frames, n_episodes=cfg.eval_episodes)
-    best = max(best, final["return_mean"])
-    plot_learning_curve(
-        run_dir / "eval.csv", run_dir / "eval.png", title=f"DQN {cfg.env_id} (eval return)"
-    )
-    logger.close()
-    env.close()
-    eval_env.close()
-    print(f"DQN {cfg.env_id}: {frames} frames, {updates} updates, eval {final['return_mean']:.1f}")
-    return {
-        "eval_return": final["return_mean"],
-        "best_eval_return": best,
-        "frames": frames,
-        "updates": updates,
-    }
+    # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+    return run.finish()
 
 
 if __name__ == "__main__":

@@ -15,26 +15,20 @@ Adam with per-group learning rates (the same updates as three Adams).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from tdrl.collectors import Collector
-from tdrl.envs import make_vec_env
 from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
 from tdrl.objectives import SACLoss, SoftUpdate
-from tdrl.trainers import Logger, parse, plot_learning_curve
-from tdrl.trainers.offpolicy import (
-    crossed,
-    episode_metrics,
-    evaluate_and_log,
-    has_run,
-    load_run,
+from tdrl.trainers import (
+    OffPolicyConfig,
+    Run,
     make_replay_buffer,
     optimizer_step,
-    save_run,
+    parse,
+    setup,
     torch_default_init_,
     transitions,
     updates_due,
@@ -42,23 +36,11 @@ from tdrl.trainers.offpolicy import (
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(OffPolicyConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
+    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), with their defaults.
     env_id: str = "HalfCheetah-v5"
-    """gymnasium id of the task (continuous actions)."""
-    total_frames: int = 1_000_000
-    """env steps in total."""
-    num_envs: int = 1
-    """parallel training envs (one step of each per collected batch)."""
-    init_random_frames: int = 10_000
-    """uniform random steps before the policy acts and learning starts."""
-    utd_ratio: float = 1.0
-    """gradient steps per env step."""
-    batch_size: int = 256
-    """transitions per gradient step."""
-    buffer_size: int = 1_000_000
-    """replay buffer capacity."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    """hidden widths of the actor and of each critic."""
+    # The algorithm's own fields.
     actor_lr: float = 1e-3
     """actor learning rate."""
     critic_lr: float = 1e-3
@@ -67,49 +49,22 @@ class Config:
     """entropy-coefficient learning rate."""
     alpha_init: float = 1.0
     """initial entropy coefficient."""
-    gamma: float = 0.99
-    """discount."""
     tau: float = 0.005
     """Polyak coefficient of the target critics."""
-    eval_every: int = 10_000
-    """env steps between deterministic evaluations (0: only at the end)."""
-    eval_episodes: int = 10
-    """episodes per evaluation."""
-    log_every: int = 1_000
-    """env steps between loss logs."""
-    checkpoint_every: int = 100_000
-    """env steps between checkpoints with the replay buffer (0: never)."""
-    log_dir: str = "runs/sac"
-    """folder of CSV/TensorBoard logs, the curve PNG and the checkpoint."""
-    resume: bool = False
-    """continue from the checkpoint in log_dir, if there is one."""
-    seed: int = 0
-    """seed of torch, the envs and the buffer."""
-    threads: int = 1
-    """torch threads (small networks: one is fastest per core)."""
-    progress: bool = True
-    """show a progress bar."""
-    tensorboard: bool = True
-    """write TensorBoard event files."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC; returns the final deterministic evaluation and the counters."""
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.log_dir)
-    # 1. envs: a separate evaluation env, so evaluating never disturbs the collector's episodes.
-    env = make_vec_env(cfg.env_id, cfg.num_envs, seed=cfg.seed)
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 10), seed=cfg.seed + 10_000)
-    obs_dim = env.obs_leaves[0].shape[-1]
-    action_dim = env.action_spec.shape[-1]
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = setup(cfg)
+    obs_dim, action_dim = env.obs_leaves[0].shape[-1], env.action_spec.shape[-1]
     low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
 
     # 2. networks
-    actor_net = torch_default_init_(
-        mlp(obs_dim, 2 * action_dim, cfg.hidden_sizes, activation=nn.ReLU)
+    actor_net = mlp(obs_dim, 2 * action_dim, cfg.hidden_sizes, activation=nn.ReLU)
+    actor = TanhGaussianActor(
+        torch_default_init_(actor_net), action_dim, action_low=low, action_high=high
     )
-    actor = TanhGaussianActor(actor_net, action_dim, action_low=low, action_high=high)
     critic = EnsembleCritic(EnsembleMLP(obs_dim + action_dim, 1, cfg.hidden_sizes, num_members=2))
 
     # 3. loss, target update, optimiser, buffer
@@ -124,56 +79,29 @@ def main(cfg: Config) -> dict[str, float]:
         fused=True,  # one kernel per parameter group instead of a Python loop over tensors
     )
     buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
-    counters = {"frames": 0, "updates": 0}
-    if cfg.resume and has_run(run_dir):
-        counters = load_run(run_dir, buffer, loss=loss, optimizer=optimizer)["counters"]
-        env.seed = cfg.seed + counters["frames"]  # fresh episodes, not a replay of the first ones
-    collector = Collector(
-        env, actor, cfg.num_envs, init_random_frames=cfg.init_random_frames, seed=env.seed
-    )
-    collector.frames = frames = counters["frames"]
-    updates = counters["updates"]
-    logger = Logger(run_dir, tensorboard=cfg.tensorboard)
+    collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
+    state = {"loss": loss, "optimizer": optimizer}
+    run = Run.from_config(cfg, "SAC", state, eval_env=eval_env, policy=actor, buffer=buffer)
+    run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
-    # 4. loop: collect one step per env -> store -> gradient steps -> log, evaluate, checkpoint
-    bar = tqdm(total=cfg.total_frames, initial=frames, disable=not cfg.progress, desc="sac")
-    out = None
-    while frames < cfg.total_frames:
-        previous = frames
-        buffer.extend(transitions(collector.rollout()))
-        frames = collector.frames
+    # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, eval, save
+    for batch in collector:
+        buffer.extend(transitions(batch))
         due = updates_due(
-            frames, updates, learning_starts=cfg.init_random_frames, utd_ratio=cfg.utd_ratio
-        )
+            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
+            utd_ratio=cfg.utd_ratio,
+        )  # fmt: skip
+        out = None
         for _ in range(due):
             out = loss(buffer.sample(cfg.batch_size))
             optimizer_step(out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], optimizer)
             target_updater.step()
-        updates += due
-        if episodes := episode_metrics(collector.episodes):
-            logger.log("train", frames, episodes)
-            bar.set_postfix(train_return=f"{episodes['return_mean']:.1f}")
-        if out is not None and crossed(frames, previous, cfg.log_every):
-            names = ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")
-            logger.log("loss", frames, {k: out[k] for k in names} | {"updates": updates})
-        if crossed(frames, previous, cfg.eval_every) and frames < cfg.total_frames:
-            evaluate_and_log(eval_env, actor, logger, frames, n_episodes=cfg.eval_episodes)
-        if crossed(frames, previous, cfg.checkpoint_every):
-            counters = {"frames": frames, "updates": updates}
-            save_run(run_dir, buffer, loss=loss, optimizer=optimizer, counters=counters)
-        bar.update(frames - previous)
-    bar.close()
+        run.updates += due
+        if run.end_batch(collector, out):
+            break
 
-    # 5. report: final deterministic evaluation, learning curve, logs
-    final = evaluate_and_log(eval_env, actor, logger, frames, n_episodes=cfg.eval_episodes)
-    plot_learning_curve(
-        run_dir / "eval.csv", run_dir / "eval.png", title=f"SAC {cfg.env_id} (eval return)"
-    )
-    logger.close()
-    env.close()
-    eval_env.close()
-    print(f"SAC {cfg.env_id}: {frames} frames, {updates} updates, eval {final['return_mean']:.1f}")
-    return {"eval_return": final["return_mean"], "frames": frames, "updates": updates}
+    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+    return run.finish()
 
 
 if __name__ == "__main__":

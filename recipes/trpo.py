@@ -16,45 +16,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from tdrl.collectors import Collector
-from tdrl.envs import make_vec_env
 from tdrl.estimators import GAE
 from tdrl.keys import OBSERVATION
 from tdrl.objectives import TRPOLoss
 from tdrl.trainers import (
+    OnPolicyConfig,
     Run,
     actor_critic,
+    linear_decay,
     natural_gradient_update,
     parse,
-    run_dir,
-    seed_everything,
+    setup,
 )
 
 
 @dataclass(frozen=True)
-class Config:
-    env_id: str = "Hopper-v5"
-    """gymnasium id of the task (discrete action spaces get a categorical policy)."""
-    total_frames: int = 200_000
-    """env steps in total (short default; Tianshou's benchmark uses 3,000,000)."""
+class Config(OnPolicyConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks: the fields of
+    # tdrl.trainers.OnPolicyConfig (--help lists them), redefined where this recipe differs.
     num_envs: int = 16
-    """parallel training envs."""
-    mode: Literal["sync", "async"] = "sync"
-    """one process (sync; exact resume) or one subprocess per env (async)."""
     frames_per_batch: int = 1024
-    """env steps per rollout (a multiple of num_envs)."""
     lr: float = 1e-3
-    """Adam learning rate of the critic."""
-    lr_decay: bool = True
-    """decay the critic's learning rate linearly to 0 over total_frames."""
+    # The algorithm's own fields.
     critic_steps: int = 20
     """full-batch critic steps per batch."""
-    gamma: float = 0.99
-    """discount."""
     lmbda: float = 0.95
     """GAE lambda."""
     max_kl: float = 0.01
@@ -69,45 +58,12 @@ class Config:
     """conjugate-gradient iterations."""
     normalize_advantage: bool = True
     """normalize advantages over each batch."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layer widths of the actor and the critic."""
-    init_log_std: float = -0.5
-    """initial log standard deviation of the Gaussian policy."""
-    normalize_observations: bool = True
-    """running mean/std observation normalization."""
-    eval_every: int = 20_000
-    """env steps between deterministic evaluations."""
-    eval_episodes: int = 10
-    """episodes per evaluation."""
-    eval_envs: int = 5
-    """parallel evaluation envs."""
-    stop_at_return: float = math.inf
-    """stop once an evaluation's mean return reaches this (time-to-solve runs)."""
-    checkpoint_every: int = 10
-    """batches between checkpoints (one is also written at the end)."""
-    stop_after_frames: int = 0
-    """end this process after this many env steps (0: never); the run stays resumable."""
-    resume: bool = False
-    """continue from log_dir's checkpoint if there is one."""
-    seed: int = 0
-    """seed of the envs, the networks and the sampling."""
-    log_dir: str = ""
-    """run folder (default runs/trpo/<env_id>/seed<seed>)."""
-    tensorboard: bool = True
-    """write TensorBoard event files."""
-    progress: bool = True
-    """show a progress bar."""
-    threads: int = 1
-    """torch CPU threads (one is fastest for 64x64 networks)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TRPO as configured; returns the last evaluation and update's metrics."""
-    torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    # 1. envs: a separate eval env, reset with the same seed at every evaluation
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed)
-    eval_env = make_vec_env(cfg.env_id, cfg.eval_envs, seed=cfg.seed + 10_000)
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.trainers.networks)
     actor, critic, obs_norm = actor_critic(
         env,
@@ -129,20 +85,11 @@ def main(cfg: Config) -> dict[str, float]:
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr)
     n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: max(1.0 - i / n_batches, 0.0) if cfg.lr_decay else 1.0
-    )
+    scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
-    run = Run(
-        run_dir(cfg.log_dir, "trpo", cfg.env_id, cfg.seed),
-        {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler},
-        eval_env=eval_env, policy=actor, title=f"TRPO {cfg.env_id}",
-        total_frames=cfg.total_frames, eval_every=cfg.eval_every,
-        eval_episodes=cfg.eval_episodes, eval_seed=cfg.seed + 10_000,
-        checkpoint_every=cfg.checkpoint_every, stop_after_frames=cfg.stop_after_frames,
-        stop_at_return=cfg.stop_at_return, tensorboard=cfg.tensorboard, progress=cfg.progress,
-    )  # fmt: skip
-    run.start(collector, resume=cfg.resume)
+    state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
+    run = Run.from_config(cfg, "TRPO", state, eval_env=eval_env, policy=actor)
+    run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: GAE on the whole rollout, natural-gradient actor step, critic steps, log / save
     for batch in collector:
         metrics = natural_gradient_update(
@@ -154,9 +101,7 @@ def main(cfg: Config) -> dict[str, float]:
             obs_norm.update(batch[OBSERVATION])
         if run.end_batch(collector, metrics):
             break
-    # 5. report: the last evaluation is the final one; curve.png, CSV and TensorBoard logs
-    env.close()
-    eval_env.close()
+    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
     return run.finish()
 
 

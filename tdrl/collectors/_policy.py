@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -18,9 +18,12 @@ Policy = Callable[[TensorDictBase], TensorDictBase]
 class PolicyStep:
     """Holds the current observation in persistent tensors and calls the policy on them.
 
-    The policy sees a ``[num_envs]`` TensorDict with the observation keys and the root flags; it
-    must write ``"action"``. The keys it adds on its first call (``"action"``, and e.g. ``"loc"``,
-    ``"scale"``, ``"action_log_prob"``) are the keys the collector stores every step.
+    The policy sees a ``[num_envs]`` TensorDict with the observation keys, the root flags and
+    ``"is_init"`` (True where the observation is the first of an episode: TorchRL's
+    ``InitTracker`` entry, which stateful exploration such as ``OrnsteinUhlenbeckNoise`` reads to
+    reset its state per env); it must write ``"action"``. The keys it adds on its first call
+    (``"action"``, and e.g. ``"loc"``, ``"scale"``, ``"action_log_prob"``) are the keys the
+    collector stores every step.
 
     Shapes:
         observation leaves [num_envs, *obs_shape]; action [num_envs, *action_shape].
@@ -42,13 +45,26 @@ class PolicyStep:
         )
         for key in (keys.DONE, keys.TERMINATED, keys.TRUNCATED):
             self.td.set(key, torch.zeros(n, 1, dtype=torch.bool))
+        # Every env starts an episode at the first reset.
+        self.is_init = torch.ones(n, 1, dtype=torch.bool)
+        self.is_init_np = self.is_init.numpy()[:, 0]
+        self.td.set(keys.IS_INIT, self.is_init)
         self.out_keys: list[NestedKey] | None = None
         self._direct = _plain_module(policy)
 
-    def set_observation(self, observation: list[np.ndarray]) -> None:
-        """Copies per-leaf numpy observations into the persistent tensors."""
+    def set_observation(self, observation: list[np.ndarray], *, reset: bool = False) -> None:
+        """Copies per-leaf numpy observations into the persistent tensors; ``reset``: they are
+        reset observations (every env's ``"is_init"`` is set)."""
         for dst, src in zip(self.observation_np, observation, strict=True):
             dst[...] = src
+        if reset:
+            self.is_init_np[:] = True
+
+    def set_episode_starts(self, started: Iterable[int]) -> None:
+        """``"is_init"`` is True for the envs in ``started`` (autoreset after an episode end in
+        the last step), False for the others."""
+        self.is_init_np[:] = False
+        self.is_init_np[list(started)] = True
 
     def __call__(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Runs the policy; returns the action and the values of ``out_keys``."""

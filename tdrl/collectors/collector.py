@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -11,7 +12,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from tdrl import keys
 from tdrl.collectors._policy import Policy, PolicyStep
-from tdrl.envs import VecEnv
+from tdrl.envs import VecEnv, env_state, load_env_state
 
 
 class Collector:
@@ -24,6 +25,15 @@ class Collector:
     final observation where an episode ended), ``("next", "reward")``, the three ``("next", flag)``
     entries and ``("collector", "traj_ids")`` (int64, one id per episode, unique within the
     collector). Batches are fresh tensors every time (no aliasing), made without gradients.
+
+    The policy also reads ``"is_init"`` (``[num_envs, 1]`` bool, True on the first step of an
+    episode), so stateful exploration noise restarts per env at episode ends (TorchRL's
+    ``InitTracker``); the batch does not store it.
+
+    ``state_dict()`` / ``load_state_dict()`` save and restore the collector between batches
+    (counters, the pending observation, running episode statistics, the random-action generator
+    and the envs' state), so a resumed run collects exactly what an uninterrupted one would
+    (sync envs).
 
     After each batch, ``collector.episodes`` is a ``[k]`` TensorDict of the k episodes that ended
     during it: ``"episode_return"`` (float32, undiscounted), ``"episode_length"`` (int64) and
@@ -100,7 +110,7 @@ class Collector:
         env, n, steps = self.env, self.env.num_envs, self.steps_per_batch
         runner = self._policy_step
         if not self._started:
-            runner.set_observation(env.reset_arrays())
+            runner.set_observation(env.reset_arrays(), reset=True)
             self._started = True
         leaves = env.obs_leaves
         # One buffer per key for the whole batch; numpy views take the per-step writes.
@@ -134,6 +144,7 @@ class Collector:
             for dst, cur, src in zip(next_observation_np, current_np, out.observation, strict=True):
                 dst[:, t] = src
                 cur[...] = src
+            runner.set_episode_starts(out.final_observation)
             reward_np[:, t] = out.reward
             terminated_np[:, t] = out.terminated
             truncated_np[:, t] = out.truncated
@@ -179,6 +190,55 @@ class Collector:
             batch.set(keys.ACTION, action)
         batch.names = [None, keys.TIME_DIM_NAME]
         return batch
+
+    # --- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the pending observation and its ``"is_init"`` flags, running episode
+        returns/lengths, trajectory ids, the random-action generator and the envs' state
+        (``tdrl.envs.env_state``: ``None`` for async envs)."""
+        runner = self._policy_step
+        return {
+            "frames": self.frames,
+            "started": self._started,
+            "traj_ids": self._traj_ids.copy(),
+            "next_traj_id": self._next_traj_id,
+            "episode_return": self._episode_return.copy(),
+            "episode_length": self._episode_length.copy(),
+            "generator": self._generator.get_state(),
+            "observation": [t.clone() for t in runner.observation],
+            "is_init": runner.is_init.clone(),
+            "env": env_state(self.env),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore :meth:`state_dict`. Returns True when the restore is exact.
+
+        With async envs (no env state) the envs' next reset is re-seeded from the frame count and
+        the collector starts fresh episodes on its next batch: reproducible, not identical, and
+        False is returned (a replay buffer should then mark its newest steps truncated).
+        """
+        self.frames = int(state["frames"])
+        self._generator.set_state(state["generator"])
+        self._next_traj_id = int(state["next_traj_id"])
+        self._traj_ids = state["traj_ids"].copy()
+        reseed = (self.env.seed or 0) + 1_000_003 * (self.frames + 1)
+        exact = load_env_state(self.env, state["env"], reseed=reseed)
+        runner, n = self._policy_step, self.env.num_envs
+        if exact:
+            self._started = bool(state["started"])
+            self._episode_return = state["episode_return"].copy()
+            self._episode_length = state["episode_length"].copy()
+            for dst, src in zip(runner.observation, state["observation"], strict=True):
+                dst.copy_(src)
+            runner.is_init.copy_(state["is_init"])
+        else:
+            # Fresh episodes: the env is reset (with the derived seed) on the next batch.
+            self._started = False
+            self._episode_return = np.zeros(n)
+            self._episode_length = np.zeros(n, dtype=np.int64)
+            self._traj_ids = np.arange(self._next_traj_id, self._next_traj_id + n)
+            self._next_traj_id += n
+        return exact
 
 
 def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:

@@ -57,11 +57,12 @@ def evaluate(
     episode_length = np.zeros(n, dtype=np.int64)
     mode = InteractionType.DETERMINISTIC if deterministic else InteractionType.RANDOM
     with torch.no_grad(), set_interaction_type(mode):
-        runner.set_observation(env.reset_arrays(seed))
+        runner.set_observation(env.reset_arrays(seed), reset=True)
         while quota.any():
             action = runner()[0] if policy is not None else env.rand_action(generator)
             out = env.step_arrays(action.numpy())
             runner.set_observation(out.observation)
+            runner.set_episode_starts(out.final_observation)
             episode_return += out.reward
             episode_length += 1
             for i in out.final_observation:

@@ -206,7 +206,8 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
     SB3's and TorchRL's ``OrnsteinUhlenbeckProcess``, same defaults), added to the action in
     half-range units and clipped to the bounds. The state has one row per env; it is reset to
     ``x0`` for the envs whose ``"is_init"`` entry is set (the first step of an episode) when the
-    input has that entry, or explicitly with :meth:`reset`.
+    input has that entry (``tdrl.collectors.Collector`` writes it), or explicitly with
+    :meth:`reset`. The state is part of ``state_dict`` (exact resume).
 
     Args:
         action_dim: action size ``A``.
@@ -240,8 +241,15 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
     ) -> None:
         super().__init__(action_dim, action_low, action_high, action_key, default_interaction_type)
         self.theta, self.mu, self.sigma, self.dt, self.x0 = theta, mu, sigma, dt, x0
-        # Per-env transient state: not saved (its shape follows the number of envs).
-        self.register_buffer("state", torch.empty(0), persistent=False)
+        # Per-env state, saved with ``state_dict`` so a resumed run continues the same noise;
+        # its shape follows the number of envs (empty until the first call).
+        self.register_buffer("state", torch.empty(0))
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:
+        saved = state_dict.get(prefix + "state")
+        if saved is not None:  # take the saved shape (the number of envs of the saving run)
+            self.state = torch.empty_like(saved, device=self.state.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Reset the envs where ``mask`` (``[*B]`` or ``[*B, 1]``) is set; all if ``None``."""

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch.distributions import Distribution, kl_divergence
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
 from tdrl.keys import ENTROPY
 from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, normalize, require
@@ -42,6 +42,27 @@ def flat_grad(
             for g, p in zip(grads, params, strict=True)
         ]
     )
+
+
+def write_parameters(vector: torch.Tensor, params: Sequence[torch.Tensor]) -> None:
+    """Copy consecutive slices of ``vector`` into ``params``, in place.
+
+    Unlike ``torch.nn.utils.vector_to_parameters``, which rebinds every ``param.data`` to a view
+    into ``vector``, each parameter keeps its own storage: optimizers and checkpoints see the same
+    tensors, and vectorized kernels see the same memory alignment as in a freshly loaded model (a
+    view at an unaligned offset rounds differently, ~1e-8 relative, so a run resumed from a
+    checkpoint drifted from an uninterrupted one).
+
+    Shapes:
+        ``vector``: ``[sum of numels]``.
+    """
+    offset = 0
+    for param in params:
+        n = param.numel()
+        param.data.copy_(vector[offset : offset + n].view_as(param))
+        offset += n
+    if offset != vector.numel():
+        raise ValueError(f"vector has {vector.numel()} elements, the parameters {offset}")
 
 
 def conjugate_gradient(
@@ -195,7 +216,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
         fractions = [self.backtrack_ratio**i for i in range(self.max_backtracks)]
         with torch.no_grad():
             for fraction in fractions if self.line_search else [1.0]:
-                vector_to_parameters(old_params + fraction * full_step, params)
+                write_parameters(old_params + fraction * full_step, params)
                 new_surrogate, new_dist, new_log_prob = self._surrogate(
                     tensordict, action, old_log_prob, advantage
                 )
@@ -204,7 +225,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
                 if not self.line_search or (new_kl <= self.max_kl and improvement > 0):
                     break
             else:
-                vector_to_parameters(old_params, params)
+                write_parameters(old_params, params)
                 fraction, new_kl, improvement = 0.0, torch.zeros(()), torch.zeros(())
         return self._output(
             {

@@ -1,13 +1,12 @@
-"""tdrl.trainers: what recipes share (logs, checkpoints, plots, config parsing) and loops."""
+"""tdrl.trainers: what recipes share (configs, run bookkeeping, logs, checkpoints, plots) and
+the loop steps of both families."""
 
 from tdrl.trainers.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from tdrl.trainers.config import parse
+from tdrl.trainers.config import OffPolicyConfig, OnPolicyConfig, RunConfig, parse
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
 from tdrl.trainers.networks import NormalizedInput, actor_critic
 from tdrl.trainers.offpolicy import (
     crossed,
-    has_run,
-    load_run,
     make_replay_buffer,
     optimizer_step,
     torch_default_init_,
@@ -15,9 +14,13 @@ from tdrl.trainers.offpolicy import (
     truncate_streams,
     updates_due,
 )
-from tdrl.trainers.onpolicy import natural_gradient_update, on_policy_update, train_on_policy
+from tdrl.trainers.onpolicy import (
+    linear_decay,
+    natural_gradient_update,
+    on_policy_update,
+    train_on_policy,
+)
 from tdrl.trainers.plotting import plot_learning_curve
-from tdrl.trainers.resume import collector_state, env_state, load_collector_state, load_env_state
 from tdrl.trainers.run import (
     CHECKPOINT,
     Run,
@@ -30,35 +33,30 @@ from tdrl.trainers.run import (
     run_dir,
     save_run,
     seed_everything,
+    setup,
 )
 
 __all__ = [
     "CHECKPOINT",
     "Logger",
-    "crossed",
-    "has_run",
-    "load_run",
-    "make_replay_buffer",
-    "optimizer_step",
-    "torch_default_init_",
-    "transitions",
-    "truncate_streams",
-    "updates_due",
-    "Run",
     "NormalizedInput",
+    "OffPolicyConfig",
+    "OnPolicyConfig",
+    "Run",
+    "RunConfig",
     "actor_critic",
-    "collector_state",
+    "crossed",
     "drop_rows_after",
-    "env_state",
     "episode_metrics",
     "evaluate_and_log",
     "finish_run",
     "format_metrics",
+    "linear_decay",
     "load_checkpoint",
-    "load_collector_state",
-    "load_env_state",
+    "make_replay_buffer",
     "natural_gradient_update",
     "on_policy_update",
+    "optimizer_step",
     "parse",
     "plot_learning_curve",
     "progress_bar",
@@ -70,5 +68,10 @@ __all__ = [
     "save_run",
     "seed_everything",
     "set_rng_state",
+    "setup",
+    "torch_default_init_",
     "train_on_policy",
+    "transitions",
+    "truncate_streams",
+    "updates_due",
 ]

@@ -1,9 +1,18 @@
-"""Typed configs that are also the command line (tyro: a frozen dataclass becomes the CLI)."""
+"""Typed configs that are also the command line (tyro: a frozen dataclass becomes the CLI).
+
+Every recipe's ``Config`` subclasses one of the dataclasses here and adds its algorithm's fields;
+it redefines a shared field only to change its default (the one-line doc is inherited, and
+``--help`` shows it). :class:`RunConfig` holds what every run has (task, envs, budget, seed,
+evaluation, logs, checkpoints); :class:`OnPolicyConfig` and :class:`OffPolicyConfig` add the
+fields that every recipe of one family has. All step counts are env steps (frames).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -14,3 +23,87 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None) -> T:
     import tyro
 
     return tyro.cli(config_cls, args=args)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What every recipe run has: :func:`tdrl.trainers.setup` and ``Run.from_config`` read it."""
+
+    env_id: str = "Hopper-v5"
+    """gymnasium id of the task."""
+    total_frames: int = 200_000
+    """env steps in total."""
+    num_envs: int = 8
+    """parallel training envs."""
+    mode: Literal["sync", "async"] = "sync"
+    """one process (sync; exact resume) or one subprocess per env (async)."""
+    eval_every: int = 20_000
+    """env steps between deterministic evaluations (0: only at the end)."""
+    eval_episodes: int = 10
+    """episodes per evaluation."""
+    eval_envs: int = 5
+    """parallel evaluation envs (at most eval_episodes are made)."""
+    stop_at_return: float = math.inf
+    """stop once an evaluation's mean return reaches this (time-to-solve runs)."""
+    log_every: int = 0
+    """env steps between rows of train.csv (0: after every batch)."""
+    checkpoint_every: int = 20_000
+    """env steps between checkpoints, one also at the end (0: never); off-policy checkpoints
+    include the replay buffer."""
+    stop_after_frames: int = 0
+    """end this process after this many env steps (0: never); the run stays resumable."""
+    resume: bool = False
+    """continue from log_dir's checkpoint if there is one."""
+    seed: int = 0
+    """seed of the envs, the networks and the sampling (evaluation: seed + 10000)."""
+    log_dir: str = ""
+    """run folder (default runs/<algo>/<env_id>/seed<seed>)."""
+    tensorboard: bool = True
+    """write TensorBoard event files."""
+    progress: bool = True
+    """show a progress bar."""
+    threads: int = 1
+    """torch CPU threads (one is fastest for small networks)."""
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig(RunConfig):
+    """:class:`RunConfig` plus what every on-policy recipe has (``actor_critic``'s options)."""
+
+    frames_per_batch: int = 2048
+    """env steps per rollout (a multiple of num_envs)."""
+    lr: float = 3e-4
+    """learning rate."""
+    lr_decay: bool = True
+    """decay the learning rate linearly to 0 over total_frames."""
+    gamma: float = 0.99
+    """discount."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """hidden layer widths of the actor and the critic."""
+    init_log_std: float = -0.5
+    """initial log standard deviation of the Gaussian policy."""
+    normalize_observations: bool = True
+    """running mean/std observation normalization."""
+
+
+@dataclass(frozen=True)
+class OffPolicyConfig(RunConfig):
+    """:class:`RunConfig` plus what every off-policy recipe has (replay and update ratio)."""
+
+    num_envs: int = 1
+    total_frames: int = 1_000_000
+    eval_every: int = 10_000
+    log_every: int = 1_000
+    checkpoint_every: int = 100_000
+    init_random_frames: int = 10_000
+    """uniform random steps before the policy acts and learning starts."""
+    utd_ratio: float = 1.0
+    """gradient steps per env step (the update-to-data ratio)."""
+    batch_size: int = 256
+    """transitions per gradient step."""
+    buffer_size: int = 1_000_000
+    """replay buffer capacity."""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """hidden layer widths of the networks."""
+    gamma: float = 0.99
+    """discount."""

@@ -2,40 +2,30 @@
 
 One iteration of every off-policy recipe (``recipes/dqn.py``, ``sac.py``, ``td3.py``, ...)::
 
-    batch = collector.rollout()                       # collect (random until learning starts)
-    buffer.extend(batch)                              # extend the replay buffer
-    for _ in range(updates_due(frames, updates, ...)):
-        out = loss(buffer.sample(batch_size))         # k gradient steps
-        optimizer_step(total, optimizer)
-        target_updater.step()                         # soft or hard target update
-    evaluate_and_log(...); save_run(...)              # eval / log / checkpoint
+    for batch in collector:                           # collect (random until learning starts)
+        buffer.extend(transitions(batch))             # extend the replay buffer
+        for _ in range(updates_due(collector.frames, run.updates, ...)):
+            out = loss(buffer.sample(batch_size))     # k gradient steps
+            optimizer_step(total, optimizer)
+            target_updater.step()                     # soft or hard target update
+        run.end_batch(collector, out)                 # log / evaluate / checkpoint (Run)
 
-``save_run`` writes the replay buffer next to the checkpoint, so a resumed run samples from the
-same data; :func:`load_run` restores both and marks the newest stored step of every stream as
-truncated, because the resumed collector starts fresh episodes there.
+``Run`` checkpoints the replay buffer beside the rest, so a resumed run samples from the same
+data; when the collector cannot resume its episodes exactly (async envs),
+:func:`truncate_streams` marks the newest stored step of every stream as truncated.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import shutil
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys
-from tdrl.collectors import evaluate
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
-from tdrl.envs import VecEnv
-from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
-from tdrl.trainers.logger import Logger
 
-CHECKPOINT_FILE = "checkpoint.pt"
-BUFFER_DIR = "buffer"
 # What a policy writes besides the action: left out of the replay buffer, whose keys are fixed by
 # the first (random-action) batch, which has none of them.
 POLICY_OUTPUTS = (
@@ -136,79 +126,13 @@ def optimizer_step(
     return norm
 
 
-def episode_metrics(episodes: TensorDictBase) -> dict[str, float]:
-    """Mean return and length of the episodes a collector batch ended (empty if none did)."""
-    if len(episodes) == 0:
-        return {}
-    return {
-        "return_mean": float(episodes[keys.EPISODE_RETURN].mean()),
-        "length_mean": float(episodes[keys.EPISODE_LENGTH].float().mean()),
-        "episodes": float(len(episodes)),
-    }
-
-
-def evaluate_and_log(
-    env: VecEnv,
-    policy: Any,
-    logger: Logger,
-    step: int,
-    *,
-    n_episodes: int,
-    seed: int | None = None,
-) -> dict[str, float]:
-    """Deterministic evaluation of ``policy`` for ``n_episodes``, logged to the ``"eval"`` group.
-
-    The policy runs under ``InteractionType.DETERMINISTIC``, so exploration modules
-    (``EpsilonGreedy``, ``AdditiveGaussianNoise``) are inactive and stochastic actors act by their
-    mode. ``seed`` re-seeds the evaluation env (same start states at every evaluation).
-    """
-    metrics = evaluate(env, policy, n_episodes, deterministic=True, seed=seed)
-    logger.log("eval", step, metrics)
-    return metrics
-
-
-def save_run(run_dir: str | os.PathLike, buffer: ReplayBuffer, **objects: Any) -> Path:
-    """Save the replay buffer to ``run_dir/buffer`` and ``objects`` (modules, optimisers,
-    counters) with the RNG states to ``run_dir/checkpoint.pt``.
-
-    The buffer goes to a temporary folder that replaces the old one, then the checkpoint is
-    written atomically, so an interrupted save leaves a loadable pair (at worst a buffer a few
-    steps newer than the counters).
-    """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp, final = run_dir / (BUFFER_DIR + ".tmp"), run_dir / BUFFER_DIR
-    shutil.rmtree(tmp, ignore_errors=True)
-    buffer.save(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return save_checkpoint(run_dir / CHECKPOINT_FILE, **objects)
-
-
-def has_run(run_dir: str | os.PathLike) -> bool:
-    """Whether ``run_dir`` holds a checkpoint that :func:`load_run` can resume from."""
-    run_dir = Path(run_dir)
-    return (run_dir / CHECKPOINT_FILE).is_file() and (run_dir / BUFFER_DIR).is_dir()
-
-
-def load_run(run_dir: str | os.PathLike, buffer: ReplayBuffer, **objects: Any) -> dict[str, Any]:
-    """Restore what :func:`save_run` wrote: ``objects`` get ``load_state_dict``, the buffer its
-    data, cursor and sampler state, Python/NumPy/torch their RNG states. Returns the payload
-    (plain counters such as ``frames`` are read from it)."""
-    run_dir = Path(run_dir)
-    payload = load_checkpoint(run_dir / CHECKPOINT_FILE, **objects)
-    buffer.load(run_dir / BUFFER_DIR)
-    truncate_streams(buffer)
-    return payload
-
-
 def truncate_streams(buffer: ReplayBuffer) -> None:
     """Mark the newest stored step of every stream ``("next", "truncated")`` and done.
 
-    After a resume the collector starts new episodes, so the next step written to a stream does
-    not follow the newest stored one. The stored transition itself stays valid (its real next
-    observation was stored) and bootstraps like any truncation; the flag stops n-step sums and
-    slices from reaching across the seam (DESIGN.md, "Episode ends").
+    Needed when a resumed collector starts new episodes (async envs), so the next step written to
+    a stream does not follow the newest stored one. The stored transition itself stays valid (its
+    real next observation was stored) and bootstraps like any truncation; the flag stops n-step
+    sums and slices from reaching across the seam (DESIGN.md, "Episode ends").
     """
     if len(buffer) == 0:
         return

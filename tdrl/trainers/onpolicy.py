@@ -27,6 +27,17 @@ def _scalars(td: TensorDictBase) -> dict[str, float]:
     return {str(key): float(value) for key, value in td.items()}
 
 
+def linear_decay(
+    optimizer: torch.optim.Optimizer, steps: int, *, decay: bool = True
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A scheduler that scales the learning rates linearly from 1 to 0 over ``steps`` calls of
+    ``scheduler.step()`` (one per batch: Tianshou's and SB3's on-policy default); constant
+    when ``decay`` is False."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: max(1.0 - i / steps, 0.0) if decay else 1.0
+    )
+
+
 def on_policy_update(
     batch: TensorDictBase,
     loss: TensorDictModuleBase,
@@ -96,12 +107,6 @@ def natural_gradient_update(
         estimator(batch)
     flat = batch.reshape(-1)
     metrics = _scalars(loss.actor_step(flat))  # type: ignore[operator]
-    # The step leaves the actor's parameters as views into one flat vector, at offsets whose
-    # memory alignment differs from freshly allocated tensors; vectorized kernels then round
-    # differently (1e-8 relative), and a run resumed from a checkpoint (fresh tensors) would drift
-    # from an uninterrupted one. Own storage for every parameter keeps runs bit-reproducible.
-    for param in loss.actor_network.parameters():
-        param.data = param.data.clone()
     size = flat.numel() if critic_minibatch_size is None else critic_minibatch_size
     metrics.update(
         _scalars(ppo_update(loss, critic_optimizer, flat, epochs=critic_steps, minibatch_size=size))
@@ -130,7 +135,7 @@ def train_on_policy(
 
     Returns:
         One dict per batch: the update's metrics, ``"frames"`` and, when episodes ended,
-        ``"episode_return"`` and ``"episode_length"``.
+        ``"episode_return"``, ``"episode_length"`` and ``"episodes"``.
 
     Shapes:
         batches ``[num_envs, T]``.
@@ -151,7 +156,7 @@ def train_on_policy(
         if obs_norm is not None:
             obs_norm.update(batch.get(obs_norm.in_keys[0]))
         metrics["frames"] = float(collector.frames)
-        metrics.update(episode_metrics(collector))
+        metrics.update(episode_metrics(collector.episodes))
         history.append(metrics)
         if callback is not None and callback(batch, metrics) is False:
             break

@@ -1,11 +1,14 @@
-"""Small pieces every recipe's loop uses: seeding, the run folder, progress, evaluation rows,
-resumable checkpoints (modules + optimizers + RNG + collector + envs) and the final report."""
+"""The bookkeeping every recipe's loop shares, on-policy and off-policy alike: seeding and envs
+(:func:`setup`), the run folder, progress, evaluation rows, resumable checkpoints (modules,
+optimizers, RNG, collector and env state, the replay buffer) and the final report (:class:`Run`).
+"""
 
 from __future__ import annotations
 
 import csv
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,14 +19,20 @@ import torch
 from tensordict import TensorDictBase
 from tqdm import tqdm
 
+from tdrl import keys
 from tdrl.collectors import Collector, evaluate
-from tdrl.envs import VecEnv
+from tdrl.data import ReplayBuffer
+from tdrl.envs import VecEnv, make_vec_env
 from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
+from tdrl.trainers.config import RunConfig
 from tdrl.trainers.logger import Logger, read_csv
+from tdrl.trainers.offpolicy import crossed, truncate_streams
 from tdrl.trainers.plotting import plot_learning_curve
-from tdrl.trainers.resume import collector_state, load_collector_state
 
 CHECKPOINT = "checkpoint.pt"
+BUFFER_DIR = "buffer"
+# Evaluation envs are seeded apart from the training envs (and reset with this seed every time).
+EVAL_SEED_OFFSET = 10_000
 
 
 def seed_everything(seed: int) -> None:
@@ -31,6 +40,18 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def setup(cfg: RunConfig) -> tuple[VecEnv, VecEnv]:
+    """Step 1 of a recipe: torch threads, :func:`seed_everything`, then the training envs
+    (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync, at most
+    ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``)."""
+    torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed)
+    n_eval = max(min(cfg.eval_envs, cfg.eval_episodes), 1)
+    eval_env = make_vec_env(cfg.env_id, n_eval, seed=cfg.seed + EVAL_SEED_OFFSET)
+    return env, eval_env
 
 
 def run_dir(log_dir: str, algo: str, env_id: str, seed: int) -> Path:
@@ -43,14 +64,15 @@ def progress_bar(total: int, *, initial: int = 0, disable: bool = False, desc: s
     return tqdm(total=total, initial=initial, unit="step", disable=disable, desc=desc, leave=False)
 
 
-def episode_metrics(collector: Collector) -> dict[str, float]:
-    """Mean return and length of the training episodes that ended in the last batch (if any)."""
-    episodes = collector.episodes
+def episode_metrics(episodes: TensorDictBase) -> dict[str, float]:
+    """Mean return and length of ``episodes`` (a collector's ``episodes``), and their count;
+    empty when there are none."""
     if len(episodes) == 0:
         return {}
     return {
-        "episode_return": float(episodes["episode_return"].mean()),
-        "episode_length": float(episodes["episode_length"].float().mean()),
+        keys.EPISODE_RETURN: float(episodes[keys.EPISODE_RETURN].mean()),
+        keys.EPISODE_LENGTH: float(episodes[keys.EPISODE_LENGTH].float().mean()),
+        "episodes": float(len(episodes)),
     }
 
 
@@ -65,7 +87,8 @@ def evaluate_and_log(
     elapsed: float,
 ) -> dict[str, float]:
     """Deterministic evaluation on ``env`` (reset with ``seed`` every time, so two evaluations
-    differ only by the policy), logged to ``eval.csv`` with its own duration and the run time."""
+    differ only by the policy; exploration modules are inactive), logged to ``eval.csv`` with its
+    own duration and the run time."""
     start = time.perf_counter()
     result = evaluate(env, policy, n_episodes, deterministic=True, seed=seed)
     result["eval_time"] = time.perf_counter() - start
@@ -74,20 +97,47 @@ def evaluate_and_log(
     return result
 
 
-def save_run(path: Path, collector: Collector, counters: Mapping[str, Any], **objects: Any) -> None:
+def save_run(
+    path: Path,
+    collector: Collector,
+    counters: Mapping[str, Any],
+    buffer: ReplayBuffer | None = None,
+    **objects: Any,
+) -> None:
     """Checkpoint at a batch boundary: ``objects`` (modules, optimizers, schedulers by their
-    ``state_dict``), ``counters``, the RNG states, and the collector's and envs' state."""
-    save_checkpoint(path, collector=collector_state(collector), counters=dict(counters), **objects)
+    ``state_dict``), ``counters``, the RNG states and ``collector.state_dict()``.
+
+    A replay ``buffer`` goes first to ``buffer.tmp`` beside the checkpoint, which then replaces
+    ``buffer``, and the checkpoint is written atomically last, so an interrupted save leaves a
+    loadable pair (at worst a buffer a few steps newer than the counters).
+    """
+    if buffer is not None:
+        tmp, final = path.parent / (BUFFER_DIR + ".tmp"), path.parent / BUFFER_DIR
+        shutil.rmtree(tmp, ignore_errors=True)
+        buffer.save(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    save_checkpoint(path, collector=collector.state_dict(), counters=dict(counters), **objects)
 
 
-def resume_run(path: Path, collector: Collector, **objects: Any) -> dict[str, Any]:
+def resume_run(
+    path: Path, collector: Collector, buffer: ReplayBuffer | None = None, **objects: Any
+) -> dict[str, Any]:
     """Load :func:`save_run`'s checkpoint into fresh objects; returns the counters.
 
-    CSV rows logged after the checkpoint (by a run killed later) are dropped, so the logs of a
-    resumed run read like those of an uninterrupted one.
+    When the collector cannot be restored exactly (async envs: fresh episodes follow), the
+    buffer's newest step of every stream is marked truncated (:func:`truncate_streams`). CSV rows
+    logged after the checkpoint (by a run killed later) are dropped, so the logs of a resumed run
+    read like those of an uninterrupted one.
     """
     payload = load_checkpoint(path, **objects)
-    exact = load_collector_state(collector, payload["collector"])
+    exact = collector.load_state_dict(payload["collector"])
+    if buffer is not None:
+        if not (path.parent / BUFFER_DIR).is_dir():
+            raise FileNotFoundError(f"checkpoint {str(path)!r} has no replay buffer beside it")
+        buffer.load(path.parent / BUFFER_DIR)
+        if not exact:
+            truncate_streams(buffer)
     if not exact:
         print("resume: async envs were re-seeded; the run continues, not bit-identically")
     drop_rows_after(path.parent, collector.frames)
@@ -114,30 +164,43 @@ def finish_run(log_dir: Path, title: str) -> Path:
     return plot_learning_curve(log_dir / "eval.csv", log_dir / "curve.png", title=title)
 
 
+def _scalars(metrics: Any) -> dict[str, Any]:
+    # Detached, so that a loss output does not keep its graph alive until the next log row.
+    return {
+        str(k): v.detach() if isinstance(v, torch.Tensor) else v
+        for k, v in metrics.items()
+        if not isinstance(v, torch.Tensor) or v.numel() == 1
+    }
+
+
 class Run:
     """The bookkeeping of one recipe run, so each recipe's loop shows only the algorithm.
 
-    Holds the run folder, the logger, the progress bar, the counters (batches, run time, next
-    evaluation step) and the objects to checkpoint. After every batch's updates the recipe calls
-    :meth:`end_batch`, which logs a ``train`` row (every ``log_every`` batches), evaluates when
-    due (deterministic, ``eval_episodes`` on ``eval_env``; always after the last batch), writes a
-    checkpoint when due (every ``checkpoint_every`` batches and after the last batch) and says
-    whether to stop. The run time counts evaluation time.
+    Holds the run folder, the logger, the progress bar, the counters (batches, gradient
+    ``updates``, run time, next evaluation step, episode statistics since the last log row, best
+    evaluation) and the objects to checkpoint. :meth:`start` resumes from the folder's checkpoint;
+    after every batch's updates the recipe calls :meth:`end_batch`, which logs a ``train`` row
+    (the metrics, the mean return/length of the episodes ended since the last row, the time),
+    evaluates when due (deterministic, ``eval_episodes`` on ``eval_env``; always after the last
+    batch), writes a checkpoint when due (and after the last batch) and says whether to stop;
+    :meth:`finish` reports. All periods are env steps; the run time counts evaluation time.
 
     Args:
-        log_dir: run folder (CSV, TensorBoard, ``checkpoint.pt``, ``curve.png``).
+        log_dir: run folder (CSV, TensorBoard, ``checkpoint.pt``, ``buffer/``, ``curve.png``).
         state: name -> object with ``state_dict`` (modules, optimizers, schedulers).
         eval_env: evaluation env (not the collector's).
         policy: the policy to evaluate.
         title: learning-curve title and console prefix.
         total_frames: env steps of the whole run.
-        eval_every: env steps between evaluations.
+        eval_every: env steps between evaluations (0: only at the end).
         eval_episodes: episodes per evaluation.
         eval_seed: reset seed of every evaluation (the same states every time).
-        checkpoint_every: batches between checkpoints.
-        log_every: batches between ``train`` rows.
+        checkpoint_every: env steps between checkpoints, one also at the end (0: never).
+        log_every: env steps between ``train`` rows (0: every batch).
         stop_after_frames: end this process after this many env steps (0: never).
         stop_at_return: end once an evaluation's mean return reaches this.
+        buffer: a replay buffer to checkpoint with the rest (off-policy).
+        resume: :meth:`start` resumes from ``log_dir``'s checkpoint when there is one.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
     """
@@ -154,84 +217,165 @@ class Run:
         eval_every: int,
         eval_episodes: int = 10,
         eval_seed: int = 0,
-        checkpoint_every: int = 10,
-        log_every: int = 1,
+        checkpoint_every: int = 0,
+        log_every: int = 0,
         stop_after_frames: int = 0,
         stop_at_return: float = float("inf"),
+        buffer: ReplayBuffer | None = None,
+        resume: bool = False,
         tensorboard: bool = True,
         progress: bool = True,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.state = dict(state)
         self.eval_env, self.policy, self.title = eval_env, policy, title
-        self.total_frames, self.eval_every, self.eval_episodes = (
-            total_frames,
-            eval_every,
-            eval_episodes,
-        )
-        self.eval_seed, self.checkpoint_every, self.log_every = (
-            eval_seed,
-            checkpoint_every,
-            log_every,
-        )
+        self.total_frames, self.eval_every = total_frames, eval_every
+        self.eval_episodes, self.eval_seed = eval_episodes, eval_seed
+        self.checkpoint_every, self.log_every = checkpoint_every, log_every
         self.stop_after_frames, self.stop_at_return = stop_after_frames, stop_at_return
+        self.buffer, self.resume = buffer, resume
         self.tensorboard, self.progress = tensorboard, progress
-        self.counters: dict[str, Any] = {"batches": 0, "time": 0.0, "next_eval": eval_every}
+        self.counters: dict[str, Any] = {
+            "batches": 0,
+            "updates": 0,
+            "time": 0.0,
+            "next_eval": eval_every if eval_every > 0 else float("inf"),
+            "best_return": -float("inf"),
+            "episodes": 0,
+            "episode_return_sum": 0.0,
+            "episode_length_sum": 0.0,
+        }
         self.last_eval: dict[str, float] = {}
-        self.metrics: dict[str, float] = {}
+        self.metrics: dict[str, Any] = {}
         self.frames = 0
+        self.collector: Collector | None = None
         self._logger: Logger | None = None
         self._bar: tqdm | None = None
         self._start = 0.0
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: RunConfig,
+        algo: str,
+        state: Mapping[str, Any],
+        *,
+        eval_env: VecEnv,
+        policy: Callable[[TensorDictBase], TensorDictBase],
+        buffer: ReplayBuffer | None = None,
+    ) -> Run:
+        """A run configured by ``cfg``, titled ``"<algo> <env_id>"``, in ``cfg.log_dir`` or
+        ``runs/<algo in lower case, '_' for spaces>/<env_id>/seed<seed>``."""
+        folder = run_dir(cfg.log_dir, algo.lower().replace(" ", "_"), cfg.env_id, cfg.seed)
+        return cls(
+            folder, state, eval_env=eval_env, policy=policy, title=f"{algo} {cfg.env_id}",
+            total_frames=cfg.total_frames, eval_every=cfg.eval_every,
+            eval_episodes=cfg.eval_episodes, eval_seed=cfg.seed + EVAL_SEED_OFFSET,
+            checkpoint_every=cfg.checkpoint_every, log_every=cfg.log_every,
+            stop_after_frames=cfg.stop_after_frames, stop_at_return=cfg.stop_at_return,
+            buffer=buffer, resume=cfg.resume, tensorboard=cfg.tensorboard, progress=cfg.progress,
+        )  # fmt: skip
 
     @property
     def checkpoint_path(self) -> Path:
         return self.log_dir / CHECKPOINT
 
-    def start(self, collector: Collector, *, resume: bool = False) -> None:
-        """Resume from the folder's checkpoint (when ``resume`` and one exists); start clocks."""
-        if resume and self.checkpoint_path.exists():
-            self.counters = resume_run(self.checkpoint_path, collector, **self.state)
+    @property
+    def updates(self) -> int:
+        """Gradient steps taken (checkpointed; off-policy loops keep their update ratio by it)."""
+        return int(self.counters["updates"])
+
+    @updates.setter
+    def updates(self, value: int) -> None:
+        self.counters["updates"] = value
+
+    def start(self, collector: Collector, *, resume: bool | None = None) -> None:
+        """Resume from the folder's checkpoint (when ``resume``, default the constructor's, and
+        one exists); open the logs and start the clock."""
+        self.collector = collector
+        if (self.resume if resume is None else resume) and self.checkpoint_path.exists():
+            loaded = resume_run(self.checkpoint_path, collector, self.buffer, **self.state)
+            self.counters.update(loaded)
         self.frames = collector.frames
         self._logger = Logger(self.log_dir, tensorboard=self.tensorboard)
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]
 
-    def end_batch(self, collector: Collector, metrics: Mapping[str, float]) -> bool:
-        """Log, evaluate and checkpoint after a batch's updates; returns True to stop."""
+    def end_batch(self, collector: Collector, metrics: Any = None) -> bool:
+        """Log, evaluate and checkpoint after a batch's updates; returns True to stop.
+
+        ``metrics`` (a mapping or a flat TensorDict of floats or one-element tensors, e.g. a loss
+        output) are the last update's, logged with the next ``train`` row and returned by
+        :meth:`finish`; entries of more than one element (a per-sample ``"td_error"``) are left
+        out; ``None`` (no update in this batch) keeps the previous metrics.
+        """
         assert self._logger is not None and self._bar is not None, "call start() first"
-        counters, frames = self.counters, collector.frames
-        self._bar.update(frames - self.frames)
-        self.frames, self.metrics = frames, dict(metrics)
+        counters, previous, frames = self.counters, self.frames, collector.frames
+        self._bar.update(frames - previous)
+        self.frames = frames
+        if metrics is not None:
+            self.metrics = _scalars(metrics)
         counters["batches"] += 1
+        episodes = collector.episodes
+        if len(episodes):
+            counters["episodes"] += len(episodes)
+            counters["episode_return_sum"] += float(episodes[keys.EPISODE_RETURN].sum())
+            counters["episode_length_sum"] += float(episodes[keys.EPISODE_LENGTH].sum())
         counters["time"] = time.perf_counter() - self._start
-        if counters["batches"] % self.log_every == 0:
-            row = {**metrics, **episode_metrics(collector), "time": counters["time"]}
-            self._logger.log("train", frames, row)
+        if self.log_every <= 0 or crossed(frames, previous, self.log_every):
+            self._log_train(frames)
         done = frames >= self.total_frames or 0 < self.stop_after_frames <= frames
         if frames >= counters["next_eval"] or done:
             self.last_eval = evaluate_and_log(
                 self._logger, self.eval_env, self.policy, step=frames,
                 n_episodes=self.eval_episodes, seed=self.eval_seed, elapsed=counters["time"],
             )  # fmt: skip
-            counters["next_eval"] = (frames // self.eval_every + 1) * self.eval_every
-            done = done or self.last_eval["return_mean"] >= self.stop_at_return
-            self._bar.set_postfix(eval_return=f"{self.last_eval['return_mean']:.1f}")
+            if self.eval_every > 0:
+                counters["next_eval"] = (frames // self.eval_every + 1) * self.eval_every
+            ret = self.last_eval["return_mean"]
+            counters["best_return"] = max(counters["best_return"], ret)
+            done = done or ret >= self.stop_at_return
+            self._bar.set_postfix(eval_return=f"{ret:.1f}")
         counters["time"] = time.perf_counter() - self._start
-        if counters["batches"] % self.checkpoint_every == 0 or done:
-            save_run(self.checkpoint_path, collector, counters, **self.state)
+        if self.checkpoint_every > 0 and (crossed(frames, previous, self.checkpoint_every) or done):
+            save_run(self.checkpoint_path, collector, counters, self.buffer, **self.state)
         return done
 
+    def _log_train(self, frames: int) -> None:
+        assert self._logger is not None
+        counters = self.counters
+        row = {**self.metrics, "time": counters["time"]}
+        if counters["updates"]:
+            row["updates"] = counters["updates"]
+        if n := counters["episodes"]:
+            row[keys.EPISODE_RETURN] = counters["episode_return_sum"] / n
+            row[keys.EPISODE_LENGTH] = counters["episode_length_sum"] / n
+            row["episodes"] = n
+        counters.update(episodes=0, episode_return_sum=0.0, episode_length_sum=0.0)
+        self._logger.log("train", frames, row)
+
     def finish(self) -> dict[str, float]:
-        """Close the logs, plot ``curve.png``; returns the last evaluation (``eval_*``), the
-        last update's metrics, ``frames`` and ``time``."""
+        """Close the logs and the envs (the collector's and ``eval_env``), plot ``curve.png``.
+
+        Returns:
+            The last evaluation (``eval_*``: ``eval_return_mean``, ...), ``best_eval_return``,
+            the last update's metrics, ``frames``, ``updates`` and ``time``.
+        """
         if self._bar is not None:
             self._bar.close()
         if self._logger is not None:
             self._logger.close()
+        if self.collector is not None:
+            self.collector.env.close()
+        self.eval_env.close()
         png = finish_run(self.log_dir, self.title)
-        result = {"frames": float(self.frames), "time": float(self.counters["time"])}
-        result.update(self.metrics)
+        result = {
+            "frames": float(self.frames),
+            "updates": float(self.counters["updates"]),
+            "time": float(self.counters["time"]),
+            "best_eval_return": float(self.counters["best_return"]),
+        }
+        result.update({k: float(v) for k, v in self.metrics.items()})
         result.update({f"eval_{k}": v for k, v in self.last_eval.items()})
         ret = self.last_eval.get("return_mean", float("nan"))
         std = self.last_eval.get("return_std", float("nan"))

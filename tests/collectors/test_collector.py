@@ -240,3 +240,39 @@ def test_collect_random_recipe_runs_in_process():
 
     out = main(Config(env_id="Hopper-v5", num_envs=2, frames_per_batch=100, total_frames=200))
     assert out["steps_per_s"] > 0
+
+
+def test_collector_flags_episode_starts_and_ou_noise_restarts_per_env():
+    """Env 0 ends its episodes every 3 steps, env 1 every 5: the OU state (read off the actions
+    of a zero actor) is back at x0 exactly on each env's first step of an episode, and decays
+    deterministically (sigma=0) in between, independently per env."""
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.modules import OrnsteinUhlenbeckNoise
+
+    lengths = (3, 5)
+    factories = [lambda n=n: gym.make("Pendulum-v1", max_episode_steps=n) for n in lengths]
+    seen_is_init = []
+
+    def zero_actor(td):
+        seen_is_init.append(td["is_init"][:, 0].clone())
+        td["action"] = torch.zeros(2, 1)
+        return td
+
+    theta, dt, x0 = 0.5, 0.1, 0.5
+    noise = OrnsteinUhlenbeckNoise(
+        1, theta=theta, sigma=0.0, dt=dt, x0=x0, mu=0.0, action_low=-2.0, action_high=2.0
+    )
+    with make_vec_env(factories, 2, seed=0) as env:
+        collector = Collector(env, TensorDictSequential(zero_actor, noise), 2 * 16)
+        batch = collector.rollout()
+    action = batch["action"][..., 0]  # [2, 16]: half-range 2, so action = 2 * state
+    for i, n in enumerate(lengths):
+        for t in range(16):
+            step_in_episode = t % n
+            first = step_in_episode == 0
+            assert bool(seen_is_init[t][i]) == first, (i, t)
+            # The first step of an episode resets x to x0, then takes one OU step.
+            expected = x0 * (1 - theta * dt) ** (step_in_episode + 1)
+            assert action[i, t].item() == pytest.approx(2 * expected, rel=1e-5), (i, t)
+    assert "is_init" not in batch.keys()

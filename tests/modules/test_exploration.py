@@ -110,3 +110,23 @@ def test_deterministic_actor_bounds():
     torch.testing.assert_close(action, expected)
     with pytest.raises(ValueError, match="action_dim=3"):
         DeterministicActor(torch.nn.Linear(3, 2), 3)(td)
+
+
+def test_ou_state_is_saved_and_loaded_whatever_the_number_of_envs():
+    from tensordict import TensorDict
+
+    from tdrl.modules import OrnsteinUhlenbeckNoise
+
+    noise = OrnsteinUhlenbeckNoise(2, sigma=0.5)
+    td = TensorDict({"action": torch.zeros(3, 2)}, batch_size=[3])
+    noise(td)
+    saved = noise.state_dict()
+    assert saved["state"].shape == (3, 2)
+    fresh = OrnsteinUhlenbeckNoise(2, sigma=0.5)  # empty state before its first call
+    fresh.load_state_dict(saved)
+    assert torch.equal(fresh.state, noise.state)
+    torch.manual_seed(0)
+    a = noise(td.clone())["action"]
+    torch.manual_seed(0)
+    b = fresh(td.clone())["action"]
+    assert torch.equal(a, b)

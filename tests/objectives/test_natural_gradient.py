@@ -121,3 +121,19 @@ def test_forward_is_the_critic_loss_only() -> None:
     assert (td == before).all() and set(td.keys()) == set(before.keys())
     with pytest.raises(KeyError, match="estimator"):
         loss.actor_step(td.exclude("advantage"))
+
+
+@pytest.mark.parametrize("loss_cls", [NPGLoss, TRPOLoss])
+def test_actor_step_writes_parameters_in_place(loss_cls) -> None:
+    """The step copies into each parameter's own storage: no views into a flat vector, so
+    optimizers and checkpoints keep the same tensors (and resumed runs the same rounding)."""
+    torch.manual_seed(0)
+    actor = GaussianActor(mlp(OBS, ACT), ACT)
+    before = {name: (p, p.data_ptr(), p.detach().clone()) for name, p in actor.named_parameters()}
+    stats = loss_cls(actor, ValueCritic(mlp(OBS, 1))).actor_step(batch())
+    assert stats["step_size"] > 0
+    for name, param in actor.named_parameters():
+        same, ptr, old = before[name]
+        assert param is same and param.data_ptr() == ptr, name
+        assert param.untyped_storage().nbytes() == param.numel() * param.element_size(), name
+    assert any(not torch.equal(p, before[n][2]) for n, p in actor.named_parameters())

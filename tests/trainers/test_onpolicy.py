@@ -16,9 +16,7 @@ from tdrl.objectives import A2CLoss, ClipPPOLoss, TRPOLoss
 from tdrl.trainers import (
     Logger,
     actor_critic,
-    collector_state,
     drop_rows_after,
-    load_collector_state,
     natural_gradient_update,
     on_policy_update,
     read_csv,
@@ -113,12 +111,12 @@ def test_collector_state_restores_the_env_stream(env_id: str) -> None:
     with make_vec_env(env_id, 3, seed=1) as env:
         collector = Collector(env, None, 300)
         collector.rollout()
-        state = collector_state(collector)
+        state = collector.state_dict()
         after_save = collector.rollout()
         collector.rollout()  # move on, then go back
     with make_vec_env(env_id, 3, seed=99) as fresh_env:  # different seed: all from the state
         fresh = Collector(fresh_env, None, 300)
-        assert load_collector_state(fresh, state)
+        assert fresh.load_state_dict(state)
         replayed = fresh.rollout()
     assert after_save["next", "done"].any()  # episodes ended: resets were reproduced too
     assert fresh.frames == 600
@@ -130,9 +128,9 @@ def test_async_env_resume_reseeds_instead() -> None:
     with make_vec_env("CartPole-v1", 2, mode="async", seed=0) as env:
         collector = Collector(env, None, 20)
         collector.rollout()
-        state = collector_state(collector)
+        state = collector.state_dict()
         assert state["env"] is None
-        assert not load_collector_state(collector, state)
+        assert not collector.load_state_dict(state)
         batch = collector.rollout()  # fresh episodes from a derived seed
         assert batch["collector", "traj_ids"][:, 0].tolist() != [0, 1]
 
@@ -146,3 +144,25 @@ def test_drop_rows_after(tmp_path: Path) -> None:
         {"step": 100.0, "loss": 1.0},
         {"step": 200.0, "loss": 2.0},
     ]
+
+
+def test_resume_run_marks_the_buffer_seam_only_when_episodes_restart(tmp_path: Path) -> None:
+    """Sync envs resume exactly (no seam); async envs restart their episodes, so the newest
+    stored step of every stream is marked truncated."""
+    from tdrl.data import ReplayBuffer
+    from tdrl.trainers import resume_run, save_run
+
+    for mode, exact in (("sync", True), ("async", False)):
+        with make_vec_env("CartPole-v1", 2, mode=mode, seed=0) as env:
+            collector = Collector(env, None, 10)
+            buffer = ReplayBuffer(100)
+            buffer.extend(collector.rollout())
+            path = tmp_path / mode / "checkpoint.pt"
+            path.parent.mkdir()
+            save_run(path, collector, {"frames": collector.frames}, buffer)
+            fresh = ReplayBuffer(100)
+            counters = resume_run(path, Collector(env, None, 10), fresh)
+        assert counters == {"frames": 10}
+        newest = fresh.storage["next", "truncated"][4]  # [streams, 1] of the 5th step
+        assert bool(newest.all()) is not exact, mode
+        assert not fresh.storage["next", "truncated"][:4].any()

@@ -1,4 +1,4 @@
-"""What a checkpoint needs beyond modules and RNG states: the collector's and the envs' state.
+"""Env state for exact resume: what a checkpoint needs to put the envs back where they were.
 
 A resumed run continues exactly like an uninterrupted one only if the envs are where they were:
 same physics state, same step counters, same random streams. Gymnasium envs do not pickle their
@@ -13,12 +13,9 @@ state (MuJoCo envs pickle their constructor arguments only, via ``EzPickle``), s
   (``TimeLimit``'s ``_elapsed_steps``, ``OrderEnforcing``'s ``_has_reset``, checker flags).
 
 Async vector envs keep their envs in worker processes, out of reach: for them ``env_state``
-returns ``None`` and :func:`load_env_state` re-seeds and resets the envs from a seed derived from
-the frame count instead, so a resumed async run is reproducible but not identical to an
-uninterrupted one (episodes in flight at the checkpoint are cut).
-
-The collector's state (frame count, current observation, running episode returns and lengths,
-trajectory ids, the random-action generator) is read by :func:`collector_state`.
+returns ``None`` and :func:`load_env_state` re-seeds the envs' next reset instead, so a resumed
+async run is reproducible but not identical to an uninterrupted one (episodes in flight at the
+checkpoint are cut). ``Collector.state_dict`` stores this state with the collector's own.
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from tdrl.collectors import Collector
-from tdrl.envs import VecEnv
+from tdrl.envs.vec_env import VecEnv
 
 _PLAIN = (np.ndarray, numbers.Number, bool, type(None))
 
@@ -119,45 +115,4 @@ def load_env_state(env: VecEnv, state: list[dict[str, Any]] | None, *, reseed: i
     return True
 
 
-def collector_state(collector: Collector) -> dict[str, Any]:
-    """The collector's counters, current observation and running episode statistics."""
-    return {
-        "frames": collector.frames,
-        "started": collector._started,
-        "traj_ids": collector._traj_ids.copy(),
-        "next_traj_id": collector._next_traj_id,
-        "episode_return": collector._episode_return.copy(),
-        "episode_length": collector._episode_length.copy(),
-        "generator": collector._generator.get_state(),
-        "observation": [t.clone() for t in collector._policy_step.observation],
-        "env": env_state(collector.env),
-    }
-
-
-def load_collector_state(collector: Collector, state: dict[str, Any]) -> bool:
-    """Restore :func:`collector_state` (and the env state inside it). Returns True if exact."""
-    collector.frames = int(state["frames"])
-    collector._generator.set_state(state["generator"])
-    collector._next_traj_id = int(state["next_traj_id"])
-    collector._traj_ids = state["traj_ids"].copy()
-    # Async envs: re-seed from the frame count so the resumed run is still reproducible.
-    reseed = (collector.env.seed or 0) + 1_000_003 * (collector.frames + 1)
-    exact = load_env_state(collector.env, state["env"], reseed=reseed)
-    if exact:
-        collector._started = bool(state["started"])
-        collector._episode_return = state["episode_return"].copy()
-        collector._episode_length = state["episode_length"].copy()
-        for dst, src in zip(collector._policy_step.observation, state["observation"], strict=True):
-            dst.copy_(src)
-    else:
-        # Fresh episodes: the collector resets the env (with the derived seed) on its next batch.
-        collector._started = False
-        n = collector.env.num_envs
-        collector._episode_return = np.zeros(n)
-        collector._episode_length = np.zeros(n, dtype=np.int64)
-        collector._traj_ids = np.arange(collector._next_traj_id, collector._next_traj_id + n)
-        collector._next_traj_id += n
-    return exact
-
-
-__all__ = ["collector_state", "env_state", "load_collector_state", "load_env_state"]
+__all__ = ["env_state", "load_env_state"]
