@@ -60,7 +60,7 @@ ALGOS: dict[str, tuple[str, int]] = {
     "npg": ("Hopper-v5", 100_000),
     "trpo": ("Hopper-v5", 100_000),
     "ddpg": ("HalfCheetah-v5", 100_000),
-    "redq": ("HalfCheetah-v5", 20_000),  # 20 critic steps per env step: 20k steps = 400k updates
+    "redq": ("HalfCheetah-v5", 20_000),  # UTD 20 after 10k random steps: 200k critic updates
     "discrete_sac": ("CartPole-v1", 50_000),
     "dqn": ("CartPole-v1", 50_000),
 }
@@ -452,8 +452,11 @@ def markdown_table(groups: dict[Group, dict[str, dict[str, Any]]]) -> str:
         for lib, s in libs.items():
             ret_ratio = wall_ratio = ""
             if ref is not None and lib != "sb3":
+                # a ratio of returns means "fraction of SB3's score" only when SB3's is positive
                 ret_ratio = (
-                    f"{s['return_mean'] / ref['return_mean']:.2f}" if ref["return_mean"] else "n/a"
+                    f"{s['return_mean'] / ref['return_mean']:.2f}"
+                    if ref["return_mean"] > 0
+                    else "n/a"
                 )
                 wall_ratio = f"{s['wall_mean'] / ref['wall_mean']:.2f}"
             seeds = ",".join(map(str, s["seeds"]))
@@ -486,7 +489,8 @@ def plot_curves(
     groups: dict[Group, dict[str, dict[str, Any]]], out: Path, curves_dir: Path
 ) -> list[Path]:
     """One PNG per (algo, env, budget, variant): eval return against env steps, the mean over
-    seeds of every library, with a +-1 std (over seeds) band."""
+    seeds of every library, with a +-1 std (over seeds) band; named
+    ``<algo>_<env>_<budget>[_<variant>]_seeds.png`` (not to overwrite single-seed recipe curves)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -500,7 +504,8 @@ def plot_curves(
             steps, mean, std = mean_curve([p for p in paths if p.exists()])
             if not steps:
                 continue
-            ax.plot(steps, mean, label=f"{lib} ({len(s['seeds'])} seeds)")
+            n = len(s["seeds"])
+            ax.plot(steps, mean, label=f"{lib} (mean of {n} seed{'s' * (n > 1)})")
             lo = [m - d for m, d in zip(mean, std, strict=True)]
             hi = [m + d for m, d in zip(mean, std, strict=True)]
             ax.fill_between(steps, lo, hi, alpha=0.2)
