@@ -21,8 +21,10 @@ npg, trpo, ddpg, redq, discrete_sac, dqn (tdrl only).
 
 Every finished run appends one JSON line to ``<out>/results.jsonl``; a rerun skips the runs found
 there (so an interrupted batch is resumed by running the same command again; a run cut short
-starts over). ``--jobs 2`` runs two runs at once in subprocesses (tdrl and SB3 of one seed side
-by side). Absolute times are noise on a shared machine; the tdrl/SB3 ratios are the figure.
+starts over). A run's identity is (algo, env, lib, seed, budget, --learning-starts, --tdrl-set);
+``--eval-every`` is recorded but does not make a new run. ``--jobs 2`` runs two runs at once in
+subprocesses (tdrl and SB3 of one seed side by side). Absolute times are noise on a shared
+machine; the tdrl/SB3 ratios are the figure.
 """
 
 from __future__ import annotations
