@@ -9,7 +9,7 @@ the same for both libraries:
     that final evaluation's mean return;
   * wall time: around the whole run (envs, networks, training, every evaluation), one process per
     run, one torch thread (``torch.set_num_threads(1)``, OMP/MKL threads 1);
-  * no TensorBoard, no progress bar; tdrl writes no intermediate checkpoints (SB3 writes none).
+  * no TensorBoard, no progress bar; tdrl writes no checkpoints (SB3 writes none).
 
 Issue 5: ``--algo ppo`` (Hopper-v5, 1M steps, tdrl). Issue 6: ``--algo sac`` (HalfCheetah-v5) and
 ``--algo td3`` (Hopper-v5), 100k steps, tdrl against SB3. Short-budget curves: reinforce, a2c,
@@ -184,10 +184,10 @@ def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     missing = [k for k in settings if k not in types]
     if missing:
         raise TypeError(f"recipes/{spec.algo}.py Config lacks the fields {missing}")
-    # Same conditions as SB3: one thread, no TensorBoard/progress bar, no checkpoints until the
-    # end (a huge interval; on-policy recipes count it in batches, off-policy ones in env steps).
+    # Same conditions as SB3: one thread, no TensorBoard/progress bar, no checkpoints at all
+    # (checkpoint_every=0: not even the final one, which would copy a replay buffer to disk).
     optional = {"threads": 1, "tensorboard": False, "progress": False, "resume": False}
-    optional["checkpoint_every"] = 10**12
+    optional["checkpoint_every"] = 0
     settings |= {k: v for k, v in optional.items() if k in types}
     if spec.learning_starts is not None:
         if "init_random_frames" not in types:
