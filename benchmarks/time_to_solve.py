@@ -63,7 +63,7 @@ def tdrl_ppo(task: str, seed: int, max_steps: int, **overrides: object) -> float
         cfg = ppo.Config(
             env_id=task, total_frames=max_steps, eval_every=EVAL_EVERY,
             eval_episodes=EVAL_EPISODES, stop_at_return=THRESHOLD[task], seed=seed,
-            log_dir=log_dir, tensorboard=False, progress=False,
+            log_dir=log_dir, tensorboard=False, progress=False, curve=False, checkpoint_every=0,
             **settings,  # type: ignore[arg-type]
         )  # fmt: skip
         start = time.perf_counter()

@@ -62,6 +62,8 @@ class RunConfig:
     """write TensorBoard event files."""
     progress: bool = True
     """show a progress bar."""
+    curve: bool = True
+    """plot curve.png from eval.csv at the end (importing matplotlib costs about a second)."""
     threads: int = 1
     """torch CPU threads (one is fastest for small networks)."""
 

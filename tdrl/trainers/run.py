@@ -203,6 +203,7 @@ class Run:
         resume: :meth:`start` resumes from ``log_dir``'s checkpoint when there is one.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
+        curve: plot ``curve.png`` at :meth:`finish`.
     """
 
     def __init__(
@@ -225,6 +226,7 @@ class Run:
         resume: bool = False,
         tensorboard: bool = True,
         progress: bool = True,
+        curve: bool = True,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.state = dict(state)
@@ -234,7 +236,7 @@ class Run:
         self.checkpoint_every, self.log_every = checkpoint_every, log_every
         self.stop_after_frames, self.stop_at_return = stop_after_frames, stop_at_return
         self.buffer, self.resume = buffer, resume
-        self.tensorboard, self.progress = tensorboard, progress
+        self.tensorboard, self.progress, self.curve = tensorboard, progress, curve
         self.counters: dict[str, Any] = {
             "batches": 0,
             "updates": 0,
@@ -274,6 +276,7 @@ class Run:
             checkpoint_every=cfg.checkpoint_every, log_every=cfg.log_every,
             stop_after_frames=cfg.stop_after_frames, stop_at_return=cfg.stop_at_return,
             buffer=buffer, resume=cfg.resume, tensorboard=cfg.tensorboard, progress=cfg.progress,
+            curve=cfg.curve,
         )  # fmt: skip
 
     @property
@@ -355,7 +358,8 @@ class Run:
         self._logger.log("train", frames, row)
 
     def finish(self) -> dict[str, float]:
-        """Close the logs and the envs (the collector's and ``eval_env``), plot ``curve.png``.
+        """Close the logs and the envs (the collector's and ``eval_env``), plot ``curve.png``
+        (unless ``curve`` is off).
 
         Returns:
             The last evaluation (``eval_*``: ``eval_return_mean``, ...), ``best_eval_return``,
@@ -368,7 +372,9 @@ class Run:
         if self.collector is not None:
             self.collector.env.close()
         self.eval_env.close()
-        png = finish_run(self.log_dir, self.title)
+        report = "logs"
+        if self.curve:
+            report += f" and {finish_run(self.log_dir, self.title).name}"
         result = {
             "frames": float(self.frames),
             "updates": float(self.counters["updates"]),
@@ -381,6 +387,6 @@ class Run:
         std = self.last_eval.get("return_std", float("nan"))
         print(
             f"{self.title}: {self.frames} steps in {self.counters['time']:.0f} s, eval return "
-            f"{ret:.1f} +- {std:.1f}; logs and {png.name} in {self.log_dir}"
+            f"{ret:.1f} +- {std:.1f}; {report} in {self.log_dir}"
         )
         return result

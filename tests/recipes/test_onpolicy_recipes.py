@@ -56,6 +56,13 @@ def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path) -> None:
     assert (tmp_path / "checkpoint.pt").is_file()
 
 
+def test_curve_off_writes_no_png(tmp_path: Path) -> None:
+    result = ppo.main(tiny("ppo", tmp_path, curve=False, env_id="CartPole-v1"))
+    assert result["frames"] == TINY["total_frames"]
+    assert (tmp_path / "eval.csv").is_file()
+    assert not (tmp_path / "curve.png").exists()
+
+
 def _losses(path: Path) -> list[dict[str, float]]:
     # Everything but wall-clock times must match.
     return [{k: v for k, v in row.items() if k != "time"} for row in read_csv(path)]
