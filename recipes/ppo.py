@@ -85,7 +85,7 @@ def main(cfg: Config) -> dict[str, float]:
     )
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
-    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
     scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)

@@ -71,7 +71,7 @@ def main(cfg: Config) -> dict[str, float]:
     baseline = critic if cfg.baseline else None
     loss = ReinforceLoss(actor, baseline, normalize_advantage=cfg.normalize_advantage)
     estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
-    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
     scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
