@@ -127,7 +127,7 @@ class DiscreteSACLoss(OffPolicyLoss):
         target = self.value_target(batch)
         q_all = self._q(self.qvalue_network, batch)  # [E, B, n]
         index = self._action_index(batch, q_all.shape[-1])
-        q = q_all.gather(-1, index.view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
+        q = self._gather_action(q_all, index)
         loss_qvalue = self._mean(self._distance(q, target.expand_as(q)).sum(0), weights)
         td_error = (q.detach() - target).abs().max(dim=0).values
 
