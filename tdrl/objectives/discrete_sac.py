@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -146,4 +146,4 @@ class DiscreteSACLoss(OffPolicyLoss):
             ENTROPY: -neg_entropy.mean(),
             self.tensor_keys.priority: td_error,
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -103,4 +103,4 @@ class DQNLoss(OffPolicyLoss):
             CHOSEN_ACTION_VALUE: chosen.detach().mean(),
             VALUE_TARGET: target.mean(),
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

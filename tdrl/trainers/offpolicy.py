@@ -114,7 +114,14 @@ def optimizer_step(
     ``parameters`` (default: those of the optimisers) are clipped when ``max_grad_norm`` is set.
     """
     for optimizer in optimizers:
-        optimizer.zero_grad(set_to_none=True)
+        if type(optimizer).zero_grad is torch.optim.Optimizer.zero_grad:
+            # What zero_grad(set_to_none=True) does, without its profiler scope and per-call
+            # setup (~20 us of a ~1.5 ms DQN step).
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+        else:
+            optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = None
     if max_grad_norm is not None:
