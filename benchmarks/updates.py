@@ -16,8 +16,9 @@ each library sampling from its own replay buffer of 10,000 random transitions (T
 ``SAC.update``, SB3's ``SAC.train``, TorchRL's ``SACLoss`` loop as in its sota-implementations,
 tdrl's recipes/sac.py loop). DQN section: the same on CartPole shapes (observation 4, 2 actions),
 batch 64, 256x256 MLP (rl-baselines3-zoo's CartPole setting), Huber loss, no double Q (SB3 has
-none), hard target copy every 10 steps, gradients clipped at 10 (SB3 always clips; Tianshou's DQN
-has no clipping, which favours it).
+none), hard target copy every 10 steps (SB3 copies in ``_on_step``, outside ``train``, so its
+section copies between ``train`` calls of 10 steps), gradients clipped at 10 (SB3 always clips;
+Tianshou's DQN has no clipping, which favours it).
 
 Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac dqn]``.
 """
@@ -491,6 +492,7 @@ def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     import gymnasium as gym
     from stable_baselines3 import DQN
     from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.utils import polyak_update
 
     class Shapes(gym.Env):
         observation_space = gym.spaces.Box(-np.inf, np.inf, (DQN_OBS,), np.float32)
@@ -517,8 +519,18 @@ def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     rb.dones[:n, 0] = data["terminated"].numpy()
     rb.pos, rb.full = n % rb.buffer_size, n >= rb.buffer_size
     model._current_progress_remaining = 1.0
+    # SB3 copies the target network in ``_on_step`` (once per env step), not in ``train``: run
+    # ``train`` between copies and copy as ``_on_step`` does, so SB3 does the target updates
+    # that the other three libraries do inside their measured steps.
     start = time.perf_counter()
-    model.train(gradient_steps=steps, batch_size=DQN_BATCH)
+    done = 0
+    while done < steps:
+        chunk = min(DQN_TARGET_EVERY, steps - done)
+        model.train(gradient_steps=chunk, batch_size=DQN_BATCH)
+        done += chunk
+        if done % DQN_TARGET_EVERY == 0:
+            polyak_update(model.q_net.parameters(), model.q_net_target.parameters(), model.tau)
+            polyak_update(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
     return time.perf_counter() - start
 
 

@@ -74,7 +74,9 @@ def main(cfg: Config) -> dict[str, float]:
         normalize_advantage=cfg.normalize_advantage,
     )
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
-    optimizer = torch.optim.RMSprop(loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True)
+    optimizer = torch.optim.RMSprop(
+        loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
+    )
     n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
     scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)

@@ -216,6 +216,8 @@ class TanhGaussianActor(_ProbabilisticActor):
         low, high = _bounds(action_low, action_high)
         self.register_buffer("action_low", low.expand(action_dim).clone(), persistent=False)
         self.register_buffer("action_high", high.expand(action_dim).clone(), persistent=False)
+        # [-1, 1] bounds go to TanhNormal as numbers: no affine map per distribution.
+        self.unit_bounds = bool((low == -1).all()) and bool((high == 1).all())
 
     def _log_std(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.log_std is not None:
@@ -226,16 +228,34 @@ class TanhGaussianActor(_ProbabilisticActor):
                 f"{2 * self.action_dim} values (loc and log-std), got {out.shape[-1]}"
             )
         loc, raw = out.chunk(2, dim=-1)
-        span = self.log_std_max - self.log_std_min
-        return loc, self.log_std_min + 0.5 * span * (raw.tanh() + 1.0)
+        # log_std_min + span (tanh(raw) + 1) / 2, as one multiply-add after the tanh.
+        half_span = 0.5 * (self.log_std_max - self.log_std_min)
+        return loc, torch.add(raw.tanh(), 1.0).mul_(half_span).add_(self.log_std_min)
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
-        out = _apply(self.net, observation, self.in_keys[0], "TanhGaussianActor")
-        loc, log_std = self._log_std(out)
+        loc, log_std = self._loc_log_std(observation)
         return {LOC: loc, SCALE: log_std.exp()}
 
+    def _loc_log_std(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = _apply(self.net, observation, self.in_keys[0], "TanhGaussianActor")
+        return self._log_std(out)
+
+    def get_dist(self, tensordict: TensorDictBase) -> Distribution:
+        """The action distribution for ``tensordict``; nothing is written into it."""
+        observation = _get(tensordict, self.in_keys[0], type(self).__name__)
+        loc, log_std = self._loc_log_std(observation)
+        # log_std passed along: the distribution needs no log of the scale.
+        return self._tanh_normal(loc, log_std.exp(), log_std)
+
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
-        return TanhNormal(params[LOC], params[SCALE], self.action_low, self.action_high)
+        return self._tanh_normal(params[LOC], params[SCALE], None)
+
+    def _tanh_normal(
+        self, loc: torch.Tensor, scale: torch.Tensor, log_scale: torch.Tensor | None
+    ) -> TanhNormal:
+        if self.unit_bounds:
+            return TanhNormal(loc, scale, -1.0, 1.0, log_scale)
+        return TanhNormal(loc, scale, self.action_low, self.action_high, log_scale)
 
 
 class CategoricalActor(_ProbabilisticActor):

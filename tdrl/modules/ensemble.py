@@ -83,12 +83,17 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, shared: bool = True) -> torch.Tensor:
         """Apply the ``E`` layers; ``shared`` says ``x`` has no leading ensemble dim."""
+        # The common inputs ([B, in] shared, [E, B, in] per member) go in as they are: every
+        # reshape or view is one more autograd node, and the update step is overhead-bound.
         if shared:
             batch = x.shape[:-1]
-            flat = x.reshape(1, -1, self.in_features).expand(self.num_members, -1, -1)
+            if x.dim() == 2:
+                flat = x.expand(self.num_members, -1, -1)
+            else:
+                flat = x.reshape(1, -1, self.in_features).expand(self.num_members, -1, -1)
         else:
             batch = x.shape[1:-1]
-            flat = x.reshape(self.num_members, -1, self.in_features)
+            flat = x if x.dim() == 3 else x.reshape(self.num_members, -1, self.in_features)
         if self.out_features == 1:
             # A value head: as a batched matrix-vector product (MKL gemm with one output column)
             # it runs ~5x slower than a multiply-and-sum, forward and backward (167 vs 30 us
@@ -97,7 +102,7 @@ class EnsembleLinear(nn.Module):
             out = (flat * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         else:
             out = torch.baddbmm(self.bias, flat, self.weight)
-        return out.view(self.num_members, *batch, self.out_features)
+        return out if len(batch) == 1 else out.view(self.num_members, *batch, self.out_features)
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, num_members={self.num_members}"
@@ -145,9 +150,13 @@ class EnsembleMLP(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # ReLU in place on the fresh layer output (baddbmm's backward does not read its output):
+        # one [E, B, H] buffer less per layer, ~5% of a SAC gradient step at batch 256.
+        relu_in_place = type(self.activation) is nn.ReLU
         shared = True
         for layer in self.hidden:
-            x = self.activation(layer(x, shared))
+            x = layer(x, shared)
+            x = torch.relu_(x) if relu_in_place else self.activation(x)
             shared = False
         return self.output(x, shared)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -136,4 +136,4 @@ class DDPGLoss(_DeterministicActorCritic):
             "loss_value": loss_value,
             self.tensor_keys.priority: td_error,
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -127,7 +127,7 @@ class DiscreteSACLoss(OffPolicyLoss):
         target = self.value_target(batch)
         q_all = self._q(self.qvalue_network, batch)  # [E, B, n]
         index = self._action_index(batch, q_all.shape[-1])
-        q = q_all.gather(-1, index.view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
+        q = self._gather_action(q_all, index)
         loss_qvalue = self._mean(self._distance(q, target.expand_as(q)).sum(0), weights)
         td_error = (q.detach() - target).abs().max(dim=0).values
 
@@ -146,4 +146,4 @@ class DiscreteSACLoss(OffPolicyLoss):
             ENTROPY: -neg_entropy.mean(),
             self.tensor_keys.priority: td_error,
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -95,7 +95,7 @@ class DQNLoss(OffPolicyLoss):
         target = self.value_target(batch)
         action_value = self._action_values(self.value_network, batch)
         index = self._action_index(batch, action_value.shape[-1])
-        chosen = action_value.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        chosen = self._gather_action(action_value, index)
         loss = self._mean(self._distance(chosen, target), self._weights(batch))
         out = {
             "loss": loss,
@@ -103,4 +103,4 @@ class DQNLoss(OffPolicyLoss):
             CHOSEN_ACTION_VALUE: chosen.detach().mean(),
             VALUE_TARGET: target.mean(),
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

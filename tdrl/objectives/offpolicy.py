@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch.distributions import Distribution
@@ -35,7 +35,6 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
-from tdrl.ops import td0_return
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +56,9 @@ class OffPolicyKeys:
     priority_weight: NestedKey = PRIORITY_WEIGHT
     steps_to_next_obs: NestedKey = STEPS_TO_NEXT_OBS
     gamma: NestedKey = GAMMA
+
+
+_SCALAR = torch.Size([])
 
 
 def _next(key: NestedKey) -> tuple[str, ...]:
@@ -123,7 +125,11 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     def _per_sample(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
         """``batch[key]`` as ``[B]``, accepting the trailing singleton of TorchRL's layout."""
-        value = self._get(batch, key)
+        return self._check_per_sample(batch, key, self._get(batch, key))
+
+    def _check_per_sample(
+        self, batch: TensorDictBase, key: NestedKey, value: torch.Tensor
+    ) -> torch.Tensor:
         shape = batch.batch_size
         if value.shape == (*shape, 1):
             return value.squeeze(-1)
@@ -162,7 +168,12 @@ class OffPolicyLoss(TensorDictModuleBase):
         return self.gamma
 
     def _action_index(self, batch: TensorDictBase, num_actions: int) -> torch.Tensor:
-        """The discrete action as an index ``[B]``, from an index or a one-hot entry."""
+        """The discrete action as an index ``[B]``, from an index or a one-hot entry.
+
+        The range of an index is not checked here: :meth:`_gather_action` checks it through
+        ``gather``'s own bounds check, which costs nothing when the indices are valid (a
+        ``min``/``max`` check costs two reductions and two host syncs per batch).
+        """
         key = self.tensor_keys.action
         action = self._get(batch, key)
         shape = batch.batch_size
@@ -174,18 +185,42 @@ class OffPolicyLoss(TensorDictModuleBase):
                     f"{(*shape, num_actions)}, got {tuple(action.shape)}"
                 )
             return action.argmax(-1)
-        index = self._per_sample(batch, key)
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_actions):
-            raise ValueError(
-                f"{type(self).__name__}: {key!r} holds indices outside [0, {num_actions}): "
-                f"min {int(index.min())}, max {int(index.max())}"
-            )
-        return index
+        return self._per_sample(batch, key)
+
+    def _gather_action(self, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``values[..., index]``: ``[*E, B, n]`` and an index ``[B]`` -> ``[*E, B]``.
+
+        An index outside ``[0, n)`` raises a ``ValueError`` that names the action key.
+        """
+        index = index.view(*([1] * (values.dim() - 2)), -1, 1).expand(*values.shape[:-1], 1)
+        try:
+            return values.gather(-1, index).squeeze(-1)
+        except RuntimeError as error:
+            key, n = self.tensor_keys.action, values.shape[-1]
+            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
+                raise ValueError(
+                    f"{type(self).__name__}: {key!r} holds indices outside [0, {n}): "
+                    f"min {int(index.min())}, max {int(index.max())}"
+                ) from error
+            raise
 
     def _weights(self, batch: TensorDictBase) -> torch.Tensor | None:
-        if batch.get(self.tensor_keys.priority_weight, None) is None:
+        weights = batch.get(self.tensor_keys.priority_weight, None)
+        if weights is None:
             return None
-        return self._per_sample(batch, self.tensor_keys.priority_weight)
+        return self._check_per_sample(batch, self.tensor_keys.priority_weight, weights)
+
+    @staticmethod
+    def _output(out: dict[NestedKey, torch.Tensor]) -> TensorDict:
+        """The loss's output TensorDict (batch size ``[]``) from a dict of tensors.
+
+        Built with tensordict's unchecked constructor when every key is a plain string (the
+        checks cost ~10 us a step, and every value here is a tensor this loss computed);
+        nested keys go through the checked constructor.
+        """
+        if all(type(key) is str for key in out):
+            return TensorDict._new_unsafe(out, batch_size=_SCALAR)
+        return TensorDict(out, batch_size=_SCALAR)
 
     # --- computing -----------------------------------------------------------------------
     def _distance(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -211,18 +246,21 @@ def bellman_target(
 ) -> torch.Tensor:
     """One-step target ``y = r + discount * (1 - terminated) * V(s')`` (no gradient).
 
-    :func:`tdrl.ops.td0_return` with the ``"bootstrap"`` truncation policy: a truncated step is
-    bootstrapped like an ordinary one, ``V(s')`` coming from the real final observation
-    (partial-episode bootstrapping, Pardo et al. 2018, arXiv 1712.00378). ``discount`` is
-    ``gamma`` or, for n-step samples, the per-sample ``gamma ** k``. The flat batch is passed as
-    one time row (``time_dim=-1``): TD(0) is elementwise, so no step reads its neighbour. The
-    op's input checks are skipped (``validate=False``): ``_transition`` already checked shapes
-    and dtypes, and the checks would cost more than the target itself on this hot path.
+    Equal to :func:`tdrl.ops.td0_return` with the ``"bootstrap"`` truncation policy on the flat
+    batch as one time row: a truncated step is bootstrapped like an ordinary one, ``V(s')``
+    coming from the real final observation (partial-episode bootstrapping, Pardo et al. 2018,
+    arXiv 1712.00378), and a terminated step's ``V(s')`` is replaced by 0 (not multiplied by 0,
+    so a non-finite ``V(s')`` cannot leak in). ``discount`` is ``gamma`` or, for n-step samples,
+    the per-sample ``gamma ** k``. Written out rather than calling the op: the op's input
+    preparation costs more than this expression on the update hot path, and ``_transition``
+    already checked shapes and dtypes (tests/objectives/test_target.py checks the two agree).
 
     Shapes:
         all ``[B]`` -> ``[B]``.
     """
-    return td0_return(reward, next_value, terminated, gamma=discount, time_dim=-1, validate=False)
+    if isinstance(discount, torch.Tensor):
+        discount = discount.to(reward.dtype)
+    return reward + discount * torch.where(terminated, 0.0, next_value)
 
 
 def rsample_and_log_prob(dist: Distribution) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -131,33 +131,41 @@ class SACLoss(OffPolicyLoss):
         return rsample_and_log_prob(dist)
 
     @torch.no_grad()
-    def value_target(self, batch: TensorDictBase) -> torch.Tensor:
-        """The soft Bellman target ``y`` ``[B]``."""
+    def value_target(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The soft Bellman target ``y`` ``[B]`` (``alpha``: :attr:`alpha`, if already read)."""
+        alpha = self.alpha if alpha is None else alpha
         reward, terminated, discount = self._transition(batch)
         next_td = self._get(batch, NEXT)
         next_action, next_log_prob = self._sample(next_td)
         next_q = critic_values(
             self.target_qvalue_network, next_td, next_action, self.tensor_keys.action
         )
-        next_value = self._target_reduce(next_q) - self.alpha * next_log_prob
+        next_value = self._target_reduce(next_q) - alpha * next_log_prob
         return bellman_target(reward, next_value, terminated, discount)
 
-    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+    def qvalue_loss(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss_qvalue, td_error [B])``."""
-        target = self.value_target(batch)
+        target = self.value_target(batch, alpha)
         self._get(batch, self.tensor_keys.action)
         q = critic_values(self.qvalue_network, batch, None, self.tensor_keys.action)
         per_sample = self._distance(q, target.expand_as(q)).sum(0)
         td_error = (q.detach() - target).abs().max(dim=0).values
         return self._mean(per_sample, self._weights(batch)), td_error
 
-    def actor_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+    def actor_loss(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss_actor, log_prob [B] detached)``."""
+        alpha = self.alpha if alpha is None else alpha
         action, log_prob = self._sample(batch)
         with frozen(self.qvalue_network):
             q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)
         self.target_entropy(action)
-        per_sample = self.alpha * log_prob - self._actor_reduce(q)
+        per_sample = alpha * log_prob - self._actor_reduce(q)
         return self._mean(per_sample, self._weights(batch)), log_prob.detach()
 
     def alpha_loss(self, log_prob: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:
@@ -166,14 +174,15 @@ class SACLoss(OffPolicyLoss):
         return self._mean(per_sample, self._weights(batch))
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        loss_qvalue, td_error = self.qvalue_loss(batch)
-        loss_actor, log_prob = self.actor_loss(batch)
+        alpha = self.alpha  # read (and clamped) once per batch
+        loss_qvalue, td_error = self.qvalue_loss(batch, alpha)
+        loss_actor, log_prob = self.actor_loss(batch, alpha)
         out = {
             "loss_actor": loss_actor,
             "loss_qvalue": loss_qvalue,
             "loss_alpha": self.alpha_loss(log_prob, batch),
-            ALPHA: self.alpha,
+            ALPHA: alpha,
             ENTROPY: -log_prob.mean(),
             self.tensor_keys.priority: td_error,
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -99,4 +99,4 @@ class TD3Loss(_DeterministicActorCritic):
             "loss_qvalue": loss_qvalue,
             self.tensor_keys.priority: td_error,
         }
-        return TensorDict(out, batch_size=[])
+        return self._output(out)

@@ -6,6 +6,7 @@ from tdrl.trainers.config import OffPolicyConfig, OnPolicyConfig, RunConfig, par
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
 from tdrl.trainers.networks import NormalizedInput, actor_critic
 from tdrl.trainers.offpolicy import (
+    clip_grad_norm_,
     crossed,
     make_replay_buffer,
     optimizer_step,
@@ -45,6 +46,7 @@ __all__ = [
     "Run",
     "RunConfig",
     "actor_critic",
+    "clip_grad_norm_",
     "crossed",
     "drop_rows_after",
     "episode_metrics",

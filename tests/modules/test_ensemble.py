@@ -80,3 +80,31 @@ class _Cat(nn.Module):
 
     def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([observation, action], -1))
+
+
+class _PlainReLU(nn.ReLU):
+    """An out-of-place ReLU that EnsembleMLP and mlp do not recognise as nn.ReLU."""
+
+
+def test_in_place_relu_gives_the_same_values_and_gradients():
+    # EnsembleMLP and mlp apply nn.ReLU in place; an out-of-place ReLU must give the same
+    # numbers, forward and backward (for the parameters and for the input).
+    from tdrl.modules import mlp
+
+    def run(activation: type[nn.Module], ensemble: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        if ensemble:
+            net: nn.Module = EnsembleMLP(5, 1, (16, 16), num_members=3, activation=activation)
+        else:
+            net = mlp(5, 2, (16, 16), activation=activation)
+        assert any(isinstance(m, nn.ReLU) and m.inplace for m in net.modules()) == (
+            activation is nn.ReLU and not ensemble
+        )
+        x = torch.randn(7, 5, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        out = net(x)
+        out.square().sum().backward()
+        return [out.detach(), x.grad, *(p.grad for p in net.parameters())]
+
+    for ensemble in (True, False):
+        fast, plain = run(nn.ReLU, ensemble), run(_PlainReLU, ensemble)
+        assert all(torch.equal(a, b) for a, b in zip(fast, plain, strict=True))

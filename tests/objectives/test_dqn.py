@@ -162,3 +162,11 @@ def test_bad_input_names_the_key(mutate, match):
     mutate(td)
     with pytest.raises((KeyError, ValueError, TypeError), match=match):
         loss(td)
+
+
+def test_nested_priority_key_in_the_output():
+    # The output TensorDict takes its unchecked constructor only for plain string keys.
+    loss = DQNLoss(identity_q(), gamma=GAMMA).set_keys(priority=("per", "td_error"))
+    out = loss(batch([False, True, False], [False, False, True]))
+    assert out[("per", "td_error")].shape == (3,)
+    assert out.batch_size == torch.Size([]) and "td_error" not in out.keys()

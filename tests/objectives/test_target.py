@@ -89,3 +89,21 @@ def test_soft_update_eps_spelling():
     assert SoftUpdate(loss, eps=0.995).tau == pytest.approx(0.005)
     with pytest.raises(ValueError, match="exactly one"):
         SoftUpdate(loss, tau=0.1, eps=0.9)
+
+
+@pytest.mark.parametrize("discount", ["float", "tensor"])
+def test_bellman_target_equals_td0_return(discount):
+    # bellman_target writes td0_return's "bootstrap" TD(0) out on the update hot path.
+    from tdrl.objectives.offpolicy import bellman_target
+    from tdrl.ops import td0_return
+
+    g = torch.Generator().manual_seed(0)
+    reward, next_value = torch.randn(64, generator=g), torch.randn(64, generator=g)
+    next_value[3] = float("inf")  # a terminated step's V(s') is replaced, not multiplied by 0
+    terminated = torch.rand(64, generator=g) < 0.3
+    terminated[3] = True
+    gamma = 0.99 if discount == "float" else 0.99 ** torch.randint(1, 4, (64,), generator=g)
+    expected = td0_return(reward, next_value, terminated, gamma=gamma, time_dim=-1)
+    got = bellman_target(reward, next_value, terminated, gamma)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
