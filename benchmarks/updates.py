@@ -20,6 +20,9 @@ none), hard target copy every 10 steps (SB3 copies in ``_on_step``, outside ``tr
 section copies between ``train`` calls of 10 steps), gradients clipped at 10 (SB3 always clips;
 Tianshou's DQN has no clipping, which favours it).
 
+The SAC and DQN sections time each library in 3 rounds, the libraries taking turns within a
+round, and report the median rate (the PPO section times one update phase per library).
+
 Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac dqn]``.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -37,6 +41,7 @@ from torch import nn
 
 OBS_DIM, ACT_DIM = 11, 3
 LR, MAX_GRAD_NORM, CLIP = 3e-4, 0.5, 0.2
+ROUNDS = 3  # SAC and DQN sections: interleaved rounds per library (median reported)
 
 
 def ppo_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -614,15 +619,22 @@ def _steps_table(
     data: dict[str, torch.Tensor],
     steps: int,
 ) -> None:
+    """Each library runs ``steps`` steps in each of ``ROUNDS`` rounds, the libraries taking turns
+    within a round, so that a change of background load on a shared machine hits all of them
+    alike; the figure is each library's median rate over the rounds."""
     print(title)
-    rates = {}
-    for name, bench in peers.items():
+    per_round: dict[str, list[float]] = {name: [] for name in peers}
+    for bench in peers.values():
         bench(data, 10)  # warm-up: imports, allocator, first-call costs
-        rates[name] = steps / bench(data, steps)
+    for _ in range(ROUNDS):
+        for name, bench in peers.items():
+            per_round[name].append(steps / bench(data, steps))
+    rates = {name: statistics.median(values) for name, values in per_round.items()}
     best_peer = max(rate for name, rate in rates.items() if name != "tdrl")
-    print(f"{'library':<10} {'steps/s':>10} {'vs tdrl':>8}")
+    print(f"{'library':<10} {'steps/s':>10} {'vs tdrl':>8}   per round")
     for name, rate in rates.items():
-        print(f"{name:<10} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}")
+        shown = ", ".join(f"{r:,.1f}" for r in per_round[name])
+        print(f"{name:<10} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}   [{shown}]")
     print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
 
 
