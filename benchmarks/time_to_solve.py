@@ -51,7 +51,7 @@ THRESHOLD = {"CartPole-v1": 475.0, "Pendulum-v1": -250.0}
 EVAL_EVERY, EVAL_EPISODES, EVAL_ENVS, EVAL_SEED_OFFSET = 2_000, 10, 5, 10_000
 RECIPES: dict[str, ModuleType] = {"ppo": ppo, "dqn": dqn, "sac": sac}
 TASKS = {"ppo": ["CartPole-v1", "Pendulum-v1"], "dqn": ["CartPole-v1"], "sac": ["Pendulum-v1"]}
-# Step budgets, at least each library's own: PPO 200k (the zoo: 100k CartPole, 1M Pendulum);
+# Step budgets, at least each library's own: PPO 200k (the zoo: 100k for both tasks);
 # DQN 100k (Tianshou's example: 10 epochs of 10k; the zoo: 50k); SAC 50k (the zoo: 20k).
 MAX_STEPS = {"ppo": 200_000, "dqn": 100_000, "sac": 50_000}
 
@@ -66,8 +66,9 @@ class Result(NamedTuple):
 Runner = Callable[[str, int, int], Result]  # (task, seed, max_steps) -> Result
 
 # rl-baselines3-zoo's tuned hyperparameters (the SB3 "tuned" settings; omitted keys are SB3's
-# defaults). ppo.yml: ``n_steps`` is per env; Pendulum without gSDE (use_sde), which tdrl's
-# Gaussian actor lacks. dqn.yml CartPole-v1 ("almost tuned"). sac.yml Pendulum-v1: only
+# defaults). ppo.yml: ``n_steps`` is per env; CartPole's clip range is constant (the zoo decays
+# it linearly: lin_0.2; tdrl's recipe has no clip schedule); Pendulum without gSDE (use_sde),
+# which tdrl's Gaussian actor lacks. dqn.yml CartPole-v1 ("almost tuned"). sac.yml Pendulum-v1: only
 # learning_rate 1e-3 (for actor, critics and entropy coefficient); the rest is SB3's SAC default:
 # 1 env, buffer 1e6, 100 random steps, batch 256, tau 0.005, gamma 0.99, one gradient step per
 # env step, auto entropy coefficient starting at 1, 256x256 ReLU MLPs.
