@@ -1,26 +1,36 @@
-"""Seconds until a policy solves a task: tdrl against Stable-Baselines3 (Tianshou to be added).
+"""Seconds until a policy solves a task: tdrl against Stable-Baselines3 and Tianshou, in one run.
 
-Protocol, the same for every library: wall-clock seconds from building the agent until the mean
-return of 10 deterministic evaluation episodes (a separate env, reset with a fixed seed) reaches
-the threshold (CartPole-v1 >= 475, Pendulum-v1 >= -250); an evaluation at least every 2,000 env
-steps; evaluation time counts; median over ``--seeds`` seeds (default 5); a run that has not
-solved by ``--max-steps`` counts as unsolved (inf). One thread per library
-(``torch.set_num_threads(1)``); absolute times are noise on a shared machine, ratios within one
-run are the figure.
+Protocol, the same for every library: wall-clock seconds from building the agent (envs included)
+until the mean return of 10 deterministic evaluation episodes on a separate 5-env evaluation env
+(seeded with seed + 10,000) reaches the threshold (CartPole-v1 >= 475, Pendulum-v1 >= -250); an
+evaluation every 2,000 env steps (SB3: exactly at every multiple of 2,000, from a callback;
+Tianshou: at the end of every 2,000-step trainer epoch, plus its trainer's initial test; tdrl:
+after the first batch that crosses a multiple of 2,000, so up to one batch later); evaluation
+time counts; training stops at the first solved evaluation. Median over ``--seeds`` seeds
+(default 5); a run that has not solved within the algorithm's step budget (``MAX_STEPS``, or
+``--max-steps``) counts as unsolved (inf). Seeds are interleaved across libraries (library A
+seed 0, B seed 0, A seed 1, ...) so a change in background load hits all alike. One torch thread
+everywhere; absolute times are noise on a shared machine, the ratios within one run are the
+figure. Deterministic evaluation means the mode of the policy (greedy Q for DQN, epsilon 0).
 
-Two comparisons per task:
-  * tuned: each library with its own tuned settings (tdrl: the PPO recipe's defaults with batches
-    of at most 2,000 steps so evaluations can happen every 2,000 steps; SB3: rl-baselines3-zoo's
-    hyperparameters);
-  * same settings: tdrl with SB3's zoo hyperparameters against SB3 (library overhead alone).
+Two comparisons per algorithm and task:
+  * tuned: each library with its own tuned settings. SB3: rl-baselines3-zoo's hyperparameters
+    (``SB3_ZOO``); Tianshou: the settings of Tianshou's own test or example script for that task
+    (``TIANSHOU``, each with its file); tdrl: the recipe defaults adapted to the task
+    (``TDRL_TUNED``: every entry is a recipe command-line flag);
+  * same settings: tdrl with SB3's zoo hyperparameters mapped onto the recipe's config
+    (``sb3_settings``) against SB3: the library overhead alone.
 
-Usage: ``python benchmarks/time_to_solve.py [--tasks CartPole-v1] [--seeds 3]``. Algorithms
-(DQN, SAC) are added as more entries of ``RUNNERS``.
+    python benchmarks/time_to_solve.py                         # every algo and task, 5 seeds
+    python benchmarks/time_to_solve.py --algos dqn --seeds 3
+    python benchmarks/time_to_solve.py --algos ppo --tasks Pendulum-v1 --max-steps 100000
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
 import statistics
 import sys
@@ -28,71 +38,204 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from types import ModuleType
+from typing import Any, NamedTuple
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recipes import ppo  # noqa: E402
+from recipes import dqn, ppo, sac  # noqa: E402
 
 THRESHOLD = {"CartPole-v1": 475.0, "Pendulum-v1": -250.0}
-EVAL_EVERY, EVAL_EPISODES = 2_000, 10
+EVAL_EVERY, EVAL_EPISODES, EVAL_ENVS, EVAL_SEED_OFFSET = 2_000, 10, 5, 10_000
+RECIPES: dict[str, ModuleType] = {"ppo": ppo, "dqn": dqn, "sac": sac}
+TASKS = {"ppo": ["CartPole-v1", "Pendulum-v1"], "dqn": ["CartPole-v1"], "sac": ["Pendulum-v1"]}
+# Step budgets, at least each library's own: PPO 200k (the zoo: 100k for both tasks);
+# DQN 100k (Tianshou's example: 10 epochs of 10k; the zoo: 50k); SAC 50k (the zoo: 20k).
+MAX_STEPS = {"ppo": 200_000, "dqn": 100_000, "sac": 50_000}
 
-# rl-baselines3-zoo hyperparams/ppo.yml (the SB3 "tuned" settings). ``n_steps`` is per env.
-SB3_ZOO = {
-    "CartPole-v1": dict(
+
+class Result(NamedTuple):
+    seconds: float
+    """wall seconds to the solving evaluation; inf when unsolved within the budget."""
+    steps: int
+    """env steps taken when the run stopped."""
+
+
+Runner = Callable[[str, int, int], Result]  # (task, seed, max_steps) -> Result
+
+# rl-baselines3-zoo's tuned hyperparameters (the SB3 "tuned" settings; omitted keys are SB3's
+# defaults). ppo.yml: ``n_steps`` is per env; CartPole's clip range is constant (the zoo decays
+# it linearly: lin_0.2; tdrl's recipe has no clip schedule); Pendulum without gSDE (use_sde),
+# which tdrl's Gaussian actor lacks. dqn.yml CartPole-v1 ("almost tuned"). sac.yml Pendulum-v1: only
+# learning_rate 1e-3 (for actor, critics and entropy coefficient); the rest is SB3's SAC default:
+# 1 env, buffer 1e6, 100 random steps, batch 256, tau 0.005, gamma 0.99, one gradient step per
+# env step, auto entropy coefficient starting at 1, 256x256 ReLU MLPs.
+SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
+    ("ppo", "CartPole-v1"): dict(
         n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
         ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, lr_decay=True,
     ),
-    # Pendulum: the zoo's settings without gSDE (use_sde), which tdrl's Gaussian actor lacks.
-    "Pendulum-v1": dict(
+    ("ppo", "Pendulum-v1"): dict(
         n_envs=4, n_steps=1024, batch_size=64, gae_lambda=0.95, gamma=0.9, n_epochs=10,
         ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, lr_decay=False,
     ),
+    ("dqn", "CartPole-v1"): dict(
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1_000,
+        gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+        exploration_fraction=0.16, exploration_final_eps=0.04, net_arch=[256, 256],
+        n_timesteps=50_000,  # the zoo's budget: exploration decays over 0.16 of it (8,000 steps)
+    ),
+    ("sac", "Pendulum-v1"): dict(
+        learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256,
+        tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, net_arch=[256, 256],
+    ),
 }  # fmt: skip
-# tdrl's recipe defaults, cut to batches of <= 2,000 steps (the evaluation protocol).
-TDRL_TUNED = {
-    "CartPole-v1": dict(num_envs=8, frames_per_batch=1024, normalize_observations=False),
-    "Pendulum-v1": dict(num_envs=4, frames_per_batch=1024, gamma=0.9, lr=1e-3, lr_decay=False),
+
+# Tianshou's own settings, from its repository (thu-ml/tianshou, 2.x API):
+#  * PPO CartPole-v1: test/discrete/test_ppo_discrete.py (one 64x64 trunk shared by actor and
+#    critic, orthogonal init, no advantage normalization);
+#  * PPO Pendulum-v1: test/continuous/test_ppo.py, except that it collects 16 whole episodes
+#    (3,200 steps) per update; here 2,000 steps (125 per env) so that evaluations come every
+#    2,000 steps like everyone else's, and deterministic evaluation (the test samples);
+#  * DQN CartPole-v1: examples/discrete/discrete_dqn.py (eps_test 0.05 there; 0 here);
+#  * SAC Pendulum-v1: test/continuous/test_sac_with_il.py (its SAC part; 0.1 gradient steps
+#    per env step, 3-step returns).
+TIANSHOU: dict[tuple[str, str], dict[str, Any]] = {
+    ("ppo", "CartPole-v1"): dict(
+        num_envs=20, collect_steps=2_000, repeat=10, batch_size=64, hidden_sizes=[64, 64],
+        lr=3e-4, gamma=0.99, gae_lambda=0.95, vf_coef=0.5, ent_coef=0.0, eps_clip=0.2,
+        max_grad_norm=0.5, return_scaling=False, advantage_normalization=False,
+        value_clip=False, buffer_size=20_000,
+    ),
+    ("ppo", "Pendulum-v1"): dict(
+        num_envs=16, collect_steps=2_000, repeat=2, batch_size=128, hidden_sizes=[64, 64],
+        lr=1e-3, gamma=0.95, gae_lambda=0.95, vf_coef=0.25, ent_coef=0.0, eps_clip=0.2,
+        max_grad_norm=0.5, return_scaling=True, advantage_normalization=True,
+        value_clip=True, buffer_size=20_000,
+    ),
+    ("dqn", "CartPole-v1"): dict(
+        num_envs=10, collect_steps=10, updates_per_step=0.1, batch_size=64,
+        hidden_sizes=[128, 128, 128], lr=1e-3, gamma=0.9, n_step=3, target_update_freq=320,
+        eps_train=0.1, buffer_size=20_000,
+    ),
+    ("sac", "Pendulum-v1"): dict(
+        num_envs=10, collect_steps=10, updates_per_step=0.1, batch_size=128,
+        hidden_sizes=[128, 128], actor_lr=1e-3, critic_lr=1e-3, alpha_lr=3e-4, gamma=0.99,
+        tau=0.005, n_step=3, buffer_size=20_000,
+    ),
+}  # fmt: skip
+
+# tdrl's tuned settings: recipe fields (each one a command-line flag of the recipe).
+TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
+    # The PPO recipe's defaults with batches of <= 2,000 steps (the evaluation protocol).
+    ("ppo", "CartPole-v1"): dict(
+        num_envs=8, frames_per_batch=1024, normalize_observations=False, lr_decay=False
+    ),
+    ("ppo", "Pendulum-v1"): dict(
+        num_envs=4, frames_per_batch=1024, gamma=0.9, lr=1e-3, lr_decay=False
+    ),
+    # The DQN recipe's defaults are the zoo's CartPole-v1 settings, with double Q.
+    ("dqn", "CartPole-v1"): dict(),
+    # The SAC recipe (MuJoCo defaults) cut down for Pendulum: 1,000 random steps (its docstring's
+    # Pendulum line), and, like Tianshou's test, 10 envs, 128x128 MLPs and batches of 128, with
+    # 0.25 gradient steps per env step (a cheaper setting that solved every seed tried). Swept
+    # here, seeds 0 and 1, seconds to solve: the recipe's 1 env, utd 1, 256x256 (SB3's) 44 s
+    # (seed 0); 1 env, utd 0.5: 34, 40; 1 env, utd 0.25, 128x128: 27, 27; 10 envs, utd 0.1,
+    # 128x128: 20, 21 (26k steps); 10 envs, utd 0.25, 128x128: 12, 16 (12k steps, chosen).
+    ("sac", "Pendulum-v1"): dict(
+        init_random_frames=1_000,
+        num_envs=10,
+        utd_ratio=0.25,
+        hidden_sizes=(128, 128),
+        batch_size=128,
+    ),
 }
 
 
-def tdrl_ppo(task: str, seed: int, max_steps: int, **overrides: object) -> float:
-    with TemporaryDirectory() as log_dir:
-        settings: dict[str, object] = {"lr_decay": False, **overrides}
-        cfg = ppo.Config(
-            env_id=task, total_frames=max_steps, eval_every=EVAL_EVERY,
-            eval_episodes=EVAL_EPISODES, stop_at_return=THRESHOLD[task], seed=seed,
-            log_dir=log_dir, tensorboard=False, progress=False, curve=False, checkpoint_every=0,
-            **settings,  # type: ignore[arg-type]
+def sb3_settings(algo: str, task: str) -> dict[str, Any]:
+    """SB3's zoo settings as fields of the tdrl recipe's config (the "same settings" runs)."""
+    zoo = SB3_ZOO[(algo, task)]
+    if algo == "ppo":
+        return dict(
+            num_envs=zoo["n_envs"], frames_per_batch=zoo["n_envs"] * zoo["n_steps"],
+            minibatch_size=zoo["batch_size"], lmbda=zoo["gae_lambda"], gamma=zoo["gamma"],
+            epochs=zoo["n_epochs"], entropy_coeff=zoo["ent_coef"], lr=zoo["learning_rate"],
+            clip_epsilon=zoo["clip_range"], lr_decay=zoo["lr_decay"],
+            # SB3's defaults: value coefficient 0.5, log-std 0, no observation normalization.
+            critic_coeff=0.5, init_log_std=0.0, normalize_observations=False,
         )  # fmt: skip
-        start = time.perf_counter()
-        result = ppo.main(cfg)
-        elapsed = time.perf_counter() - start
-    return elapsed if result["eval_return_mean"] >= THRESHOLD[task] else math.inf
+    if algo == "dqn":
+        return dict(
+            num_envs=1, lr=zoo["learning_rate"], batch_size=zoo["batch_size"],
+            buffer_size=zoo["buffer_size"], init_random_frames=zoo["learning_starts"],
+            gamma=zoo["gamma"], hidden_sizes=tuple(zoo["net_arch"]),
+            # train_freq 256 / gradient_steps 128 -> batches of 256 steps, 0.5 updates per step.
+            # Approximate at the start: SB3 takes its first 128 steps at 1,024 env steps, tdrl
+            # catches up with the ratio from learning_starts (12 steps at 1,024).
+            frames_per_batch=zoo["train_freq"],
+            utd_ratio=zoo["gradient_steps"] / zoo["train_freq"],
+            # SB3 copies the target every 10 env steps, but its online net only changes in the
+            # bursts, so the target is synced once per burst of 128 gradient steps; tdrl copies
+            # every 128 gradient steps (approximate: its bursts are offset by the first one).
+            target_update_interval=zoo["gradient_steps"],
+            eps_init=1.0, eps_end=zoo["exploration_final_eps"],
+            eps_frames=round(zoo["exploration_fraction"] * zoo["n_timesteps"]),
+            double_dqn=False, max_grad_norm=10.0,  # SB3's DQN: plain max, gradient clip 10
+        )  # fmt: skip
+    if algo == "sac":
+        return dict(
+            num_envs=1, actor_lr=zoo["learning_rate"], critic_lr=zoo["learning_rate"],
+            alpha_lr=zoo["learning_rate"], alpha_init=1.0, buffer_size=zoo["buffer_size"],
+            init_random_frames=zoo["learning_starts"], batch_size=zoo["batch_size"],
+            tau=zoo["tau"], gamma=zoo["gamma"], hidden_sizes=tuple(zoo["net_arch"]),
+            utd_ratio=zoo["gradient_steps"] / zoo["train_freq"],
+        )  # fmt: skip
+    raise ValueError(f"unknown algorithm {algo!r}")
 
 
-def tdrl_with_sb3_settings(task: str, seed: int, max_steps: int) -> float:
-    zoo = SB3_ZOO[task]
-    return tdrl_ppo(
-        task, seed, max_steps,
-        num_envs=zoo["n_envs"], frames_per_batch=zoo["n_envs"] * zoo["n_steps"],
-        minibatch_size=zoo["batch_size"], lmbda=zoo["gae_lambda"], gamma=zoo["gamma"],
-        epochs=zoo["n_epochs"], entropy_coeff=zoo["ent_coef"], lr=zoo["learning_rate"],
-        clip_epsilon=zoo["clip_range"], critic_coeff=0.5, init_log_std=0.0,
-        normalize_observations=False, lr_decay=zoo["lr_decay"],
+# --- tdrl -----------------------------------------------------------------------------------
+
+
+def tdrl_config(algo: str, task: str, seed: int, max_steps: int, log_dir: str, **settings: Any):
+    """The recipe's config for one time-to-solve run (no plots, checkpoints or TensorBoard)."""
+    return RECIPES[algo].Config(
+        env_id=task, total_frames=max_steps, eval_every=EVAL_EVERY, eval_episodes=EVAL_EPISODES,
+        eval_envs=EVAL_ENVS, stop_at_return=THRESHOLD[task], seed=seed, log_dir=log_dir,
+        tensorboard=False, progress=False, curve=False, checkpoint_every=0, **settings,
     )  # fmt: skip
 
 
-def sb3_ppo(task: str, seed: int, max_steps: int) -> float:
-    from stable_baselines3 import PPO
+def tdrl_run(algo: str, task: str, seed: int, max_steps: int, **settings: Any) -> Result:
+    with TemporaryDirectory() as log_dir:
+        cfg = tdrl_config(algo, task, seed, max_steps, log_dir, **settings)
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):  # the recipe's closing line
+            result = RECIPES[algo].main(cfg)
+        elapsed = time.perf_counter() - start
+    solved = result["eval_return_mean"] >= THRESHOLD[task]
+    return Result(elapsed if solved else math.inf, int(result["frames"]))
+
+
+def tdrl_tuned(algo: str) -> Runner:
+    return lambda task, seed, m: tdrl_run(algo, task, seed, m, **TDRL_TUNED[(algo, task)])
+
+
+def tdrl_sb3(algo: str) -> Runner:
+    return lambda task, seed, m: tdrl_run(algo, task, seed, m, **sb3_settings(algo, task))
+
+
+# --- Stable-Baselines3 ----------------------------------------------------------------------
+
+
+def sb3_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
+    from stable_baselines3 import DQN, PPO, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env as sb3_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    zoo = dict(SB3_ZOO[task])
-    n_envs, lr_decay = zoo.pop("n_envs"), zoo.pop("lr_decay")
-    lr = zoo.pop("learning_rate")
+    zoo = dict(SB3_ZOO[(algo, task)])
 
     class SolvedCallback(BaseCallback):
         def __init__(self) -> None:
@@ -108,48 +251,259 @@ def sb3_ppo(task: str, seed: int, max_steps: int) -> float:
             return not self.solved
 
     start = time.perf_counter()
-    env = sb3_vec_env(task, n_envs=n_envs, seed=seed)
-    eval_env = sb3_vec_env(task, n_envs=5, seed=seed + 10_000)
-    schedule = (lambda f: f * lr) if lr_decay else lr
-    model = PPO("MlpPolicy", env, learning_rate=schedule, seed=seed, device="cpu", **zoo)
+    env = sb3_vec_env(task, n_envs=zoo.pop("n_envs", 1), seed=seed)
+    eval_env = sb3_vec_env(task, n_envs=EVAL_ENVS, seed=seed + EVAL_SEED_OFFSET)
+    common = dict(seed=seed, device="cpu", verbose=0)
+    model: Any
+    if algo == "ppo":
+        lr, lr_decay = zoo.pop("learning_rate"), zoo.pop("lr_decay")
+        schedule = (lambda f: f * lr) if lr_decay else lr
+        model = PPO("MlpPolicy", env, learning_rate=schedule, **common, **zoo)
+    elif algo == "dqn":
+        # The exploration schedule is a fraction of learn()'s budget: keep the zoo's 8,000 steps.
+        fraction = zoo.pop("exploration_fraction") * zoo.pop("n_timesteps") / max_steps
+        kwargs = dict(net_arch=zoo.pop("net_arch"))
+        model = DQN(
+            "MlpPolicy", env, exploration_fraction=fraction, policy_kwargs=kwargs, **common, **zoo
+        )
+    else:
+        kwargs = dict(net_arch=zoo.pop("net_arch"))
+        model = SAC("MlpPolicy", env, policy_kwargs=kwargs, **common, **zoo)
     callback = SolvedCallback()
     model.learn(max_steps, callback=callback)
     elapsed = time.perf_counter() - start
-    return elapsed if callback.solved else math.inf
+    return Result(elapsed if callback.solved else math.inf, int(model.num_timesteps))
 
 
-RUNNERS: dict[str, list[tuple[str, Callable[[str, int, int], float]]]] = {
-    "tuned": [
-        ("tdrl PPO (recipe defaults)", lambda t, s, m: tdrl_ppo(t, s, m, **TDRL_TUNED[t])),
-        ("SB3 PPO (zoo)", sb3_ppo),
-    ],
-    "same settings": [
-        ("tdrl PPO (SB3 zoo settings)", tdrl_with_sb3_settings),
-        ("SB3 PPO (zoo)", sb3_ppo),
-    ],
+# --- Tianshou -------------------------------------------------------------------------------
+
+
+def tianshou_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
+    """Tianshou's own trainer: an epoch of 2,000 env steps, then a test of 10 episodes."""
+    import gymnasium as gym
+    import numpy as np
+    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.trainer import OffPolicyTrainerParams, OnPolicyTrainerParams
+
+    s = TIANSHOU[(algo, task)]
+    start = time.perf_counter()
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    train_envs = DummyVectorEnv([lambda: gym.make(task) for _ in range(s["num_envs"])])
+    test_envs = DummyVectorEnv([lambda: gym.make(task) for _ in range(EVAL_ENVS)])
+    train_envs.seed(seed)
+    test_envs.seed(seed + EVAL_SEED_OFFSET)
+    space = gym.make(task)
+    algorithm = TIANSHOU_BUILDERS[algo](s, space.observation_space, space.action_space)
+    buffer = VectorReplayBuffer(s["buffer_size"], s["num_envs"])
+    train_collector = Collector[CollectStats](
+        algorithm, train_envs, buffer, exploration_noise=algo != "ppo"
+    )
+    test_collector = Collector[CollectStats](algorithm, test_envs)
+    epoch_steps = min(EVAL_EVERY, max_steps)
+    common: dict[str, Any] = dict(
+        training_collector=train_collector, test_collector=test_collector,
+        max_epochs=math.ceil(max_steps / epoch_steps), epoch_num_steps=epoch_steps,
+        collection_step_num_env_steps=s["collect_steps"], test_step_num_episodes=EVAL_EPISODES,
+        batch_size=s["batch_size"], stop_fn=lambda mean: mean >= THRESHOLD[task],
+        verbose=False, show_progress=False,
+    )  # fmt: skip
+    if algo == "ppo":
+        params: Any = OnPolicyTrainerParams(update_step_num_repetitions=s["repeat"], **common)
+    else:
+        params = OffPolicyTrainerParams(
+            update_step_num_gradient_steps_per_sample=s["updates_per_step"], **common
+        )
+    result = algorithm.run_training(params)
+    elapsed = time.perf_counter() - start
+    solved = result.best_score >= THRESHOLD[task]
+    return Result(elapsed if solved else math.inf, int(result.train_step))
+
+
+def _orthogonal_(module: torch.nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.orthogonal_(m.weight)
+            torch.nn.init.zeros_(m.bias)
+
+
+def tianshou_ppo(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    import gymnasium as gym
+    from tianshou.algorithm import PPO
+    from tianshou.algorithm.modelfree.reinforce import (
+        DiscreteActorPolicy,
+        ProbabilisticActorPolicy,
+    )
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import ActorCritic, Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+
+    obs_shape = obs_space.shape
+    policy: Any
+    if isinstance(act_space, gym.spaces.Discrete):  # as in test_ppo_discrete.py: shared trunk
+        net = Net(state_shape=obs_shape, hidden_sizes=s["hidden_sizes"])
+        actor: Any = DiscreteActor(preprocess_net=net, action_shape=int(act_space.n))
+        critic: Any = DiscreteCritic(preprocess_net=net)
+        policy = DiscreteActorPolicy(
+            actor=actor, dist_fn=torch.distributions.Categorical,  # the actor outputs probs
+            action_space=act_space, deterministic_eval=True,
+        )  # fmt: skip
+    else:  # as in test_ppo.py: separate trunks, state-independent log-std
+        actor = ContinuousActorProbabilistic(
+            preprocess_net=Net(state_shape=obs_shape, hidden_sizes=s["hidden_sizes"]),
+            action_shape=act_space.shape, unbounded=True,
+        )  # fmt: skip
+        critic = ContinuousCritic(
+            preprocess_net=Net(state_shape=obs_shape, hidden_sizes=s["hidden_sizes"])
+        )
+
+        def dist_fn(loc_scale: tuple[torch.Tensor, torch.Tensor]) -> Any:
+            loc, scale = loc_scale
+            return torch.distributions.Independent(torch.distributions.Normal(loc, scale), 1)
+
+        policy = ProbabilisticActorPolicy(
+            actor=actor, dist_fn=dist_fn, action_space=act_space, deterministic_eval=True
+        )
+    _orthogonal_(ActorCritic(actor, critic))
+    return PPO(
+        policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+        gae_lambda=s["gae_lambda"], vf_coef=s["vf_coef"], ent_coef=s["ent_coef"],
+        eps_clip=s["eps_clip"], max_grad_norm=s["max_grad_norm"],
+        return_scaling=s["return_scaling"], value_clip=s["value_clip"],
+        advantage_normalization=s["advantage_normalization"], recompute_advantage=False,
+    )  # fmt: skip
+
+
+def tianshou_dqn(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+
+    net = Net(
+        state_shape=obs_space.shape, action_shape=int(act_space.n), hidden_sizes=s["hidden_sizes"]
+    )
+    policy = DiscreteQLearningPolicy(
+        model=net, action_space=act_space, eps_training=s["eps_train"], eps_inference=0.0
+    )
+    return DQN(
+        policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+        n_step_return_horizon=s["n_step"], target_update_freq=s["target_update_freq"],
+    )  # fmt: skip
+
+
+def tianshou_sac(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    from tianshou.algorithm import SAC
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+
+    obs_shape, act_shape = obs_space.shape, act_space.shape
+
+    def critic() -> Any:
+        net = Net(
+            state_shape=obs_shape, action_shape=act_shape, hidden_sizes=s["hidden_sizes"],
+            concat=True,
+        )  # fmt: skip
+        return ContinuousCritic(preprocess_net=net)
+
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=Net(state_shape=obs_shape, hidden_sizes=s["hidden_sizes"]),
+        action_shape=act_shape, unbounded=True,
+    )  # fmt: skip
+    alpha = AutoAlpha(-float(math.prod(act_shape)), 0.0, AdamOptimizerFactory(lr=s["alpha_lr"]))
+    return SAC(
+        policy=SACPolicy(actor=actor, action_space=act_space),
+        policy_optim=AdamOptimizerFactory(lr=s["actor_lr"]),
+        critic=critic(), critic_optim=AdamOptimizerFactory(lr=s["critic_lr"]),
+        critic2=critic(), critic2_optim=AdamOptimizerFactory(lr=s["critic_lr"]),
+        tau=s["tau"], gamma=s["gamma"], alpha=alpha, n_step_return_horizon=s["n_step"],
+    )  # fmt: skip
+
+
+TIANSHOU_BUILDERS: dict[str, Callable[[dict[str, Any], Any, Any], Any]] = {
+    "ppo": tianshou_ppo, "dqn": tianshou_dqn, "sac": tianshou_sac,
+}  # fmt: skip
+
+
+def sb3(algo: str) -> Runner:
+    return lambda task, seed, m: sb3_run(algo, task, seed, m)
+
+
+def tianshou(algo: str) -> Runner:
+    return lambda task, seed, m: tianshou_run(algo, task, seed, m)
+
+
+# One table per (algorithm, comparison); the first entry is tdrl, the ratios are against it.
+RUNNERS: dict[str, dict[str, list[tuple[str, Runner]]]] = {
+    algo: {
+        "tuned": [
+            (f"tdrl {algo.upper()} (tuned)", tdrl_tuned(algo)),
+            (f"SB3 {algo.upper()} (zoo)", sb3(algo)),
+            (f"Tianshou {algo.upper()} (its tests)", tianshou(algo)),
+        ],
+        "same settings": [
+            (f"tdrl {algo.upper()} (SB3 zoo settings)", tdrl_sb3(algo)),
+            (f"SB3 {algo.upper()} (zoo)", sb3(algo)),
+        ],
+    }
+    for algo in RECIPES
 }
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds:.1f}" if math.isfinite(seconds) else "inf"
+
+
+def ratio(peer: float, tdrl: float) -> str:
+    if math.isinf(tdrl) and math.isinf(peer):
+        return "n/a (neither solved)"
+    if math.isinf(peer):
+        return "inf (only tdrl solved)"
+    return f"{peer / tdrl:.2f}x"  # 0.00x: only the peer solved
+
+
+def report(algo: str, task: str, results: dict[str, list[Result]]) -> None:
+    """Per comparison: each library's median seconds (and steps), the per-seed times, and the
+    ratio peer median / tdrl median (> 1: tdrl is faster)."""
+    for comparison, runners in RUNNERS[algo].items():
+        print(f"\n{algo.upper()} {task} ({comparison}): seconds to mean eval return >= "
+              f"{THRESHOLD[task]:g}")  # fmt: skip
+        tdrl_median = statistics.median(r.seconds for r in results[runners[0][0]])
+        for i, (name, _) in enumerate(runners):
+            runs = results[name]
+            median = statistics.median(r.seconds for r in runs)
+            steps = statistics.median(r.steps for r in runs)
+            shown = ", ".join(fmt(r.seconds) for r in runs)
+            note = f"  ratio {ratio(median, tdrl_median)}" if i else ""
+            print(f"  {name:34s} median {fmt(median):>6s} s  (steps {steps:8.0f})  "
+                  f"[{shown}]{note}")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["CartPole-v1", "Pendulum-v1"])
+    parser.add_argument("--algos", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    parser.add_argument("--tasks", nargs="+", default=list(THRESHOLD), choices=list(THRESHOLD))
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--max-steps", type=int, default=200_000)
+    parser.add_argument("--max-steps", type=int, default=0, help="default: MAX_STEPS per algo")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cache: dict[tuple[str, str, int], float] = {}
-    for task in args.tasks:
-        for comparison, runners in RUNNERS.items():
-            print(f"\n{task} ({comparison}): seconds to mean eval return >= {THRESHOLD[task]}")
-            for name, runner in runners:
-                times = []
-                for seed in range(args.seeds):
-                    key = (task, name, seed)
-                    if key not in cache:  # SB3 appears in both comparisons: run it once
-                        cache[key] = runner(task, seed, args.max_steps)
-                    times.append(cache[key])
-                shown = ", ".join(f"{t:.1f}" for t in times)
-                print(f"  {name:32s} median {statistics.median(times):7.1f} s   [{shown}]")
+    for algo in args.algos:
+        for task in [t for t in TASKS[algo] if t in args.tasks]:
+            max_steps = args.max_steps or MAX_STEPS[algo]
+            # Every library once per seed (SB3 appears in both comparisons), seeds interleaved.
+            lineup = {name: run for runners in RUNNERS[algo].values() for name, run in runners}
+            results: dict[str, list[Result]] = {name: [] for name in lineup}
+            for seed in range(args.seeds):
+                for name, runner in lineup.items():
+                    result = runner(task, seed, max_steps)
+                    results[name].append(result)
+                    print(f"  [{task} seed {seed}] {name}: {fmt(result.seconds)} s, "
+                          f"{result.steps} steps", flush=True)  # fmt: skip
+            report(algo, task, results)
 
 
 if __name__ == "__main__":
