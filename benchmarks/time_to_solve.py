@@ -140,28 +140,12 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # 64 18.4k, 156; 8 x 250, minibatch 128, lr 2e-3 18.0k, 78 (chosen; seeds 5-9: 18k);
     # the old 4 x 256 recipe-default variant (critic 0.25, obs norm, log-std -0.5) 44.0k, 156.
     ("ppo", "CartPole-v1"): dict(
-        num_envs=8,
-        frames_per_batch=256,
-        minibatch_size=256,
-        epochs=10,
-        lr=3e-3,
-        gamma=0.98,
-        lmbda=0.8,
-        critic_coeff=0.5,
-        normalize_observations=False,
-        lr_decay=False,
+        num_envs=8, frames_per_batch=256, minibatch_size=256, epochs=10, lr=3e-3, gamma=0.98,
+        lmbda=0.8, critic_coeff=0.5, normalize_observations=False, lr_decay=False,
     ),
     ("ppo", "Pendulum-v1"): dict(
-        num_envs=8,
-        frames_per_batch=2000,
-        minibatch_size=128,
-        epochs=10,
-        lr=2e-3,
-        gamma=0.9,
-        lmbda=0.95,
-        critic_coeff=0.5,
-        init_log_std=0.0,
-        normalize_observations=False,
+        num_envs=8, frames_per_batch=2000, minibatch_size=128, epochs=10, lr=2e-3, gamma=0.9,
+        lmbda=0.95, critic_coeff=0.5, init_log_std=0.0, normalize_observations=False,
         lr_decay=False,
     ),
     # The DQN recipe's defaults are the zoo's CartPole-v1 settings, with double Q.
@@ -179,7 +163,7 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
         hidden_sizes=(128, 128),
         batch_size=128,
     ),
-}
+}  # fmt: skip
 
 
 def sb3_settings(algo: str, task: str) -> dict[str, Any]:
