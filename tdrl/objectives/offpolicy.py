@@ -35,6 +35,7 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
+from tdrl.ops import td0_return
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,21 +247,20 @@ def bellman_target(
 ) -> torch.Tensor:
     """One-step target ``y = r + discount * (1 - terminated) * V(s')`` (no gradient).
 
-    Equal to :func:`tdrl.ops.td0_return` with the ``"bootstrap"`` truncation policy on the flat
-    batch as one time row: a truncated step is bootstrapped like an ordinary one, ``V(s')``
-    coming from the real final observation (partial-episode bootstrapping, Pardo et al. 2018,
-    arXiv 1712.00378), and a terminated step's ``V(s')`` is replaced by 0 (not multiplied by 0,
-    so a non-finite ``V(s')`` cannot leak in). ``discount`` is ``gamma`` or, for n-step samples,
-    the per-sample ``gamma ** k``. Written out rather than calling the op: the op's input
-    preparation costs more than this expression on the update hot path, and ``_transition``
-    already checked shapes and dtypes (tests/objectives/test_target.py checks the two agree).
+    :func:`tdrl.ops.td0_return` with the ``"bootstrap"`` truncation policy: a truncated step is
+    bootstrapped like an ordinary one, ``V(s')`` coming from the real final observation
+    (partial-episode bootstrapping, Pardo et al. 2018, arXiv 1712.00378), and a terminated
+    step's ``V(s')`` is replaced by 0 (not multiplied by 0, so a non-finite ``V(s')`` cannot leak
+    in). ``discount`` is ``gamma`` or, for n-step samples, the per-sample ``gamma ** k``. The
+    flat batch is one time row (``time_dim=-1``): TD(0) is elementwise, so no step reads its
+    neighbour. The op's input checks are skipped (``validate=False``, its elementwise fast path):
+    ``_transition`` already checked shapes and dtypes, and the checks would cost more than the
+    target itself on this hot path.
 
     Shapes:
         all ``[B]`` -> ``[B]``.
     """
-    if isinstance(discount, torch.Tensor):
-        discount = discount.to(reward.dtype)
-    return reward + discount * torch.where(terminated, 0.0, next_value)
+    return td0_return(reward, next_value, terminated, gamma=discount, time_dim=-1, validate=False)
 
 
 def rsample_and_log_prob(dist: Distribution) -> tuple[torch.Tensor, torch.Tensor]:

@@ -250,6 +250,19 @@ def td0_return(
     """
     if truncation == "mask" and value is None:
         raise InputError("value", "truncation='mask' needs value: a truncated step returns it")
+    if (
+        not validate
+        and truncation == "bootstrap"
+        and terminated.dtype == torch.bool
+        and reward.shape == next_value.shape == terminated.shape
+        and (not isinstance(gamma, Tensor) or gamma.shape == reward.shape)
+    ):
+        # Elementwise and "bootstrap": done/truncated change nothing and no time layout is
+        # needed, so the caller-checked inputs skip the row preparation (the off-policy
+        # losses' Bellman target on every gradient step).
+        if isinstance(gamma, Tensor):
+            gamma = gamma.to(reward.dtype)
+        return reward + gamma * torch.where(terminated, 0.0, next_value)
     rows = prepare(
         reward,
         value,

@@ -289,3 +289,20 @@ def test_bad_input_names_the_argument():
         gae(r, v, nv, term, truncated=trunc, truncation="ignore", **kw)
     with pytest.raises(InputError, match="truncation='mask' needs value"):
         td_lambda_return(r, nv, term, truncated=trunc, gamma=0.9, lmbda=0.9, truncation="mask")
+
+
+def test_td0_unchecked_elementwise_path_equals_checked_path() -> None:
+    # validate=False with same-shape inputs takes td0_return's elementwise shortcut (the
+    # off-policy Bellman target); it must give the checked path's numbers, flags included.
+    g = torch.Generator().manual_seed(3)
+    reward, next_value = torch.randn(2, 64, generator=g), torch.randn(2, 64, generator=g)
+    terminated = torch.rand(2, 64, generator=g) < 0.2
+    next_value[terminated] = float("nan")  # a terminal V(s') never leaks in
+    for gamma in (0.97, 0.99 ** torch.randint(1, 4, (2, 64), generator=g).double()):
+        fast = td0_return(reward, next_value, terminated, gamma=gamma, validate=False)
+        checked = td0_return(
+            reward, torch.nan_to_num(next_value), terminated, gamma=gamma, time_dim=-1
+        )
+        torch.testing.assert_close(fast, checked)
+        assert fast.dtype == reward.dtype
+        torch.testing.assert_close(fast[terminated], reward[terminated])
