@@ -5,7 +5,9 @@ until the mean return of 10 deterministic evaluation episodes on a separate 5-en
 (seeded with seed + 10,000) reaches the threshold (CartPole-v1 >= 475, Pendulum-v1 >= -250); an
 evaluation every 2,000 env steps (SB3: exactly at every multiple of 2,000, from a callback;
 Tianshou: at the end of every 2,000-step trainer epoch, plus its trainer's initial test; tdrl:
-after the first batch that crosses a multiple of 2,000, so up to one batch later); evaluation
+after the first batch that crosses a multiple of 2,000, so up to one batch later: with SB3's
+PPO Pendulum settings, 4,096-step batches, tdrl evaluates each new policy once where SB3
+evaluates the unchanged policy twice per rollout); evaluation
 time counts; training stops at the first solved evaluation. Median over ``--seeds`` seeds
 (default 5); a run that has not solved within the algorithm's step budget (``MAX_STEPS``, or
 ``--max-steps``) counts as unsolved (inf). Seeds are interleaved across libraries (library A
