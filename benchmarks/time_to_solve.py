@@ -14,6 +14,9 @@ time counts; training stops at the first solved evaluation. Median over ``--seed
 seed 0, B seed 0, A seed 1, ...) so a change in background load hits all alike. One torch thread
 everywhere; absolute times are noise on a shared machine, the ratios within one run are the
 figure. Deterministic evaluation means the mode of the policy (greedy Q for DQN, epsilon 0).
+Float mode: tdrl's recipes flush subnormal floats to zero (``RunConfig.flush_denormal``, on by
+default; Adam's moments of dead ReLU units otherwise decay into slow subnormals); the peers run
+with torch's default (subnormals kept), or flush too with ``--peers-flush-denormal``.
 
 Two comparisons per algorithm and task:
   * tuned: each library with its own tuned settings. SB3: rl-baselines3-zoo's hyperparameters
@@ -503,6 +506,11 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(THRESHOLD), choices=list(THRESHOLD))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--max-steps", type=int, default=0, help="default: MAX_STEPS per algo")
+    parser.add_argument(
+        "--peers-flush-denormal",
+        action="store_true",
+        help="run the peers with subnormal flushing too (tdrl's recipes flush by default)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     for algo in args.algos:
@@ -513,6 +521,10 @@ def main() -> None:
             results: dict[str, list[Result]] = {name: [] for name in lineup}
             for seed in range(args.seeds):
                 for name, runner in lineup.items():
+                    # Each run starts from the same float mode: the peers keep torch's default
+                    # (subnormals kept) unless told otherwise; tdrl's setup() applies its
+                    # RunConfig.flush_denormal (on by default).
+                    torch.set_flush_denormal(args.peers_flush_denormal)
                     result = runner(task, seed, max_steps)
                     results[name].append(result)
                     print(f"  [{task} seed {seed}] {name}: {fmt(result.seconds)} s, "

@@ -49,8 +49,22 @@ class Config(OffPolicyConfig):
     """entropy-coefficient learning rate."""
     alpha_init: float = 1.0
     """initial entropy coefficient."""
+    target_entropy: str = "auto"
+    """entropy target of the alpha tuning: "auto" (-action_dim) or a number."""
     tau: float = 0.005
     """Polyak coefficient of the target critics."""
+
+
+def entropy_target(cfg: Config) -> str | float:
+    """``cfg.target_entropy`` as SACLoss takes it: "auto" or a float."""
+    if cfg.target_entropy == "auto":
+        return "auto"
+    try:
+        return float(cfg.target_entropy)
+    except ValueError:
+        raise ValueError(
+            f"target_entropy must be 'auto' or a number, got {cfg.target_entropy!r}"
+        ) from None
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -68,7 +82,13 @@ def main(cfg: Config) -> dict[str, float]:
     critic = EnsembleCritic(EnsembleMLP(obs_dim + action_dim, 1, cfg.hidden_sizes, num_members=2))
 
     # 3. loss, target update, optimiser, buffer
-    loss = SACLoss(actor, critic, alpha_init=cfg.alpha_init, gamma=cfg.gamma)
+    loss = SACLoss(
+        actor,
+        critic,
+        alpha_init=cfg.alpha_init,
+        target_entropy=entropy_target(cfg),
+        gamma=cfg.gamma,
+    )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
     optimizer = torch.optim.Adam(
         [

@@ -66,6 +66,10 @@ class RunConfig:
     """plot curve.png from eval.csv at the end (importing matplotlib costs about a second)."""
     threads: int = 1
     """torch CPU threads (one is fastest for small networks)."""
+    flush_denormal: bool = True
+    """flush subnormal floats to zero on CPU (``torch.set_flush_denormal``): Adam's moments of
+    dead ReLU units decay into subnormals, which the CPU handles tens of times slower (DQN on
+    CartPole: fused Adam 0.52 -> 0.07 ms a step)."""
 
 
 @dataclass(frozen=True)

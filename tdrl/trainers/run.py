@@ -43,10 +43,11 @@ def seed_everything(seed: int) -> None:
 
 
 def setup(cfg: RunConfig) -> tuple[VecEnv, VecEnv]:
-    """Step 1 of a recipe: torch threads, :func:`seed_everything`, then the training envs
-    (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync, at most
-    ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``)."""
+    """Step 1 of a recipe: torch threads, subnormal flushing, :func:`seed_everything`, then the
+    training envs (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync,
+    at most ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``)."""
     torch.set_num_threads(cfg.threads)
+    torch.set_flush_denormal(cfg.flush_denormal)  # process-wide, like the thread count
     seed_everything(cfg.seed)
     env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed)
     n_eval = max(min(cfg.eval_envs, cfg.eval_episodes), 1)
