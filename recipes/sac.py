@@ -6,7 +6,10 @@ starting at 1), tau 0.005, gamma 0.99, batch 256, 256x256 ReLU MLPs, 10k uniform
 before learning, 1 env, 1 gradient step per env step, a 1M replay buffer. Where tdrl differs:
 the twin critics are one batched ensemble (the same maths), the actor's log-std is bounded softly
 into [-5, 2] by a tanh (Tianshou clamps it to [-20, 2]), and all three parameter groups share one
-Adam with per-group learning rates (the same updates as three Adams).
+Adam with per-group learning rates (the same updates as three Adams). Entropy units: log-densities
+are those of the env's action box (as TorchRL's), so "auto" (-|A|) asks for less entropy than
+SB3's and Tianshou's -|A| in the squashed [-1, 1] box when the box is wider; their target is
+``-|A| + sum log((high - low) / 2)`` here (--target-entropy; equal on MuJoCo's [-1, 1] boxes).
 
     python recipes/sac.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/sac.py --env-id Pendulum-v1 --total-frames 20000 --init-random-frames 1000

@@ -76,12 +76,23 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
         ("dqn", {"prioritized": True, "n_steps": 3, "dueling": True, "double_dqn": False}),
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
+        ("sac", {"target_entropy": "-0.3"}),
     ],
 )
 def test_recipe_options_run(name, options, tmp_path):
     module, cfg = config(name, tmp_path, checkpoint_every=0, **options)
     result = module.main(cfg)
     assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
+
+
+def test_sac_target_entropy_parses_and_bad_values_name_the_field(tmp_path):
+    import sac
+
+    _, cfg = config("sac", tmp_path)
+    assert sac.entropy_target(cfg) == "auto"
+    assert sac.entropy_target(dataclasses.replace(cfg, target_entropy="-0.5")) == -0.5
+    with pytest.raises(ValueError, match="target_entropy must be 'auto' or a number, got 'x'"):
+        sac.entropy_target(dataclasses.replace(cfg, target_entropy="x"))
 
 
 def _rows(path: Path) -> list[dict[str, float]]:
