@@ -189,19 +189,22 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
             critic_coeff=0.5, init_log_std=0.0, normalize_observations=False,
         )  # fmt: skip
     if algo == "dqn":
+        # SB3 trains in bursts of gradient_steps (128) after every train_freq (256) env steps,
+        # the first at the first multiple of train_freq past learning_starts (1,024). tdrl keeps
+        # utd_ratio = 128 / 256 from init_random_frames, so starting that one burst earlier
+        # (768) gives the same bursts: 128 gradient steps at 1,024, 256 at 1,280, ... (uniform
+        # random actions end at 768 instead of 1,000, where epsilon is 0.91 anyway).
+        freq, burst = zoo["train_freq"], zoo["gradient_steps"]
+        first_burst = (zoo["learning_starts"] // freq + 1) * freq
         return dict(
             num_envs=1, lr=zoo["learning_rate"], batch_size=zoo["batch_size"],
-            buffer_size=zoo["buffer_size"], init_random_frames=zoo["learning_starts"],
+            buffer_size=zoo["buffer_size"], init_random_frames=first_burst - freq,
             gamma=zoo["gamma"], hidden_sizes=tuple(zoo["net_arch"]),
-            # train_freq 256 / gradient_steps 128 -> batches of 256 steps, 0.5 updates per step.
-            # Approximate at the start: SB3 takes its first 128 steps at 1,024 env steps, tdrl
-            # catches up with the ratio from learning_starts (12 steps at 1,024).
-            frames_per_batch=zoo["train_freq"],
-            utd_ratio=zoo["gradient_steps"] / zoo["train_freq"],
+            frames_per_batch=freq, utd_ratio=burst / freq,
             # SB3 copies the target every 10 env steps, but its online net only changes in the
-            # bursts, so the target is synced once per burst of 128 gradient steps; tdrl copies
-            # every 128 gradient steps (approximate: its bursts are offset by the first one).
-            target_update_interval=zoo["gradient_steps"],
+            # bursts, so the target is synced once after each burst; tdrl copies every 128
+            # gradient steps, which with the aligned bursts is the end of each burst.
+            target_update_interval=burst,
             eps_init=1.0, eps_end=zoo["exploration_final_eps"],
             eps_frames=round(zoo["exploration_fraction"] * zoo["n_timesteps"]),
             double_dqn=False, max_grad_norm=10.0,  # SB3's DQN: plain max, gradient clip 10
