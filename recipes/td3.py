@@ -7,7 +7,12 @@ and critic lr 3e-4, tau 0.005, gamma 0.99, Gaussian exploration noise 0.1, targe
 Where tdrl differs: the twin critics are one batched ensemble; one Adam holds both groups (the
 actor group is skipped on critic-only steps, as it has no gradient then).
 
+For a 100k-step budget, start learning earlier and faster (the settings of tdrl's 100k Hopper-v5
+comparison with SB3 in benchmarks/learning.py; 25k random steps would be a quarter of the budget):
+
     python recipes/td3.py --env-id Hopper-v5 --total-frames 1000000
+    python recipes/td3.py --env-id Hopper-v5 --total-frames 100000 --init-random-frames 5000 \
+        --actor-lr 1e-3 --critic-lr 1e-3
 """
 
 from __future__ import annotations
