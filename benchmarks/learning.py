@@ -41,6 +41,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections import defaultdict
@@ -501,14 +502,22 @@ def plot_curves(
 
     pngs = []
     for (algo, env, frames, variant), libs in groups.items():
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 5))
         for lib, s in libs.items():
             paths = [out / d / "eval.csv" for d in s["run_dirs"]]
             steps, mean, std = mean_curve([p for p in paths if p.exists()])
             if not steps:
                 continue
             n = len(s["seeds"])
-            ax.plot(steps, mean, label=f"{lib} (mean of {n} seed{'s' * (n > 1)})")
+            # Long tdrl settings go on lines of their own, so the legend stays in the figure.
+            shown = lib.replace(" [", "\n[").replace(",", ", ")
+            ax.plot(
+                steps,
+                mean,
+                label=textwrap.fill(
+                    f"{shown} (mean of {n} seed{'s' * (n > 1)})", 60, replace_whitespace=False
+                ),
+            )
             lo = [m - d for m, d in zip(mean, std, strict=True)]
             hi = [m + d for m, d in zip(mean, std, strict=True)]
             ax.fill_between(steps, lo, hi, alpha=0.2)
@@ -516,7 +525,7 @@ def plot_curves(
         ax.set_ylabel("eval return (10 deterministic episodes)")
         ax.set_title(f"{algo.upper()} {env}" + (f" ({variant})" if variant else ""))
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="small", loc="upper left")
         fig.tight_layout()
         name = "_".join(
             filter(
