@@ -550,8 +550,8 @@ def main() -> None:
             for seed in range(args.seeds):
                 for name, runner in lineup.items():
                     # Each run starts from the same float mode: the peers keep torch's default
-                    # (subnormals kept) unless told otherwise; tdrl's setup() applies its
-                    # RunConfig.flush_denormal (on by default).
+                    # (subnormals kept) unless told otherwise; a tdrl recipe's Run flushes them
+                    # while it trains (RunConfig.flush_denormal, on by default).
                     torch.set_flush_denormal(args.peers_flush_denormal)
                     result = runner(task, seed, max_steps)
                     results[name].append(result)

@@ -43,11 +43,10 @@ def seed_everything(seed: int) -> None:
 
 
 def setup(cfg: RunConfig) -> tuple[VecEnv, VecEnv]:
-    """Step 1 of a recipe: torch threads, subnormal flushing, :func:`seed_everything`, then the
-    training envs (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync,
-    at most ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``)."""
+    """Step 1 of a recipe: torch threads, :func:`seed_everything`, then the training envs
+    (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync, at most
+    ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``)."""
     torch.set_num_threads(cfg.threads)
-    torch.set_flush_denormal(cfg.flush_denormal)  # process-wide, like the thread count
     seed_everything(cfg.seed)
     env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed)
     n_eval = max(min(cfg.eval_envs, cfg.eval_episodes), 1)
@@ -58,6 +57,11 @@ def setup(cfg: RunConfig) -> tuple[VecEnv, VecEnv]:
 def run_dir(log_dir: str, algo: str, env_id: str, seed: int) -> Path:
     """``log_dir`` if given, else ``runs/<algo>/<env_id>/seed<seed>``."""
     return Path(log_dir) if log_dir else Path("runs") / algo / env_id / f"seed{seed}"
+
+
+def flushing_denormals() -> bool:
+    """Whether the CPU flushes subnormal floats to zero now (torch has a setter, no getter)."""
+    return bool((torch.full((1,), 1e-40) * 2.0).item() == 0.0)
 
 
 def progress_bar(total: int, *, initial: int = 0, disable: bool = False, desc: str = "") -> tqdm:
@@ -205,6 +209,10 @@ class Run:
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
         curve: plot ``curve.png`` at :meth:`finish`.
+        flush_denormal: flush subnormal floats to zero from :meth:`start` to :meth:`finish`
+            (``torch.set_flush_denormal``, process-wide; the previous mode comes back at
+            :meth:`finish`). Adam's moments of dead ReLU units decay into subnormals, which the
+            CPU handles tens of times slower.
     """
 
     def __init__(
@@ -228,6 +236,7 @@ class Run:
         tensorboard: bool = True,
         progress: bool = True,
         curve: bool = True,
+        flush_denormal: bool = False,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.state = dict(state)
@@ -238,6 +247,8 @@ class Run:
         self.stop_after_frames, self.stop_at_return = stop_after_frames, stop_at_return
         self.buffer, self.resume = buffer, resume
         self.tensorboard, self.progress, self.curve = tensorboard, progress, curve
+        self.flush_denormal = flush_denormal
+        self._flush_before: bool | None = None
         self.counters: dict[str, Any] = {
             "batches": 0,
             "updates": 0,
@@ -277,7 +288,7 @@ class Run:
             checkpoint_every=cfg.checkpoint_every, log_every=cfg.log_every,
             stop_after_frames=cfg.stop_after_frames, stop_at_return=cfg.stop_at_return,
             buffer=buffer, resume=cfg.resume, tensorboard=cfg.tensorboard, progress=cfg.progress,
-            curve=cfg.curve,
+            curve=cfg.curve, flush_denormal=cfg.flush_denormal,
         )  # fmt: skip
 
     @property
@@ -295,8 +306,11 @@ class Run:
 
     def start(self, collector: Collector, *, resume: bool | None = None) -> None:
         """Resume from the folder's checkpoint (when ``resume``, default the constructor's, and
-        one exists); open the logs and start the clock."""
+        one exists); open the logs, flush subnormals if asked and start the clock."""
         self.collector = collector
+        if self.flush_denormal and self._flush_before is None:
+            self._flush_before = flushing_denormals()
+            torch.set_flush_denormal(True)
         if (self.resume if resume is None else resume) and self.checkpoint_path.exists():
             loaded = resume_run(self.checkpoint_path, collector, self.buffer, **self.state)
             self.counters.update(loaded)
@@ -366,6 +380,9 @@ class Run:
             The last evaluation (``eval_*``: ``eval_return_mean``, ...), ``best_eval_return``,
             the last update's metrics, ``frames``, ``updates`` and ``time``.
         """
+        if self._flush_before is not None:
+            torch.set_flush_denormal(self._flush_before)
+            self._flush_before = None
         if self._bar is not None:
             self._bar.close()
         if self._logger is not None:

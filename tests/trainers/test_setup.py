@@ -1,22 +1,46 @@
+"""Subnormal flushing: on while a run trains (``RunConfig.flush_denormal``), the previous float
+mode back when it finishes."""
+
 import pytest
 import torch
 
-from tdrl.trainers import setup
+from tdrl.collectors import Collector
+from tdrl.trainers import Run, setup
 from tdrl.trainers.config import RunConfig
+from tdrl.trainers.run import flushing_denormals
 
 SUBNORMAL = 1e-40  # below float32's smallest normal, 1.18e-38
+QUIET = {"curve": False, "tensorboard": False, "progress": False}
+
+
+def _product() -> float:
+    return (torch.tensor([SUBNORMAL], dtype=torch.float32) * 2.0).item()
 
 
 @pytest.mark.parametrize("flush", [True, False])
-def test_setup_sets_subnormal_flushing(flush: bool) -> None:
+def test_run_flushes_subnormals_from_start_to_finish(flush: bool, tmp_path) -> None:
+    cfg = RunConfig(env_id="CartPole-v1", flush_denormal=flush, log_dir=str(tmp_path), **QUIET)
+    env, eval_env = setup(cfg)
+    run = Run.from_config(cfg, "random", {}, eval_env=eval_env, policy=lambda td: td)
+    assert not flushing_denormals() and _product() == pytest.approx(2 * SUBNORMAL, rel=1e-2)
     try:
-        env, eval_env = setup(RunConfig(env_id="CartPole-v1", flush_denormal=flush))
-        env.close()
-        eval_env.close()
-        product = torch.tensor([SUBNORMAL], dtype=torch.float32) * 1.0
-        if flush:
-            assert product.item() == 0.0
-        else:
-            assert product.item() == pytest.approx(SUBNORMAL, rel=1e-2)
+        run.start(Collector(env, None, 8, 8, init_random_frames=8))
+        assert flushing_denormals() is flush
+        assert (_product() == 0.0) is flush
     finally:
-        torch.set_flush_denormal(False)  # torch's default, for the tests that follow
+        run.finish()
+    # torch's default comes back, whatever the run did.
+    assert not flushing_denormals() and _product() == pytest.approx(2 * SUBNORMAL, rel=1e-2)
+
+
+def test_finish_restores_a_mode_the_caller_had_set(tmp_path) -> None:
+    cfg = RunConfig(env_id="CartPole-v1", flush_denormal=True, log_dir=str(tmp_path), **QUIET)
+    env, eval_env = setup(cfg)
+    run = Run.from_config(cfg, "random", {}, eval_env=eval_env, policy=lambda td: td)
+    torch.set_flush_denormal(True)
+    try:
+        run.start(Collector(env, None, 8, 8, init_random_frames=8))
+        run.finish()
+        assert flushing_denormals()
+    finally:
+        torch.set_flush_denormal(False)
