@@ -10,6 +10,9 @@ step is spent on a reset.
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +30,49 @@ from tdrl.envs.specs import Leaf, action_spec, observation_leaves, observation_s
 _FINAL_OBS, _FINAL_OBS_MASK = "final_obs", "_final_obs"
 
 EnvFactory = Callable[[], gym.Env]
+
+# Seconds an async step or reset may take before the workers are declared stuck. Generous: a
+# MuJoCo step takes microseconds, but a user's env may load assets on reset.
+DEFAULT_STEP_TIMEOUT = 120.0
+# Seconds a worker gets to exit after "close" (then SIGTERM) before SIGKILL.
+_CLOSE_GRACE = 5.0
+
+
+class EnvWorkerError(RuntimeError):
+    """An exception raised inside an async env worker, with the worker's traceback as text."""
+
+
+class _Traced(gym.Wrapper):
+    """Turns an exception in the worker's env into an :class:`EnvWorkerError` that carries the
+    traceback text, so it reaches the error raised in the main process (gymnasium sends only the
+    exception and logs the traceback as a warning, which ``PYTHONWARNINGS=ignore`` hides)."""
+
+    def step(self, action: Any) -> Any:
+        try:
+            return self.env.step(action)
+        except Exception as err:
+            raise _worker_error(err) from None
+
+    def reset(self, **kwargs: Any) -> Any:
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as err:
+            raise _worker_error(err) from None
+
+
+def _worker_error(err: Exception) -> EnvWorkerError:
+    trace = "".join(traceback.format_exception(err))
+    return EnvWorkerError(f"{type(err).__name__}: {err}\n\nworker traceback:\n{trace}")
+
+
+class _TracedFactory:
+    """A picklable factory (spawn start method) of ``_Traced(factory())``."""
+
+    def __init__(self, factory: EnvFactory) -> None:
+        self.factory = factory
+
+    def __call__(self) -> gym.Env:
+        return _Traced(self.factory())
 
 
 class StepArrays(NamedTuple):
@@ -76,10 +122,11 @@ class VecEnv:
         seed: int | None = None,
         obs_dtype: torch.dtype = torch.float32,
         out_of_bounds: Literal["clip", "reject"] = "clip",
-        step_timeout: float | None = None,
+        step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     ) -> None:
         if out_of_bounds not in ("clip", "reject"):
             raise ValueError(f"out_of_bounds must be 'clip' or 'reject', got {out_of_bounds!r}")
+        _check_timeout(step_timeout)
         # Any: the async-only members (step_wait, processes) are not on VectorEnv.
         self._vec: Any = vec_env
         self.num_envs: int = vec_env.num_envs
@@ -103,6 +150,8 @@ class VecEnv:
             self._n_actions = int(space.n)
         self._seeded = False
         self._closed = False
+        # An async step whose result was never read (KeyboardInterrupt in step_wait).
+        self._pending = False
         self._last_observation: list[np.ndarray] | None = None
 
     # ------------------------------------------------------------------ numpy fast path
@@ -116,8 +165,14 @@ class VecEnv:
         if seed is None and not self._seeded:
             seed = self.seed
         self._seeded = True
+        if self._pending:
+            self._drain()
         try:
-            obs, _ = self._vec.reset(seed=seed)
+            if self.is_async:
+                self._vec.reset_async(seed=seed)
+                obs, _ = self._wait(self._vec.reset_wait)
+            else:
+                obs, _ = self._vec.reset(seed=seed)
         except Exception as err:
             raise self._worker_failure("reset", err) from err
         return self._split(obs)
@@ -125,6 +180,13 @@ class VecEnv:
     def step_arrays(self, action: np.ndarray) -> StepArrays:
         """Steps every env with an already checked ``[num_envs, *action_shape]`` numpy action."""
         self._check_open()
+        if self._pending:
+            self._drain()
+            raise RuntimeError(
+                "an earlier async step was interrupted before its result arrived (e.g. by "
+                "KeyboardInterrupt); its result was discarded, so the envs are one step ahead of "
+                "their caller: reset the env (a new Collector over it does) before stepping again"
+            )
         if self._is_box:
             if self.out_of_bounds == "reject":
                 inside = (action >= self._low) & (action <= self._high)
@@ -140,9 +202,7 @@ class VecEnv:
         try:
             if self.is_async:
                 self._vec.step_async(action)
-                obs, reward, terminated, truncated, info = self._vec.step_wait(
-                    timeout=self.step_timeout
-                )
+                obs, reward, terminated, truncated, info = self._wait(self._vec.step_wait)
             else:
                 obs, reward, terminated, truncated, info = self._vec.step(action)
         except Exception as err:
@@ -222,10 +282,27 @@ class VecEnv:
         return torch.randint(self._n_actions, batch, generator=generator)
 
     def close(self) -> None:
-        """Closes the envs and their worker processes; safe to call twice."""
-        if not self._closed:
-            self._closed = True
+        """Closes the envs and their worker processes; safe to call twice.
+
+        Async workers get ``"close"``, then SIGTERM, then SIGKILL, a few seconds apart, so a
+        stuck, stopped or SIGTERM-ignoring worker cannot make ``close`` hang.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if not self.is_async:
             self._vec.close()
+            return
+        for pipe in self._vec.parent_pipes:
+            if pipe is not None and not pipe.closed:
+                try:
+                    pipe.send(("close", None))
+                except OSError:  # the worker is gone
+                    pass
+        deadline = time.monotonic() + _CLOSE_GRACE
+        for process in self._vec.processes:
+            process.join(timeout=max(deadline - time.monotonic(), 0.0))
+        self._abort()
 
     def __enter__(self) -> VecEnv:
         return self
@@ -282,23 +359,59 @@ class VecEnv:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
 
+    def _wait(self, wait: Callable[..., Any]) -> Any:
+        """``wait(timeout=step_timeout)``, remembering a result left unread by an interrupt."""
+        try:
+            return wait(timeout=self.step_timeout)
+        except KeyboardInterrupt:
+            self._pending = True
+            raise
+
+    def _drain(self) -> None:
+        """Reads and drops the result of an interrupted step, so the workers can take calls."""
+        try:
+            self._vec.step_wait(timeout=self.step_timeout)
+        except Exception as err:
+            raise self._worker_failure("step", err) from err
+        finally:
+            self._pending = False
+
+    def _describe_workers(self, err: Exception) -> str:
+        """Which workers failed: index, pid and exit code or signal (or 'did not answer')."""
+        vec = self._vec
+        parts = []
+        for i, process in enumerate(vec.processes):
+            code = process.exitcode
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                parts.append(f"worker {i} (pid {process.pid}) died: {how}")
+            elif isinstance(err, multiprocessing.TimeoutError):
+                pipe = vec.parent_pipes[i]
+                if pipe is not None and not pipe.closed and not pipe.poll():
+                    parts.append(f"worker {i} (pid {process.pid}) did not answer{_state(process)}")
+            elif vec.parent_pipes[i] is None:  # gymnasium closes the pipe of a worker that raised
+                parts.append(f"worker {i} (pid {process.pid}) raised")
+        return "; ".join(parts) or "no worker identified"
+
     def _worker_failure(self, what: str, err: Exception) -> Exception:
         """Tears down an async vector env whose worker failed; returns the error to raise."""
         if not self.is_async:
             return err
+        workers = self._describe_workers(err)
         self._abort()
         if isinstance(err, multiprocessing.TimeoutError):
             return TimeoutError(
-                f"an env worker did not answer {what} within step_timeout={self.step_timeout}s; "
-                "the vector env was closed"
+                f"an env worker did not answer {what} within step_timeout={self.step_timeout}s "
+                f"({workers}); the vector env was closed"
             )
         return RuntimeError(
-            f"an env worker failed during {what}: {type(err).__name__}: {err} "
-            "(the worker's traceback is in the log above); the vector env was closed"
+            f"an env worker failed during {what} ({workers}): {type(err).__name__}: {err}; "
+            "the vector env was closed"
         )
 
     def _abort(self) -> None:
-        """Terminates async workers without talking to them (they may be dead or stuck)."""
+        """Stops async workers without talking to them (they may be dead, stuck or stopped):
+        SIGTERM, then SIGKILL for any that is still alive a few seconds later."""
         self._closed = True
         vec = self._vec
         if not self.is_async:
@@ -307,13 +420,34 @@ class VecEnv:
         for process in vec.processes:
             if process.is_alive():
                 process.terminate()
+        deadline = time.monotonic() + _CLOSE_GRACE
         for process in vec.processes:
-            process.join(timeout=5)
+            process.join(timeout=max(deadline - time.monotonic(), 0.0))
+        for process in vec.processes:
+            if process.is_alive():  # ignores SIGTERM, or is stopped (SIGSTOP)
+                process.kill()
+                process.join(timeout=_CLOSE_GRACE)
         for pipe in vec.parent_pipes:
             if pipe is not None:
                 pipe.close()
         # gymnasium's close() would wait on the workers' pipes; they are gone.
         vec.closed = True
+
+
+def _state(process: multiprocessing.process.BaseProcess) -> str:
+    """`` (stopped)`` when the process is stopped (Linux /proc), else ``""``."""
+    try:
+        with open(f"/proc/{process.pid}/stat") as f:
+            return " (stopped)" if f.read().rsplit(")", 1)[1].split()[0] in "Tt" else ""
+    except (OSError, IndexError):
+        return ""
+
+
+def _check_timeout(step_timeout: float | None) -> None:
+    if step_timeout is not None and not (
+        isinstance(step_timeout, (int, float)) and step_timeout > 0
+    ):
+        raise ValueError(f"step_timeout must be a number > 0 or None, got {step_timeout!r}")
 
 
 def make_vec_env(
@@ -324,7 +458,7 @@ def make_vec_env(
     obs_dtype: torch.dtype = torch.float32,
     *,
     out_of_bounds: Literal["clip", "reject"] = "clip",
-    step_timeout: float | None = None,
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     context: str | None = None,
     **make_kwargs: Any,
 ) -> VecEnv:
@@ -340,7 +474,8 @@ def make_vec_env(
             both modes.
         obs_dtype: dtype of floating observations (MuJoCo's float64 becomes float32).
         out_of_bounds: ``"clip"`` or ``"reject"`` Box actions outside the bounds (see VecEnv).
-        step_timeout: async only: seconds to wait for the workers before raising TimeoutError.
+        step_timeout: async only: seconds a step or reset may take before the workers are
+            declared stuck (TimeoutError naming them; the env is closed). ``None``: wait forever.
         context: async only: multiprocessing start method. Default ``"fork"`` where available:
             workers only run gymnasium, and importing torchrl sets the global default to
             ``"spawn"``, which needs a ``__main__`` guard and starts slowly.
@@ -356,6 +491,7 @@ def make_vec_env(
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+    _check_timeout(step_timeout)
     if isinstance(env_id_or_callables, str):
         env_id = env_id_or_callables
         try:
@@ -384,8 +520,9 @@ def make_vec_env(
     else:
         if context is None and "fork" in multiprocessing.get_all_start_methods():
             context = "fork"
+        traced = [_TracedFactory(f) for f in factories]
         vec = gym.vector.AsyncVectorEnv(
-            factories, shared_memory=True, copy=False, context=context, autoreset_mode=same_step
+            traced, shared_memory=True, copy=False, context=context, autoreset_mode=same_step
         )
     return VecEnv(
         vec, seed=seed, obs_dtype=obs_dtype, out_of_bounds=out_of_bounds, step_timeout=step_timeout
