@@ -9,13 +9,21 @@ counters, see the recipes' ``resume`` handling).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import pickle
 import random
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+MANIFEST = "MANIFEST.json"
+_NDARRAY = "__ndarray__"  # marks a numpy array stored as a tensor (weights_only loads no numpy)
 
 
 def rng_state() -> dict[str, Any]:
@@ -43,6 +51,38 @@ def _state_of(obj: Any) -> Any:
     return obj.state_dict() if hasattr(obj, "state_dict") else obj
 
 
+def _encode(value: Any) -> Any:
+    """``value`` with numpy arrays and scalars turned into what ``torch.load(weights_only=True)``
+    reads: tensors (marked, to come back as arrays), Python numbers, lists, tuples, dicts."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biufc":
+            raise TypeError(f"cannot checkpoint a numpy array of dtype {value.dtype}")
+        return {_NDARRAY: torch.from_numpy(np.ascontiguousarray(value).copy())}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_encode(v) for v in value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and _NDARRAY in value:
+            return value[_NDARRAY].numpy()
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_decode(v) for v in value)
+    return value
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, hex."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def save_checkpoint(path: str | os.PathLike, **objects: Any) -> Path:
     """Save ``objects`` (modules and optimizers by their ``state_dict``, other values as they
     are) with the current RNG states, atomically."""
@@ -51,7 +91,8 @@ def save_checkpoint(path: str | os.PathLike, **objects: Any) -> Path:
     payload = {name: _state_of(obj) for name, obj in objects.items()}
     payload["_rng"] = rng_state()
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
+    torch.save(_encode(payload), tmp)
+    _fsync(tmp)
     os.replace(tmp, path)
     return path
 
@@ -67,7 +108,16 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
-    payload = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        # weights_only: tensors and plain containers only; a crafted pickle runs no code.
+        payload = _decode(torch.load(path, map_location="cpu", weights_only=True))
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+        raise ValueError(
+            f"checkpoint {str(path)!r} cannot be loaded safely (it is damaged, or holds objects "
+            f"other than tensors and plain values, which are never unpickled): {err}"
+        ) from None
+    if not isinstance(payload, dict) or "_rng" not in payload:
+        raise ValueError(f"checkpoint {str(path)!r} is not a tdrl checkpoint (no '_rng' entry)")
     for name, obj in objects.items():
         if name not in payload:
             raise KeyError(
@@ -77,3 +127,118 @@ def load_checkpoint(
     if restore_rng:
         set_rng_state(payload["_rng"])
     return payload
+
+
+# --- checkpoint folders: one unit per step -------------------------------------------------------
+# A run's checkpoints live in ``<run>/checkpoints/<step>/``: every file of step N (the torch file,
+# the replay buffer) is written into ``<step>.tmp/``, then a manifest with each file's size and
+# SHA-256, then the folder is renamed to ``<step>/`` -- the one switch that makes it complete.
+# The previous complete folder is removed only after that, so a kill at any point leaves a
+# complete checkpoint to resume from, and a loaded checkpoint is checked byte for byte.
+
+CHECKPOINTS = "checkpoints"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _step_of(folder: Path) -> int | None:
+    return int(folder.name) if folder.name.isdigit() else None
+
+
+def write_checkpoint_dir(root: str | os.PathLike, step: int, write: Callable[[Path], None]) -> Path:
+    """Write checkpoint ``step`` under ``root`` as one unit; returns its folder.
+
+    ``write(folder)`` puts every file of the checkpoint into ``folder`` (a temporary one). Then
+    the manifest is written, the folder renamed to ``root/<step>`` (replacing an older folder of
+    the same step) and older checkpoints removed.
+    """
+    if step < 0:
+        raise ValueError(f"checkpoint step must be >= 0, got {step}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"{step:012d}"
+    tmp = root / (name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    write(tmp)
+    files = {}
+    for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        _fsync(f)
+        files[f.relative_to(tmp).as_posix()] = {"bytes": f.stat().st_size, "sha256": file_digest(f)}
+    manifest = tmp / MANIFEST
+    manifest.write_text(json.dumps({"step": step, "files": files}, indent=1))
+    _fsync(manifest)
+    _fsync(tmp)
+    final = root / name
+    if final.exists():  # the same step saved again: move the old one aside, then drop it
+        old = root / (name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync(root)
+    for other in root.iterdir():
+        if other != final and (_step_of(other) is not None or other.suffix in (".tmp", ".old")):
+            shutil.rmtree(other, ignore_errors=True)
+    return final
+
+
+def verify_checkpoint_dir(folder: str | os.PathLike) -> dict[str, Any]:
+    """Check every file of a checkpoint folder against its manifest (presence, size, SHA-256);
+    returns the manifest. Raises ``ValueError`` naming the first file at fault."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+        files = manifest["files"]
+        int(manifest["step"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"checkpoint {str(folder)!r}: unreadable manifest {MANIFEST}: {err}"
+        ) from None
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    for name, meta in files.items():
+        f = folder / name
+        if name not in present:
+            raise ValueError(f"checkpoint {str(folder)!r}: file {name!r} is missing")
+        size = f.stat().st_size
+        if size != meta["bytes"]:
+            raise ValueError(
+                f"checkpoint {str(folder)!r}: file {name!r} has {size} bytes, "
+                f"the manifest says {meta['bytes']} (truncated or overwritten)"
+            )
+        if file_digest(f) != meta["sha256"]:
+            raise ValueError(
+                f"checkpoint {str(folder)!r}: file {name!r} does not match its SHA-256 "
+                "in the manifest (corrupted)"
+            )
+    return manifest
+
+
+def latest_checkpoint_dir(root: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint folder under ``root`` (``None`` when there is none).
+
+    Unfinished folders (``.tmp``: a save was killed) are ignored. The newest complete one is
+    verified with :func:`verify_checkpoint_dir`; a damaged one raises rather than silently
+    falling back to an older checkpoint.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    complete = [p for p in root.iterdir() if _step_of(p) is not None and (p / MANIFEST).is_file()]
+    if not complete:
+        old = [p for p in root.iterdir() if p.name.endswith(".old") and (p / MANIFEST).is_file()]
+        complete = old  # killed between the two renames of a same-step save
+    if not complete:
+        return None
+    newest = max(complete, key=lambda p: int(p.name.split(".")[0]))
+    verify_checkpoint_dir(newest)
+    return newest
