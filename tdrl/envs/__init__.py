@@ -1,5 +1,6 @@
 """tdrl.envs: gymnasium vector envs (MuJoCo included) that read and write TensorDicts."""
 
+from tdrl.envs.interop import from_torchrl, to_torchrl
 from tdrl.envs.state import env_state, load_env_state
 from tdrl.envs.vec_env import DEFAULT_STEP_TIMEOUT, EnvWorkerError, StepArrays, VecEnv, make_vec_env
 
@@ -10,5 +11,7 @@ __all__ = [
     "VecEnv",
     "env_state",
     "load_env_state",
+    "from_torchrl",
     "make_vec_env",
+    "to_torchrl",
 ]

@@ -89,8 +89,9 @@ def _load_sub_env_state(env: gym.Env, state: dict[str, Any]) -> None:
 
 
 def env_state(env: VecEnv) -> list[dict[str, Any]] | None:
-    """Per-sub-env state of a sync ``VecEnv`` (see the module docstring); ``None`` if async."""
-    if env.is_async:
+    """Per-sub-env state of a sync ``VecEnv`` (see the module docstring); ``None`` if async or
+    not a gymnasium ``SyncVectorEnv`` (e.g. a TorchRL env through ``from_torchrl``)."""
+    if not isinstance(env._vec, gym.vector.SyncVectorEnv):
         return None
     return [_sub_env_state(sub) for sub in env._vec.envs]
 
@@ -102,7 +103,7 @@ def load_env_state(env: VecEnv, state: list[dict[str, Any]] | None, *, reseed: i
     is returned; the caller must then start the collector's episodes afresh.
     """
     if state is None:
-        env.seed, env._seeded = reseed, False
+        env.reseed(reseed)
         return False
     if env.is_async:
         raise ValueError("this checkpoint holds sync env states; resume with mode='sync'")

@@ -155,13 +155,27 @@ class VecEnv:
         self._last_observation: list[np.ndarray] | None = None
 
     # ------------------------------------------------------------------ numpy fast path
-    def reset_arrays(self, seed: int | None = None) -> list[np.ndarray]:
-        """Resets every env; returns the per-leaf observations ``[num_envs, *shape]``.
+    def reset_arrays(
+        self, seed: int | None = None, *, mask: np.ndarray | None = None
+    ) -> list[np.ndarray]:
+        """Resets every env (or those where ``mask`` is True); returns the per-leaf observations
+        ``[num_envs, *shape]`` (the unchanged current ones for envs not reset).
 
         ``seed=None`` uses the seed given to ``make_vec_env`` on the first reset and continues
         the envs' random streams afterwards; env ``i`` gets ``seed + i`` (gymnasium's rule).
         """
         self._check_open()
+        options = None
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+                raise ValueError(
+                    f"reset mask must be a bool array of shape ({self.num_envs},), got "
+                    f"{mask.dtype} {mask.shape}"
+                )
+            if not self._seeded:
+                raise RuntimeError("a partial reset (mask) needs a full reset first")
+            options = {"reset_mask": mask}
         if seed is None and not self._seeded:
             seed = self.seed
         self._seeded = True
@@ -169,10 +183,10 @@ class VecEnv:
             self._drain()
         try:
             if self.is_async:
-                self._vec.reset_async(seed=seed)
+                self._vec.reset_async(seed=seed, options=options)
                 obs, _ = self._wait(self._vec.reset_wait)
             else:
-                obs, _ = self._vec.reset(seed=seed)
+                obs, _ = self._vec.reset(seed=seed, options=options)
         except Exception as err:
             raise self._worker_failure("reset", err) from err
         return self._split(obs)
@@ -326,6 +340,10 @@ class VecEnv:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def reseed(self, seed: int | None) -> None:
+        """The next ``reset_arrays()`` without a seed seeds env ``i`` with ``seed + i``."""
+        self.seed, self._seeded = seed, False
 
     @property
     def worker_processes(self) -> list[multiprocessing.process.BaseProcess]:
