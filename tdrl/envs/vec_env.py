@@ -478,6 +478,7 @@ def make_vec_env(
     out_of_bounds: Literal["clip", "reject"] = "clip",
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     context: str | None = None,
+    backend: Literal["gymnasium", "envpool"] = "gymnasium",
     **make_kwargs: Any,
 ) -> VecEnv:
     """Makes ``num_envs`` gymnasium envs in one vector env that speaks TensorDicts.
@@ -497,7 +498,10 @@ def make_vec_env(
         context: async only: multiprocessing start method. Default ``"fork"`` where available:
             workers only run gymnasium, and importing torchrl sets the global default to
             ``"spawn"``, which needs a ``__main__`` guard and starts slowly.
-        **make_kwargs: passed to ``gymnasium.make`` (e.g. ``max_episode_steps``); id only.
+        backend: ``"gymnasium"`` (default) or ``"envpool"`` (C++ threads; an env id only, sync
+            mode; see ``tdrl.envs.envpool_backend`` for its autoreset handling and task versions).
+        **make_kwargs: passed to ``gymnasium.make`` (e.g. ``max_episode_steps``) or to
+            ``envpool.make`` (e.g. ``num_threads``); id only.
 
     Returns:
         A ``VecEnv``; close it (or use ``with``) to stop the worker processes.
@@ -510,6 +514,15 @@ def make_vec_env(
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     _check_timeout(step_timeout)
+    if backend == "envpool":
+        if not isinstance(env_id_or_callables, str) or mode != "sync":
+            raise ValueError("backend='envpool' takes an env id and mode='sync' (its own threads)")
+        from tdrl.envs.envpool_backend import make_envpool
+
+        pool = make_envpool(env_id_or_callables, num_envs, seed, **make_kwargs)
+        return VecEnv(pool, seed=seed, obs_dtype=obs_dtype, out_of_bounds=out_of_bounds)
+    if backend != "gymnasium":
+        raise ValueError(f"backend must be 'gymnasium' or 'envpool', got {backend!r}")
     if isinstance(env_id_or_callables, str):
         env_id = env_id_or_callables
         try:

@@ -1,0 +1,128 @@
+"""envpool as a backend of ``make_vec_env`` (``backend="envpool"``): the envs step in C++ threads.
+
+envpool (Weng et al. 2022, arXiv 2206.10558) resets an ended env on the *next* step (gymnasium's
+``NEXT_STEP`` autoreset: that step ignores the action and returns the reset observation). tdrl's
+contract is the same-step one (DESIGN.md, "Episode ends"), so this adapter resets the envs that
+ended right after the step that ended them (envpool's partial ``reset(env_id)``), returns their
+reset observations as the next root observation and the real final ones as gymnasium's
+``info["final_obs"]``. ``VecEnv`` then treats it exactly like a gymnasium vector env: real final
+observations in ``("next", ...)``, ``traj_ids``, ``is_init`` and no wasted step.
+
+Task versions: envpool ships its own MuJoCo ports (``Hopper-v3/v4/v5``, ...). Its ``-v5`` tasks
+follow gymnasium's v5 settings (the reward, health and reset-noise parameters printed by
+``envpool.make(...).spec.config``), but its random streams differ from gymnasium's, so the same
+seed gives other episodes than ``backend="gymnasium"``; and its seeds are fixed when the pool is
+made (``make_vec_env``'s ``seed``): a later reset cannot re-seed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["EnvpoolVectorEnv", "make_envpool"]
+
+
+class EnvpoolVectorEnv(gym.vector.VectorEnv):
+    """An envpool pool as a gymnasium vector env with same-step autoreset."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.num_envs = int(pool.spec.config.num_envs)
+        self.single_observation_space = pool.observation_space
+        action = pool.action_space
+        if isinstance(action, gym.spaces.Box) and action.dtype == np.float64:
+            # gymnasium's MuJoCo tasks take float32 actions; tdrl's policies write float32.
+            action = gym.spaces.Box(
+                action.low.astype(np.float32), action.high.astype(np.float32), action.shape,
+                np.float32,
+            )  # fmt: skip
+        self.single_action_space = action
+        self._pool_action_dtype = pool.action_space.dtype
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(action, self.num_envs)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+        self._all = np.arange(self.num_envs, dtype=np.int32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        mask = None if options is None else options.get("reset_mask")
+        if mask is None:
+            # envpool fixes its seeds when the pool is made (make_envpool's seed); a reset's seed
+            # is ignored, as envpool itself does.
+            obs, info = self.pool.reset()
+            return self._ordered(obs, info["env_id"]), {}
+        ids = np.flatnonzero(mask).astype(np.int32)
+        fresh, info = self.pool.reset(ids)
+        obs = self._last.copy()
+        obs[info["env_id"]] = fresh
+        self._last = obs
+        return obs, {}
+
+    def _ordered(self, obs: np.ndarray, env_id: np.ndarray) -> np.ndarray:
+        out = np.empty_like(obs)
+        out[env_id] = obs
+        self._last = out
+        return out
+
+    def step(self, actions: Any) -> Any:
+        actions = np.asarray(actions, dtype=self._pool_action_dtype)
+        obs, reward, terminated, truncated, info = self.pool.step(actions, self._all)
+        order = info["env_id"]
+        if not np.array_equal(order, self._all):  # envpool may answer in another order
+            obs, reward = self._ordered(obs, order), _reorder(reward, order)
+            terminated, truncated = _reorder(terminated, order), _reorder(truncated, order)
+        ended = terminated | truncated
+        out_info: dict[str, Any] = {}
+        if ended.any():
+            ids = np.flatnonzero(ended).astype(np.int32)
+            final = np.empty(self.num_envs, dtype=object)
+            for i in ids:
+                final[i] = obs[i].copy()
+            fresh, reset_info = self.pool.reset(ids)
+            obs = obs.copy()
+            obs[reset_info["env_id"]] = fresh
+            out_info = {"final_obs": final, "_final_obs": ended.copy()}
+        self._last = obs
+        return obs, reward, terminated, truncated, out_info
+
+    def close(self, **kwargs: Any) -> None:
+        close = getattr(self.pool, "close", None)
+        if close is not None:
+            close()
+
+
+def _reorder(x: np.ndarray, order: np.ndarray) -> np.ndarray:
+    out = np.empty_like(x)
+    out[order] = x
+    return out
+
+
+def make_envpool(env_id: str, num_envs: int, seed: int | None, **kwargs: Any) -> EnvpoolVectorEnv:
+    """An envpool pool of ``num_envs`` ``env_id`` envs (synchronous: every step steps all)."""
+    try:
+        import envpool
+    except ImportError as err:
+        raise ImportError(
+            "backend='envpool' needs the envpool package: pip install 'tdrl[envpool]'"
+        ) from err
+    tasks = envpool.list_all_envs()
+    if env_id not in tasks:
+        stem = env_id.split("-")[0].lower()
+        close = sorted(t for t in tasks if t.lower().startswith(stem))
+        raise ValueError(
+            f"envpool has no task {env_id!r}"
+            + (f"; it has {close}" if close else "; see envpool.list_all_envs()")
+        )
+    pool = envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=num_envs,
+        seed=0 if seed is None else seed,
+        **kwargs,
+    )
+    return EnvpoolVectorEnv(pool)
