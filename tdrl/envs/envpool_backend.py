@@ -47,9 +47,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(action, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
         self._all = np.arange(self.num_envs, dtype=np.int32)
-        self._last: np.ndarray = np.zeros(
-            self.observation_space.shape, pool.observation_space.dtype
-        )
+        self._last: np.ndarray = np.zeros(0)  # the newest observations, [num_envs, *obs]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         mask = None if options is None else options.get("reset_mask")
