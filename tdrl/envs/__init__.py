@@ -2,14 +2,18 @@
 
 from tdrl.envs.interop import from_torchrl, to_torchrl
 from tdrl.envs.mujoco_warnings import MuJoCoWarning, route_mujoco_warnings
+from tdrl.envs.pomdp import NOVEL_TASKS, HideVelocity, register_novel_tasks
 from tdrl.envs.state import env_state, load_env_state
 from tdrl.envs.vec_env import DEFAULT_STEP_TIMEOUT, EnvWorkerError, StepArrays, VecEnv, make_vec_env
 
 route_mujoco_warnings()
+register_novel_tasks()
 
 __all__ = [
+    "NOVEL_TASKS",
     "DEFAULT_STEP_TIMEOUT",
     "EnvWorkerError",
+    "HideVelocity",
     "MuJoCoWarning",
     "StepArrays",
     "VecEnv",
