@@ -17,7 +17,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import NestedKey
-from torchrl.data import Bounded, Categorical, Composite, TensorSpec, Unbounded
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    TensorSpec,
+    Unbounded,
+)
 
 from tdrl import keys
 
@@ -108,9 +116,12 @@ def observation_spec(space: gym.Space, leaves: list[Leaf], num_envs: int) -> Com
 
 
 def action_spec(space: gym.Space, num_envs: int) -> TensorSpec:
-    """The action spec with batch shape ``[num_envs]``: Box -> Bounded, Discrete -> Categorical.
+    """The action spec with batch shape ``[num_envs]``: Box -> Bounded, Discrete -> Categorical,
+    MultiDiscrete -> MultiCategorical, MultiBinary -> Binary.
 
-    Discrete actions are integer indices (int64, shape ``[num_envs]``), not one-hot vectors.
+    Discrete actions are integer indices (int64, shape ``[num_envs]``), not one-hot vectors;
+    MultiDiscrete ones are int64 ``[num_envs, k]`` (one index per component, TorchRL's layout);
+    MultiBinary ones are int64 ``[num_envs, k]`` of 0 and 1.
     """
     if isinstance(space, gym.spaces.Box):
         return _box_spec(space, num_envs, torch_dtype(space.dtype))
@@ -118,4 +129,21 @@ def action_spec(space: gym.Space, num_envs: int) -> TensorSpec:
         if int(space.start) != 0:
             raise NotImplementedError(f"Discrete action space with start={space.start}")
         return Categorical(int(space.n), shape=(num_envs,), dtype=torch.int64)
-    raise NotImplementedError(f"action space {space} is not supported (Box and Discrete are)")
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if space.nvec.ndim != 1 or (np.asarray(space.start) != 0).any():
+            raise NotImplementedError(
+                f"MultiDiscrete action space {space}: a flat nvec starting at 0 is supported"
+            )
+        nvec = torch.as_tensor(space.nvec, dtype=torch.int64)
+        k = len(nvec)
+        return MultiCategorical(
+            nvec.expand(num_envs, k).clone(), shape=(num_envs, k), dtype=torch.int64
+        )
+    if isinstance(space, gym.spaces.MultiBinary):
+        if len(space.shape) != 1:
+            raise NotImplementedError(f"MultiBinary action space {space}: a flat one is supported")
+        k = int(space.shape[0])
+        return Binary(n=k, shape=(num_envs, k), dtype=torch.int64)
+    raise NotImplementedError(
+        f"action space {space} is not supported (Box, Discrete, MultiDiscrete and MultiBinary are)"
+    )

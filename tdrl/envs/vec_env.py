@@ -147,7 +147,11 @@ class VecEnv:
             self._low = np.broadcast_to(space.low, space.shape).astype(space.dtype)
             self._high = np.broadcast_to(space.high, space.shape).astype(space.dtype)
         elif isinstance(space, gym.spaces.Discrete):
-            self._n_actions = int(space.n)
+            self._n_actions: np.ndarray | int = int(space.n)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            self._n_actions = np.asarray(space.nvec, dtype=np.int64)
+        elif isinstance(space, gym.spaces.MultiBinary):
+            self._n_actions = np.full(space.shape, 2, dtype=np.int64)
         self._seeded = False
         self._closed = False
         # An async step whose result was never read (KeyboardInterrupt in step_wait).
@@ -212,7 +216,11 @@ class VecEnv:
             else:
                 action = np.clip(action, self._low, self._high)
         elif ((action < 0) | (action >= self._n_actions)).any():
-            raise ValueError(f"discrete action outside [0, {self._n_actions}): {action}")
+            bad = np.argwhere((action < 0) | (action >= self._n_actions))[0]
+            raise ValueError(
+                f"discrete action {action[tuple(bad)]} at index {tuple(bad.tolist())} is outside "
+                f"[0, {self._n_actions}) (env {bad[0]})"
+            )
         try:
             if self.is_async:
                 self._vec.step_async(action)
@@ -293,7 +301,12 @@ class VecEnv:
             low, high = torch.as_tensor(self._low), torch.as_tensor(self._high)
             u = torch.rand(*batch, *low.shape, generator=generator, dtype=low.dtype)
             return low + u * (high - low)
-        return torch.randint(self._n_actions, batch, generator=generator)
+        if isinstance(self._n_actions, int):
+            return torch.randint(self._n_actions, batch, generator=generator)
+        # MultiDiscrete / MultiBinary: one uniform index per component
+        n = torch.as_tensor(self._n_actions)
+        u = torch.rand(*batch, *n.shape, generator=generator, dtype=torch.float64)
+        return (u * n).long().clamp_max(n - 1)
 
     def close(self) -> None:
         """Closes the envs and their worker processes; safe to call twice.
