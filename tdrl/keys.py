@@ -17,6 +17,9 @@ TERMINATED = "terminated"
 TRUNCATED = "truncated"
 # A gymnasium env that is reset: the state the step started from was a reset state.
 IS_INIT = "is_init"
+# Which actions are valid in this state (bool, one per action; TorchRL's name). An observation
+# entry the env provides; categorical actors and DQN's choices honour it.
+ACTION_MASK = "action_mask"
 
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
 NEXT_REWARD = (NEXT, REWARD)

@@ -76,7 +76,11 @@ def observation_leaves(space: gym.Space, obs_dtype: torch.dtype | None) -> list[
     def walk(sub: gym.Space, path: tuple[str, ...]) -> list[Leaf]:
         if isinstance(sub, gym.spaces.Dict):
             return [leaf for name, s in sub.spaces.items() for leaf in walk(s, (*path, name))]
-        if isinstance(sub, gym.spaces.Box):
+        if path and path[-1] == keys.ACTION_MASK:
+            if not isinstance(sub, (gym.spaces.Box, gym.spaces.MultiBinary)):
+                raise NotImplementedError(f"{keys.ACTION_MASK!r} must be a Box or MultiBinary")
+            shape, dtype = tuple(sub.shape), torch.bool  # stored as bool, whatever the env's dtype
+        elif isinstance(sub, gym.spaces.Box):
             shape, dtype = tuple(sub.shape), torch_dtype(sub.dtype, obs_dtype)
         elif isinstance(sub, gym.spaces.Discrete):
             shape, dtype = (), torch.int64
@@ -107,7 +111,11 @@ def observation_spec(space: gym.Space, leaves: list[Leaf], num_envs: int) -> Com
         sub: gym.Space = space
         for name in leaf.path:
             sub = sub[name]  # type: ignore[index]
-        if isinstance(sub, gym.spaces.Box):
+        if leaf.dtype == torch.bool:
+            spec[leaf.key] = Binary(
+                n=leaf.shape[-1], shape=(num_envs, *leaf.shape), dtype=torch.bool
+            )
+        elif isinstance(sub, gym.spaces.Box):
             spec[leaf.key] = _box_spec(sub, num_envs, leaf.dtype)
         else:
             assert isinstance(sub, gym.spaces.Discrete)

@@ -152,6 +152,7 @@ class VecEnv:
             self._n_actions = np.asarray(space.nvec, dtype=np.int64)
         elif isinstance(space, gym.spaces.MultiBinary):
             self._n_actions = np.full(space.shape, 2, dtype=np.int64)
+        self._mask_leaf = self._action_mask_leaf(space)
         self._seeded = False
         self._closed = False
         # An async step whose result was never read (KeyboardInterrupt in step_wait).
@@ -193,7 +194,10 @@ class VecEnv:
                 obs, _ = self._vec.reset(seed=seed, options=options)
         except Exception as err:
             raise self._worker_failure("reset", err) from err
-        return self._split(obs)
+        out = self._split(obs)
+        if self._mask_leaf is not None:
+            self._check_mask(out[self._mask_leaf], "reset")
+        return out
 
     def step_arrays(self, action: np.ndarray) -> StepArrays:
         """Steps every env with an already checked ``[num_envs, *action_shape]`` numpy action."""
@@ -234,7 +238,10 @@ class VecEnv:
             final_obs = info[_FINAL_OBS]
             for i in np.flatnonzero(info[_FINAL_OBS_MASK]):
                 final[int(i)] = self._split(final_obs[i])
-        return StepArrays(self._split(obs), reward, terminated, truncated, final)
+        observation = self._split(obs)
+        if self._mask_leaf is not None:
+            self._check_mask(observation[self._mask_leaf], "step")
+        return StepArrays(observation, reward, terminated, truncated, final)
 
     def check_action(self, action: Any) -> None:
         """Raises if ``action`` is not a tensor of ``action_spec``'s shape and dtype."""
@@ -364,6 +371,46 @@ class VecEnv:
         return list(getattr(self._vec, "processes", []))
 
     # ------------------------------------------------------------------ internals
+    def _action_mask_leaf(self, space: gym.Space) -> int | None:
+        """Index of the ``"action_mask"`` observation leaf (checked against the action space)."""
+        found = [i for i, leaf in enumerate(self.obs_leaves) if leaf.key == keys.ACTION_MASK]
+        if not found:
+            return None
+        shape = self.obs_leaves[found[0]].shape
+        if isinstance(space, gym.spaces.Discrete):
+            expected: tuple[int, ...] = (int(space.n),)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            expected = (
+                int(np.sum(space.nvec)),
+            )  # TorchRL's layout: the components' masks, concatenated
+        else:
+            raise ValueError(
+                f"an {keys.ACTION_MASK!r} observation needs a Discrete or MultiDiscrete action "
+                f"space, got {space}"
+            )
+        if shape != expected:
+            raise ValueError(
+                f"{keys.ACTION_MASK!r} has shape {shape} per env, expected {expected} for the "
+                f"action space {space}"
+            )
+        self._mask_splits = (
+            np.cumsum(space.nvec)[:-1] if isinstance(space, gym.spaces.MultiDiscrete) else None
+        )
+        return found[0]
+
+    def _check_mask(self, mask: np.ndarray, where: str) -> None:
+        """Every env must have a valid action (per component): else no action can be taken."""
+        parts = [mask] if self._mask_splits is None else np.split(mask, self._mask_splits, axis=-1)
+        for component, part in enumerate(parts):
+            empty = ~np.asarray(part, dtype=bool).any(-1)
+            if empty.any():
+                env = int(np.flatnonzero(empty)[0])
+                which = "" if self._mask_splits is None else f" for action component {component}"
+                raise ValueError(
+                    f"{keys.ACTION_MASK!r} of env {env} allows no action{which} (an all-false "
+                    f"row, after {where})"
+                )
+
     def _split(self, obs: Any) -> list[np.ndarray]:
         out = []
         for leaf in self.obs_leaves:
