@@ -72,6 +72,11 @@ def torch_dtype(dtype: np.dtype, obs_dtype: torch.dtype | None = None) -> torch.
 
 def observation_leaves(space: gym.Space, obs_dtype: torch.dtype | None) -> list[Leaf]:
     """Flattens a single-env observation space into ``Leaf`` entries, in the space's key order."""
+    if obs_dtype is not None and (
+        not isinstance(obs_dtype, torch.dtype) or not obs_dtype.is_floating_point
+    ):
+        # An integer dtype would truncate float observations without a word.
+        raise TypeError(f"obs_dtype must be a floating torch dtype, got {obs_dtype!r}")
 
     def walk(sub: gym.Space, path: tuple[str, ...]) -> list[Leaf]:
         if isinstance(sub, gym.spaces.Dict):

@@ -150,3 +150,9 @@ def test_interrupted_step_leaves_a_clear_error_and_a_usable_env_after_reset():
         assert env.step(td)["next", "reward"].shape == (2, 1)
     finally:
         env.close()
+
+
+def test_an_integer_obs_dtype_is_refused_not_truncating():
+    for bad in (torch.int64, torch.uint8, "float32"):
+        with pytest.raises(TypeError, match="obs_dtype must be a floating torch dtype"):
+            make_vec_env("Pendulum-v1", 1, obs_dtype=bad)  # type: ignore[arg-type]
