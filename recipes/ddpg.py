@@ -25,6 +25,7 @@ from tdrl.modules import (
     OrnsteinUhlenbeckNoise,
     StateActionCritic,
     mlp,
+    torch_default_init_,
 )
 from tdrl.objectives import DDPGLoss, SoftUpdate
 from tdrl.trainers import (
@@ -34,7 +35,6 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    torch_default_init_,
     transitions,
     updates_due,
 )

@@ -18,7 +18,7 @@ from torch import nn
 
 from tdrl.collectors import Collector
 from tdrl.keys import ACTION_VALUE, OBSERVATION
-from tdrl.modules import CategoricalActor, EnsembleCritic, EnsembleMLP, mlp
+from tdrl.modules import CategoricalActor, EnsembleCritic, EnsembleMLP, mlp, torch_default_init_
 from tdrl.objectives import DiscreteSACLoss, SoftUpdate
 from tdrl.trainers import (
     OffPolicyConfig,
@@ -27,7 +27,6 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    torch_default_init_,
     transitions,
     updates_due,
 )

@@ -25,7 +25,7 @@ from tensordict.nn import TensorDictSequential
 
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
-from tdrl.modules import EpsilonGreedy, QValueActor, linear_schedule, q_mlp
+from tdrl.modules import EpsilonGreedy, QValueActor, linear_schedule, q_mlp, torch_default_init_
 from tdrl.objectives import DQNLoss, HardUpdate, update_priority
 from tdrl.trainers import (
     OffPolicyConfig,
@@ -34,7 +34,6 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    torch_default_init_,
     transitions,
     updates_due,
 )

@@ -33,12 +33,11 @@ import torch
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.keys import OBSERVATION
-from tdrl.modules import RewardScaling
+from tdrl.modules import RewardScaling, actor_critic
 from tdrl.objectives import ClipPPOLoss
 from tdrl.trainers import (
     OnPolicyConfig,
     Run,
-    actor_critic,
     linear_decay,
     on_policy_update,
     parse,
@@ -74,9 +73,10 @@ def main(cfg: Config) -> dict[str, float]:
     """Train PPO as configured; returns the last evaluation and the last update's metrics."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
-    # 2. networks (observation normalization inside both, see tdrl.trainers.networks)
+    # 2. networks (observation normalization inside both, see tdrl.modules.networks)
     actor, critic, obs_norm = actor_critic(
-        env,
+        env.observation_spec,
+        env.action_spec,
         hidden_sizes=cfg.hidden_sizes,
         init_log_std=cfg.init_log_std,
         normalize_observations=cfg.normalize_observations,

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from tdrl.collectors import Collector
-from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp, torch_default_init_
 from tdrl.objectives import REDQLoss, SoftUpdate
 from tdrl.trainers import (
     OffPolicyConfig,
@@ -28,7 +28,6 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    torch_default_init_,
     transitions,
     updates_due,
 )

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from tdrl.collectors import Collector
-from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp, torch_default_init_
 from tdrl.objectives import SACLoss, SoftUpdate
 from tdrl.trainers import (
     OffPolicyConfig,
@@ -32,7 +32,6 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    torch_default_init_,
     transitions,
     updates_due,
 )

@@ -24,7 +24,14 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 
 from tdrl.collectors import Collector
-from tdrl.modules import AdditiveGaussianNoise, DeterministicActor, EnsembleCritic, EnsembleMLP, mlp
+from tdrl.modules import (
+    AdditiveGaussianNoise,
+    DeterministicActor,
+    EnsembleCritic,
+    EnsembleMLP,
+    mlp,
+    torch_default_init_,
+)
 from tdrl.objectives import SoftUpdate, TD3Loss
 from tdrl.trainers import (
     OffPolicyConfig,
@@ -33,7 +40,6 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    torch_default_init_,
     transitions,
     updates_due,
 )

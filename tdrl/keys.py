@@ -66,6 +66,17 @@ NEXT_STEPS_TO_NEXT_OBS = (NEXT, STEPS_TO_NEXT_OBS)
 GAMMA = "gamma"
 
 # --- losses ---------------------------------------------------------------------------------
+# Loss outputs (TorchRL's names): the entries whose name starts with LOSS_PREFIX are summed for
+# backward; the others are detached diagnostics.
+LOSS_PREFIX = "loss_"
+LOSS = "loss"  # DQN's single term (TorchRL's DQNLoss)
+LOSS_OBJECTIVE = "loss_objective"
+LOSS_CRITIC = "loss_critic"
+LOSS_ENTROPY = "loss_entropy"
+LOSS_ACTOR = "loss_actor"
+LOSS_VALUE = "loss_value"
+LOSS_QVALUE = "loss_qvalue"
+LOSS_ALPHA = "loss_alpha"
 ENTROPY = "entropy"
 KL_APPROX = "kl_approx"
 CLIP_FRACTION = "clip_fraction"

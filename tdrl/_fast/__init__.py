@@ -80,7 +80,8 @@ def set_fast(flag: bool) -> bool:
     previous = _enabled
     if flag and not _supported:
         warnings.warn(
-            f"set_fast(True) ignored: untested {', '.join(_untested())}", RuntimeWarning,
+            f"set_fast(True) ignored: untested {', '.join(_untested())}",
+            RuntimeWarning,
             stacklevel=2,
         )
         flag = False

@@ -135,7 +135,7 @@ class ValueEstimator(TensorDictModuleBase):
     def _time_dim(self, tensordict: TensorDictBase, time_dim: int | None) -> int:
         dim = time_dim if time_dim is not None else self.time_dim
         if dim is None:
-            names = tensordict.names if tensordict._has_names() else []
+            names = _names(tensordict)
             dim = names.index(K.TIME_DIM_NAME) if K.TIME_DIM_NAME in names else -1
         if not -tensordict.ndim <= dim < tensordict.ndim:
             raise ValueError(f"time_dim={dim} is out of range for batch {tensordict.batch_size}")
@@ -275,3 +275,11 @@ class ValueEstimator(TensorDictModuleBase):
 def standardize(x: Tensor, eps: float) -> Tensor:
     """``(x - mean) / max(std, eps)`` over all elements (TorchRL's ``average_gae``)."""
     return (x - x.mean()) / x.std().clamp_min(eps)
+
+
+def _names(tensordict: TensorDictBase) -> list[str | None]:
+    """The batch dimension names (``None`` for unnamed dims; empty where names are unsupported)."""
+    try:
+        return list(tensordict.names)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return []

@@ -12,6 +12,7 @@ from tdrl.modules.exploration import (
     linear_schedule,
 )
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
+from tdrl.modules.networks import NormalizedInput, actor_critic, torch_default_init_
 from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 
@@ -30,6 +31,7 @@ __all__ = [
     "EpsilonGreedy",
     "GaussianActor",
     "IndependentNormal",
+    "NormalizedInput",
     "OrnsteinUhlenbeckNoise",
     "QValueActor",
     "RewardScaling",
@@ -38,8 +40,10 @@ __all__ = [
     "TanhGaussianActor",
     "TanhNormal",
     "ValueCritic",
+    "actor_critic",
     "linear_schedule",
     "mlp",
     "orthogonal_init_",
     "q_mlp",
+    "torch_default_init_",
 ]

@@ -62,7 +62,7 @@ class IndependentNormal(Distribution):
         return self.stddev.pow(2)
 
     def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
-        shape = self._extended_shape(torch.Size(sample_shape))
+        shape = torch.Size(sample_shape) + self.batch_shape + self.event_shape
         noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + noise * self.scale
 
@@ -169,7 +169,7 @@ class TanhNormal(Distribution):
         nodes) of scoring ``u`` with ``base.log_prob``; the same function of loc and scale.
         """
         base = self.base
-        shape = base._extended_shape(torch.Size(sample_shape))
+        shape = torch.Size(sample_shape) + base.batch_shape + base.event_shape
         noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         u = self.loc + noise * self.scale
         # log N(u) - log(1 - tanh(u)^2), with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))

@@ -1,13 +1,14 @@
 """tdrl.objectives: losses that read a batch and return ``loss_*`` entries."""
 
 from tdrl.objectives.a2c import A2CLoss
+from tdrl.objectives.common import total_loss
 from tdrl.objectives.critic_ensemble import ModuleEnsemble, as_ensemble
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
-from tdrl.objectives.ppo import ClipPPOLoss, ppo_update
+from tdrl.objectives.ppo import ClipPPOLoss
 from tdrl.objectives.redq import REDQLoss
 from tdrl.objectives.reinforce import ReinforceLoss
 from tdrl.objectives.sac import SACLoss
@@ -42,7 +43,7 @@ __all__ = [
     "flat_grad",
     "hard_update_",
     "make_target",
-    "ppo_update",
+    "total_loss",
     "soft_update_",
     "update_priority",
 ]

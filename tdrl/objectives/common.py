@@ -11,7 +11,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch.distributions import Distribution
 
-from tdrl.keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, STATE_VALUE, VALUE_TARGET
+from tdrl.keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, LOSS_PREFIX, STATE_VALUE, VALUE_TARGET
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +68,19 @@ def as_batch_shape(value: torch.Tensor, batch_shape: torch.Size, key: NestedKey,
         f"{owner}: {key!r} has shape {tuple(value.shape)}, expected {tuple(batch_shape)} "
         f"(the shape of the actions' log-prob)"
     )
+
+
+def total_loss(out: TensorDictBase) -> torch.Tensor:
+    """The sum of a loss output's ``"loss_*"`` entries (what to call ``backward`` on)."""
+    terms = [
+        value for key, value in out.items() if isinstance(key, str) and key.startswith(LOSS_PREFIX)
+    ]
+    if not terms:
+        raise KeyError(f"the loss output has no {LOSS_PREFIX}* entry: {list(out.keys())}")
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
 
 
 def normalize(advantage: torch.Tensor) -> torch.Tensor:

@@ -4,13 +4,9 @@ the loop steps of both families."""
 from tdrl.trainers.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tdrl.trainers.config import OffPolicyConfig, OnPolicyConfig, RunConfig, parse
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
-from tdrl.trainers.networks import NormalizedInput, actor_critic
 from tdrl.trainers.offpolicy import (
-    clip_grad_norm_,
     crossed,
     make_replay_buffer,
-    optimizer_step,
-    torch_default_init_,
     transitions,
     truncate_streams,
     updates_due,
@@ -19,8 +15,10 @@ from tdrl.trainers.onpolicy import (
     linear_decay,
     natural_gradient_update,
     on_policy_update,
+    ppo_update,
     train_on_policy,
 )
+from tdrl.trainers.optim import clip_grad_norm_, optimizer_step
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.run import (
     CHECKPOINT,
@@ -40,12 +38,10 @@ from tdrl.trainers.run import (
 __all__ = [
     "CHECKPOINT",
     "Logger",
-    "NormalizedInput",
     "OffPolicyConfig",
     "OnPolicyConfig",
     "Run",
     "RunConfig",
-    "actor_critic",
     "clip_grad_norm_",
     "crossed",
     "drop_rows_after",
@@ -61,6 +57,7 @@ __all__ = [
     "optimizer_step",
     "parse",
     "plot_learning_curve",
+    "ppo_update",
     "progress_bar",
     "read_csv",
     "resume_run",
@@ -71,7 +68,6 @@ __all__ = [
     "seed_everything",
     "set_rng_state",
     "setup",
-    "torch_default_init_",
     "train_on_policy",
     "transitions",
     "truncate_streams",

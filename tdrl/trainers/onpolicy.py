@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from tdrl.collectors import Collector
 from tdrl.modules import RunningObservationNorm
-from tdrl.objectives import ppo_update
+from tdrl.objectives import total_loss
+from tdrl.trainers.optim import optimizer_step
 from tdrl.trainers.run import episode_metrics
 
 
@@ -80,6 +81,61 @@ def on_policy_update(
         generator=generator,
     )
     return _scalars(out)
+
+
+def ppo_update(
+    loss: TensorDictModuleBase,
+    optimizer: torch.optim.Optimizer,
+    batch: TensorDictBase,
+    *,
+    epochs: int,
+    minibatch_size: int,
+    max_grad_norm: float | None = None,
+    generator: torch.Generator | None = None,
+) -> TensorDict:
+    """Several epochs of shuffled minibatch steps on one rollout; returns mean diagnostics.
+
+    The rollout (advantages already computed) is flattened and cut down to the loss's in-keys
+    once; every epoch draws one permutation and gathers all entries once, and minibatches are
+    contiguous slices (views) of that shuffled copy, so the per-step TensorDict cost is one
+    slice. The last minibatch may be smaller. Each step sums the ``loss_*`` entries and takes
+    :func:`tdrl.trainers.optimizer_step` (clipping the global gradient norm when
+    ``max_grad_norm`` is set), the same step as the off-policy recipes.
+
+    Args:
+        loss: e.g. ``ClipPPOLoss``; returns ``loss_*`` entries.
+        optimizer: over the parameters the loss trains.
+        batch: rollout ``[*B]`` with advantages.
+        epochs: passes over the rollout.
+        minibatch_size: samples per gradient step.
+        max_grad_norm: global gradient-norm clip; ``None`` disables.
+        generator: random generator of the shuffles.
+
+    Shapes:
+        batch ``[*B]`` (flattened to ``[N]``); returns scalars averaged over all steps.
+    """
+    if minibatch_size < 1 or epochs < 0:
+        raise ValueError(
+            f"need minibatch_size >= 1 and epochs >= 0, got {minibatch_size}, {epochs}"
+        )
+    flat = batch.select(*loss.in_keys, strict=False).reshape(-1)
+    missing = [key for key in loss.in_keys if key not in flat.keys(True)]
+    if missing:
+        raise KeyError(f"ppo_update: the batch has no {missing} entries needed by the loss")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    size = flat.shape[0]
+    history: dict[str, list[torch.Tensor]] = {}
+    for _ in range(epochs):
+        shuffled = flat[torch.randperm(size, generator=generator)]
+        for start in range(0, size, minibatch_size):
+            out = loss(shuffled[start : start + minibatch_size])
+            optimizer_step(
+                total_loss(out), optimizer, max_grad_norm=max_grad_norm, parameters=params
+            )
+            for key, value in out.items():
+                history.setdefault(key, []).append(value.detach())
+    means = {key: torch.stack(values).mean() for key, values in history.items()}
+    return TensorDict(means, batch_size=[])
 
 
 def natural_gradient_update(

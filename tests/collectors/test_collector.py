@@ -276,3 +276,31 @@ def test_collector_flags_episode_starts_and_ou_noise_restarts_per_env():
             expected = x0 * (1 - theta * dt) ** (step_in_episode + 1)
             assert action[i, t].item() == pytest.approx(2 * expected, rel=1e-5), (i, t)
     assert "is_init" not in batch.keys()
+
+
+def test_fast_and_plain_policy_calls_collect_the_same_batches():
+    # tdrl._fast.policy calls a plain TensorDictModule on its tensors; policy(td) is its twin.
+    import tdrl
+    from tensordict.nn import TensorDictModule
+
+    class Noisy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(11, 3)
+
+        def forward(self, observation):
+            loc = self.net(observation)
+            return loc + 0.3 * torch.randn_like(loc), loc
+
+    batches = []
+    for fast in (True, False, True):
+        previous = tdrl.set_fast(fast)
+        try:
+            torch.manual_seed(0)
+            policy = TensorDictModule(Noisy(), ["observation"], ["action", "loc"])
+            with make_vec_env("Hopper-v5", 2, seed=1) as env:
+                collector = Collector(env, policy, frames_per_batch=100, total_frames=200)
+                batches.append(torch.cat([b["action"] for b in collector], 1))
+        finally:
+            tdrl.set_fast(previous)
+    assert torch.equal(batches[0], batches[1]) and torch.equal(batches[0], batches[2])

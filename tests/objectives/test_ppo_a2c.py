@@ -10,7 +10,8 @@ from tensordict import TensorDict
 from torch import nn
 
 from tdrl.modules import CategoricalActor, GaussianActor, ValueCritic, mlp
-from tdrl.objectives import A2CLoss, ClipPPOLoss, ReinforceLoss, ppo_update
+from tdrl.objectives import A2CLoss, ClipPPOLoss, ReinforceLoss
+from tdrl.trainers import ppo_update
 
 OBS, ACT = 4, 2
 

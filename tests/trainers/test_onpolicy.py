@@ -11,11 +11,10 @@ import torch
 from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
 from tdrl.estimators import GAE
-from tdrl.modules import CategoricalActor, GaussianActor
+from tdrl.modules import CategoricalActor, GaussianActor, actor_critic
 from tdrl.objectives import A2CLoss, ClipPPOLoss, TRPOLoss
 from tdrl.trainers import (
     Logger,
-    actor_critic,
     drop_rows_after,
     natural_gradient_update,
     on_policy_update,
@@ -26,7 +25,7 @@ from tdrl.trainers import (
 
 def test_actor_critic_picks_the_policy_and_shares_obs_norm() -> None:
     with make_vec_env("Hopper-v5", 2, seed=0) as env:
-        actor, critic, obs_norm = actor_critic(env)
+        actor, critic, obs_norm = actor_critic(env.observation_spec, env.action_spec)
         assert isinstance(actor, GaussianActor)
         assert obs_norm is not None
         obs_norm.update(torch.randn(100, 11) * 5 + 3)
@@ -37,7 +36,9 @@ def test_actor_critic_picks_the_policy_and_shares_obs_norm() -> None:
         assert actor.net[0].obs_norm is critic.net[0].obs_norm is obs_norm
         assert "net.0.obs_norm.mean" in actor.state_dict()
     with make_vec_env("CartPole-v1", 2, seed=0) as env:
-        actor, _, obs_norm = actor_critic(env, normalize_observations=False)
+        actor, _, obs_norm = actor_critic(
+            env.observation_spec, env.action_spec, normalize_observations=False
+        )
         assert isinstance(actor, CategoricalActor) and obs_norm is None
         assert actor(env.reset())["logits"].shape == (2, 2)
 
@@ -45,7 +46,7 @@ def test_actor_critic_picks_the_policy_and_shares_obs_norm() -> None:
 def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
     torch.manual_seed(0)
     with make_vec_env("CartPole-v1", 4, seed=0) as env:
-        actor, critic, _ = actor_critic(env)
+        actor, critic, _ = actor_critic(env.observation_spec, env.action_spec)
         loss = A2CLoss(actor, critic)
         estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
         optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
@@ -62,7 +63,7 @@ def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
 def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
     torch.manual_seed(0)
     with make_vec_env("Pendulum-v1", 4, seed=0) as env:
-        actor, critic, _ = actor_critic(env)
+        actor, critic, _ = actor_critic(env.observation_spec, env.action_spec)
         loss = TRPOLoss(actor, critic, max_kl=0.01)
         estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
         optimizer = torch.optim.Adam(critic.parameters(), lr=1e-3)
@@ -78,7 +79,7 @@ def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
 def test_train_on_policy_runs_the_loop_and_stops_on_callback() -> None:
     torch.manual_seed(0)
     with make_vec_env("CartPole-v1", 4, seed=0) as env:
-        actor, critic, obs_norm = actor_critic(env)
+        actor, critic, obs_norm = actor_critic(env.observation_spec, env.action_spec)
         loss = ClipPPOLoss(actor, critic)
         estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
         optimizer = torch.optim.Adam(loss.parameters(), lr=3e-4)

@@ -1,4 +1,6 @@
-"""optimizer_step's gradient clipping: the same numbers as torch.nn.utils.clip_grad_norm_."""
+"""The gradient step (tdrl.trainers.optim) and its fast twins (tdrl._fast.optim): bitwise the
+numbers of torch's optimizer.step(), zero_grad() and clip_grad_norm_, with the fast paths on and
+off (the fast_mode fixture)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from tdrl.trainers import clip_grad_norm_, optimizer_step
+from tdrl._fast.optim import adam_step
+from tdrl.trainers import clip_grad_norm_, linear_decay, optimizer_step
 
 
 def grads_of(net: nn.Module, scale: float) -> None:
@@ -18,7 +21,7 @@ def grads_of(net: nn.Module, scale: float) -> None:
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 100.0])
-def test_clip_grad_norm_matches_torch(scale):
+def test_clip_grad_norm_matches_torch(scale, fast_mode):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2))
     ours, theirs = net, copy.deepcopy(net)
@@ -31,7 +34,7 @@ def test_clip_grad_norm_matches_torch(scale):
         assert torch.equal(p.grad, q.grad)
 
 
-def test_clip_grad_norm_mixed_dtypes_and_missing_grads():
+def test_clip_grad_norm_mixed_dtypes_and_missing_grads(fast_mode):
     def params() -> list[torch.Tensor]:
         a = torch.zeros(3, requires_grad=True)
         b = torch.zeros(2, dtype=torch.float64, requires_grad=True)
@@ -48,7 +51,7 @@ def test_clip_grad_norm_mixed_dtypes_and_missing_grads():
     assert float(clip_grad_norm_([ours[2]], 1.0)) == 0.0
 
 
-def test_optimizer_step_clips_like_torch():
+def test_optimizer_step_clips_like_torch(fast_mode):
     torch.manual_seed(0)
     net = nn.Linear(3, 2)
     ref = copy.deepcopy(net)
@@ -81,18 +84,16 @@ def _nets_and_adams(**adam_kwargs):
 
 
 @pytest.mark.parametrize("maximize", [False, True])
-def test_fused_adam_step_is_bitwise_torch_adam(maximize):
+def testadam_step_is_bitwise_torch_adam(maximize):
     # optimizer_step's lean path for a plain fused Adam: the same parameters and state as
     # optimizer.step(), step after step (the first step, which creates the state, is torch's).
-    from tdrl.trainers.offpolicy import _fused_adam_step
-
     net, opt, ref, ref_opt = _nets_and_adams(maximize=maximize)
     g = torch.Generator().manual_seed(2)
     for i in range(5):
         x = torch.randn(8, 4, generator=g)
         if i == 0:  # no state yet: torch's step creates it
             net(x).sum().backward()
-            assert not _fused_adam_step(opt) and not opt.state
+            assert not adam_step(opt) and not opt.state
         optimizer_step(net(x).square().mean(), opt)
         ref_opt.zero_grad()
         ref(x).square().mean().backward()
@@ -101,16 +102,14 @@ def test_fused_adam_step_is_bitwise_torch_adam(maximize):
             assert torch.equal(p, q)
             for key in ("step", "exp_avg", "exp_avg_sq"):
                 assert torch.equal(opt.state[p][key], ref_opt.state[q][key])
-    assert _fused_adam_step(opt)
+    assert adam_step(opt)
 
 
 @pytest.mark.parametrize(
     "setup",
-    ["amsgrad", "not_fused", "scheduler", "pre_hook", "tensor_lr", "other_optimizer"],
+    ["amsgrad", "not_fused", "patched_step", "pre_hook", "tensor_lr", "other_optimizer"],
 )
-def test_fused_adam_step_leaves_other_cases_to_torch(setup):
-    from tdrl.trainers.offpolicy import _fused_adam_step
-
+def testadam_step_leaves_other_cases_to_torch(setup):
     kwargs = {"amsgrad": setup == "amsgrad"}
     net, opt, *_ = _nets_and_adams(**kwargs)
     if setup == "not_fused":
@@ -118,13 +117,41 @@ def test_fused_adam_step_leaves_other_cases_to_torch(setup):
     if setup == "other_optimizer":
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
     optimizer_step(net(torch.ones(2, 4)).sum(), opt)  # creates the state
-    if setup == "scheduler":
-        torch.optim.lr_scheduler.StepLR(opt, 1)
+    if setup == "patched_step":  # a step wrapper other than an LR scheduler's
+        opt.step = lambda *args, **kwargs: None
     if setup == "pre_hook":
         opt.register_step_pre_hook(lambda *args: None)
     if setup == "tensor_lr":
         opt.param_groups[0]["lr"] = torch.tensor(0.01)
     net(torch.ones(2, 4)).sum().backward()
     before = [p.clone() for p in net.parameters()]
-    assert not _fused_adam_step(opt)
+    assert not adam_step(opt)
     assert all(torch.equal(p, b) for p, b in zip(net.parameters(), before, strict=True))
+
+
+@pytest.mark.parametrize(
+    "make_scheduler",
+    [lambda o: linear_decay(o, 4), lambda o: torch.optim.lr_scheduler.StepLR(o, 1, 0.5)],
+)
+def test_fused_adam_with_an_lr_scheduler_is_bitwise_torch(make_scheduler, fast_mode):
+    # An LR scheduler wraps optimizer.step; the fast path honours the wrapper (it records the
+    # call, so the scheduler does not warn) and reads the scheduled learning rate.
+    net, opt, ref, ref_opt = _nets_and_adams()
+    scheduler, ref_scheduler = make_scheduler(opt), make_scheduler(ref_opt)
+    g = torch.Generator().manual_seed(3)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" would fail
+        for _ in range(4):
+            x = torch.randn(8, 4, generator=g)
+            optimizer_step(net(x).square().mean(), opt)
+            scheduler.step()
+            ref_opt.zero_grad()
+            ref(x).square().mean().backward()
+            ref_opt.step()
+            ref_scheduler.step()
+    for p, q in zip(net.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q)
+    net(torch.ones(2, 4)).sum().backward()
+    assert adam_step(opt)  # the fast path takes the scheduled optimizer
