@@ -11,49 +11,13 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-from tdrl import keys
+from tdrl import _fast, keys
+from tdrl._fast.tdict import entries
+from tdrl.data import sampling
 from tdrl.data.storage import NestedKey, StreamStorage, _spell
+from tdrl.ops._common import check_discount
 
 __all__ = ["ReplayBuffer"]
-
-_Plan = list[tuple[str, Any]]
-
-
-def _plan(paths: list[tuple[str, ...]], offset: int = 0) -> _Plan:
-    """Nested-dict plan of leaf positions, to assemble output TensorDicts without key parsing."""
-    plan: _Plan = []
-    groups: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
-    for i, p in enumerate(paths):
-        groups.setdefault(p[0], []).append((i + offset, p[1:]))
-    for name, items in groups.items():
-        if len(items) == 1 and not items[0][1]:
-            plan.append((name, items[0][0]))
-        else:
-            sub = [(i, rest) for i, rest in items]
-            plan.append((name, _subplan(sub)))
-    return plan
-
-
-def _subplan(items: list[tuple[int, tuple[str, ...]]]) -> _Plan:
-    groups: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
-    out: _Plan = []
-    for i, rest in items:
-        groups.setdefault(rest[0], []).append((i, rest[1:]))
-    for name, sub in groups.items():
-        out.append((name, sub[0][0] if len(sub) == 1 and not sub[0][1] else _subplan(sub)))
-    return out
-
-
-def _assemble(
-    plan: _Plan, leaves: list[Tensor], batch_size: torch.Size, device: torch.device
-) -> TensorDict:
-    # tensordict's unchecked constructor: every leaf was gathered from the storage with the right
-    # batch size, so the constructor's checks (~40 us a sample) would only repeat ours.
-    source = {
-        name: leaves[item] if isinstance(item, int) else _assemble(item, leaves, batch_size, device)
-        for name, item in plan
-    }
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)
 
 
 class ReplayBuffer:
@@ -88,6 +52,7 @@ class ReplayBuffer:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if n_steps < 1 or n_steps > capacity:
             raise ValueError(f"n_steps must be in [1, capacity={capacity}], got {n_steps}")
+        check_discount("gamma", gamma)
         self._capacity = capacity
         self.device = torch.device(device)
         self._num_streams = num_streams
@@ -99,7 +64,6 @@ class ReplayBuffer:
             else np.random.default_rng(generator)
         )
         self._storage: StreamStorage | None = None
-        self._plan: _Plan = []
 
     # --- writing ---------------------------------------------------------------------------
     def extend(self, td: TensorDictBase) -> None:
@@ -138,8 +102,6 @@ class ReplayBuffer:
 
     def _set_storage(self, storage: StreamStorage) -> None:
         self._storage = storage
-        self._plan = _plan(storage.keys)
-        self._key_index = {k: i for i, k in enumerate(storage.keys)}
 
     # --- geometry --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -158,8 +120,13 @@ class ReplayBuffer:
     def storage(self) -> TensorDict:
         """The stored data as a ``[capacity // S, S]`` TensorDict of views (not a copy)."""
         s = self._require(1)
-        leaves = list(s.leaves)
-        return _assemble(self._plan, leaves, torch.Size(s.leaves[0].shape[:2]), s.device)
+        return s.assemble(list(s.leaves), torch.Size(s.leaves[0].shape[:2]))
+
+    @property
+    def stream_storage(self) -> StreamStorage | None:
+        """The storage object (its geometry: cursor, size, length, streams), None before the
+        first ``extend``."""
+        return self._storage
 
     def _require(self, batch_size: int) -> StreamStorage:
         if self._storage is None or self._storage.size == 0:
@@ -168,22 +135,10 @@ class ReplayBuffer:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         return self._storage
 
-    def _leaf(self, key: NestedKey) -> int:
-        k = key if isinstance(key, tuple) else (key,)
-        if k not in self._key_index:
-            raise KeyError(f"the stored batches have no {_spell(k)!r} entry, needed here")
-        return self._key_index[k]
-
-    def _ahead(self, position: Tensor) -> Tensor:
-        """Steps stored from time position ``p`` up to the newest one, inclusive."""
-        s = self._storage
-        assert s is not None
-        return (s.cursor - 1 - position) % s.length + 1
-
     # --- sampling --------------------------------------------------------------------------
     def _sample_index(self, batch_size: int) -> tuple[Tensor, dict[NestedKey, Tensor]]:
-        index = self.rng.integers(0, len(self), batch_size)
-        return torch.from_numpy(index).to(self.device, non_blocking=True), {}
+        assert self._storage is not None
+        return sampling.uniform_index(self._storage, self.rng, batch_size), {}
 
     def sample(self, batch_size: int) -> TensorDict:
         """``[B]`` transitions with ``"index"`` (flat storage index ``p * S + s``).
@@ -200,58 +155,44 @@ class ReplayBuffer:
         if self.n_steps == 1:
             leaves = storage.gather(index)
         else:
-            leaves, extra2 = self._nstep(index)
-            extra.update(extra2)
-        out = _assemble(self._plan, leaves, torch.Size([batch_size]), storage.device)
-        out._tensordict[keys.INDEX] = index
-        for k, v in extra.items():
-            out._tensordict[k] = v  # root-level entries with the batch size [B]
+            leaves, more = sampling.nstep_leaves(storage, index, self.n_steps, self.gamma)
+            extra.update(more)
+        out = storage.assemble(leaves, torch.Size([batch_size]))
+        extra[keys.INDEX] = index
+        if _fast.enabled():  # root-level tensors of batch size [B]: tensordict's checks repeat ours
+            entries(out).update(extra)  # type: ignore[arg-type]  # plain string keys
+        else:
+            out.update(extra)
         return out
 
-    def _nstep(self, index: Tensor) -> tuple[list[Tensor], dict[NestedKey, Tensor]]:
-        s = self._storage
-        assert s is not None
-        S, n = s.num_streams, self.n_steps
-        done_i, reward_i = self._leaf(keys.NEXT_DONE), self._leaf(keys.NEXT_REWARD)
-        position, stream = index // S, index % S
-        offsets = torch.arange(n, device=index.device)
-        window = ((position.unsqueeze(1) + offsets) % s.length) * S + stream.unsqueeze(1)  # [B, n]
-        done = s.flat[done_i][window].reshape(window.shape + (-1,)).any(-1)
-        last_stored = self._ahead(position).unsqueeze(1) - 1
-        stop = done | (offsets == last_stored) | (offsets == n - 1)
-        steps = stop.int().argmax(1) + 1  # first stop, inclusive
-        last = window.gather(1, (steps - 1).unsqueeze(1)).squeeze(1)
-        reward = s.flat[reward_i][window]  # [B, n, *F]
-        discount = torch.where(offsets < steps.unsqueeze(1), self.gamma**offsets, 0.0).to(
-            reward.dtype
-        )
-        reward = (reward * discount.view(*discount.shape, *([1] * (reward.dim() - 2)))).sum(1)
-        leaves = []
-        for i, k in enumerate(s.keys):
-            if i == reward_i:
-                leaves.append(reward)
-            else:
-                leaves.append(s.flat[i].index_select(0, last if k[0] == keys.NEXT else index))
-        extra: dict[NestedKey, Tensor] = {
-            keys.STEPS_TO_NEXT_OBS: steps.unsqueeze(-1),
-            keys.GAMMA: (self.gamma**steps).unsqueeze(-1).to(reward.dtype),
-        }
-        return leaves, extra
-
-    def sample_slices(self, batch_size: int, slice_len: int, *, frame_stack: int = 1) -> TensorDict:
+    def sample_slices(
+        self,
+        batch_size: int,
+        slice_len: int,
+        *,
+        frame_stack: int = 1,
+        observation_keys: list[NestedKey] | None = None,
+    ) -> TensorDict:
         """``[B, L]`` sequences of consecutive steps of one stream inside one episode.
 
         A slice never crosses an episode end (only its last step may be done) nor the newest
         stored step. Its last step is marked ``("next", "truncated")`` and ``("next", "done")``
         when the episode goes on, so no estimator leaks past it (DESIGN.md). Episodes shorter
-        than L are never sampled. ``frame_stack = k > 1`` replaces ``"observation"`` and
-        ``("next", "observation")`` by the last k observations ``[B, L, k, *obs]`` (oldest
-        first), repeating the episode's first observation instead of reaching into the
-        previous episode. ``"index"`` is ``[B, L]``.
+        than L are never sampled. ``frame_stack = k > 1`` replaces each observation entry
+        (``observation_keys``, default: every root entry with a ``("next", ...)`` twin, so the
+        keys of a dict observation each) and its ``("next", ...)`` twin by the last k
+        observations ``[B, L, k, *obs]`` (oldest first), repeating the episode's first
+        observation instead of reaching into the previous episode. ``"index"`` is ``[B, L]``.
         """
-        from tdrl.data.slices import sample_slices
-
-        return sample_slices(self, batch_size, slice_len, frame_stack=frame_stack)
+        storage = self._require(batch_size)
+        return sampling.sample_slices(
+            storage,
+            self.rng,
+            batch_size,
+            slice_len,
+            frame_stack=frame_stack,
+            observation_keys=observation_keys,
+        )
 
     # --- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -275,7 +216,7 @@ class ReplayBuffer:
         self.rng.bit_generator.state = state["rng"]
         data = state["storage"]
         if data is None:
-            self._storage, self._plan = None, []
+            self._storage = None
             return
         storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device)
         if tuple(data.batch_size) != (storage.length, storage.num_streams):

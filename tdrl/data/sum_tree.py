@@ -158,7 +158,7 @@ def _rebuild(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray) -> None:
 def _aligned(n: int, fill: float) -> np.ndarray:
     """A float32 array of ``n`` values starting on a cache-line boundary."""
     raw = np.full(n + _LINE // 4, fill, dtype=np.float32)
-    skip = (-raw.ctypes.data % _LINE) // 4
+    skip = (-raw.__array_interface__["data"][0] % _LINE) // 4
     return raw[skip : skip + n]
 
 

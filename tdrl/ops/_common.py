@@ -33,6 +33,25 @@ class InputError(ValueError):
         self.detail = detail
 
 
+def check_discount(name: str, value: float | Tensor) -> None:
+    """Raise ``InputError`` unless ``value`` (gamma or lambda) is finite and in [0, 1]: a gamma of
+    1.5 or NaN would give diverging or all-NaN returns without a word."""
+    if isinstance(value, Tensor):
+        if value.numel() == 0:
+            raise InputError(name, "is an empty tensor")
+        if value.is_floating_point():
+            bad = ~((value >= 0) & (value <= 1))  # NaN compares False: caught here
+            if bool(bad.any()):
+                raise InputError(name, f"must lie in [0, 1], got {value[bad].flatten()[0].item()}")
+        elif bool(((value < 0) | (value > 1)).any()):
+            raise InputError(name, "must lie in [0, 1]")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(name, f"must be a number in [0, 1], got {type(value).__name__}")
+    if not 0.0 <= value <= 1.0:  # False for NaN
+        raise InputError(name, f"must lie in [0, 1], got {value}")
+
+
 def check_float(name: str, x: Tensor, shape: torch.Size, dtype: torch.dtype) -> None:
     """Raise ``InputError`` unless ``x`` is a floating tensor of ``shape`` and ``dtype``."""
     if not isinstance(x, Tensor):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tdrl.ops._common import InputError, check_discount
+
 __all__ = ["nstep_return", "nstep_steps"]
 
 
@@ -26,9 +28,11 @@ def nstep_steps(done: Tensor, n: int, *, time_dim: int = -2) -> Tensor:
     Shapes:
         done ``[*B, T, *F]`` (time at ``time_dim``) -> ``k`` int64 of the same shape.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    d = _time_first(done, time_dim).bool()
+    if not isinstance(n, int) or n < 1:
+        raise InputError("n", f"the horizon must be an int >= 1, got {n!r}")
+    if done.dtype != torch.bool:
+        raise InputError("done", f"episode-end flags must be torch.bool, got {done.dtype}")
+    d = _time_first(done, time_dim)
     T = d.shape[0]
     steps = torch.zeros(d.shape, dtype=torch.int64, device=d.device)
     alive = torch.ones(d.shape, dtype=torch.bool, device=d.device)
@@ -44,9 +48,9 @@ def nstep_return(
     next_value: Tensor | None,
     terminated: Tensor,
     done: Tensor,
+    *,
     gamma: float,
     n: int,
-    *,
     time_dim: int = -2,
 ) -> Tensor:
     """n-step return target, stopping at episode ends and at the end of the time axis.
@@ -74,9 +78,16 @@ def nstep_return(
     Shapes:
         reward, next_value, terminated, done ``[*B, T, *F]`` -> ``[*B, T, *F]``.
     """
+    check_discount("gamma", gamma)
     for name, x in (("next_value", next_value), ("terminated", terminated), ("done", done)):
         if x is not None and x.shape != reward.shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, reward {tuple(reward.shape)}")
+            raise InputError(
+                name, f"shape {tuple(x.shape)} does not match reward's {tuple(reward.shape)}"
+            )
+    if terminated.dtype != torch.bool:
+        raise InputError(
+            "terminated", f"episode-end flags must be torch.bool, got {terminated.dtype}"
+        )
     steps = nstep_steps(done, n, time_dim=time_dim)
     r = _time_first(reward, time_dim)
     k = _time_first(steps, time_dim)

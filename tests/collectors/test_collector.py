@@ -280,8 +280,9 @@ def test_collector_flags_episode_starts_and_ou_noise_restarts_per_env():
 
 def test_fast_and_plain_policy_calls_collect_the_same_batches():
     # tdrl._fast.policy calls a plain TensorDictModule on its tensors; policy(td) is its twin.
-    import tdrl
     from tensordict.nn import TensorDictModule
+
+    import tdrl
 
     class Noisy(torch.nn.Module):
         def __init__(self) -> None:

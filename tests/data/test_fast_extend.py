@@ -1,4 +1,5 @@
-"""The memcpy fast path of ``extend`` (issue 4): whatever it skips must still be caught.
+"""The memcpy fast path of ``extend`` (tdrl._fast.storage): whatever it skips must still be
+caught, and with the fast paths off (the ``fast_mode`` fixture) the checked path does the same.
 
 Each test first lets a good batch through (so the fast path and its cached signature are warm),
 then feeds a batch that differs in one way the fast path must notice: it is either stored
@@ -41,24 +42,25 @@ def warm(rb: ReplayBuffer, times: int = 3) -> None:
 
 
 def assert_last_step_is(rb: ReplayBuffer, expected: TensorDict) -> None:
-    step = rb.storage[(rb._storage.cursor - 1) % rb._storage.length]
+    step = rb.storage[(rb.stream_storage.cursor - 1) % rb.stream_storage.length]
     for key in expected.keys(True, True):
         assert torch.equal(step[key], expected[key]), key
 
 
-def test_fast_path_stores_exactly_what_the_checked_path_stores(monkeypatch):
+def test_fast_path_stores_exactly_what_the_checked_path_stores(monkeypatch, fast_mode):
     fast, slow = ReplayBuffer(40, num_streams=4), ReplayBuffer(40, num_streams=4)
     fast.extend(batch(-1.0))
     slow.extend(batch(-1.0))
-    checked = fast._storage._checked_write
+    storage = fast.stream_storage
+    checked = storage.write_checked
     calls = []
-    monkeypatch.setattr(fast._storage, "_checked_write", lambda td: calls.append(1) or checked(td))
+    monkeypatch.setattr(storage, "write_checked", lambda td: calls.append(1) or checked(td))
     for i in range(25):  # wraps around the 10 steps per stream
         b = batch(float(i))
         fast.extend(b)
-        slow._storage._checked_write(b)  # the reference: per-leaf checked copies
-    assert not calls  # every batch took the fast path
-    assert fast._storage.cursor == slow._storage.cursor and len(fast) == len(slow)
+        slow.stream_storage.write_checked(b)  # the reference: per-leaf checked copies
+    assert len(calls) == (0 if fast_mode else 25)  # fast: every batch took the fast path
+    assert fast.stream_storage.cursor == slow.stream_storage.cursor and len(fast) == len(slow)
     assert (fast.storage == slow.storage).all()
 
 
@@ -72,7 +74,9 @@ def test_fast_path_stores_exactly_what_the_checked_path_stores(monkeypatch):
         (("collector", "traj_ids"), torch.zeros(4, 1, dtype=torch.int64), ValueError, r"\(1,\)"),
     ],
 )
-def test_same_keys_with_a_different_dtype_or_trailing_shape_are_rejected(key, value, error, match):
+def test_same_keys_with_a_different_dtype_or_trailing_shape_are_rejected(
+    key, value, error, match, fast_mode
+):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb)
     bad = batch(99.0)
@@ -80,10 +84,10 @@ def test_same_keys_with_a_different_dtype_or_trailing_shape_are_rejected(key, va
     name = repr(key if isinstance(key, str) else key)
     with pytest.raises(error, match=rf"{re.escape(name)}.*{match}"):
         rb.extend(bad)
-    assert len(rb) == 12 and rb._storage.cursor == 3  # nothing written
+    assert len(rb) == 12 and rb.stream_storage.cursor == 3  # nothing written
 
 
-def test_non_contiguous_leaves_are_stored_correctly():
+def test_non_contiguous_leaves_are_stored_correctly(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb)
     b = batch(50.0)
@@ -95,7 +99,7 @@ def test_non_contiguous_leaves_are_stored_correctly():
     assert_last_step_is(rb, b)
 
 
-def test_a_leaf_swapped_between_extends_is_read_afresh():
+def test_a_leaf_swapped_between_extends_is_read_afresh(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     b = batch(1.0)
     rb.extend(b)
@@ -108,7 +112,7 @@ def test_a_leaf_swapped_between_extends_is_read_afresh():
         rb.extend(b)
 
 
-def test_key_order_extra_and_missing_nested_keys():
+def test_key_order_extra_and_missing_nested_keys(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb)
     good = batch(5.0)
@@ -131,7 +135,7 @@ def test_key_order_extra_and_missing_nested_keys():
     assert len(rb) == 16
 
 
-def test_other_tensordict_types_and_a_wrapping_time_batch():
+def test_other_tensordict_types_and_a_wrapping_time_batch(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb)
     lazy = LazyStackedTensorDict.lazy_stack([batch(8.0)[i] for i in range(4)])
@@ -141,7 +145,7 @@ def test_other_tensordict_types_and_a_wrapping_time_batch():
     for start in (0, 3, 6):
         one.extend(TensorDict({"x": torch.arange(start, start + 3.0)}, batch_size=[3]))
     assert sorted(one.storage["x"][:, 0].tolist()) == [4.0, 5.0, 6.0, 7.0, 8.0]
-    assert one._storage.cursor == 4
+    assert one.stream_storage.cursor == 4
 
 
 def test_prioritized_buffer_takes_the_fast_path_and_sets_new_priorities():
@@ -152,7 +156,7 @@ def test_prioritized_buffer_takes_the_fast_path_and_sets_new_priorities():
     assert np.allclose(rb._tree.leaves()[:16], 2.0)  # the new 4 items got the max, 2
 
 
-def test_requires_grad_and_zero_stride_leaves():
+def test_requires_grad_and_zero_stride_leaves(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb)
     b = batch(4.0)
@@ -162,10 +166,10 @@ def test_requires_grad_and_zero_stride_leaves():
     assert_last_step_is(rb, b.detach())
 
 
-def test_compiled_gather_matches_index_select_and_rejects_bad_indices():
+def test_compiled_gather_matches_index_select_and_rejects_bad_indices(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb, 10)
-    s = rb._storage
+    s = rb.stream_storage
     index = torch.tensor([39, 0, 5, 5, 17])
     fast = s.gather(index)
     reference = [flat.index_select(0, index) for flat in s.flat]

@@ -25,12 +25,12 @@ def test_tdrl_buffer_extends_with_torchrl_collector_batches():
     collector.shutdown()
     assert rb.num_streams == 1 and len(rb) == 50
     newest = torch.cat(batches)[-50:]
-    stored = rb.storage[:, 0].roll(-rb._storage.oldest(), 0)
+    stored = rb.storage[:, 0].roll(-rb.stream_storage.oldest(), 0)
     assert (stored == newest).all()
     s = rb.sample(16)
     assert s["observation"].dtype == torch.float64  # stored as TorchRL produced it
     # n-step over a running episode: next observation three steps ahead unless at the newest step
-    t = (s["index"] - rb._storage.oldest()) % 50
+    t = (s["index"] - rb.stream_storage.oldest()) % 50
     k = s["steps_to_next_obs"][:, 0]
     assert torch.equal(k, torch.clamp(50 - t, max=3))
     torch.testing.assert_close(s["next", "observation"], newest["next", "observation"][t + k - 1])

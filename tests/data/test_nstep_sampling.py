@@ -36,12 +36,12 @@ def test_nstep_samples_equal_definition_and_op(rollout, capacity, cls):
         None,
         streams["next", "terminated"],
         streams["next", "done"],
-        gamma,
-        n,
+        gamma=gamma,
+        n=n,
     )
     op_steps = nstep_steps(streams["next", "done"], n)
     sample = rb.sample(600)
-    oldest = rb._storage.oldest()
+    oldest = rb.stream_storage.oldest()
     kinds = set()
     for i in range(600):
         index = int(sample["index"][i])

@@ -157,7 +157,7 @@ def test_save_then_load_is_exact(cls, rollout, tmp_path):
     loaded = cls(60, n_steps=3, gamma=0.9)
     loaded.load(tmp_path / "rb")
     assert len(loaded) == len(rb) and loaded.num_streams == rb.num_streams
-    assert loaded._storage.cursor == rb._storage.cursor == 40 % 20
+    assert loaded.stream_storage.cursor == rb.stream_storage.cursor == 40 % 20
     assert (loaded.storage == rb.storage).all()
     if cls is PrioritizedReplayBuffer:
         assert np.array_equal(loaded._tree.sums, rb._tree.sums)

@@ -36,7 +36,7 @@ def test_slices_never_cross_an_episode_end(rollout, capacity):
     assert ((pos[:, 1:] - pos[:, :-1]) % (capacity // 3) == 1).all()
     assert not s["next", "done"][:, :-1].any()
     # the storage itself is untouched by the marking
-    in_time_order = rb.storage["next", "done"].roll(-rb._storage.oldest(), 0).transpose(0, 1)
+    in_time_order = rb.storage["next", "done"].roll(-rb.stream_storage.oldest(), 0).transpose(0, 1)
     assert torch.equal(in_time_order, td[:, -(capacity // 3) :]["next", "done"])
 
 
@@ -85,3 +85,31 @@ def test_slice_errors():
         rb.sample_slices(4, 3)
     with pytest.raises(ValueError, match="slice_len"):
         rb.sample_slices(4, 11)
+
+
+def test_frame_stack_stacks_every_key_of_a_dict_observation(rollout):
+    # The same rollout with its observation split into two keys (a dict observation): each key
+    # is stacked exactly like the single observation is, column for column.
+    td = rollout(3, 40)
+    split = td.clone()
+    for prefix in ((), ("next",)):
+        obs = split.get((*prefix, "observation"))
+        split.set((*prefix, "position"), obs[..., :2].clone())
+        split.set((*prefix, "velocity"), obs[..., 2:].clone())
+        del split[(*prefix, "observation")]
+    single, double = ReplayBuffer(120, generator=1), ReplayBuffer(120, generator=1)
+    single.extend(td)
+    double.extend(split)
+    a = single.sample_slices(50, 4, frame_stack=3)
+    b = double.sample_slices(50, 4, frame_stack=3)
+    assert torch.equal(a["index"], b["index"])  # same generator, same draws
+    for prefix in ((), ("next",)):
+        stacked = a.get((*prefix, "observation"))
+        assert b.get((*prefix, "position")).shape == (50, 4, 3, 2)
+        torch.testing.assert_close(b.get((*prefix, "position")), stacked[..., :2])
+        torch.testing.assert_close(b.get((*prefix, "velocity")), stacked[..., 2:])
+    # the episode-end flags are not stacked
+    assert b["next", "done"].shape == (50, 4, 1)
+    # naming the keys stacks only those
+    c = double.sample_slices(50, 4, frame_stack=3, observation_keys=["position"])
+    assert c["position"].shape == (50, 4, 3, 2) and c["velocity"].shape == (50, 4, 2)

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tdrl.ops import InputError
 from tdrl.ops.nstep import nstep_return, nstep_steps
 
 
@@ -51,8 +52,8 @@ def test_matches_definition(pattern, n, gamma, bootstrap):
         None if next_value is None else stack(next_value),
         stack(terminated),
         stack(done),
-        gamma,
-        n,
+        gamma=gamma,
+        n=n,
     )
     torch.testing.assert_close(got[0, :, 0], expected)
     torch.testing.assert_close(got[1, :, 0], expected)
@@ -64,8 +65,8 @@ def test_terminated_and_truncated_differ_only_in_the_bootstrap():
     next_value = torch.full((4, 1), 10.0)
     end = torch.tensor([False, True, False, False]).unsqueeze(-1)
     no = torch.zeros(4, 1, dtype=torch.bool)
-    term = nstep_return(reward, next_value, end, end, 0.5, 3)
-    trunc = nstep_return(reward, next_value, no, end, 0.5, 3)
+    term = nstep_return(reward, next_value, end, end, gamma=0.5, n=3)
+    trunc = nstep_return(reward, next_value, no, end, gamma=0.5, n=3)
     # t=0 and t=1 stop at the end at t=1: truncation bootstraps, termination does not
     torch.testing.assert_close(trunc[:2] - term[:2], torch.tensor([[0.25 * 10], [0.5 * 10]]))
     torch.testing.assert_close(trunc[2:], term[2:])
@@ -76,22 +77,29 @@ def test_n1_is_td0_and_large_n_is_monte_carlo():
     reward, next_value = torch.randn(T, 1), torch.randn(T, 1)
     no = torch.zeros(T, 1, dtype=torch.bool)
     torch.testing.assert_close(
-        nstep_return(reward, next_value, no, no, 0.9, 1), reward + 0.9 * next_value
+        nstep_return(reward, next_value, no, no, gamma=0.9, n=1), reward + 0.9 * next_value
     )
     discounts = 0.9 ** torch.arange(T, dtype=torch.float32)
     mc0 = (discounts * reward[:, 0]).sum() + 0.9**T * next_value[-1, 0]  # unfinished end: bootstrap
-    torch.testing.assert_close(nstep_return(reward, next_value, no, no, 0.9, 100)[0, 0], mc0)
+    torch.testing.assert_close(
+        nstep_return(reward, next_value, no, no, gamma=0.9, n=100)[0, 0], mc0
+    )
 
 
 def test_time_dim_and_errors():
     reward = torch.randn(5, 3)  # [T, B] with time first
     done = torch.rand(5, 3) > 0.7
-    a = nstep_return(reward, None, done, done, 0.9, 3, time_dim=0)
+    a = nstep_return(reward, None, done, done, gamma=0.9, n=3, time_dim=0)
     b = nstep_return(
-        reward.T.unsqueeze(-1), None, done.T.unsqueeze(-1), done.T.unsqueeze(-1), 0.9, 3
+        reward.T.unsqueeze(-1), None, done.T.unsqueeze(-1), done.T.unsqueeze(-1), gamma=0.9, n=3
     )
     torch.testing.assert_close(a, b[..., 0].T)
-    with pytest.raises(ValueError, match="done has shape"):
-        nstep_return(reward, None, done, done[:2], 0.9, 3, time_dim=0)
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(InputError, match="done: shape"):
+        nstep_return(reward, None, done, done[:2], gamma=0.9, n=3, time_dim=0)
+    with pytest.raises(InputError, match="n: the horizon must be an int >= 1"):
         nstep_steps(done, 0)
+    for bad in (1.5, -0.1, float("nan"), torch.tensor([0.9, float("nan")])):
+        with pytest.raises(InputError, match="gamma"):
+            nstep_return(reward, None, done, done, gamma=bad, n=3, time_dim=0)
+    with pytest.raises(InputError, match="done: episode-end flags must be torch.bool"):
+        nstep_steps(done.float(), 2)
