@@ -15,8 +15,7 @@ caller takes the checked path, which copies or raises an error naming the key.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Sequence
-from operator import attrgetter, itemgetter
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -28,8 +27,6 @@ from torch import Tensor
 __all__ = ["RowCopier"]
 
 _memmove = ctypes.memmove
-_meta = attrgetter("dtype", "shape", "is_cpu")
-_contiguous = Tensor.is_contiguous
 _data_ptr = Tensor.data_ptr
 
 # counters: [cursor, size] (owned by the storage). geom: length, streams, leaves n, then n base
@@ -68,51 +65,59 @@ def _gather_rows(geom: np.ndarray, dst: tuple[int, ...], index: np.ndarray) -> b
     return True
 
 
-def _single(name: str) -> Callable[[dict[str, Any]], tuple[Any]]:
-    return lambda d: (d[name],)
+def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
+    """Python source of a write function specialised to ``keys``, and the names it reads.
 
-
-def _empty(d: dict[str, Any]) -> tuple[()]:
-    return ()
-
-
-def _single_item(items: Sequence[Any]) -> tuple[Any]:
-    return (items[0],)
-
-
-def _fetcher(
-    root_count: int,
-    root_get: Callable[[dict[str, Any]], tuple[Any, ...]],
-    nodes: list[tuple[int, str, int, Callable[[dict[str, Any]], tuple[Any, ...]]]],
-) -> Callable[[dict[str, Any]], tuple[Any, ...] | None]:
-    """The leaves of a TensorDict's root dict in this module's order, or None if its nodes
-    differ. ``nodes``: (parent node, name, number of entries, leaf getter) per nested node,
-    parents first (node 0 is the root). Raises KeyError where a stored key is missing."""
-    if len(nodes) == 1:  # the common layout (a "next" sub-dict): no loop, ~0.2 us less
-        (_, name, count, get) = nodes[0]
-
-        def fetch_one(root: dict[str, Any]) -> tuple[Any, ...] | None:
-            sub = root[name]
-            if len(root) != root_count or type(sub) is not TensorDict:
-                return None
-            d = sub._tensordict
-            return root_get(root) + get(d) if len(d) == count else None
-
-        return fetch_one
-
-    def fetch(root: dict[str, Any]) -> tuple[Any, ...] | None:
-        if len(root) != root_count:
-            return None
-        dicts, srcs = [root], root_get(root)
-        for parent, name, count, get in nodes:
-            sub = dicts[parent][name]
-            if type(sub) is not TensorDict or len(sub._tensordict) != count:
-                return None
-            dicts.append(sub._tensordict)
-            srcs += get(sub._tensordict)
-        return srcs
-
-    return fetch
+    Unrolled per leaf (fetch, then ``dtype is``, ``shape ==``, ``is_cpu``, ``is_contiguous()``,
+    ``data_ptr()``): about 0.45 us less per call of 7 leaves than ``map`` over attrgetters
+    (the standard library's dataclasses generate code the same way). Key strings are passed as
+    bound names, never pasted into the source.
+    """
+    names: dict[str, Any] = {}
+    nodes: dict[tuple[str, ...], str] = {(): "d0"}
+    children: dict[tuple[str, ...], set[str]] = {(): set()}
+    for k in keys:
+        for depth in range(1, len(k)):
+            children.setdefault(k[:depth], set())
+            children[k[: depth - 1]].add(k[depth - 1])
+        children[k[:-1]].add(k[-1])
+    lines = [
+        "    try:",
+        "        d0 = td._tensordict",
+        f"        if len(d0) != {len(children[()])}:",
+        "            return None",
+    ]
+    for node in sorted(children, key=len):
+        if not node:
+            continue
+        var, parent = f"d{len(nodes)}", nodes[node[:-1]]
+        nodes[node] = var
+        names[f"n_{var}"] = node[-1]
+        lines += [
+            f"        {var} = {parent}[n_{var}]",
+            f"        if type({var}) is not _TD:",
+            "            return None",
+            f"        {var} = {var}._tensordict",
+            f"        if len({var}) != {len(children[node])}:",
+            "            return None",
+        ]
+    checks = []
+    for i, k in enumerate(keys):
+        names[f"k{i}"] = k[-1]
+        lines.append(f"        x{i} = {nodes[k[:-1]]}[k{i}]")
+        checks.append(
+            f"x{i}.dtype is t{i} and x{i}.shape == s{i} and x{i}.is_cpu and x{i}.is_contiguous()"
+        )
+    lines += [
+        "        ok = " + " and ".join(checks),
+        "    except (KeyError, AttributeError, TypeError, RuntimeError):",
+        "        return None",  # a missing key, a non-tensor or sparse leaf: the checked path
+        "    if not ok:",
+        "        return None",
+        "    ptrs = (" + "".join(f"x{i}.data_ptr(), " for i in range(len(keys))) + ")",
+        "    return steps if _write_rows(counters, geom, ptrs, steps) else None",
+    ]
+    return "def write(td):\n" + "\n".join(lines) + "\n", names
 
 
 class RowCopier:
@@ -124,46 +129,17 @@ class RowCopier:
     """
 
     def __init__(self, keys: list[tuple[str, ...]], leaves: list[Tensor], counters: np.ndarray):
-        self.counters = counters
-        self.leaves = leaves
+        self.keys, self.leaves, self.counters = keys, leaves, counters
         length, streams = leaves[0].shape[:2]
-        # The node tree of the stored keys: the write walks the input TensorDict's dicts
-        # directly instead of resolving each nested key; an itemgetter per node fetches its
-        # leaves in one C call.
-        node_ids: dict[tuple[str, ...], int] = {(): 0}
-        counts: dict[tuple[str, ...], set[str]] = {(): set()}
-        node_list: list[tuple[int, str]] = []
-        names: dict[int, list[str]] = {}
-        order: dict[int, list[int]] = {}  # node -> storage leaf numbers, in getter order
-        for i, k in enumerate(keys):
-            for depth in range(1, len(k)):
-                parent, node = k[: depth - 1], k[:depth]
-                counts[parent].add(k[depth - 1])
-                if node not in node_ids:
-                    node_ids[node] = len(node_ids)
-                    counts[node] = set()
-                    node_list.append((node_ids[parent], k[depth - 1]))
-            counts[k[:-1]].add(k[-1])
-            names.setdefault(node_ids[k[:-1]], []).append(k[-1])
-            order.setdefault(node_ids[k[:-1]], []).append(i)
-        inv = {v: k for k, v in node_ids.items()}
-        getters = {n: itemgetter(*ks) if len(ks) > 1 else _single(ks[0]) for n, ks in names.items()}
-        nodes = [
-            (p, name, len(counts[inv[i + 1]]), getters.get(i + 1, _empty))
-            for i, (p, name) in enumerate(node_list)
-        ]
-        self._fetch = _fetcher(len(counts[()]), getters.get(0, _empty), nodes)
-        self._order = [i for n in [0, *range(1, len(node_ids))] for i in order.get(n, [])]
-        self._in_order = itemgetter(*self._order) if len(self._order) > 1 else _single_item
-        ordered = [leaves[i] for i in self._order]
         self._geom = np.array(
-            [length, streams, len(ordered)]
-            + [x.data_ptr() for x in ordered]
-            + [x[0, 0].numel() * x.element_size() for x in ordered],
+            [length, streams, len(leaves)]
+            + [x.data_ptr() for x in leaves]
+            + [x[0, 0].numel() * x.element_size() for x in leaves],
             dtype=np.int64,
         )
-        # batch size -> (steps per stream, [(dtype, shape, is_cpu)] in this module's order)
-        self._sigs: dict[torch.Size, tuple[int, list[tuple[Any, ...]]]] = {}
+        self._source, self._names = _writer_source(keys)
+        # batch size -> the write function specialised to it (see learn)
+        self._writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
         self._protos: dict[int, list[Tensor]] = {}  # empty [B, *F] per leaf, for gather
 
     def learn(self, batch_size: torch.Size) -> None:
@@ -171,32 +147,33 @@ class RowCopier:
         step per stream) or ``[T]`` with a single stream."""
         length, streams = int(self._geom[_LENGTH]), int(self._geom[_STREAMS])
         bs = batch_size
+        if bs in self._writers or len(self._writers) >= 64:  # [T] batches may vary in T
+            return
         if len(bs) != 1 or bs[0] == 0 or (bs[0] != streams and streams != 1):
             return
         steps = 1 if streams > 1 else bs[0]
         if steps > length:
             return
-        expected = [
-            (self.leaves[i].dtype, torch.Size((*bs, *self.leaves[i].shape[2:])), True)
-            for i in self._order
-        ]
-        if len(self._sigs) < 64:  # bounded: [T] batches of one stream may vary in T
-            self._sigs[bs] = (steps, expected)
+        namespace: dict[str, Any] = {
+            **self._names,
+            "_TD": TensorDict,
+            "_write_rows": _write_rows,
+            "counters": self.counters,
+            "geom": self._geom,
+            "steps": steps,
+        }
+        for i, x in enumerate(self.leaves):
+            namespace[f"t{i}"] = x.dtype
+            namespace[f"s{i}"] = torch.Size((*bs, *x.shape[2:]))
+        exec(self._source, namespace)  # our own generated source; keys are bound names
+        self._writers[bs] = namespace["write"]
 
     def write(self, td: TensorDictBase) -> int | None:
         """Steps written per stream, or None (nothing written) when the checked path must run."""
-        sig = self._sigs.get(td.batch_size) if type(td) is TensorDict else None
-        if sig is None:
+        if type(td) is not TensorDict:
             return None
-        try:
-            srcs = self._fetch(td._tensordict)  # type: ignore[attr-defined]
-            if srcs is None or list(map(_meta, srcs)) != sig[1] or not all(map(_contiguous, srcs)):
-                return None
-        except (KeyError, AttributeError, TypeError, RuntimeError):
-            return None  # a missing key, a non-tensor or sparse leaf: the checked path names it
-        if _write_rows(self.counters, self._geom, tuple(map(_data_ptr, srcs)), sig[0]):
-            return sig[0]
-        return None  # it would wrap around
+        writer = self._writers.get(td.batch_size)
+        return None if writer is None else writer(td)
 
     def gather(self, index: Tensor) -> list[Tensor] | None:
         """Rows ``index`` of every leaf (storage order), or None (nothing done) when the index is
@@ -207,13 +184,12 @@ class RowCopier:
             return None
         protos = self._protos.get(index.shape[0])
         if protos is None:
-            protos = [
-                torch.empty((index.shape[0], *x.shape[2:]), dtype=x.dtype) for x in self.leaves
-            ]
+            n = index.shape[0]
+            protos = [torch.empty((n, *x.shape[2:]), dtype=x.dtype) for x in self.leaves]
             if len(self._protos) < 16:  # bounded: batch sizes seldom vary
-                self._protos[index.shape[0]] = protos
+                self._protos[n] = protos
         # empty_like of a cached [B, *F] tensor: ~0.7 us, torch.empty(shape, dtype) ~1.5
         out = list(map(torch.empty_like, protos))
-        if _gather_rows(self._geom, tuple(map(_data_ptr, self._in_order(out))), index.numpy()):
+        if _gather_rows(self._geom, tuple(map(_data_ptr, out)), index.numpy()):
             return out
         return None

@@ -137,14 +137,11 @@ class StreamStorage:
     def _fast_copier(self) -> RowCopier | None:
         """The fast twin of writes and gathers, when the fast paths are on and it applies: host
         memory and plain values (complex leaves may carry a lazy conjugate bit, which a byte
-        copy would drop)."""
-        if not _fast.enabled() or self.device.type != "cpu" or not self.leaves:
-            return None
-        if self._copier is None:
-            if any(x.is_complex() for x in self.leaves):
-                return None
-            self._copier = RowCopier(self.keys, self.leaves, self._counters)
-        return self._copier
+        copy would drop). Built once per allocation."""
+        if self._copier is None and self.leaves and _fast.supported():
+            if self.device.type == "cpu" and not any(x.is_complex() for x in self.leaves):
+                self._copier = RowCopier(self.keys, self.leaves, self._counters)
+        return self._copier if _fast.enabled() else None
 
     # --- geometry (what the sampling rules read) -------------------------------------------
     def leaf(self, key: NestedKey) -> int:
@@ -214,12 +211,13 @@ class StreamStorage:
 
     def write(self, td: TensorDictBase) -> int:
         """Write ``td`` at the cursor; returns the number of time steps written per stream."""
-        copier = self._fast_copier()
-        if copier is not None:
+        copier = self._copier
+        if copier is not None and _fast.enabled():
             steps = copier.write(td)
             if steps is not None:
                 return steps
         steps = self.write_checked(td)
+        copier = self._fast_copier()
         if copier is not None and type(td) is TensorDict and steps:
             copier.learn(td.batch_size)  # this layout is valid: the fast twin takes the next
         return steps
