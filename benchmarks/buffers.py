@@ -1,4 +1,4 @@
-"""Replay buffer speed: tdrl against SB3, Tianshou and TorchRL in one run (issue 4).
+"""Replay buffer speed: tdrl against SB3, Tianshou and TorchRL in one run.
 
 Workload: add 1M HalfCheetah-shaped transitions (obs 17, action 6, reward, flags, next obs) in
 chunks of 8 (one step of 8 envs), then 10k samples of 256: uniform, and prioritized
@@ -8,6 +8,8 @@ is not timed. The TensorDicts hold the transition content SB3 stores (observatio
 ("next", observation / reward / done / terminated / truncated): 7 leaves); the row
 "tdrl full batch" stores the whole 11-leaf collector layout of DESIGN.md (root flags, traj ids).
 One thread for torch (torch.set_num_threads(1)): the peers run single-threaded here too.
+Rows marked "(plain)" run tdrl with its fast paths off (``tdrl.set_fast(False)``, as
+``TDRL_FAST=0``): the public-API twins of the compiled copies, so a reader sees what they buy.
 
     python benchmarks/buffers.py [--quick]
 """
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+import tdrl as tdrl_lib
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
 
 N_ENVS, OBS, ACT, BATCH, POOL = 8, 17, 6, 256, 64
@@ -80,10 +83,12 @@ def interleaved(
         for name, fn in fns.items():
             if notes[name]:
                 continue
+            previous = tdrl_lib.set_fast("(plain)" not in name)
             start = time.perf_counter()
             for i in range(lo, hi):
                 fn(i)
             elapsed[name] += time.perf_counter() - start
+            tdrl_lib.set_fast(previous)
             done[name] = hi
             if elapsed[name] > TIME_LIMIT_S and hi < calls:
                 notes[name] = f"did not finish: {hi}/{calls} calls in {elapsed[name]:.0f} s"
@@ -173,10 +178,12 @@ def main() -> None:
         ("Tianshou VectorReplayBuffer", lambda cap: tianshou(cap, np_pool, False)),
         ("TorchRL ReplayBuffer(LazyTensorStorage)", lambda cap: torchrl(cap, tds, False)),
         ("tdrl ReplayBuffer", lambda cap: tdrl(cap, tds, False)),
+        ("tdrl ReplayBuffer (plain)", lambda cap: tdrl(cap, tds, False)),
         ("tdrl ReplayBuffer, full batch (11 leaves)", lambda cap: tdrl(cap, full_tds, False)),
         ("Tianshou PrioritizedVectorReplayBuffer", lambda cap: tianshou(cap, np_pool, True)),
         ("TorchRL + PrioritizedSampler", lambda cap: torchrl(cap, tds, True)),
         ("tdrl PrioritizedReplayBuffer", lambda cap: tdrl(cap, tds, True)),
+        ("tdrl PrioritizedReplayBuffer (plain)", lambda cap: tdrl(cap, tds, True)),
     ]
     calls = adds // N_ENVS
     print(f"{adds} adds in chunks of {N_ENVS}, {samples} samples of {BATCH}; torch threads = 1")
@@ -212,6 +219,12 @@ def main() -> None:
     print(f"tdrl full 11-leaf batch / SB3: add {full_add / sb3_add:.2f}x")
     per = rows["tdrl PrioritizedReplayBuffer"][1]
     print(f"tdrl prioritized / Tianshou prioritized: sample+update {per / ts_per:.2f}x")
+    plain_add, plain_sample = rows["tdrl ReplayBuffer (plain)"]
+    print(
+        f"tdrl plain (TDRL_FAST=0) / SB3: add {plain_add / sb3_add:.2f}x, sample "
+        f"{plain_sample / sb3_sample:.2f}x; the fast paths buy add "
+        f"{ours_add / plain_add - 1:+.0%}, sample {ours_sample / plain_sample - 1:+.0%}"
+    )
 
 
 if __name__ == "__main__":

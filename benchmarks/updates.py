@@ -40,6 +40,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,6 +49,21 @@ from torch import nn
 OBS_DIM, ACT_DIM = 11, 3
 LR, MAX_GRAD_NORM, CLIP = 3e-4, 0.5, 0.2
 ROUNDS = 3  # SAC and DQN sections: interleaved rounds per library (median reported)
+
+
+def plain(bench: Callable[..., float]) -> Callable[..., float]:
+    """``bench`` with tdrl's fast paths off (their public-API twins, as ``TDRL_FAST=0``)."""
+
+    def run(*args: Any) -> float:
+        import tdrl
+
+        previous = tdrl.set_fast(False)
+        try:
+            return bench(*args)
+        finally:
+            tdrl.set_fast(previous)
+
+    return run
 
 
 def ppo_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -71,7 +87,8 @@ def bench_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> fl
     from tensordict import TensorDict
 
     from tdrl.modules import POLICY_GAIN, GaussianActor, ValueCritic, mlp
-    from tdrl.objectives import ClipPPOLoss, ppo_update
+    from tdrl.objectives import ClipPPOLoss
+    from tdrl.trainers import ppo_update
 
     actor = GaussianActor(mlp(OBS_DIM, ACT_DIM, output_gain=POLICY_GAIN), ACT_DIM)
     critic = ValueCritic(mlp(OBS_DIM, 1))
@@ -227,6 +244,7 @@ def bench_torchrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) ->
 
 PPO_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int, int], float]] = {
     "tdrl": bench_tdrl,
+    "tdrl plain": lambda *a: plain(bench_tdrl)(*a),
     "SB3": bench_sb3,
     "Tianshou": bench_tianshou,
     "TorchRL": bench_torchrl,
@@ -242,11 +260,16 @@ def section_ppo(quick: bool) -> None:
         bench(ppo_data(256), 1, minibatch)  # warm-up: imports, allocator, first-call costs
         seconds = bench(data, epochs, minibatch)
         rates[name] = samples * epochs / seconds
-    best_peer = max(rate for name, rate in rates.items() if name != "tdrl")
+    best_peer = max(rate for name, rate in rates.items() if not name.startswith("tdrl"))
     print(f"{'library':<10} {'samples/s':>10} {'vs tdrl':>8}")
     for name, rate in rates.items():
         print(f"{name:<10} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}")
     print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
+    if "tdrl plain" in rates:
+        print(
+            f"tdrl plain (TDRL_FAST=0) / fastest peer: {rates['tdrl plain'] / best_peer:.2f}x; "
+            f"the fast paths buy {rates['tdrl'] / rates['tdrl plain'] - 1:+.1%}"
+        )
 
 
 # --- SAC: gradient steps on HalfCheetah shapes ------------------------------------------------
@@ -457,6 +480,7 @@ def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
 
 SAC_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int], float]] = {
     "tdrl": sac_tdrl,
+    "tdrl plain": lambda *a: plain(sac_tdrl)(*a),
     "SB3": sac_sb3,
     "Tianshou": sac_tianshou,
     "TorchRL": sac_torchrl,
@@ -613,6 +637,7 @@ def dqn_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
 
 DQN_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int], float]] = {
     "tdrl": dqn_tdrl,
+    "tdrl plain": lambda *a: plain(dqn_tdrl)(*a),
     "SB3": dqn_sb3,
     "Tianshou": dqn_tianshou,
     "TorchRL": dqn_torchrl,
@@ -636,12 +661,17 @@ def _steps_table(
         for name, bench in peers.items():
             per_round[name].append(steps / bench(data, steps))
     rates = {name: statistics.median(values) for name, values in per_round.items()}
-    best_peer = max(rate for name, rate in rates.items() if name != "tdrl")
+    best_peer = max(rate for name, rate in rates.items() if not name.startswith("tdrl"))
     print(f"{'library':<10} {'steps/s':>10} {'vs tdrl':>8}   per round")
     for name, rate in rates.items():
         shown = ", ".join(f"{r:,.1f}" for r in per_round[name])
         print(f"{name:<10} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}   [{shown}]")
     print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
+    if "tdrl plain" in rates:
+        print(
+            f"tdrl plain (TDRL_FAST=0) / fastest peer: {rates['tdrl plain'] / best_peer:.2f}x; "
+            f"the fast paths buy {rates['tdrl'] / rates['tdrl plain'] - 1:+.1%}"
+        )
 
 
 def section_sac(quick: bool) -> None:

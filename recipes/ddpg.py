@@ -14,61 +14,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
 from tdrl.collectors import Collector
 from tdrl.modules import (
     AdditiveGaussianNoise,
-    DeterministicActor,
     OrnsteinUhlenbeckNoise,
     StateActionCritic,
+    action_bounds,
+    deterministic_actor,
+    flat_dims,
     mlp,
     torch_default_init_,
 )
-from tdrl.objectives import DDPGLoss, SoftUpdate
+from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
 from tdrl.trainers import (
-    OffPolicyConfig,
+    ActorCriticConfig,
     Run,
+    adam,
     make_replay_buffer,
     optimizer_step,
     parse,
     setup,
-    transitions,
-    updates_due,
+    store,
 )
 
 
 @dataclass(frozen=True)
-class Config(OffPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
-    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), redefined where DDPG differs.
-    env_id: str = "HalfCheetah-v5"
+class Config(ActorCriticConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
+    # learning rates and tau: the fields of tdrl.trainers.ActorCriticConfig (--help lists them),
+    # redefined where DDPG differs.
     init_random_frames: int = 25_000
     # The algorithm's own fields.
-    actor_lr: float = 1e-3
-    """actor learning rate."""
-    critic_lr: float = 1e-3
-    """critic learning rate."""
     noise: Literal["gaussian", "ou"] = "gaussian"
     """exploration noise: Gaussian or Ornstein-Uhlenbeck (restarted at every episode start)."""
     exploration_noise: float = 0.1
     """scale of the exploration noise (half-range units; OU: its sigma)."""
-    tau: float = 0.005
-    """Polyak coefficient of the targets."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DDPG; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
-    obs_dim, action_dim = env.obs_leaves[0].shape[-1], env.action_spec.shape[-1]
-    low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
+    obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
+    low, high = action_bounds(env.action_spec)
 
     # 2. networks: deterministic actor; the noise on top acts only while collecting
-    actor_net = torch_default_init_(mlp(obs_dim, action_dim, cfg.hidden_sizes, activation=nn.ReLU))
-    actor = DeterministicActor(actor_net, action_dim, action_low=low, action_high=high)
+    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
     bounds = {"action_low": low, "action_high": high}
     if cfg.noise == "ou":
         noise = OrnsteinUhlenbeckNoise(action_dim, sigma=cfg.exploration_noise, **bounds)
@@ -78,40 +72,29 @@ def main(cfg: Config) -> dict[str, float]:
     critic_net = mlp(obs_dim + action_dim, 1, cfg.hidden_sizes, activation=nn.ReLU)
     critic = StateActionCritic(torch_default_init_(critic_net))
 
-    # 3. loss, target update, optimiser (one Adam, both groups), buffer
+    # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
     loss = DDPGLoss(actor, critic, gamma=cfg.gamma)
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = torch.optim.Adam(
-        [
-            {"params": actor.parameters(), "lr": cfg.actor_lr},
-            {"params": critic.parameters(), "lr": cfg.critic_lr},
-        ],
-        fused=True,
-    )
+    optimizer = adam((actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr))
     buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    run = Run.from_config(cfg, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    with Run.from_config(cfg, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+        run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
-    # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, eval, save
-    for batch in collector:
-        buffer.extend(transitions(batch))
-        due = updates_due(
-            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
-            utd_ratio=cfg.utd_ratio,
-        )  # fmt: skip
-        out = None
-        for _ in range(due):
-            out = loss(buffer.sample(cfg.batch_size))
-            optimizer_step(out["loss_value"] + out["loss_actor"], optimizer)
-            target_updater.step()
-        run.updates += due
-        if run.end_batch(collector, out):
-            break
+        # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
+        for batch in collector:
+            out = None
+            for _ in range(store(buffer, batch, run, cfg)):
+                out = loss(buffer.sample(cfg.batch_size))
+                optimizer_step(total_loss(out), optimizer)
+                target_updater.step()
+                run.updates += 1
+            if run.end_batch(collector, out):
+                break
 
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Soft actor-critic for discrete actions (Christodoulou 2019, arXiv 1910.07207).
 
 Defaults follow Tianshou's CartPole discrete-SAC test (test/discrete/test_discrete_sac.py): actor
-lr 1e-4, critic lr 1e-3, a fixed alpha of 0.05 (``--auto-alpha`` tunes it toward 0.98 log n with
-lr 3e-4), gamma 0.95, tau 0.005, 3-step returns, batch 64, 64x64 ReLU MLPs, 10 envs, 10 env steps
-per batch, 0.1 gradient steps per env step, a 20k buffer. Where tdrl differs: the twin critics are
-one batched ensemble, and 1k uniform random steps fill the buffer first.
+lr 1e-4, critic lr 1e-3, a fixed alpha of 0.05 (``--auto-alpha`` tunes it with lr 3e-4 toward
+``--target-entropy``, by default 0.98 log n), gamma 0.95, tau 0.005, 3-step returns, batch 64,
+64x64 ReLU MLPs, 10 envs, 10 env steps per batch, 0.1 gradient steps per env step, a 20k
+buffer. Where tdrl differs: the twin critics are one batched ensemble, and 1k uniform random
+steps fill the buffer first.
 
     python recipes/discrete_sac.py --env-id CartPole-v1 --total-frames 50000
 """
@@ -13,30 +14,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from tdrl.collectors import Collector
 from tdrl.keys import ACTION_VALUE, OBSERVATION
-from tdrl.modules import CategoricalActor, EnsembleCritic, EnsembleMLP, mlp, torch_default_init_
-from tdrl.objectives import DiscreteSACLoss, SoftUpdate
+from tdrl.modules import (
+    CategoricalActor,
+    EnsembleCritic,
+    EnsembleMLP,
+    flat_dims,
+    mlp,
+    torch_default_init_,
+)
+from tdrl.objectives import DiscreteSACLoss, SoftUpdate, total_loss
 from tdrl.trainers import (
-    OffPolicyConfig,
+    EntropyConfig,
     Run,
+    adam,
     make_replay_buffer,
     optimizer_step,
     parse,
     setup,
-    transitions,
-    updates_due,
+    store,
 )
 
 
 @dataclass(frozen=True)
-class Config(OffPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
-    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), redefined where this
-    # recipe differs.
+class Config(EntropyConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
+    # learning rates, tau, alpha and --target-entropy: the fields of
+    # tdrl.trainers.EntropyConfig (--help lists them), redefined where this recipe differs.
     env_id: str = "CartPole-v1"
     total_frames: int = 50_000
     num_envs: int = 10
@@ -48,28 +55,20 @@ class Config(OffPolicyConfig):
     gamma: float = 0.95
     eval_every: int = 5_000
     checkpoint_every: int = 25_000
+    actor_lr: float = 1e-4
+    alpha_init: float = 0.05
     # The algorithm's own fields.
     n_steps: int = 3
     """n-step returns from the buffer."""
-    actor_lr: float = 1e-4
-    """actor learning rate."""
-    critic_lr: float = 1e-3
-    """critic learning rate."""
-    alpha_lr: float = 3e-4
-    """entropy-coefficient learning rate."""
-    alpha_init: float = 0.05
-    """(initial) entropy coefficient."""
     auto_alpha: bool = False
-    """tune alpha toward the target entropy 0.98 log n."""
-    tau: float = 0.005
-    """Polyak coefficient of the target critics."""
+    """tune alpha toward --target-entropy ("auto": 0.98 log(actions)); else alpha_init stays."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train discrete SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
-    obs_dim, num_actions = env.obs_leaves[0].shape[-1], int(env.action_spec.space.n)
+    obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks
     actor_net = mlp(obs_dim, num_actions, cfg.hidden_sizes, activation=nn.ReLU)
@@ -87,46 +86,36 @@ def main(cfg: Config) -> dict[str, float]:
         num_actions=num_actions,
         alpha_init=cfg.alpha_init,
         fixed_alpha=not cfg.auto_alpha,
+        target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = torch.optim.Adam(
-        [
-            {"params": actor.parameters(), "lr": cfg.actor_lr},
-            {"params": critic.parameters(), "lr": cfg.critic_lr},
-            *([{"params": [loss.log_alpha], "lr": cfg.alpha_lr}] if cfg.auto_alpha else []),
-        ],
-        fused=True,  # one kernel per parameter group instead of a Python loop over tensors
+    alpha = [([loss.log_alpha], cfg.alpha_lr)] if cfg.auto_alpha else []
+    optimizer = adam(
+        (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr), *alpha
     )
     buffer = make_replay_buffer(
         cfg.buffer_size, n_steps=cfg.n_steps, gamma=cfg.gamma, seed=cfg.seed
     )
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
-    run = Run.from_config(
-        cfg, "Discrete SAC", state, eval_env=eval_env, policy=actor, buffer=buffer
-    )
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    title = "Discrete SAC"
+    with Run.from_config(cfg, title, state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+        run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
-    # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, eval, save
-    for batch in collector:
-        buffer.extend(transitions(batch))
-        due = updates_due(
-            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
-            utd_ratio=cfg.utd_ratio,
-        )  # fmt: skip
-        out = None
-        for _ in range(due):
-            out = loss(buffer.sample(cfg.batch_size))
-            total = out["loss_actor"] + out["loss_qvalue"]
-            optimizer_step(total + out["loss_alpha"] if cfg.auto_alpha else total, optimizer)
-            target_updater.step()
-        run.updates += due
-        if run.end_batch(collector, out):
-            break
+        # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
+        for batch in collector:
+            out = None
+            for _ in range(store(buffer, batch, run, cfg)):
+                out = loss(buffer.sample(cfg.batch_size))
+                optimizer_step(total_loss(out), optimizer)  # a fixed alpha's term is constant
+                target_updater.step()
+                run.updates += 1
+            if run.end_batch(collector, out):
+                break
 
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

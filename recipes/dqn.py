@@ -25,7 +25,15 @@ from tensordict.nn import TensorDictSequential
 
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
-from tdrl.modules import EpsilonGreedy, QValueActor, linear_schedule, q_mlp, torch_default_init_
+from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS
+from tdrl.modules import (
+    EpsilonGreedy,
+    QValueActor,
+    flat_dims,
+    linear_schedule,
+    q_mlp,
+    torch_default_init_,
+)
 from tdrl.objectives import DQNLoss, HardUpdate, update_priority
 from tdrl.trainers import (
     OffPolicyConfig,
@@ -34,8 +42,7 @@ from tdrl.trainers import (
     optimizer_step,
     parse,
     setup,
-    transitions,
-    updates_due,
+    store,
 )
 
 
@@ -85,7 +92,7 @@ def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
-    obs_dim, num_actions = env.obs_leaves[0].shape[-1], int(env.action_spec.space.n)
+    obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
     qnet_body = q_mlp(obs_dim, num_actions, cfg.hidden_sizes, dueling=cfg.dueling)
@@ -118,34 +125,31 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a batch -> store -> gradient steps (PER priorities) -> log, eval, save
     previous = collector.frames
-    for batch in collector:
-        buffer.extend(transitions(batch))
-        exploration.step(collector.frames - previous)
-        previous = collector.frames
-        if isinstance(buffer, PrioritizedReplayBuffer):
-            # Anneal the importance-weight exponent to 1 by the end (Schaul et al., sec. 3.4).
-            buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, collector.frames)
-        due = updates_due(
-            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
-            utd_ratio=cfg.utd_ratio,
-        )  # fmt: skip
-        metrics = None
-        for _ in range(due):
-            sample = buffer.sample(cfg.batch_size)
-            out = loss(sample)
-            optimizer_step(out["loss"], optimizer, max_grad_norm=cfg.max_grad_norm)
-            if cfg.prioritized:
-                update_priority(buffer, sample, out)
-            target_updater.step()
-            metrics = {"loss": out["loss"], "q": out["chosen_action_value"]}
-        run.updates += due
-        if metrics is not None:
-            metrics["epsilon"] = exploration.eps
-        if run.end_batch(collector, metrics):
-            break
+    with run:
+        for batch in collector:
+            due = store(buffer, batch, run, cfg)
+            exploration.step(collector.frames - previous)
+            previous = collector.frames
+            if isinstance(buffer, PrioritizedReplayBuffer):
+                # Anneal the importance-weight exponent to 1 by the end (Schaul et al., 3.4).
+                buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, previous)
+            metrics = None
+            for _ in range(due):
+                sample = buffer.sample(cfg.batch_size)
+                out = loss(sample)
+                optimizer_step(out[LOSS], optimizer, max_grad_norm=cfg.max_grad_norm)
+                if cfg.prioritized:
+                    update_priority(buffer, sample, out)
+                target_updater.step()
+                run.updates += 1
+                metrics = {LOSS: out[LOSS], "q": out[CHOSEN_ACTION_VALUE]}
+            if metrics is not None:
+                metrics["epsilon"] = exploration.eps
+            if run.end_batch(collector, metrics):
+                break
 
-    # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
-    return run.finish()
+        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+        return run.finish()
 
 
 if __name__ == "__main__":

@@ -19,111 +19,71 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from torch import nn
-
 from tdrl.collectors import Collector
-from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp, torch_default_init_
-from tdrl.objectives import SACLoss, SoftUpdate
+from tdrl.modules import q_ensemble, tanh_gaussian_actor
+from tdrl.objectives import SACLoss, SoftUpdate, total_loss
 from tdrl.trainers import (
-    OffPolicyConfig,
+    EntropyConfig,
     Run,
+    adam,
     make_replay_buffer,
     optimizer_step,
     parse,
     setup,
-    transitions,
-    updates_due,
+    store,
 )
 
 
 @dataclass(frozen=True)
-class Config(OffPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
-    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), with their defaults.
-    env_id: str = "HalfCheetah-v5"
-    # The algorithm's own fields.
-    actor_lr: float = 1e-3
-    """actor learning rate."""
-    critic_lr: float = 1e-3
-    """critic learning rate."""
-    alpha_lr: float = 3e-4
-    """entropy-coefficient learning rate."""
-    alpha_init: float = 1.0
-    """initial entropy coefficient."""
-    target_entropy: str = "auto"
-    """entropy target of the alpha tuning: "auto" (-action_dim) or a number."""
-    tau: float = 0.005
-    """Polyak coefficient of the target critics."""
-
-
-def entropy_target(cfg: Config) -> str | float:
-    """``cfg.target_entropy`` as SACLoss takes it: "auto" or a float."""
-    if cfg.target_entropy == "auto":
-        return "auto"
-    try:
-        return float(cfg.target_entropy)
-    except ValueError:
-        raise ValueError(
-            f"target_entropy must be 'auto' or a number, got {cfg.target_entropy!r}"
-        ) from None
+class Config(EntropyConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
+    # learning rates, tau, alpha and --target-entropy: the fields of
+    # tdrl.trainers.EntropyConfig (--help lists them), with their defaults (Tianshou's).
+    pass
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
-    obs_dim, action_dim = env.obs_leaves[0].shape[-1], env.action_spec.shape[-1]
-    low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
 
-    # 2. networks
-    actor_net = mlp(obs_dim, 2 * action_dim, cfg.hidden_sizes, activation=nn.ReLU)
-    actor = TanhGaussianActor(
-        torch_default_init_(actor_net), action_dim, action_low=low, action_high=high
-    )
-    critic = EnsembleCritic(EnsembleMLP(obs_dim + action_dim, 1, cfg.hidden_sizes, num_members=2))
+    # 2. networks: a tanh-Gaussian actor and twin critics in one batched ensemble
+    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
+    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.hidden_sizes)
 
-    # 3. loss, target update, optimiser, buffer
+    # 3. loss, target update, optimiser (one fused Adam, a group per network), buffer
     loss = SACLoss(
         actor,
         critic,
         alpha_init=cfg.alpha_init,
-        target_entropy=entropy_target(cfg),
+        target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = torch.optim.Adam(
-        [
-            {"params": actor.parameters(), "lr": cfg.actor_lr},
-            {"params": critic.parameters(), "lr": cfg.critic_lr},
-            {"params": [loss.log_alpha], "lr": cfg.alpha_lr},
-        ],
-        fused=True,  # one kernel per parameter group instead of a Python loop over tensors
+    optimizer = adam(
+        (actor.parameters(), cfg.actor_lr),
+        (critic.parameters(), cfg.critic_lr),
+        ([loss.log_alpha], cfg.alpha_lr),
     )
     buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
-    run = Run.from_config(cfg, "SAC", state, eval_env=eval_env, policy=actor, buffer=buffer)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    with Run.from_config(cfg, "SAC", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+        run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
-    # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, eval, save
-    for batch in collector:
-        buffer.extend(transitions(batch))
-        due = updates_due(
-            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
-            utd_ratio=cfg.utd_ratio,
-        )  # fmt: skip
-        out = None
-        for _ in range(due):
-            out = loss(buffer.sample(cfg.batch_size))
-            optimizer_step(out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], optimizer)
-            target_updater.step()
-        run.updates += due
-        if run.end_batch(collector, out):
-            break
+        # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
+        for batch in collector:
+            out = None
+            for _ in range(store(buffer, batch, run, cfg)):
+                out = loss(buffer.sample(cfg.batch_size))
+                optimizer_step(total_loss(out), optimizer)
+                target_updater.step()
+                run.updates += 1
+            if run.end_batch(collector, out):
+                break
 
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

@@ -19,110 +19,86 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from tensordict.nn import TensorDictSequential
-from torch import nn
 
 from tdrl.collectors import Collector
-from tdrl.modules import (
-    AdditiveGaussianNoise,
-    DeterministicActor,
-    EnsembleCritic,
-    EnsembleMLP,
-    mlp,
-    torch_default_init_,
-)
-from tdrl.objectives import SoftUpdate, TD3Loss
+from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
+from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
 from tdrl.trainers import (
-    OffPolicyConfig,
+    ActorCriticConfig,
     Run,
+    adam,
     make_replay_buffer,
     optimizer_step,
     parse,
     setup,
-    transitions,
-    updates_due,
+    store,
 )
 
 
 @dataclass(frozen=True)
-class Config(OffPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
-    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), redefined where TD3 differs.
+class Config(ActorCriticConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
+    # learning rates and tau: the fields of tdrl.trainers.ActorCriticConfig (--help lists them),
+    # redefined where TD3 differs.
+    env_id: str = "Hopper-v5"
     init_random_frames: int = 25_000
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
     # The algorithm's own fields.
     policy_delay: int = 2
     """critic steps per actor step and target update."""
-    actor_lr: float = 3e-4
-    """actor learning rate."""
-    critic_lr: float = 3e-4
-    """critic learning rate."""
     exploration_noise: float = 0.1
     """Gaussian exploration noise (half-range units)."""
     policy_noise: float = 0.2
     """target policy smoothing noise (half-range units)."""
     noise_clip: float = 0.5
     """clip of the smoothing noise (half-range units)."""
-    tau: float = 0.005
-    """Polyak coefficient of the targets."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TD3; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
-    obs_dim, action_dim = env.obs_leaves[0].shape[-1], env.action_spec.shape[-1]
-    low, high = env.action_spec.space.low[0], env.action_spec.space.high[0]
+    low, high = action_bounds(env.action_spec)
 
     # 2. networks: deterministic actor; Gaussian noise on top acts only while collecting
-    actor_net = torch_default_init_(mlp(obs_dim, action_dim, cfg.hidden_sizes, activation=nn.ReLU))
-    actor = DeterministicActor(actor_net, action_dim, action_low=low, action_high=high)
+    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
     noise = AdditiveGaussianNoise(
-        action_dim, sigma_init=cfg.exploration_noise, action_low=low, action_high=high
+        len(low), sigma_init=cfg.exploration_noise, action_low=low, action_high=high
     )
     policy = TensorDictSequential(actor, noise)
-    critic = EnsembleCritic(EnsembleMLP(obs_dim + action_dim, 1, cfg.hidden_sizes, num_members=2))
+    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.hidden_sizes)
 
-    # 3. loss, target update, optimiser (one Adam, both groups), buffer
+    # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
     loss = TD3Loss(
         actor, critic, policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip, gamma=cfg.gamma
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = torch.optim.Adam(
-        [
-            {"params": actor.parameters(), "lr": cfg.actor_lr},
-            {"params": critic.parameters(), "lr": cfg.critic_lr},
-        ],
-        fused=True,
-    )
+    optimizer = adam((actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr))
     buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    run = Run.from_config(cfg, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    with Run.from_config(cfg, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+        run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
-    # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
-    for batch in collector:
-        buffer.extend(transitions(batch))
-        due = updates_due(
-            collector.frames, run.updates, learning_starts=cfg.init_random_frames,
-            utd_ratio=cfg.utd_ratio,
-        )  # fmt: skip
-        out = None
-        for _ in range(due):
-            sample = buffer.sample(cfg.batch_size)
-            run.updates += 1
-            if run.updates % cfg.policy_delay == 0:
-                out = loss(sample)
-                optimizer_step(out["loss_qvalue"] + out["loss_actor"], optimizer)
-                target_updater.step()
-            else:
-                optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
-        if run.end_batch(collector, out):
-            break
+        # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
+        for batch in collector:
+            out = None
+            for _ in range(store(buffer, batch, run, cfg)):
+                sample = buffer.sample(cfg.batch_size)
+                run.updates += 1
+                if run.updates % cfg.policy_delay == 0:
+                    out = loss(sample)
+                    optimizer_step(total_loss(out), optimizer)
+                    target_updater.step()
+                else:
+                    optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+            if run.end_batch(collector, out):
+                break
 
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

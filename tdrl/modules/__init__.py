@@ -12,7 +12,16 @@ from tdrl.modules.exploration import (
     linear_schedule,
 )
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
-from tdrl.modules.networks import NormalizedInput, actor_critic, torch_default_init_
+from tdrl.modules.networks import (
+    NormalizedInput,
+    action_bounds,
+    actor_critic,
+    deterministic_actor,
+    flat_dims,
+    q_ensemble,
+    tanh_gaussian_actor,
+    torch_default_init_,
+)
 from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 
@@ -40,10 +49,15 @@ __all__ = [
     "TanhGaussianActor",
     "TanhNormal",
     "ValueCritic",
+    "action_bounds",
     "actor_critic",
+    "deterministic_actor",
+    "flat_dims",
     "linear_schedule",
     "mlp",
     "orthogonal_init_",
+    "q_ensemble",
     "q_mlp",
+    "tanh_gaussian_actor",
     "torch_default_init_",
 ]

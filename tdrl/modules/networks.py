@@ -21,12 +21,23 @@ from torchrl.data import Categorical as CategoricalSpec
 from torchrl.data import Composite, TensorSpec
 
 from tdrl import keys
-from tdrl.modules.actors import CategoricalActor, GaussianActor
+from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor
 from tdrl.modules.critics import ValueCritic
+from tdrl.modules.deterministic import DeterministicActor
+from tdrl.modules.ensemble import EnsembleCritic, EnsembleMLP
 from tdrl.modules.mlp import POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
 
-__all__ = ["NormalizedInput", "actor_critic", "torch_default_init_"]
+__all__ = [
+    "NormalizedInput",
+    "action_bounds",
+    "actor_critic",
+    "deterministic_actor",
+    "flat_dims",
+    "q_ensemble",
+    "tanh_gaussian_actor",
+    "torch_default_init_",
+]
 
 
 def torch_default_init_(module: nn.Module) -> nn.Module:
@@ -83,14 +94,7 @@ def actor_critic(
         observation ``[*B, obs_dim]`` (one flat ``"observation"`` entry; the specs may carry
         leading batch dims, e.g. ``[num_envs]``).
     """
-    entries = list(observation_spec.keys(True, True))
-    leaf = observation_spec.get(keys.OBSERVATION, None) if entries == [keys.OBSERVATION] else None
-    if leaf is None or len(leaf.shape) != len(observation_spec.shape) + 1:
-        raise ValueError(
-            f"actor_critic needs one flat {keys.OBSERVATION!r} entry, got {entries} "
-            f"({observation_spec}); build the networks by hand for dict or image observations"
-        )
-    obs_dim = int(leaf.shape[-1])
+    obs_dim, _ = flat_dims(observation_spec, action_spec)
     obs_norm = RunningObservationNorm(obs_dim) if normalize_observations else None
 
     def trunk(out_features: int, gain: float) -> nn.Module:
@@ -103,12 +107,73 @@ def actor_critic(
         actor = CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN))
     else:
         action_dim = int(spec.shape[-1])
+        low, high = action_bounds(spec)
         actor = GaussianActor(
             trunk(action_dim, POLICY_GAIN),
             action_dim,
             init_log_std=init_log_std,
-            action_low=spec.space.low.reshape(-1, action_dim)[0],
-            action_high=spec.space.high.reshape(-1, action_dim)[0],
+            action_low=low,
+            action_high=high,
         )
     critic = ValueCritic(trunk(1, VALUE_GAIN))
     return actor, critic, obs_norm
+
+
+def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int, int]:
+    """``(obs_dim, action_dim)`` of one flat ``"observation"`` and a Box (or Discrete: the number
+    of actions) action space; specs may carry leading batch dims."""
+    entries = list(observation_spec.keys(True, True))
+    leaf = observation_spec.get(keys.OBSERVATION, None) if entries == [keys.OBSERVATION] else None
+    if leaf is None or len(leaf.shape) != len(observation_spec.shape) + 1:
+        raise ValueError(
+            f"this network needs one flat {keys.OBSERVATION!r} entry, got {entries}; build the "
+            "networks by hand for dict or image observations"
+        )
+    if isinstance(action_spec, CategoricalSpec):
+        return int(leaf.shape[-1]), int(action_spec.space.n)
+    return int(leaf.shape[-1]), int(action_spec.shape[-1])
+
+
+def action_bounds(action_spec: TensorSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-dimension ``(low, high)`` of a Box action spec (batch dims dropped)."""
+    if not hasattr(action_spec.space, "low"):
+        raise ValueError(f"a bounded (Box) action space is needed, got {action_spec}")
+    dim = int(action_spec.shape[-1])
+    return (
+        action_spec.space.low.reshape(-1, dim)[0],
+        action_spec.space.high.reshape(-1, dim)[0],
+    )
+
+
+def tanh_gaussian_actor(
+    observation_spec: Composite, action_spec: TensorSpec, hidden_sizes: Sequence[int]
+) -> TanhGaussianActor:
+    """SAC's actor: a ReLU MLP with PyTorch's default init writing a tanh-squashed Gaussian in
+    the env's action box (Tianshou's and SB3's SAC networks)."""
+    obs_dim, action_dim = flat_dims(observation_spec, action_spec)
+    low, high = action_bounds(action_spec)
+    net = torch_default_init_(mlp(obs_dim, 2 * action_dim, hidden_sizes, activation=nn.ReLU))
+    return TanhGaussianActor(net, action_dim, action_low=low, action_high=high)
+
+
+def deterministic_actor(
+    observation_spec: Composite, action_spec: TensorSpec, hidden_sizes: Sequence[int]
+) -> DeterministicActor:
+    """DDPG's and TD3's actor: a ReLU MLP with PyTorch's default init, tanh-scaled to the box."""
+    obs_dim, action_dim = flat_dims(observation_spec, action_spec)
+    low, high = action_bounds(action_spec)
+    net = torch_default_init_(mlp(obs_dim, action_dim, hidden_sizes, activation=nn.ReLU))
+    return DeterministicActor(net, action_dim, action_low=low, action_high=high)
+
+
+def q_ensemble(
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    hidden_sizes: Sequence[int],
+    num_members: int = 2,
+) -> EnsembleCritic:
+    """``num_members`` Q(s, a) critics evaluated as one batched ensemble (SAC, TD3, REDQ)."""
+    obs_dim, action_dim = flat_dims(observation_spec, action_spec)
+    return EnsembleCritic(
+        EnsembleMLP(obs_dim + action_dim, 1, hidden_sizes, num_members=num_members)
+    )

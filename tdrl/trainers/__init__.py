@@ -2,11 +2,20 @@
 the loop steps of both families."""
 
 from tdrl.trainers.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from tdrl.trainers.config import OffPolicyConfig, OnPolicyConfig, RunConfig, parse
+from tdrl.trainers.config import (
+    ActorCriticConfig,
+    AdvantageConfig,
+    EntropyConfig,
+    OffPolicyConfig,
+    OnPolicyConfig,
+    RunConfig,
+    parse,
+)
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
 from tdrl.trainers.offpolicy import (
     crossed,
     make_replay_buffer,
+    store,
     transitions,
     truncate_streams,
     updates_due,
@@ -18,7 +27,7 @@ from tdrl.trainers.onpolicy import (
     ppo_update,
     train_on_policy,
 )
-from tdrl.trainers.optim import clip_grad_norm_, optimizer_step
+from tdrl.trainers.optim import adam, clip_grad_norm_, optimizer_step
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.run import (
     CHECKPOINT,
@@ -36,12 +45,16 @@ from tdrl.trainers.run import (
 )
 
 __all__ = [
+    "ActorCriticConfig",
+    "AdvantageConfig",
+    "EntropyConfig",
     "CHECKPOINT",
     "Logger",
     "OffPolicyConfig",
     "OnPolicyConfig",
     "Run",
     "RunConfig",
+    "adam",
     "clip_grad_norm_",
     "crossed",
     "drop_rows_after",
@@ -68,6 +81,7 @@ __all__ = [
     "seed_everything",
     "set_rng_state",
     "setup",
+    "store",
     "train_on_policy",
     "transitions",
     "truncate_streams",

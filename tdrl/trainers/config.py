@@ -114,3 +114,61 @@ class OffPolicyConfig(RunConfig):
     """hidden layer widths of the networks."""
     gamma: float = 0.99
     """discount."""
+
+
+@dataclass(frozen=True)
+class ActorCriticConfig(OffPolicyConfig):
+    """:class:`OffPolicyConfig` plus an actor, critics and Polyak targets (DDPG, TD3, SAC, REDQ,
+    discrete SAC)."""
+
+    env_id: str = "HalfCheetah-v5"
+    actor_lr: float = 1e-3
+    """actor learning rate."""
+    critic_lr: float = 1e-3
+    """critic learning rate."""
+    tau: float = 0.005
+    """Polyak coefficient of the target critics."""
+
+
+@dataclass(frozen=True)
+class EntropyConfig(ActorCriticConfig):
+    """:class:`ActorCriticConfig` plus the entropy coefficient alpha and its tuning (SAC, REDQ,
+    discrete SAC): the same flags and meaning in every recipe that has an entropy target."""
+
+    alpha_lr: float = 3e-4
+    """entropy-coefficient learning rate."""
+    alpha_init: float = 1.0
+    """initial entropy coefficient."""
+    target_entropy: str = "auto"
+    """entropy target of the alpha tuning: "auto" (the loss's default: -action_dim for Gaussian
+    policies, 0.98 log(actions) for categorical ones) or a number."""
+
+    def entropy_target(self) -> str | float:
+        """``target_entropy`` as the losses take it: "auto" or a float (checked)."""
+        if self.target_entropy == "auto":
+            return "auto"
+        try:
+            value = float(self.target_entropy)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError(
+                f"target_entropy must be 'auto' or a finite number, got {self.target_entropy!r}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class AdvantageConfig(OnPolicyConfig):
+    """:class:`OnPolicyConfig` plus a GAE critic and its loss terms (A2C, PPO)."""
+
+    lmbda: float = 0.95
+    """GAE lambda."""
+    critic_coeff: float = 0.5
+    """weight of the value loss."""
+    entropy_coeff: float = 0.0
+    """weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip."""
+    normalize_advantage: bool = True
+    """normalize advantages per minibatch."""

@@ -18,11 +18,16 @@ data; when the collector cannot resume its episodes exactly (async envs),
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from tensordict import TensorDictBase
 
 from tdrl import keys
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+from tdrl.trainers.config import OffPolicyConfig
+
+if TYPE_CHECKING:  # run.py imports this module
+    from tdrl.trainers.run import Run
 
 # What a policy writes besides the action: left out of the replay buffer, whose keys are fixed by
 # the first (random-action) batch, which has none of them.
@@ -66,6 +71,21 @@ def make_replay_buffer(
             capacity, alpha=alpha, beta=beta, n_steps=n_steps, gamma=gamma, generator=seed
         )
     return ReplayBuffer(capacity, n_steps=n_steps, gamma=gamma, generator=seed)
+
+
+def store(buffer: ReplayBuffer, batch: TensorDictBase, run: Run, cfg: OffPolicyConfig) -> int:
+    """Put ``batch``'s transitions into ``buffer``; returns the gradient steps due now (at
+    ``cfg.utd_ratio`` since ``cfg.init_random_frames``, counted against ``run.updates``, which
+    every recipe advances by one per gradient step of its critic)."""
+    buffer.extend(transitions(batch))
+    if run.collector is None:
+        raise RuntimeError("store() needs a started Run (call run.start(collector) first)")
+    return updates_due(
+        run.collector.frames,
+        run.updates,
+        learning_starts=cfg.init_random_frames,
+        utd_ratio=cfg.utd_ratio,
+    )
 
 
 def updates_due(frames: int, updates: int, *, learning_starts: int, utd_ratio: float) -> int:

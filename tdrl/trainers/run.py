@@ -372,6 +372,31 @@ class Run:
         counters.update(episodes=0, episode_return_sum=0.0, episode_length_sum=0.0)
         self._logger.log("train", frames, row)
 
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        """Leaving a ``with Run(...) as run:`` block by an exception restores the float mode,
+        flushes and closes the logs and closes the envs (no report: :meth:`finish` reports);
+        a normal exit after :meth:`finish` has nothing left to do."""
+        if kind is not None:
+            self.close()
+
+    def close(self) -> None:
+        """Restore the float mode, close the progress bar, the logs and the envs (idempotent)."""
+        if self._flush_before is not None:
+            torch.set_flush_denormal(self._flush_before)
+            self._flush_before = None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._logger is not None:
+            self._logger.close()
+            self._logger = None
+        if self.collector is not None:
+            self.collector.env.close()
+        self.eval_env.close()
+
     def finish(self) -> dict[str, float]:
         """Close the logs and the envs (the collector's and ``eval_env``), plot ``curve.png``
         (unless ``curve`` is off).
@@ -380,16 +405,7 @@ class Run:
             The last evaluation (``eval_*``: ``eval_return_mean``, ...), ``best_eval_return``,
             the last update's metrics, ``frames``, ``updates`` and ``time``.
         """
-        if self._flush_before is not None:
-            torch.set_flush_denormal(self._flush_before)
-            self._flush_before = None
-        if self._bar is not None:
-            self._bar.close()
-        if self._logger is not None:
-            self._logger.close()
-        if self.collector is not None:
-            self.collector.env.close()
-        self.eval_env.close()
+        self.close()
         report = "logs"
         if self.curve:
             report += f" and {finish_run(self.log_dir, self.title).name}"

@@ -85,14 +85,17 @@ def test_recipe_options_run(name, options, tmp_path):
     assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
 
 
-def test_sac_target_entropy_parses_and_bad_values_name_the_field(tmp_path):
-    import sac
-
-    _, cfg = config("sac", tmp_path)
-    assert sac.entropy_target(cfg) == "auto"
-    assert sac.entropy_target(dataclasses.replace(cfg, target_entropy="-0.5")) == -0.5
-    with pytest.raises(ValueError, match="target_entropy must be 'auto' or a number, got 'x'"):
-        sac.entropy_target(dataclasses.replace(cfg, target_entropy="x"))
+@pytest.mark.parametrize("name", ["sac", "redq", "discrete_sac"])
+def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
+    # Every recipe with an entropy target takes --target-entropy, with one meaning and one check.
+    _, cfg = config(name, tmp_path)
+    assert cfg.entropy_target() == "auto"
+    assert dataclasses.replace(cfg, target_entropy="-0.5").entropy_target() == -0.5
+    for bad in ("x", "nan", "inf"):
+        with pytest.raises(
+            ValueError, match=f"target_entropy must be 'auto' or a finite number, got '{bad}'"
+        ):
+            dataclasses.replace(cfg, target_entropy=bad).entropy_target()
 
 
 def _rows(path: Path) -> list[dict[str, float]]:

@@ -44,3 +44,24 @@ def test_finish_restores_a_mode_the_caller_had_set(tmp_path) -> None:
         assert flushing_denormals()
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_a_run_that_raises_inside_with_restores_the_mode_and_closes_its_logs(tmp_path) -> None:
+    from tdrl.trainers import read_csv
+
+    cfg = RunConfig(
+        env_id="CartPole-v1", flush_denormal=True, log_dir=str(tmp_path), log_every=0, **QUIET
+    )
+    env, eval_env = setup(cfg)
+    collector = Collector(env, None, 8, 64, init_random_frames=64)
+    with pytest.raises(RuntimeError, match="boom"):
+        with Run.from_config(cfg, "random", {}, eval_env=eval_env, policy=lambda td: td) as run:
+            run.start(collector)
+            for _ in collector:
+                run.end_batch(collector, {"loss": 1.0})
+                if collector.frames >= 24:
+                    raise RuntimeError("boom")
+    assert not flushing_denormals()  # the float mode came back
+    assert env.closed and eval_env.closed
+    rows = read_csv(tmp_path / "train.csv")  # written and closed: the rows are on disk
+    assert [row["step"] for row in rows] == [8, 16, 24]
