@@ -170,12 +170,18 @@ def last_eval(run_dir: Path) -> tuple[float, float]:
     return float(rows[-1]["return_mean"]), float(rows[-1].get("return_std") or "nan")
 
 
+# Algorithms that are a setting of another recipe: NPG is recipes/trpo.py with --algo npg.
+RECIPE_OF: dict[str, tuple[str, dict[str, Any]]] = {"npg": ("trpo", {"algo": "npg"})}
+
+
 def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     """``recipes/<algo>.py``'s ``main`` with its defaults, the budget, seed and eval protocol."""
-    module = importlib.import_module(f"recipes.{spec.algo}")
+    recipe, preset = RECIPE_OF.get(spec.algo, (spec.algo, {}))
+    module = importlib.import_module(f"recipes.{recipe}")
     types = {f.name: f.type for f in dataclasses.fields(module.Config)}
     defaults = module.Config()
     settings: dict[str, Any] = {
+        **preset,
         "env_id": spec.env,
         "total_frames": spec.frames,
         "seed": spec.seed,

@@ -13,20 +13,19 @@ short default budget (Tianshou: 3M steps).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
-from tdrl.keys import OBSERVATION
-from tdrl.modules import actor_critic
 from tdrl.objectives import A2CLoss
 from tdrl.trainers import (
-    OnPolicyConfig,
+    AdvantageConfig,
     Run,
-    linear_decay,
+    end_on_policy_batch,
+    lr_schedule,
+    on_policy_networks,
     on_policy_update,
     parse,
     setup,
@@ -34,24 +33,16 @@ from tdrl.trainers import (
 
 
 @dataclass(frozen=True)
-class Config(OnPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks: the fields of
-    # tdrl.trainers.OnPolicyConfig (--help lists them), redefined where this recipe differs.
+class Config(AdvantageConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks, GAE lambda, loss
+    # weights and clipping: the fields of tdrl.trainers.AdvantageConfig (--help lists them),
+    # redefined where A2C differs.
     num_envs: int = 16
     frames_per_batch: int = 80
     lr: float = 7e-4
     log_every: int = 2_000
-    # The algorithm's own fields.
-    lmbda: float = 0.95
-    """GAE lambda."""
-    critic_coeff: float = 0.5
-    """weight of the value loss."""
     entropy_coeff: float = 0.01
-    """weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip."""
     normalize_advantage: bool = False
-    """normalize advantages over each batch."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -59,13 +50,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = actor_critic(
-        env.observation_spec,
-        env.action_spec,
-        hidden_sizes=cfg.hidden_sizes,
-        init_log_std=cfg.init_log_std,
-        normalize_observations=cfg.normalize_observations,
-    )
+    actor, critic, obs_norm = on_policy_networks(env, cfg)
     # 3. loss, estimator (run on the whole rollout), optimizer
     loss = A2CLoss(
         actor,
@@ -78,25 +63,21 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
     )
-    n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
-    scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
+    scheduler = lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
     run = Run.from_config(cfg, "A2C", state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: estimate on the whole rollout, one full-batch step, then log / evaluate / save
-    for batch in collector:
-        metrics = on_policy_update(
-            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
-        )
-        metrics["lr"] = scheduler.get_last_lr()[0]
-        scheduler.step()
-        if obs_norm is not None:  # after the update, which saw the collection's statistics
-            obs_norm.update(batch[OBSERVATION])
-        if run.end_batch(collector, metrics):
-            break
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+    with run:
+        for batch in collector:
+            metrics = on_policy_update(
+                batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
+            )
+            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+                break
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

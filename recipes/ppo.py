@@ -25,20 +25,20 @@ chosen by a small sweep for the fewest gradient steps to solve (checked on held-
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
-from tdrl.keys import OBSERVATION
-from tdrl.modules import RewardScaling, actor_critic
+from tdrl.modules import RewardScaling
 from tdrl.objectives import ClipPPOLoss
 from tdrl.trainers import (
-    OnPolicyConfig,
+    AdvantageConfig,
     Run,
-    linear_decay,
+    end_on_policy_batch,
+    lr_schedule,
+    on_policy_networks,
     on_policy_update,
     parse,
     setup,
@@ -46,25 +46,18 @@ from tdrl.trainers import (
 
 
 @dataclass(frozen=True)
-class Config(OnPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks: the fields of
-    # tdrl.trainers.OnPolicyConfig (--help lists them), with their defaults.
+class Config(AdvantageConfig):
+    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks, GAE lambda, loss
+    # weights and clipping: the fields of tdrl.trainers.AdvantageConfig (--help lists them),
+    # redefined where PPO differs.
+    critic_coeff: float = 0.25
+    # The algorithm's own fields.
     epochs: int = 10
     """passes over each rollout."""
     minibatch_size: int = 64
     """samples per gradient step."""
-    lmbda: float = 0.95
-    """GAE lambda."""
     clip_epsilon: float = 0.2
     """ratio clip range."""
-    critic_coeff: float = 0.25
-    """weight of the value loss."""
-    entropy_coeff: float = 0.0
-    """weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip."""
-    normalize_advantage: bool = True
-    """normalize advantages per minibatch."""
     scale_rewards: bool = False
     """divide rewards by the running std of the discounted return (SB3/CleanRL style)."""
 
@@ -74,13 +67,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = actor_critic(
-        env.observation_spec,
-        env.action_spec,
-        hidden_sizes=cfg.hidden_sizes,
-        init_log_std=cfg.init_log_std,
-        normalize_observations=cfg.normalize_observations,
-    )
+    actor, critic, obs_norm = on_policy_networks(env, cfg)
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer
     loss = ClipPPOLoss(
         actor,
@@ -93,8 +80,7 @@ def main(cfg: Config) -> dict[str, float]:
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
-    n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
-    scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
+    scheduler = lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
     if reward_scaler is not None:  # its return statistics and per-env carry go in checkpoints
@@ -102,26 +88,23 @@ def main(cfg: Config) -> dict[str, float]:
     run = Run.from_config(cfg, "PPO", state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: estimate on the whole rollout, minibatch epochs, then log / evaluate / checkpoint
-    for batch in collector:
-        if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
-            reward_scaler(batch)
-        metrics = on_policy_update(
-            batch,
-            loss,
-            estimator,
-            optimizer,
-            epochs=cfg.epochs,
-            minibatch_size=cfg.minibatch_size,
-            max_grad_norm=cfg.max_grad_norm,
-        )
-        metrics["lr"] = scheduler.get_last_lr()[0]
-        scheduler.step()
-        if obs_norm is not None:  # after the updates, which saw the collection's statistics
-            obs_norm.update(batch[OBSERVATION])
-        if run.end_batch(collector, metrics):
-            break
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+    with run:
+        for batch in collector:
+            if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
+                reward_scaler(batch)
+            metrics = on_policy_update(
+                batch,
+                loss,
+                estimator,
+                optimizer,
+                epochs=cfg.epochs,
+                minibatch_size=cfg.minibatch_size,
+                max_grad_norm=cfg.max_grad_norm,
+            )
+            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+                break
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

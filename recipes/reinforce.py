@@ -14,7 +14,6 @@ at the end of a batch are cut there (value 0; with --baseline, V bootstraps them
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -23,12 +22,13 @@ from tensordict.nn import TensorDictModule
 from tdrl.collectors import Collector
 from tdrl.estimators import TD1Estimator
 from tdrl.keys import OBSERVATION, STATE_VALUE
-from tdrl.modules import actor_critic
 from tdrl.objectives import ReinforceLoss
 from tdrl.trainers import (
     OnPolicyConfig,
     Run,
-    linear_decay,
+    end_on_policy_batch,
+    lr_schedule,
+    on_policy_networks,
     on_policy_update,
     parse,
     setup,
@@ -61,35 +61,25 @@ def main(cfg: Config) -> dict[str, float]:
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = actor_critic(
-        env.observation_spec,
-        env.action_spec,
-        hidden_sizes=cfg.hidden_sizes,
-        init_log_std=cfg.init_log_std,
-        normalize_observations=cfg.normalize_observations,
-    )
+    actor, critic, obs_norm = on_policy_networks(env, cfg)
     # 3. loss, estimator (Monte Carlo returns on the whole rollout), optimizer
     baseline = critic if cfg.baseline else None
     loss = ReinforceLoss(actor, baseline, normalize_advantage=cfg.normalize_advantage)
     estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
-    n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
-    scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
+    scheduler = lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
     run = Run.from_config(cfg, "REINFORCE", state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: returns on the whole rollout, one full-batch step, then log / evaluate / save
-    for batch in collector:
-        metrics = on_policy_update(batch, loss, estimator, optimizer)
-        metrics["lr"] = scheduler.get_last_lr()[0]
-        scheduler.step()
-        if obs_norm is not None:  # after the update, which saw the collection's statistics
-            obs_norm.update(batch[OBSERVATION])
-        if run.end_batch(collector, metrics):
-            break
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+    with run:
+        for batch in collector:
+            metrics = on_policy_update(batch, loss, estimator, optimizer)
+            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+                break
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

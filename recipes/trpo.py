@@ -1,34 +1,38 @@
-"""TRPO (Schulman et al. 2015, arXiv 1502.05477) on a MuJoCo or any gymnasium task.
+"""TRPO (Schulman et al. 2015, arXiv 1502.05477) and NPG (Kakade 2001; normalized step:
+Rajeswaran et al. 2017, arXiv 1703.02660) on a MuJoCo or any gymnasium task: one recipe, the
+actor's natural-gradient step chosen by ``--algo``.
 
-python recipes/trpo.py                                   # Hopper-v5, short budget
+python recipes/trpo.py                                   # TRPO, Hopper-v5, short budget
+python recipes/trpo.py --algo npg                        # NPG
 python recipes/trpo.py --env-id Pendulum-v1 --num-envs 4
 
-Defaults are Tianshou's MuJoCo TRPO benchmark (examples/mujoco/mujoco_trpo.py): 16 envs x 64
-steps = 1024 per batch; the actor takes one natural-gradient step per batch (conjugate gradient,
-10 iterations, damping 0.1; KL bound 0.01, backtracking ratio 0.8, 10 backtracks); the critic
-takes 20 full-batch Adam steps (lr 1e-3, decayed linearly to 0); gamma 0.99, GAE lambda 0.95,
-advantages normalized, 64x64 tanh MLPs, initial log-std -0.5, observation normalization.
-Differences: no reward/return scaling (Tianshou divides returns by their running std) and a
-short default budget (Tianshou: 3M).
+Defaults are Tianshou's MuJoCo TRPO and NPG benchmarks (examples/mujoco/mujoco_trpo.py and
+mujoco_npg.py, which share them): 16 envs x 64 steps = 1024 per batch; the actor takes one
+natural-gradient step per batch (conjugate gradient, 10 iterations, damping 0.1; TRPO: KL bound
+0.01, backtracking ratio 0.8, 10 backtracks; NPG: a step whose quadratic KL model equals 0.01,
+where Tianshou takes a fixed step size); the critic takes 20 full-batch Adam steps (lr 1e-3,
+decayed linearly to 0); gamma 0.99, GAE lambda 0.95, advantages normalized, 64x64 tanh MLPs,
+initial log-std -0.5, observation normalization. Differences: no reward/return scaling (Tianshou
+divides returns by their running std) and a short default budget (Tianshou: 3M).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
-from tdrl.keys import OBSERVATION
-from tdrl.modules import actor_critic
-from tdrl.objectives import TRPOLoss
+from tdrl.objectives import NPGLoss, TRPOLoss
 from tdrl.trainers import (
     OnPolicyConfig,
     Run,
-    linear_decay,
+    end_on_policy_batch,
+    lr_schedule,
     natural_gradient_update,
+    on_policy_networks,
     parse,
     setup,
 )
@@ -42,16 +46,18 @@ class Config(OnPolicyConfig):
     frames_per_batch: int = 1024
     lr: float = 1e-3
     # The algorithm's own fields.
+    algo: Literal["trpo", "npg"] = "trpo"
+    """the actor's step: TRPO (KL-bounded line search) or NPG (normalized natural gradient)."""
     critic_steps: int = 20
     """full-batch critic steps per batch."""
     lmbda: float = 0.95
     """GAE lambda."""
     max_kl: float = 0.01
-    """KL bound of the actor's step."""
+    """KL bound of the actor's step (NPG: the KL of its quadratic model)."""
     backtrack_ratio: float = 0.8
-    """line-search step shrink factor."""
+    """line-search step shrink factor (TRPO)."""
     max_backtracks: int = 10
-    """line-search trials."""
+    """line-search trials (TRPO)."""
     damping: float = 0.1
     """added to the Fisher matrix in the conjugate-gradient solve."""
     cg_iters: int = 10
@@ -61,49 +67,45 @@ class Config(OnPolicyConfig):
 
 
 def main(cfg: Config) -> dict[str, float]:
-    """Train TRPO as configured; returns the last evaluation and update's metrics."""
+    """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = actor_critic(
-        env.observation_spec,
-        env.action_spec,
-        hidden_sizes=cfg.hidden_sizes,
-        init_log_std=cfg.init_log_std,
-        normalize_observations=cfg.normalize_observations,
-    )
+    actor, critic, obs_norm = on_policy_networks(env, cfg)
     # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, optimizer
-    loss = TRPOLoss(
-        actor,
-        critic,
+    common = dict(
         max_kl=cfg.max_kl,
-        backtrack_ratio=cfg.backtrack_ratio,
-        max_backtracks=cfg.max_backtracks,
         damping=cfg.damping,
         cg_iters=cfg.cg_iters,
         normalize_advantage=cfg.normalize_advantage,
     )
+    if cfg.algo == "trpo":
+        loss = TRPOLoss(
+            actor,
+            critic,
+            backtrack_ratio=cfg.backtrack_ratio,
+            max_backtracks=cfg.max_backtracks,
+            **common,
+        )
+    else:
+        loss = NPGLoss(actor, critic, **common)
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr, fused=True)
-    n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
-    scheduler = linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
+    scheduler = lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    run = Run.from_config(cfg, "TRPO", state, eval_env=eval_env, policy=actor)
+    run = Run.from_config(cfg, cfg.algo.upper(), state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: GAE on the whole rollout, natural-gradient actor step, critic steps, log / save
-    for batch in collector:
-        metrics = natural_gradient_update(
-            batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps
-        )
-        metrics["lr"] = scheduler.get_last_lr()[0]
-        scheduler.step()
-        if obs_norm is not None:  # after the updates, which saw the collection's statistics
-            obs_norm.update(batch[OBSERVATION])
-        if run.end_batch(collector, metrics):
-            break
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return run.finish()
+    with run:
+        for batch in collector:
+            metrics = natural_gradient_update(
+                batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps
+            )
+            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+                break
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+        return run.finish()
 
 
 if __name__ == "__main__":

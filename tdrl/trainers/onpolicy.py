@@ -11,21 +11,69 @@ over a collector for users who want one call; the recipes keep their loop visibl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
+from tdrl import keys
 from tdrl.collectors import Collector
-from tdrl.modules import RunningObservationNorm
+from tdrl.envs import VecEnv
+from tdrl.modules import RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
+from tdrl.trainers.config import OnPolicyConfig
 from tdrl.trainers.optim import optimizer_step
-from tdrl.trainers.run import episode_metrics
+from tdrl.trainers.run import Run, episode_metrics
+
+# The metric that on_policy_update and natural_gradient_update count their gradient steps in.
+UPDATES = "updates"
 
 
 def _scalars(td: TensorDictBase) -> dict[str, float]:
     return {str(key): float(value) for key, value in td.items()}
+
+
+def on_policy_networks(
+    env: VecEnv, cfg: OnPolicyConfig
+) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
+    """``tdrl.modules.actor_critic`` for ``env`` with the config's networks options."""
+    return actor_critic(
+        env.observation_spec,
+        env.action_spec,
+        hidden_sizes=cfg.hidden_sizes,
+        init_log_std=cfg.init_log_std,
+        normalize_observations=cfg.normalize_observations,
+    )
+
+
+def lr_schedule(
+    optimizer: torch.optim.Optimizer, cfg: OnPolicyConfig
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """:func:`linear_decay` over the config's number of batches (constant without lr_decay)."""
+    n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
+    return linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
+
+
+def end_on_policy_batch(
+    run: Run,
+    batch: TensorDictBase,
+    metrics: dict[str, float],
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    obs_norm: RunningObservationNorm | None,
+) -> bool:
+    """After a batch's updates: log the learning rate, step the schedule, update the
+    observation statistics (after the updates, which saw the collection's statistics), count
+    the gradient steps (``metrics["updates"]``) and end the batch (:meth:`Run.end_batch`);
+    returns True to stop."""
+    run.updates += int(metrics.pop(UPDATES, 0))
+    metrics["lr"] = float(scheduler.get_last_lr()[0])
+    scheduler.step()
+    if obs_norm is not None:
+        obs_norm.update(batch[keys.OBSERVATION])
+    assert run.collector is not None, "call run.start(collector) first"
+    return run.end_batch(run.collector, metrics)
 
 
 def linear_decay(
@@ -63,7 +111,8 @@ def on_policy_update(
         generator: random generator of the shuffles (default: torch's global one).
 
     Returns:
-        The loss outputs averaged over all gradient steps, as floats.
+        The loss outputs averaged over all gradient steps, as floats, and ``"updates"``: the
+        number of gradient steps taken.
 
     Shapes:
         batch ``[num_envs, T]``.
@@ -80,7 +129,9 @@ def on_policy_update(
         max_grad_norm=max_grad_norm,
         generator=generator,
     )
-    return _scalars(out)
+    metrics = _scalars(out)
+    metrics[UPDATES] = float(epochs * math.ceil(batch.numel() / size))
+    return metrics
 
 
 def ppo_update(
@@ -167,6 +218,7 @@ def natural_gradient_update(
     metrics.update(
         _scalars(ppo_update(loss, critic_optimizer, flat, epochs=critic_steps, minibatch_size=size))
     )
+    metrics[UPDATES] = float(1 + critic_steps * math.ceil(flat.numel() / size))  # actor + critic
     return metrics
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes import a2c, npg, ppo, reinforce, trpo
+from recipes import a2c, ppo, reinforce, trpo
 from tdrl.trainers import read_csv
 
-RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": npg, "trpo": trpo}
+# NPG is trpo.py with --algo npg (one recipe for both natural-gradient methods).
+RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
 
 # Small enough for seconds, large enough for episode ends, resets and several batches.
 TINY = dict(
@@ -27,7 +28,11 @@ TINY = dict(
     progress=False,
     tensorboard=False,
 )
-TINY_EXTRA = {"ppo": dict(epochs=2, minibatch_size=32), "a2c": dict(log_every=1)}
+TINY_EXTRA = {
+    "ppo": dict(epochs=2, minibatch_size=32),
+    "a2c": dict(log_every=1),
+    "npg": dict(algo="npg"),
+}
 
 
 def tiny(name: str, tmp_path: Path, **overrides) -> object:
