@@ -26,6 +26,7 @@ import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 
+import tdrl
 from tdrl import keys
 from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
@@ -97,27 +98,66 @@ def _raw(asynchronous: bool) -> Runner:
     return run
 
 
+# ------------------------------------------------------------------------------ envpool
+def _raw_envpool(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
+    """envpool's own synchronous step loop (its next-step autoreset, no final observations)."""
+    try:
+        import envpool
+    except ImportError:
+        return math.nan
+    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=0)
+    policy = GaussianMLP(*_dims(env_id))
+    space = pool.action_space
+    rng = np.random.default_rng(0)
+    obs, _ = pool.reset()
+    steps = frames // num_envs
+    start = 0.0
+    with torch.no_grad():
+        for t in range(steps + steps // 10):
+            if t == steps // 10:
+                start = time.perf_counter()
+            if mlp:
+                action = policy(torch.as_tensor(obs, dtype=torch.float32))[0].double().numpy()
+            else:
+                action = rng.uniform(space.low, space.high, (num_envs, *space.shape))
+            obs, *_ = pool.step(action)
+    return _rate(steps * num_envs, start)
+
+
 # ------------------------------------------------------------------------------ tdrl
-def _tdrl(mode: str) -> Runner:
+def _tdrl(mode: str, backend: str = "gymnasium", fast: bool = True) -> Runner:
     def run(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
-        env = make_vec_env(env_id, num_envs, mode=mode, seed=0)
-        out_keys = [keys.ACTION, keys.LOC, keys.SCALE, keys.ACTION_LOG_PROB]
-        policy = (
-            TensorDictModule(GaussianMLP(*_dims(env_id)), [keys.OBSERVATION], out_keys)
-            if mlp
-            else None
-        )
-        per_batch = max(num_envs, frames // 4 // num_envs * num_envs)
-        collector = Collector(env, policy, per_batch)
-        collector.rollout()  # warm-up
-        start = time.perf_counter()
-        for _ in range(4):
-            collector.rollout()
-        rate = _rate(4 * per_batch, start)
-        env.close()
-        return rate
+        if backend == "envpool":
+            try:
+                import envpool  # noqa: F401
+            except ImportError:
+                return math.nan
+        previous = tdrl.set_fast(fast)
+        try:
+            return _tdrl_rate(env_id, mlp, num_envs, frames, mode, backend)
+        finally:
+            tdrl.set_fast(previous)
 
     return run
+
+
+def _tdrl_rate(
+    env_id: str, mlp: bool, num_envs: int, frames: int, mode: str, backend: str
+) -> float:
+    env = make_vec_env(env_id, num_envs, mode=mode, seed=0, backend=backend)
+    out_keys = [keys.ACTION, keys.LOC, keys.SCALE, keys.ACTION_LOG_PROB]
+    policy = (
+        TensorDictModule(GaussianMLP(*_dims(env_id)), [keys.OBSERVATION], out_keys) if mlp else None
+    )
+    per_batch = max(num_envs, frames // 4 // num_envs * num_envs)
+    collector = Collector(env, policy, per_batch)
+    collector.rollout()  # warm-up
+    start = time.perf_counter()
+    for _ in range(4):
+        collector.rollout()
+    rate = _rate(4 * per_batch, start)
+    env.close()
+    return rate
 
 
 # ------------------------------------------------------------------------------ TorchRL
@@ -237,7 +277,10 @@ RUNNERS: dict[str, Runner] = {
     "SB3 DummyVecEnv (raw loop)": _sb3_dummy,
     "SB3 PPO collect_rollouts": _sb3_ppo,
     "tdrl Collector, sync": _tdrl("sync"),
+    "tdrl Collector, sync, plain (TDRL_FAST=0)": _tdrl("sync", fast=False),
     "tdrl Collector, async": _tdrl("async"),
+    "envpool (raw loop)": _raw_envpool,
+    "tdrl Collector, envpool": _tdrl("sync", backend="envpool"),
 }
 
 
@@ -285,6 +328,13 @@ def main() -> None:
         "\ntargets: tdrl random >= 0.90x gymnasium sync (random); "
         "tdrl MLP >= 1.50x SB3 PPO collect_rollouts"
     )
+    pool, ours = "envpool (raw loop)", "tdrl Collector, envpool"
+    if not math.isnan(best.get((pool, columns[0][0], False), math.nan)):
+        print("envpool: tdrl Collector on envpool / raw envpool loop (same policy):")
+        for env_id, mlp in columns:
+            ratio = best[(ours, env_id, mlp)] / best[(pool, env_id, mlp)]
+            kind = "MLP" if mlp else "random"
+            print(f"  {env_id} {kind}: {ratio:.2f}x (target >= 0.9x)")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 
 from tdrl import keys as K
+from tdrl.keyed import next_key, renamed, require
 from tdrl.ops import InputError
 from tdrl.ops._common import TRUNCATION_POLICIES
 
@@ -42,18 +43,6 @@ class EstimatorKeys:
     sample_log_prob: NestedKey = K.ACTION_LOG_PROB
     target_log_prob: NestedKey = K.TARGET_LOG_PROB
     action: NestedKey = K.ACTION
-
-
-class MissingKeyError(KeyError):
-    """A key the estimator needs is not in the batch (readable message, unlike ``KeyError``)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def next_key(key: NestedKey) -> tuple[str, ...]:
-    """``key`` under ``"next"``."""
-    return (K.NEXT, *key) if isinstance(key, tuple) else (K.NEXT, key)
 
 
 # Constructor arguments of TorchRL 0.14 that only tune how its value network is called (vmap,
@@ -109,14 +98,8 @@ class ValueEstimator(TensorDictModuleBase):
 
     # --- keys -----------------------------------------------------------------------------
     def set_keys(self, **kwargs: NestedKey) -> ValueEstimator:
-        """Rename keys (fields of :class:`EstimatorKeys`); unknown names raise ``KeyError``."""
-        fields = {f.name for f in dataclasses.fields(EstimatorKeys)}
-        for name, key in kwargs.items():
-            if name not in fields:
-                raise KeyError(f"{name!r} is not a key of {type(self).__name__}: {sorted(fields)}")
-            if key is None or not isinstance(key, (str, tuple)):
-                raise ValueError(f"key {name!r} must be a str or tuple of str, got {key!r}")
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        """Rename keys (fields of :class:`EstimatorKeys`); unknown names raise ``ValueError``."""
+        self.tensor_keys = renamed(self.tensor_keys, type(self).__name__, **kwargs)
         return self
 
     @property
@@ -141,14 +124,8 @@ class ValueEstimator(TensorDictModuleBase):
             raise ValueError(f"time_dim={dim} is out of range for batch {tensordict.batch_size}")
         return dim % tensordict.ndim
 
-    @staticmethod
-    def _get(tensordict: TensorDictBase, key: NestedKey, why: str = "") -> Tensor:
-        x = tensordict.get(key, None)
-        if x is None:
-            present = sorted(map(str, tensordict.keys(True)))
-            hint = f"; {why}" if why else ""
-            raise MissingKeyError(f"missing key {key!r} in the batch (keys: {present}){hint}")
-        return x
+    def _get(self, tensordict: TensorDictBase, key: NestedKey, why: str = "") -> Tensor:
+        return require(tensordict, key, type(self).__name__, why)
 
     def _values(
         self, tensordict: TensorDictBase, params: TensorDictBase | None, target_params: Any
@@ -270,11 +247,6 @@ class ValueEstimator(TensorDictModuleBase):
         self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
     ) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
-
-
-def standardize(x: Tensor, eps: float) -> Tensor:
-    """``(x - mean) / max(std, eps)`` over all elements (TorchRL's ``average_gae``)."""
-    return (x - x.mean()) / x.std().clamp_min(eps)
 
 
 def _names(tensordict: TensorDictBase) -> list[str | None]:

@@ -14,8 +14,8 @@ from typing import Any
 from tensordict import TensorDictBase
 from torch import Tensor
 
-from tdrl.estimators.base import ValueEstimator, standardize
-from tdrl.ops import gae, td0_return, td_lambda_return
+from tdrl.estimators.base import ValueEstimator
+from tdrl.ops import gae, standardize, td0_return, td_lambda_return
 
 
 class GAE(ValueEstimator):
@@ -56,7 +56,7 @@ class GAE(ValueEstimator):
             gamma=self._gamma(tensordict, reward), lmbda=self.lmbda, time_dim=time_dim,
         )  # fmt: skip
         if self.average_gae:
-            advantage = standardize(advantage, 1e-4)
+            advantage = standardize(advantage)
         return advantage, value_target
 
 
@@ -91,7 +91,7 @@ class TDLambdaEstimator(ValueEstimator):
         reward, terminated, done, truncated = self._signals(tensordict)
         gamma = self._gamma(tensordict, reward)
         if self.average_rewards:
-            reward = standardize(reward, 1e-4)
+            reward = standardize(reward)
         target = self._target(reward, value, next_value, terminated, done, truncated, gamma,
                               time_dim)  # fmt: skip
         return target - value, target

@@ -7,8 +7,8 @@ from typing import Any
 from tensordict import TensorDictBase
 from torch import Tensor
 
-from tdrl.estimators.base import ValueEstimator, standardize
-from tdrl.ops import vtrace
+from tdrl.estimators.base import ValueEstimator
+from tdrl.ops import standardize, vtrace
 
 
 class VTrace(ValueEstimator):
@@ -78,5 +78,5 @@ class VTrace(ValueEstimator):
             c_thresh=self.c_thresh, time_dim=time_dim,
         )  # fmt: skip
         if self.average_adv:
-            advantage = standardize(advantage, 1e-5)
+            advantage = standardize(advantage)
         return advantage, value_target

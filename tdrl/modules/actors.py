@@ -33,15 +33,9 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torch.distributions import Distribution
 
+from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_LOG_PROB, LOC, LOGITS, OBSERVATION, SCALE
 from tdrl.modules.distributions import Categorical, IndependentNormal, TanhNormal
-
-
-def _get(td: TensorDictBase, key: NestedKey, owner: str) -> torch.Tensor:
-    value = td.get(key, None)
-    if value is None:
-        raise KeyError(f"{owner}: the input has no {key!r} entry (it has {list(td.keys(True))})")
-    return value
 
 
 def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> torch.Tensor:
@@ -91,10 +85,10 @@ class _ProbabilisticActor(TensorDictModuleBase):
 
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
         """The action distribution for ``tensordict``; nothing is written into it."""
-        return self._dist(self._params(_get(tensordict, self.in_keys[0], type(self).__name__)))
+        return self._dist(self._params(require(tensordict, self.in_keys[0], type(self).__name__)))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        params = self._params(_get(tensordict, self.in_keys[0], type(self).__name__))
+        params = self._params(require(tensordict, self.in_keys[0], type(self).__name__))
         dist = self._dist(params)
         mode = interaction_type() or self.default_interaction_type
         if mode is InteractionType.RANDOM:
@@ -242,7 +236,7 @@ class TanhGaussianActor(_ProbabilisticActor):
 
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
         """The action distribution for ``tensordict``; nothing is written into it."""
-        observation = _get(tensordict, self.in_keys[0], type(self).__name__)
+        observation = require(tensordict, self.in_keys[0], type(self).__name__)
         loc, log_std = self._loc_log_std(observation)
         # log_std passed along: the distribution needs no log of the scale.
         return self._tanh_normal(loc, log_std.exp(), log_std)

@@ -7,8 +7,9 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from tdrl.keyed import require
 from tdrl.keys import OBSERVATION, STATE_VALUE
-from tdrl.modules.actors import _apply, _get
+from tdrl.modules.actors import _apply
 
 
 class ValueCritic(TensorDictModuleBase):
@@ -36,7 +37,7 @@ class ValueCritic(TensorDictModuleBase):
         self.out_keys = [out_key]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = _get(tensordict, self.in_keys[0], "ValueCritic")
+        observation = require(tensordict, self.in_keys[0], "ValueCritic")
         value = _apply(self.net, observation, self.in_keys[0], "ValueCritic")
         if value.shape[-1] != 1:
             raise ValueError(

@@ -10,8 +10,9 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION
-from tdrl.modules.actors import _apply, _bounds, _get
+from tdrl.modules.actors import _apply, _bounds
 
 
 class DeterministicActor(TensorDictModuleBase):
@@ -53,7 +54,7 @@ class DeterministicActor(TensorDictModuleBase):
     def action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The action for ``tensordict`` in env units; nothing is written."""
         key = self.in_keys[0]
-        observation = _get(tensordict, key, "DeterministicActor")
+        observation = require(tensordict, key, "DeterministicActor")
         out = _apply(self.net, observation, key, "DeterministicActor")
         if out.shape[-1] != self.action_dim:
             raise ValueError(

@@ -24,8 +24,8 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
-from tdrl.modules.actors import _get
 
 Init = Literal["default", "orthogonal"]
 
@@ -192,7 +192,7 @@ class EnsembleCritic(TensorDictModuleBase):
 
     def values(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The ``E`` members' outputs, ensemble dim first; nothing is written."""
-        inputs = [_get(tensordict, key, "EnsembleCritic") for key in self.in_keys]
+        inputs = [require(tensordict, key, "EnsembleCritic") for key in self.in_keys]
         x = inputs[0] if len(inputs) == 1 else torch.cat(inputs, dim=-1)
         try:
             return self.net(x)

@@ -21,8 +21,9 @@ from tensordict.nn import InteractionType, TensorDictModuleBase
 from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
 
+from tdrl.keyed import require
 from tdrl.keys import ACTION, IS_INIT
-from tdrl.modules.actors import _bounds, _get
+from tdrl.modules.actors import _bounds
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float:
@@ -99,7 +100,7 @@ class EpsilonGreedy(_Exploration):
         if not self._exploring():
             return tensordict
         key = self.in_keys[0]
-        action = _get(tensordict, key, "EpsilonGreedy")
+        action = require(tensordict, key, "EpsilonGreedy")
         if action.dtype.is_floating_point:
             raise TypeError(
                 f"EpsilonGreedy: {key!r} must be an integer action index, got {action.dtype}"
@@ -127,7 +128,7 @@ class _ActionNoise(_Exploration):
 
     def _action(self, tensordict: TensorDictBase) -> torch.Tensor:
         key = self.in_keys[0]
-        action = _get(tensordict, key, type(self).__name__)
+        action = require(tensordict, key, type(self).__name__)
         if action.shape[-1:] != (self.action_dim,):
             raise ValueError(
                 f"{type(self).__name__}: {key!r} has shape {tuple(action.shape)}, expected a "

@@ -16,8 +16,9 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION, STATE_ACTION_VALUE
-from tdrl.modules.actors import _apply, _get
+from tdrl.modules.actors import _apply
 from tdrl.modules.mlp import mlp
 
 
@@ -103,7 +104,7 @@ class QValueActor(TensorDictModuleBase):
 
     def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``Q(s, .)`` ``[*B, n]``; nothing is written."""
-        observation = _get(tensordict, self.in_keys[0], "QValueActor")
+        observation = require(tensordict, self.in_keys[0], "QValueActor")
         return _apply(self.net, observation, self.in_keys[0], "QValueActor")
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -143,7 +144,7 @@ class StateActionCritic(TensorDictModuleBase):
         self.out_keys = [out_key]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        inputs = [_get(tensordict, key, "StateActionCritic") for key in self.in_keys]
+        inputs = [require(tensordict, key, "StateActionCritic") for key in self.in_keys]
         try:
             value = self.net(torch.cat(inputs, dim=-1))
         except RuntimeError as error:

@@ -6,8 +6,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl.keys import ENTROPY
-from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, normalize, require
+from tdrl.keys import ENTROPY, LOSS_CRITIC, LOSS_ENTROPY, LOSS_OBJECTIVE
+from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, require
+from tdrl.ops import standardize
 
 
 class A2CLoss(OnPolicyLoss):
@@ -63,15 +64,15 @@ class A2CLoss(OnPolicyLoss):
         log_prob = dist.log_prob(action)
         advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
         if self.normalize_advantage:
-            advantage = normalize(advantage)
-        out = {"loss_objective": -(log_prob * advantage.detach()).mean()}
+            advantage = standardize(advantage)
+        out = {LOSS_OBJECTIVE: -(log_prob * advantage.detach()).mean()}
         if self.entropy_coeff:
             entropy = entropy_of(dist).mean()
-            out["loss_entropy"] = -self.entropy_coeff * entropy
+            out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
         else:
             with torch.no_grad():
                 entropy = entropy_of(dist).mean()
         if self.critic_network is not None:
-            out["loss_critic"] = self._critic_loss(tensordict)[0]
+            out[LOSS_CRITIC] = self._critic_loss(tensordict)[0]
         out[ENTROPY] = entropy.detach()
         return self._output(out)

@@ -11,7 +11,9 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch.distributions import Distribution
 
+from tdrl.keyed import renamed, require
 from tdrl.keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, LOSS_PREFIX, STATE_VALUE, VALUE_TARGET
+from tdrl.ops import distance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,14 +29,6 @@ class OnPolicyKeys:
     value: NestedKey = STATE_VALUE
     sample_log_prob: NestedKey = ACTION_LOG_PROB
     action: NestedKey = ACTION
-
-
-def require(td: TensorDictBase, key: NestedKey, owner: str) -> torch.Tensor:
-    """``td[key]``, or a ``KeyError`` naming the loss and the key."""
-    value = td.get(key, None)
-    if value is None:
-        raise KeyError(f"{owner}: the batch has no {key!r} entry (it has {list(td.keys(True))})")
-    return value
 
 
 def advantage_of(
@@ -81,25 +75,6 @@ def total_loss(out: TensorDictBase) -> torch.Tensor:
     for term in terms[1:]:
         total = total + term
     return total
-
-
-def normalize(advantage: torch.Tensor) -> torch.Tensor:
-    """Zero mean, unit std over the (mini)batch (SB3 / CleanRL / Tianshou PPO)."""
-    if advantage.numel() < 2:
-        return advantage
-    std, mean = torch.std_mean(advantage)
-    return (advantage - mean) / (std + 1e-8)
-
-
-def distance(input: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
-    """Element-wise ``l2`` (squared error), ``l1`` or ``smooth_l1`` (Huber, beta 1)."""
-    if kind == "l2":
-        return (input - target).pow(2)
-    if kind == "l1":
-        return (input - target).abs()
-    if kind == "smooth_l1":
-        return torch.nn.functional.smooth_l1_loss(input, target, reduction="none")
-    raise ValueError(f"loss_critic_type must be 'l2', 'l1' or 'smooth_l1', got {kind!r}")
 
 
 def entropy_of(dist: Distribution) -> torch.Tensor:
@@ -157,11 +132,7 @@ class OnPolicyLoss(TensorDictModuleBase):
 
     def set_keys(self, **kwargs: NestedKey) -> OnPolicyLoss:
         """Rename the keys read from the batch, e.g. ``set_keys(advantage="adv")``."""
-        fields = {f.name for f in dataclasses.fields(OnPolicyKeys)}
-        unknown = set(kwargs) - fields
-        if unknown:
-            raise ValueError(f"unknown key names {sorted(unknown)}; valid: {sorted(fields)}")
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **kwargs)
+        self.tensor_keys = renamed(self.tensor_keys, type(self).__name__, **kwargs)
         self._set_in_keys()
         return self
 

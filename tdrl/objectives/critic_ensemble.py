@@ -19,14 +19,8 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
+from tdrl.keyed import require
 from tdrl.keys import STATE_ACTION_VALUE
-
-
-def _get(td: TensorDictBase, key: NestedKey, owner: str) -> torch.Tensor:
-    value = td.get(key, None)
-    if value is None:
-        raise KeyError(f"{owner}: the input has no {key!r} entry (it has {list(td.keys(True))})")
-    return value
 
 
 def _reset_parameters(module: nn.Module) -> None:
@@ -87,7 +81,7 @@ class ModuleEnsemble(TensorDictModuleBase):
         """The ``E`` members' outputs, ensemble dim first; nothing is written."""
         inputs = tensordict.select(*self.in_keys, strict=False)
         for key in self.in_keys:
-            _get(inputs, key, "ModuleEnsemble")
+            require(inputs, key, "ModuleEnsemble")
         out_key = self.out_keys[0]
         base = self._base
 
@@ -122,7 +116,7 @@ class SingleCritic(TensorDictModuleBase):
     def values(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The critic's output with a leading ensemble dim of 1; nothing is written."""
         inputs = tensordict.select(*self.in_keys, strict=False)
-        return _get(self.module(inputs), self.out_keys[0], "SingleCritic").unsqueeze(0)
+        return require(self.module(inputs), self.out_keys[0], "SingleCritic").unsqueeze(0)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         tensordict.set(self.out_keys[0], self.values(tensordict).movedim(0, -2))

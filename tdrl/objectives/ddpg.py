@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tdrl.keys import NEXT
+from tdrl.keys import LOSS_ACTOR, LOSS_VALUE, NEXT
 from tdrl.objectives.critic_ensemble import as_ensemble
 from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values, frozen
 from tdrl.objectives.target import make_target
@@ -18,6 +18,8 @@ from tdrl.objectives.target import make_target
 
 class _DeterministicActorCritic(OffPolicyLoss):
     """Shared by DDPG and TD3: actor/critic/targets, ``actor_loss`` on the first critic."""
+
+    _outputs = (LOSS_ACTOR, LOSS_VALUE)
 
     def __init__(
         self,
@@ -132,8 +134,8 @@ class DDPGLoss(_DeterministicActorCritic):
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         loss_value, td_error = self.qvalue_loss(batch)
         out = {
-            "loss_actor": self.actor_loss(batch),
-            "loss_value": loss_value,
+            LOSS_ACTOR: self.actor_loss(batch),
+            LOSS_VALUE: loss_value,
             self.tensor_keys.priority: td_error,
         }
         return self._output(out)

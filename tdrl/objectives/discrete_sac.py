@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tdrl.keys import ACTION_VALUE, ALPHA, ENTROPY, NEXT
+from tdrl.keys import ACTION_VALUE, ALPHA, ENTROPY, LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE, NEXT
 from tdrl.objectives.critic_ensemble import as_ensemble
 from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, log_alpha_parameter
 from tdrl.objectives.target import make_target
@@ -49,6 +49,8 @@ class DiscreteSACLoss(OffPolicyLoss):
     Shapes:
         batch ``[B]``; logits and action values ``[B, n]``.
     """
+
+    _outputs = (LOSS_ACTOR, LOSS_QVALUE, LOSS_ALPHA, ALPHA, ENTROPY)
 
     def __init__(
         self,
@@ -139,9 +141,9 @@ class DiscreteSACLoss(OffPolicyLoss):
         target_entropy = self.target_entropy(log_pi.shape[-1])
         loss_alpha = self._mean(-self.log_alpha * (neg_entropy + target_entropy), weights)
         out = {
-            "loss_actor": loss_actor,
-            "loss_qvalue": loss_qvalue,
-            "loss_alpha": loss_alpha,
+            LOSS_ACTOR: loss_actor,
+            LOSS_QVALUE: loss_qvalue,
+            LOSS_ALPHA: loss_alpha,
             ALPHA: self.alpha,
             ENTROPY: -neg_entropy.mean(),
             self.tensor_keys.priority: td_error,

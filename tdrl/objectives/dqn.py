@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, NEXT, VALUE_TARGET
+from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
 from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
 from tdrl.objectives.target import make_target
 
@@ -47,6 +47,8 @@ class DQNLoss(OffPolicyLoss):
     Shapes:
         batch ``[B]``; reward and flags ``[B, 1]``.
     """
+
+    _outputs = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET)
 
     def __init__(
         self,
@@ -98,7 +100,7 @@ class DQNLoss(OffPolicyLoss):
         chosen = self._gather_action(action_value, index)
         loss = self._mean(self._distance(chosen, target), self._weights(batch))
         out = {
-            "loss": loss,
+            LOSS: loss,
             self.tensor_keys.priority: (chosen.detach() - target).abs(),
             CHOSEN_ACTION_VALUE: chosen.detach().mean(),
             VALUE_TARGET: target.mean(),

@@ -21,8 +21,10 @@ from tensordict.nn import TensorDictModuleBase
 from torch.distributions import Distribution, kl_divergence
 from torch.nn.utils import parameters_to_vector
 
-from tdrl.keys import ENTROPY
-from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, normalize, require
+from tdrl.keyed import require
+from tdrl.keys import ENTROPY, LOSS_CRITIC
+from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of
+from tdrl.ops import standardize
 
 
 def flat_grad(
@@ -157,7 +159,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
         """The critic loss (``"loss_critic"``) for the critic's optimizer; the actor is not here."""
         if self.critic_network is None:
             raise RuntimeError(f"{type(self).__name__} has no critic: use actor_step only")
-        return self._output({"loss_critic": self._critic_loss(tensordict)[0]})
+        return self._output({LOSS_CRITIC: self._critic_loss(tensordict)[0]})
 
     def _surrogate(
         self,
@@ -190,7 +192,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
             old_log_prob = old_dist.log_prob(action)
         advantage = advantage_of(tensordict, keys.advantage, old_log_prob.shape, owner)
         if self.normalize_advantage:
-            advantage = normalize(advantage)
+            advantage = standardize(advantage)
         surrogate, dist, log_prob = self._surrogate(tensordict, action, old_log_prob, advantage)
         grad = flat_grad(surrogate, params, retain_graph=True)
         kl = mean_kl(old_dist, dist, old_log_prob, log_prob)

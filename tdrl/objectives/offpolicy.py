@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
@@ -24,12 +23,12 @@ from torch.distributions import Distribution
 
 from tdrl import _fast
 from tdrl._fast.tdict import new_unchecked
+from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
     ACTION_VALUE,
     DONE,
     GAMMA,
-    NEXT,
     PRIORITY_WEIGHT,
     REWARD,
     STATE_ACTION_VALUE,
@@ -37,7 +36,7 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
-from tdrl.ops import td0_return
+from tdrl.ops import DISTANCES, distance, td0_return
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +63,6 @@ class OffPolicyKeys:
 _SCALAR = torch.Size([])
 
 
-def _next(key: NestedKey) -> tuple[str, ...]:
-    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)
-
-
 class OffPolicyLoss(TensorDictModuleBase):
     """Base of the off-policy losses: ``set_keys``, batch readers, targets, reduction."""
 
@@ -75,10 +70,8 @@ class OffPolicyLoss(TensorDictModuleBase):
         super().__init__()
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"loss_function must be 'l2', 'l1' or 'smooth_l1', got {loss_function!r}"
-            )
+        if loss_function not in DISTANCES:
+            raise ValueError(f"loss_function must be one of {DISTANCES}, got {loss_function!r}")
         self.gamma = gamma
         self.loss_function = loss_function
         self.tensor_keys = OffPolicyKeys()
@@ -87,29 +80,26 @@ class OffPolicyLoss(TensorDictModuleBase):
     def in_keys(self) -> list[NestedKey]:  # type: ignore[override]
         """What the loss reads: the networks' inputs at the root and under ``"next"``."""
         keys = self.tensor_keys
-        found: list[NestedKey] = [keys.action, _next(keys.reward), _next(keys.terminated)]
+        found: list[NestedKey] = [keys.action, next_key(keys.reward), next_key(keys.terminated)]
         for net in self.children():
             for key in getattr(net, "in_keys", []):
-                for k in (key, _next(key)):
+                for k in (key, next_key(key)):
                     if k not in found:
                         found.append(k)
         return found
 
+    # What forward returns besides the per-sample priority entry (each loss sets its own).
+    _outputs: tuple[NestedKey, ...] = ()
+
     @property
     def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
-        """The output names are listed in each loss's docstring; computed on call."""
-        return []
+        """The entries ``forward`` returns (``loss_*`` terms, diagnostics, the priority key),
+        for tools that read them before calling, as TorchRL's trainers do."""
+        return [*self._outputs, self.tensor_keys.priority]
 
     def set_keys(self, **keys: NestedKey) -> OffPolicyLoss:
         """Rename the keys the loss reads (TorchRL's ``set_keys``); returns ``self``."""
-        fields = {f.name for f in dataclasses.fields(OffPolicyKeys)}
-        unknown = set(keys) - fields
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__}: set_keys got unknown names {sorted(unknown)}; "
-                f"known: {sorted(fields)}"
-            )
-        self.tensor_keys = dataclasses.replace(self.tensor_keys, **keys)
+        self.tensor_keys = renamed(self.tensor_keys, type(self).__name__, **keys)
         return self
 
     def target_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
@@ -118,13 +108,7 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     # --- reading the batch ----------------------------------------------------------------
     def _get(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
-        value = batch.get(key, None)
-        if value is None:
-            raise KeyError(
-                f"{type(self).__name__}: the batch has no {key!r} entry "
-                f"(it has {', '.join(sorted(map(str, batch.keys(True, True))))})"
-            )
-        return value
+        return require(batch, key, type(self).__name__)
 
     def _per_sample(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
         """``batch[key]`` as ``[B]``, accepting the trailing singleton of TorchRL's layout."""
@@ -151,18 +135,18 @@ class OffPolicyLoss(TensorDictModuleBase):
                 f"size {tuple(batch.batch_size)} (reshape(-1) a [num_envs, T] rollout first)"
             )
         keys = self.tensor_keys
-        reward = self._per_sample(batch, _next(keys.reward))
-        terminated = self._per_sample(batch, _next(keys.terminated))
+        reward = self._per_sample(batch, next_key(keys.reward))
+        terminated = self._per_sample(batch, next_key(keys.terminated))
         if terminated.dtype != torch.bool:
             raise TypeError(
-                f"{type(self).__name__}: {_next(keys.terminated)!r} must be bool, got "
+                f"{type(self).__name__}: {next_key(keys.terminated)!r} must be bool, got "
                 f"{terminated.dtype}"
             )
         return reward, terminated, self._discount(batch)
 
     def _discount(self, batch: TensorDictBase) -> torch.Tensor | float:
         keys = self.tensor_keys
-        for key in (keys.steps_to_next_obs, _next(keys.steps_to_next_obs)):
+        for key in (keys.steps_to_next_obs, next_key(keys.steps_to_next_obs)):
             if batch.get(key, None) is not None:
                 steps = self._per_sample(batch, key)
                 return torch.pow(self.gamma, steps.to(torch.get_default_dtype()))
@@ -226,11 +210,7 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     # --- computing -----------------------------------------------------------------------
     def _distance(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if self.loss_function == "l2":
-            return (prediction - target).pow(2)
-        if self.loss_function == "l1":
-            return (prediction - target).abs()
-        return F.smooth_l1_loss(prediction, target, reduction="none")
+        return distance(prediction, target, self.loss_function)
 
     @staticmethod
     def _mean(per_sample: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:

@@ -6,15 +6,15 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl.keys import CLIP_FRACTION, ENTROPY, KL_APPROX
+from tdrl.keys import CLIP_FRACTION, ENTROPY, KL_APPROX, LOSS_CRITIC, LOSS_ENTROPY, LOSS_OBJECTIVE
 from tdrl.objectives.common import (
     OnPolicyLoss,
     advantage_of,
     as_batch_shape,
     entropy_of,
-    normalize,
     require,
 )
+from tdrl.ops import standardize
 
 
 class ClipPPOLoss(OnPolicyLoss):
@@ -81,20 +81,20 @@ class ClipPPOLoss(OnPolicyLoss):
         old_log_prob = as_batch_shape(old_log_prob, log_prob.shape, keys.sample_log_prob, owner)
         advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
         if self.normalize_advantage:
-            advantage = normalize(advantage)
+            advantage = standardize(advantage)
         log_ratio = log_prob - old_log_prob.detach()
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
         surrogate = torch.minimum(ratio * advantage, clipped * advantage)
-        out = {"loss_objective": -surrogate.mean()}
+        out = {LOSS_OBJECTIVE: -surrogate.mean()}
         if self.entropy_coeff:
             entropy = entropy_of(dist).mean()
-            out["loss_entropy"] = -self.entropy_coeff * entropy
+            out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
         else:
             with torch.no_grad():  # a diagnostic only: no graph to build
                 entropy = entropy_of(dist).mean()
         if self.critic_network is not None:
-            out["loss_critic"], value_clip_fraction = self._critic_loss(tensordict)
+            out[LOSS_CRITIC], value_clip_fraction = self._critic_loss(tensordict)
             if value_clip_fraction is not None:
                 out["value_clip_fraction"] = value_clip_fraction
         with torch.no_grad():

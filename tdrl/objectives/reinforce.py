@@ -6,8 +6,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl.keys import ENTROPY
-from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, normalize, require
+from tdrl.keys import ENTROPY, LOSS_ACTOR, LOSS_VALUE
+from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, require
+from tdrl.ops import standardize
 
 
 class ReinforceLoss(OnPolicyLoss):
@@ -55,10 +56,10 @@ class ReinforceLoss(OnPolicyLoss):
         log_prob = dist.log_prob(action)
         advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
         if self.normalize_advantage:
-            advantage = normalize(advantage)
-        out = {"loss_actor": -(log_prob * advantage.detach()).mean()}
+            advantage = standardize(advantage)
+        out = {LOSS_ACTOR: -(log_prob * advantage.detach()).mean()}
         if self.critic_network is not None:
-            out["loss_value"] = self._critic_loss(tensordict)[0]
+            out[LOSS_VALUE] = self._critic_loss(tensordict)[0]
         with torch.no_grad():
             out[ENTROPY] = entropy_of(dist).mean()
         return self._output(out)

@@ -9,7 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tdrl.keys import ALPHA, ENTROPY, NEXT
+from tdrl.keys import ALPHA, ENTROPY, LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE, NEXT
 from tdrl.objectives.critic_ensemble import as_ensemble
 from tdrl.objectives.offpolicy import (
     OffPolicyLoss,
@@ -58,6 +58,8 @@ class SACLoss(OffPolicyLoss):
     Shapes:
         batch ``[B]``; reward and flags ``[B, 1]``.
     """
+
+    _outputs = (LOSS_ACTOR, LOSS_QVALUE, LOSS_ALPHA, ALPHA, ENTROPY)
 
     def __init__(
         self,
@@ -178,9 +180,9 @@ class SACLoss(OffPolicyLoss):
         loss_qvalue, td_error = self.qvalue_loss(batch, alpha)
         loss_actor, log_prob = self.actor_loss(batch, alpha)
         out = {
-            "loss_actor": loss_actor,
-            "loss_qvalue": loss_qvalue,
-            "loss_alpha": self.alpha_loss(log_prob, batch),
+            LOSS_ACTOR: loss_actor,
+            LOSS_QVALUE: loss_qvalue,
+            LOSS_ALPHA: self.alpha_loss(log_prob, batch),
             ALPHA: alpha,
             ENTROPY: -log_prob.mean(),
             self.tensor_keys.priority: td_error,

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
+from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE
 from tdrl.objectives.ddpg import _DeterministicActorCritic
 
 
@@ -45,6 +46,8 @@ class TD3Loss(_DeterministicActorCritic):
     Shapes:
         batch ``[B]``; action ``[B, A]``; reward and flags ``[B, 1]``.
     """
+
+    _outputs = (LOSS_ACTOR, LOSS_QVALUE)
 
     def __init__(
         self,
@@ -95,8 +98,8 @@ class TD3Loss(_DeterministicActorCritic):
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         loss_qvalue, td_error = self.qvalue_loss(batch)
         out = {
-            "loss_actor": self.actor_loss(batch),
-            "loss_qvalue": loss_qvalue,
+            LOSS_ACTOR: self.actor_loss(batch),
+            LOSS_QVALUE: loss_qvalue,
             self.tensor_keys.priority: td_error,
         }
         return self._output(out)

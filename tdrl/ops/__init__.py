@@ -9,15 +9,19 @@ from tdrl.ops._common import AdvantageEstimate, InputError
 from tdrl.ops.nstep import nstep_return, nstep_steps
 from tdrl.ops.returns import gae, td0_return, td1_return, td_lambda_return
 from tdrl.ops.scan import reverse_linear_scan
+from tdrl.ops.standardize import DISTANCES, distance, standardize
 from tdrl.ops.vtrace import vtrace
 
 __all__ = [
+    "DISTANCES",
     "AdvantageEstimate",
     "InputError",
+    "distance",
     "gae",
     "nstep_return",
     "nstep_steps",
     "reverse_linear_scan",
+    "standardize",
     "td0_return",
     "td1_return",
     "td_lambda_return",

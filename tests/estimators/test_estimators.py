@@ -221,7 +221,7 @@ def test_set_keys_and_constructor_checks():
     est.set_keys(reward="rew", advantage="adv", value_target=("out", "vt"))
     out = est(td)
     assert "adv" in out.keys() and ("out", "vt") in out.keys(True)
-    with pytest.raises(KeyError, match="'rewards' is not a key"):
+    with pytest.raises(ValueError, match="'rewards' is not a key name"):  # as every set_keys
         est.set_keys(rewards="r")
     with pytest.raises(RuntimeError, match="use set_keys"):
         E.GAE(gamma=0.9, lmbda=0.9, value_network=None, advantage_key="a")

@@ -1,0 +1,65 @@
+"""Reading and renaming the keys of a batch: one error format for every module that reads one.
+
+Estimators, losses and modules read TensorDict entries by configurable keys (TorchRL's
+``tensor_keys`` / ``set_keys``). They share these helpers, so a missing entry and a bad
+``set_keys`` call read the same everywhere: :class:`MissingKeyError` (a ``KeyError``) names the
+module, the key and the keys the batch has; ``set_keys`` raises ``ValueError`` (TorchRL's type)
+naming the unknown names and the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+from tdrl.keys import NEXT
+
+__all__ = ["MissingKeyError", "next_key", "renamed", "require"]
+
+K = TypeVar("K")
+
+
+class MissingKeyError(KeyError):
+    """An entry a module needs is not in the batch (a readable message, unlike ``KeyError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def next_key(key: NestedKey) -> tuple[str, ...]:
+    """``key`` under ``"next"``: ``"reward" -> ("next", "reward")``."""
+    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)
+
+
+def require(td: TensorDictBase, key: NestedKey, owner: str, why: str = "") -> torch.Tensor:
+    """``td[key]``, or a :class:`MissingKeyError` naming ``owner``, the key, the keys the batch
+    has, and ``why`` (what to do about it) when given."""
+    value = td.get(key, None)
+    if value is None:
+        present = sorted(map(str, td.keys(True, True)))
+        hint = f"; {why}" if why else ""
+        raise MissingKeyError(f"{owner}: missing key {key!r} in the batch (it has {present}){hint}")
+    return value
+
+
+def renamed(keys: K, owner: str, **names: Any) -> K:
+    """``keys`` (a frozen dataclass of key names) with ``names`` replaced: what every
+    ``set_keys`` does. Unknown names and values that are not keys raise ``ValueError``."""
+    fields = {f.name for f in dataclasses.fields(keys)}  # type: ignore[arg-type]
+    unknown = sorted(set(names) - fields)
+    if unknown:
+        raise ValueError(
+            f"{owner}.set_keys: {unknown[0]!r} is not a key name (unknown key names {unknown}; "
+            f"valid: {sorted(fields)})"
+        )
+    for name, key in names.items():
+        if not (
+            isinstance(key, str)
+            or (isinstance(key, tuple) and key and all(isinstance(part, str) for part in key))
+        ):
+            raise ValueError(f"{owner}.set_keys: {name}={key!r} is not a str or tuple of str")
+    return dataclasses.replace(keys, **names)  # type: ignore[type-var]
