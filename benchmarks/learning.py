@@ -11,8 +11,8 @@ the same for both libraries:
     run, one torch thread (``torch.set_num_threads(1)``, OMP/MKL threads 1);
   * no TensorBoard, no progress bar; tdrl writes no checkpoints (SB3 writes none).
 
-Issue 5: ``--algo ppo`` (Hopper-v5, 1M steps, tdrl). Issue 6: ``--algo sac`` (HalfCheetah-v5) and
-``--algo td3`` (Hopper-v5), 100k steps, tdrl against SB3; tdrl's TD3 with the td3 recipe's 100k
+The runs in docs/learning: ``--algo ppo`` (Hopper-v5, 1M steps, tdrl); ``--algo sac``
+(HalfCheetah-v5) and ``--algo td3`` (Hopper-v5), 100k steps, tdrl against SB3; tdrl's TD3 with the td3 recipe's 100k
 settings (``--tdrl-set init_random_frames=5000 actor_lr=1e-3 critic_lr=1e-3``). Short-budget
 curves: reinforce, a2c, npg, trpo, ddpg, redq, discrete_sac, dqn (tdrl only).
 

@@ -4,7 +4,8 @@ Schaul et al. 2015 (arXiv 1511.05952), Sec. 3.3 and App. B.2.1: sampling proport
 ``p_i`` by a prefix-sum search in a tree whose nodes hold the sum of their children; the min
 tree gives ``min_i p_i`` for the importance-weight normalisation.
 
-Layout (issue 4, prioritized sample + update faster than Tianshou's): 16 children per node,
+Layout (for a prioritized sample + update faster than Tianshou's, benchmarks/buffers.py): 16
+children per node,
 float32, so that a node's children fill one 64-byte cache line. A search or an update then
 touches ``ceil(log16 N)`` lines (5 for 1M items) instead of ~20 in a binary tree, and the
 whole tree is ~4.5 MB instead of 16 MB (float64, binary). Levels are stored root first, each

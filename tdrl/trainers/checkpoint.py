@@ -1,10 +1,12 @@
 """Checkpoints that resume a run exactly: modules, optimizers, counters and every RNG state.
 
-A checkpoint is one ``torch.save`` file written atomically (to a temporary name, then renamed),
-so a run killed while saving keeps its previous checkpoint. Resuming restores the RNG states of
-Python, NumPy and torch, so the resumed run draws the same minibatches and actions as an
-uninterrupted one would (env states are not saved: recipes re-create envs from their seed and
-counters, see the recipes' ``resume`` handling).
+A checkpoint file is one ``torch.save`` payload written atomically (to a temporary name, then
+renamed) and loaded with ``weights_only=True``: tensors and plain values only, so a crafted file
+runs no code. Resuming restores the RNG states of Python, NumPy and torch, so the resumed run
+draws the same minibatches and actions as an uninterrupted one would. The env state travels in
+the collector's state (``Collector.state_dict``: ``tdrl.envs.env_state`` of sync envs, exact;
+async envs are re-seeded instead). A run's checkpoint folders (:func:`write_checkpoint_dir`)
+hold the file, the replay buffer and a manifest of SHA-256 sums as one unit.
 """
 
 from __future__ import annotations
