@@ -12,9 +12,10 @@ the same for both libraries:
   * no TensorBoard, no progress bar; tdrl writes no checkpoints (SB3 writes none).
 
 The runs in docs/learning: ``--algo ppo`` (Hopper-v5, 1M steps, tdrl); ``--algo sac``
-(HalfCheetah-v5) and ``--algo td3`` (Hopper-v5), 100k steps, tdrl against SB3; tdrl's TD3 with the td3 recipe's 100k
-settings (``--tdrl-set init_random_frames=5000 actor_lr=1e-3 critic_lr=1e-3``). Short-budget
-curves: reinforce, a2c, npg, trpo, ddpg, redq, discrete_sac, dqn (tdrl only).
+(HalfCheetah-v5) and ``--algo td3`` (Hopper-v5), 100k steps, tdrl against SB3; tdrl's TD3
+with the td3 recipe's 100k settings (``--tdrl-set init_random_frames=5000 actor_lr=1e-3
+critic_lr=1e-3``). Short-budget curves: reinforce, a2c, npg, trpo, ddpg, redq, discrete_sac,
+dqn (tdrl only).
 
     python benchmarks/learning.py --algo sac --seeds 0 1 2 --libs tdrl sb3 --frames 100000 \
         --jobs 2 --out runs/learning
