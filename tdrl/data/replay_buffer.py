@@ -14,6 +14,7 @@ from torch import Tensor
 from tdrl import _fast, keys
 from tdrl._fast.tdict import entries
 from tdrl.data import sampling
+from tdrl.data.integrity import check_files, file_records
 from tdrl.data.storage import NestedKey, StreamStorage, _spell
 from tdrl.ops._common import check_discount
 
@@ -231,22 +232,90 @@ class ReplayBuffer:
         self._set_storage(storage)
 
     def save(self, path: str | Path) -> None:
-        """Write the buffer to directory ``path``: tensors memory-mapped, scalars as JSON."""
+        """Write the buffer to directory ``path``: tensors memory-mapped, scalars as JSON, with
+        the dtype and shape of every stored leaf and the size and SHA-256 of every file, which
+        :meth:`load` checks."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         state = self.state_dict()
         tensors = {k: v for k, v in state.items() if isinstance(v, (Tensor, TensorDictBase))}
         meta = {k: v for k, v in state.items() if k not in tensors and v is not None}
+        meta["kind"] = type(self).__name__
         if tensors:
-            TensorDict(tensors, batch_size=[]).memmap(path / "tensors", existsok=True)
+            data = TensorDict(tensors, batch_size=[])
+            data.memmap(path / "tensors", existsok=True)
+            meta["leaves"] = {
+                "/".join(_path_of(k)): {"dtype": str(v.dtype), "shape": list(v.shape)}
+                for k, v in data.items(include_nested=True, leaves_only=True)
+            }
+            meta["files"] = file_records(path / "tensors")
         (path / "meta.json").write_text(json.dumps(meta))
 
     def load(self, path: str | Path) -> None:
-        """Load what :meth:`save` wrote; the data are copied into this buffer's storage."""
+        """Load what :meth:`save` wrote; the data are copied into this buffer's storage.
+
+        Checked first, each with an error naming the file or value at fault: the kind of buffer,
+        the counters' ranges, every file's presence, size and SHA-256, every leaf's dtype and
+        shape. Nothing is unpickled (a crafted file cannot run code).
+        """
         path = Path(path)
-        state: dict[str, Any] = json.loads((path / "meta.json").read_text())
+        where = f"replay buffer at {str(path)!r}"
+        try:
+            state: dict[str, Any] = json.loads((path / "meta.json").read_text())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{where}: unreadable meta.json: {err}") from None
+        kind = state.get("kind", type(self).__name__)
+        if kind != type(self).__name__:
+            raise ValueError(
+                f"{where} was saved by a {kind}; it cannot be loaded into a "
+                f"{type(self).__name__} (a prioritized buffer needs the priorities of its own)"
+            )
+        self._check_counters(state, where)
         state["storage"] = None
         if (path / "tensors").exists():
-            tensors = TensorDict.load_memmap(path / "tensors")
+            check_files(path / "tensors", state.get("files", {}), where)
+            try:
+                tensors = TensorDict.load_memmap(path / "tensors", allow_pickle=False)
+            except (RuntimeError, ValueError, OSError, KeyError) as err:
+                raise ValueError(f"{where}: cannot load its tensors safely: {err}") from None
+            for name, leaf in state.get("leaves", {}).items():
+                key = tuple(name.split("/"))
+                value = tensors.get(key, None)
+                if value is None:
+                    raise ValueError(f"{where}: leaf {name!r} is missing")
+                if str(value.dtype) != leaf["dtype"] or list(value.shape) != leaf["shape"]:
+                    raise ValueError(
+                        f"{where}: leaf {name!r} is {value.dtype} {tuple(value.shape)}, saved as "
+                        f"{leaf['dtype']} {tuple(leaf['shape'])}"
+                    )
             state.update({k: tensors.get(k) for k in tensors.keys()})
         self.load_state_dict(state)
+
+    def _check_counters(self, state: dict[str, Any], where: str) -> None:
+        try:
+            capacity, streams = int(state["capacity"]), state.get("num_streams")
+            cursor, size = int(state["cursor"]), int(state["size"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{where}: meta.json lacks a counter: {err}") from None
+        if capacity != self._capacity:
+            raise ValueError(f"{where} has capacity {capacity}, this buffer {self._capacity}")
+        if streams is None:
+            if cursor or size:
+                raise ValueError(f"{where}: counters without storage")
+            return
+        streams = int(streams)
+        if not 1 <= streams <= capacity:
+            raise ValueError(f"{where}: num_streams={streams} is out of range [1, {capacity}]")
+        length = capacity // streams
+        if not 0 <= cursor < length or not 0 <= size <= length:
+            raise ValueError(
+                f"{where}: cursor={cursor} / size={size} out of range for {length} steps per stream"
+            )
+        if size < length and cursor != size:
+            raise ValueError(
+                f"{where}: cursor={cursor} must equal size={size} before the ring fills"
+            )
+
+
+def _path_of(key: NestedKey) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)

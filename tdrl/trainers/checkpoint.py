@@ -11,7 +11,6 @@ hold the file, the replay buffer and a manifest of SHA-256 sums as one unit.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -23,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from tdrl.data.integrity import file_digest
 
 MANIFEST = "MANIFEST.json"
 _NDARRAY = "__ndarray__"  # marks a numpy array stored as a tensor (weights_only loads no numpy)
@@ -77,12 +78,6 @@ def _decode(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_decode(v) for v in value)
     return value
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes, hex."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def save_checkpoint(path: str | os.PathLike, **objects: Any) -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,13 +22,19 @@ from tdrl import keys
 from tdrl.collectors import Collector, evaluate
 from tdrl.data import ReplayBuffer
 from tdrl.envs import VecEnv, make_vec_env
-from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
+from tdrl.trainers.checkpoint import (
+    CHECKPOINTS,
+    latest_checkpoint_dir,
+    load_checkpoint,
+    save_checkpoint,
+    write_checkpoint_dir,
+)
 from tdrl.trainers.config import RunConfig
 from tdrl.trainers.logger import Logger, read_csv
 from tdrl.trainers.offpolicy import crossed, truncate_streams
 from tdrl.trainers.plotting import plot_learning_curve
 
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = "checkpoint.pt"  # inside each checkpoint folder, beside buffer/ and the manifest
 BUFFER_DIR = "buffer"
 # Evaluation envs are seeded apart from the training envs (and reset with this seed every time).
 EVAL_SEED_OFFSET = 10_000
@@ -103,49 +108,59 @@ def evaluate_and_log(
 
 
 def save_run(
-    path: Path,
+    root: Path,
     collector: Collector,
     counters: Mapping[str, Any],
     buffer: ReplayBuffer | None = None,
     **objects: Any,
-) -> None:
-    """Checkpoint at a batch boundary: ``objects`` (modules, optimizers, schedulers by their
-    ``state_dict``), ``counters``, the RNG states and ``collector.state_dict()``.
+) -> Path:
+    """Checkpoint at a batch boundary into ``root/checkpoints/<frames>/``, one unit: the objects
+    (modules, optimizers, schedulers by their ``state_dict``), ``counters``, the RNG states,
+    ``collector.state_dict()`` and the replay ``buffer``, then a manifest of every file's size
+    and SHA-256, then one rename that makes the folder complete; the previous checkpoint is
+    removed only after that (:func:`tdrl.trainers.checkpoint.write_checkpoint_dir`). A kill at
+    any moment leaves a complete checkpoint to resume from. Returns the folder."""
 
-    A replay ``buffer`` goes first to ``buffer.tmp`` beside the checkpoint, which then replaces
-    ``buffer``, and the checkpoint is written atomically last, so an interrupted save leaves a
-    loadable pair (at worst a buffer a few steps newer than the counters).
-    """
-    if buffer is not None:
-        tmp, final = path.parent / (BUFFER_DIR + ".tmp"), path.parent / BUFFER_DIR
-        shutil.rmtree(tmp, ignore_errors=True)
-        buffer.save(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    save_checkpoint(path, collector=collector.state_dict(), counters=dict(counters), **objects)
+    def write(folder: Path) -> None:
+        if buffer is not None:
+            buffer.save(folder / BUFFER_DIR)
+        state = collector.state_dict()
+        save_checkpoint(folder / CHECKPOINT, collector=state, counters=dict(counters), **objects)
+
+    return write_checkpoint_dir(Path(root) / CHECKPOINTS, int(collector.frames), write)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The newest complete checkpoint folder of the run folder ``root`` (checked against its
+    manifest), or None."""
+    return latest_checkpoint_dir(Path(root) / CHECKPOINTS)
 
 
 def resume_run(
-    path: Path, collector: Collector, buffer: ReplayBuffer | None = None, **objects: Any
-) -> dict[str, Any]:
-    """Load :func:`save_run`'s checkpoint into fresh objects; returns the counters.
+    root: Path, collector: Collector, buffer: ReplayBuffer | None = None, **objects: Any
+) -> dict[str, Any] | None:
+    """Load the newest complete checkpoint of the run folder ``root`` into fresh objects;
+    returns its counters (None when there is no checkpoint).
 
     When the collector cannot be restored exactly (async envs: fresh episodes follow), the
     buffer's newest step of every stream is marked truncated (:func:`truncate_streams`). CSV rows
     logged after the checkpoint (by a run killed later) are dropped, so the logs of a resumed run
     read like those of an uninterrupted one.
     """
-    payload = load_checkpoint(path, **objects)
+    folder = latest_checkpoint(root)
+    if folder is None:
+        return None
+    payload = load_checkpoint(folder / CHECKPOINT, **objects)
     exact = collector.load_state_dict(payload["collector"])
     if buffer is not None:
-        if not (path.parent / BUFFER_DIR).is_dir():
-            raise FileNotFoundError(f"checkpoint {str(path)!r} has no replay buffer beside it")
-        buffer.load(path.parent / BUFFER_DIR)
+        if not (folder / BUFFER_DIR).is_dir():
+            raise FileNotFoundError(f"checkpoint {str(folder)!r} has no replay buffer")
+        buffer.load(folder / BUFFER_DIR)
         if not exact:
             truncate_streams(buffer)
     if not exact:
         print("resume: async envs were re-seeded; the run continues, not bit-identically")
-    drop_rows_after(path.parent, collector.frames)
+    drop_rows_after(root, collector.frames)
     return payload["counters"]
 
 
@@ -292,8 +307,9 @@ class Run:
         )  # fmt: skip
 
     @property
-    def checkpoint_path(self) -> Path:
-        return self.log_dir / CHECKPOINT
+    def checkpoint_path(self) -> Path | None:
+        """The newest complete checkpoint folder of this run (None before the first)."""
+        return latest_checkpoint(self.log_dir)
 
     @property
     def updates(self) -> int:
@@ -311,9 +327,10 @@ class Run:
         if self.flush_denormal and self._flush_before is None:
             self._flush_before = flushing_denormals()
             torch.set_flush_denormal(True)
-        if (self.resume if resume is None else resume) and self.checkpoint_path.exists():
-            loaded = resume_run(self.checkpoint_path, collector, self.buffer, **self.state)
-            self.counters.update(loaded)
+        if self.resume if resume is None else resume:
+            loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
+            if loaded is not None:
+                self.counters.update(loaded)
         self.frames = collector.frames
         self._logger = Logger(self.log_dir, tensorboard=self.tensorboard)
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
@@ -356,7 +373,7 @@ class Run:
             self._bar.set_postfix(eval_return=f"{ret:.1f}")
         counters["time"] = time.perf_counter() - self._start
         if self.checkpoint_every > 0 and (crossed(frames, previous, self.checkpoint_every) or done):
-            save_run(self.checkpoint_path, collector, counters, self.buffer, **self.state)
+            save_run(self.log_dir, collector, counters, self.buffer, **self.state)
         return done
 
     def _log_train(self, frames: int) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tdrl.data import ReplayBuffer
-from tdrl.trainers import read_csv, truncate_streams, updates_due
+from tdrl.trainers import latest_checkpoint, read_csv, truncate_streams, updates_due
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
 
@@ -67,7 +67,7 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
     train = read_csv(run / "train.csv")
     assert any("episode_return" in row for row in train), "no training episode was logged"
     assert any(key.startswith("loss") for key in train[-1]), train[-1]
-    assert not (run / "checkpoint.pt").exists()  # checkpoint_every=0: never
+    assert latest_checkpoint(run) is None  # checkpoint_every=0: never
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_resume_continues_exactly(name, stop, tmp_path):
     result = module.main(straight)
     first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=stop)
     module.main(first)
-    saved = torch.load(Path(first.log_dir) / "checkpoint.pt", weights_only=False)
+    saved = torch.load(latest_checkpoint(Path(first.log_dir)) / "checkpoint.pt", weights_only=True)
     assert saved["counters"]["updates"] > 0
     torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
     resumed = module.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
@@ -126,8 +126,8 @@ def test_resume_continues_exactly(name, stop, tmp_path):
             assert resumed[metric] == result[metric]
     # The buffers hold the same transitions; no seam was marked (the episodes went on).
     before, after = ReplayBuffer(module.Config.buffer_size), ReplayBuffer(module.Config.buffer_size)
-    before.load(Path(straight.log_dir) / "buffer")
-    after.load(Path(first.log_dir) / "buffer")
+    before.load(latest_checkpoint(Path(straight.log_dir)) / "buffer")
+    after.load(latest_checkpoint(Path(first.log_dir)) / "buffer")
     assert len(before) == len(after) == straight.total_frames
     for key in before.storage.keys(True, True):
         assert torch.equal(before.storage[key], after.storage[key]), key

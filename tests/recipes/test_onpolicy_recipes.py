@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from recipes import a2c, ppo, reinforce, trpo
-from tdrl.trainers import read_csv
+from tdrl.trainers import latest_checkpoint, read_csv
 
 # NPG is trpo.py with --algo npg (one recipe for both natural-gradient methods).
 RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
@@ -58,7 +58,7 @@ def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path) -> None:
     assert train[-1]["step"] == cfg.total_frames
     assert any(key.startswith("loss_") for key in train[-1])
     assert (tmp_path / "curve.png").stat().st_size > 1000
-    assert (tmp_path / "checkpoint.pt").is_file()
+    assert (latest_checkpoint(tmp_path) / "checkpoint.pt").is_file()
 
 
 def test_curve_off_writes_no_png(tmp_path: Path) -> None:

@@ -158,8 +158,7 @@ def test_resume_run_marks_the_buffer_seam_only_when_episodes_restart(tmp_path: P
             collector = Collector(env, None, 10)
             buffer = ReplayBuffer(100)
             buffer.extend(collector.rollout())
-            path = tmp_path / mode / "checkpoint.pt"
-            path.parent.mkdir()
+            path = tmp_path / mode
             save_run(path, collector, {"frames": collector.frames}, buffer)
             fresh = ReplayBuffer(100)
             counters = resume_run(path, Collector(env, None, 10), fresh)
