@@ -21,7 +21,7 @@ from torch import Tensor
 from tdrl import keys as K
 from tdrl.keyed import next_key, renamed, require
 from tdrl.ops import InputError
-from tdrl.ops._common import TRUNCATION_POLICIES
+from tdrl.ops._common import TRUNCATION_POLICIES, check_discount
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +86,10 @@ class ValueEstimator(TensorDictModuleBase):
                 raise TypeError(f"{type(self).__name__} got an unexpected argument {name!r}")
         if truncation not in TRUNCATION_POLICIES:
             raise ValueError(f"truncation must be one of {TRUNCATION_POLICIES}, got {truncation!r}")
+        try:
+            check_discount("gamma", gamma)  # at the door: 1.5 or NaN would poison every target
+        except InputError as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from None
         self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.get_default_dtype()))
         # Not a submodule (as in TorchRL): the loss owns the critic's parameters.
         self.__dict__["value_network"] = value_network

@@ -15,7 +15,8 @@ from tensordict import TensorDictBase
 from torch import Tensor
 
 from tdrl.estimators.base import ValueEstimator
-from tdrl.ops import gae, standardize, td0_return, td_lambda_return
+from tdrl.ops import InputError, gae, standardize, td0_return, td_lambda_return
+from tdrl.ops._common import check_discount
 
 
 class GAE(ValueEstimator):
@@ -43,7 +44,7 @@ class GAE(ValueEstimator):
         **kwargs: Any,
     ) -> None:
         super().__init__(gamma=gamma, value_network=value_network, **kwargs)
-        self.lmbda = float(lmbda)
+        self.lmbda = _lmbda(lmbda, type(self).__name__)
         self.average_gae = average_gae
 
     def _estimate(
@@ -81,7 +82,7 @@ class TDLambdaEstimator(ValueEstimator):
         **kwargs: Any,
     ) -> None:
         super().__init__(gamma=gamma, value_network=value_network, **kwargs)
-        self.lmbda = float(lmbda)
+        self.lmbda = _lmbda(lmbda, type(self).__name__)
         self.average_rewards = average_rewards
 
     def _estimate(
@@ -141,3 +142,12 @@ class TD0Estimator(TDLambdaEstimator):
             td0_return, reward, next_value, terminated, done, truncated=truncated, value=value,
             gamma=gamma, time_dim=time_dim,
         )  # fmt: skip
+
+
+def _lmbda(lmbda: float | Tensor, owner: str) -> float:
+    """``lmbda`` as a float, checked finite and in [0, 1] at construction."""
+    try:
+        check_discount("lmbda", lmbda)
+    except InputError as err:
+        raise ValueError(f"{owner}: {err}") from None
+    return float(lmbda)

@@ -12,6 +12,7 @@ from torch import Tensor
 from tdrl.ops._common import (
     TRUNCATION_POLICIES,
     InputError,
+    check_discount,
     check_done,
     check_flags,
     check_float,
@@ -130,10 +131,13 @@ class Rows:
         return None if x is None else self.back(x)
 
 
-def scalar(name: str, x: float | Tensor) -> float:
-    """A hyperparameter that must be a scalar (python number or one-element tensor)."""
+def scalar(name: str, x: float | Tensor, *, unit: bool = False) -> float:
+    """A hyperparameter that must be a scalar (python number or one-element tensor); with
+    ``unit``, finite and in [0, 1] (lambda)."""
     if isinstance(x, Tensor) and x.numel() != 1:
         raise InputError(name, f"expected a scalar, got shape {tuple(x.shape)}")
+    if unit:
+        check_discount(name, x)
     return float(x)
 
 
@@ -164,6 +168,10 @@ def prepare(
             check_float("value", value, shape, reward.dtype)
         check_flags(terminated, done, truncated, shape)
     tdim = normalize_time_dim(time_dim, reward.ndim)
+    if shape[tdim] == 0:
+        raise InputError("reward", f"the time dimension (dim {tdim} of {tuple(shape)}) is empty")
+    if validate or not isinstance(gamma, Tensor):
+        check_discount("gamma", gamma)
     if isinstance(gamma, Tensor) and gamma.numel() == 1 and not gamma.requires_grad:
         gamma = float(gamma)
     if isinstance(gamma, Tensor):

@@ -100,7 +100,7 @@ def gae(
         backend=backend,
         validate=validate,
     )
-    lam = scalar("lmbda", lmbda)
+    lam = scalar("lmbda", lmbda, unit=True)
     assert rows.value is not None
     if rows.numba:
         advantage = torch.empty_like(rows.reward)
@@ -170,7 +170,7 @@ def td_lambda_return(
         backend=backend,
         validate=validate,
     )
-    lam = scalar("lmbda", lmbda)
+    lam = scalar("lmbda", lmbda, unit=True)
     if rows.numba:
         out = torch.empty_like(rows.reward)
         v = rows.value if rows.value is not None else rows.reward  # unread unless mask

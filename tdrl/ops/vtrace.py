@@ -72,7 +72,7 @@ def vtrace(
     rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
                    truncation=truncation, time_dim=time_dim, backend=backend, validate=validate,
                    extra=(log_rho,))  # fmt: skip
-    lam = scalar("lmbda", lmbda)
+    lam = scalar("lmbda", lmbda, unit=True)
     rho_max = scalar("rho_thresh", rho_thresh)
     c_max = scalar("c_thresh", c_thresh)
     assert rows.value is not None
