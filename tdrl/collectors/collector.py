@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ class Collector:
         deterministic: run the policy under ``InteractionType.DETERMINISTIC`` (the distribution's
             mode) instead of ``RANDOM``.
         seed: seed of the random actions; default: the env's seed.
+        on_nonfinite: ``"raise"`` (default): a NaN or infinite observation, reward or action in a
+            batch raises an error naming the key, the env index and the step (checked once per
+            batch); ``"ignore"``: no check.
 
     Shapes:
         batch [num_envs, T]; observation [num_envs, T, *obs_shape]; flags and reward [.., 1].
@@ -66,12 +69,22 @@ class Collector:
         deterministic: bool = False,
         *,
         seed: int | None = None,
+        on_nonfinite: Literal["raise", "ignore"] = "raise",
     ) -> None:
         n = env.num_envs
         if frames_per_batch <= 0 or frames_per_batch % n:
             raise ValueError(
                 f"frames_per_batch={frames_per_batch} must be a positive multiple of num_envs={n}"
             )
+        if total_frames < -1:
+            raise ValueError(
+                f"total_frames must be >= 0, or -1 for never stopping; got {total_frames}"
+            )
+        if init_random_frames < 0:
+            raise ValueError(f"init_random_frames must be >= 0, got {init_random_frames}")
+        if on_nonfinite not in ("raise", "ignore"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'ignore', got {on_nonfinite!r}")
+        self.on_nonfinite = on_nonfinite
         self.env = env
         self.frames_per_batch = frames_per_batch
         self.steps_per_batch = frames_per_batch // n
@@ -189,6 +202,8 @@ class Collector:
         else:
             batch.set(keys.ACTION, action)
         batch.names = [None, keys.TIME_DIM_NAME]
+        if self.on_nonfinite == "raise":
+            _check_finite(batch, self.frames)
         return batch
 
     # --- state -----------------------------------------------------------------------------
@@ -254,3 +269,18 @@ def _episodes_td(returns: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> T
         },
         batch_size=(len(returns),),
     )
+
+
+def _check_finite(batch: TensorDict, frames: int) -> None:
+    """Raise naming the first non-finite float entry (key, env index, step of the batch)."""
+    for key, value in batch.items(include_nested=True, leaves_only=True):
+        if not value.is_floating_point() or bool(torch.isfinite(value).all()):
+            continue
+        bad = (~torch.isfinite(value)).reshape(*value.shape[:2], -1).any(-1)
+        env_i, step = (int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(
+            f"non-finite {key!r} from env {env_i} at step {step} of the batch (env step "
+            f"{frames + step * batch.batch_size[0] + env_i} of the run): "
+            f"{value[env_i, step].flatten()[:6].tolist()}; Collector(on_nonfinite='ignore') "
+            "skips this check"
+        )

@@ -70,6 +70,13 @@ class RunningObservationNorm(TensorDictModuleBase):
         batch_count = flat.shape[0]
         if batch_count == 0:
             return
+        if not bool(torch.isfinite(flat).all()):
+            # One NaN would make the statistics NaN for the rest of the run: refuse it.
+            bad = int((~torch.isfinite(flat)).any(-1).sum()) if flat.dim() > 1 else 1
+            raise ValueError(
+                f"RunningObservationNorm.update: {bad} of {batch_count} observations have "
+                "NaN or infinite entries; the statistics were left unchanged"
+            )
         batch_mean = flat.mean(0)
         batch_var = flat.var(0, unbiased=False)
         total = self.count + batch_count

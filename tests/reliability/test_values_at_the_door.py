@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -63,3 +65,70 @@ def test_an_empty_time_dimension_is_an_error():
 def test_buffers_refuse_a_bad_gamma(gamma):
     with pytest.raises(InputError, match="gamma"):
         ReplayBuffer(10, n_steps=3, gamma=gamma)
+
+
+class NaNAt(gym.Env):
+    """Emits a NaN observation (or an infinite reward) at its ``at``-th step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, at: int, what: str) -> None:
+        self.at, self.what, self.t = at, what, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs, reward = np.zeros(2, np.float32), 0.0
+        if self.t == self.at:
+            if self.what == "observation":
+                obs[1] = np.nan
+            else:
+                reward = math.inf
+        return obs, reward, False, False, {}
+
+
+@pytest.mark.parametrize(
+    ("what", "key"), [("observation", "'observation'"), ("reward", "'reward'")]
+)
+def test_the_collector_names_a_non_finite_entry_by_env_and_step(what, key):
+    from tdrl.collectors import Collector
+    from tdrl.envs import make_vec_env
+
+    with make_vec_env([lambda: NaNAt(10**9, what), lambda: NaNAt(7, what)], 2, seed=0) as env:
+        with pytest.raises(ValueError, match=rf"non-finite .*{key}.* from env 1 at step 6"):
+            next(iter(Collector(env, None, 20)))
+    with make_vec_env([lambda: NaNAt(7, what)], 1, seed=0) as env:
+        batch = next(iter(Collector(env, None, 10, on_nonfinite="ignore")))
+        assert not torch.isfinite(
+            batch[("next", "reward") if what == "reward" else ("next", "observation")]
+        ).all()
+
+
+def test_bad_collector_settings_are_errors():
+    from tdrl.collectors import Collector
+    from tdrl.envs import make_vec_env
+
+    with make_vec_env("Pendulum-v1", 1) as env:
+        with pytest.raises(ValueError, match="total_frames must be >= 0, or -1"):
+            Collector(env, None, 10, total_frames=-5)
+        with pytest.raises(ValueError, match="init_random_frames must be >= 0"):
+            Collector(env, None, 10, init_random_frames=-1)
+
+
+def test_observation_statistics_never_absorb_nan():
+    from tdrl.modules import RunningObservationNorm
+
+    norm = RunningObservationNorm(2)
+    norm.update(torch.randn(10, 2))
+    before = (norm.mean.clone(), norm.var.clone(), norm.count.clone())
+    bad = torch.randn(10, 2)
+    bad[3, 1] = math.nan
+    with pytest.raises(ValueError, match="1 of 10 observations have NaN"):
+        norm.update(bad)
+    assert all(
+        torch.equal(a, b) for a, b in zip(before, (norm.mean, norm.var, norm.count), strict=True)
+    )
