@@ -57,7 +57,7 @@ class Config(ActorCriticConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train DDPG; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = setup(cfg, actions="continuous")
     obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
     low, high = action_bounds(env.action_spec)
 

@@ -67,7 +67,7 @@ class Config(EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train discrete SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = setup(cfg, actions="discrete")
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks

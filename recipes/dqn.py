@@ -91,7 +91,7 @@ class Config(OffPolicyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = setup(cfg, actions="discrete")
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)

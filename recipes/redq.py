@@ -48,7 +48,7 @@ class Config(EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train REDQ; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = setup(cfg, actions="continuous")
 
     # 2. networks: all N critics in one batched ensemble
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)

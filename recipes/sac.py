@@ -45,7 +45,7 @@ class Config(EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = setup(cfg, actions="continuous")
 
     # 2. networks: a tanh-Gaussian actor and twin critics in one batched ensemble
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)

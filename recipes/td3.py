@@ -59,7 +59,7 @@ class Config(ActorCriticConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train TD3; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = setup(cfg, actions="continuous")
     low, high = action_bounds(env.action_spec)
 
     # 2. networks: deterministic actor; Gaussian noise on top acts only while collecting

@@ -11,10 +11,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, TypeVar
 
 T = TypeVar("T")
+
+# Fields that must be >= 1, and those that must be >= 0, wherever they appear.
+_POSITIVE = {
+    "total_frames", "num_envs", "eval_episodes", "eval_envs", "threads", "frames_per_batch",
+    "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
+    "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
+    "target_update_interval",
+}  # fmt: skip
+_NON_NEGATIVE = {
+    "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
+    "eps_frames", "max_backtracks",
+}  # fmt: skip
+_UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
+
+
+def _check_field(name: str, value: object) -> None:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if name == "hidden_sizes" and any(int(h) < 1 for h in value):  # type: ignore[attr-defined]
+            raise ValueError(f"{flag}: every width must be >= 1, got {value}")
+        return
+    if name in _POSITIVE and value < 1:
+        raise ValueError(f"{flag} must be >= 1, got {value}")
+    if name in _NON_NEGATIVE and value < 0:
+        raise ValueError(f"{flag} must be >= 0, got {value}")
+    if (name == "lr" or name.endswith("_lr")) and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{flag} (a learning rate) must be finite and > 0, got {value}")
+    if name in _UNIT and not 0.0 <= value <= 1.0:
+        raise ValueError(f"{flag} must lie in [0, 1], got {value}")
+    if name in ("utd_ratio", "step_timeout", "max_kl") and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{flag} must be finite and > 0, got {value}")
 
 
 def parse(config_cls: type[T], args: Sequence[str] | None = None) -> T:
@@ -27,7 +58,16 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None) -> T:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What every recipe run has: :func:`tdrl.trainers.setup` and ``Run.from_config`` read it."""
+    """What every recipe run has: :func:`tdrl.trainers.setup` and ``Run.from_config`` read it.
+
+    Every field is checked when the config is made (before anything runs), in every subclass:
+    counts that must be positive, learning rates (``lr``, ``*_lr``) > 0 and finite, and
+    ``gamma``, ``lmbda``, ``tau`` in [0, 1]; an error names the flag and the value.
+    """
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_field(f.name, getattr(self, f.name))
 
     env_id: str = "Hopper-v5"
     """gymnasium id of the task."""
@@ -66,6 +106,8 @@ class RunConfig:
     """plot curve.png from eval.csv at the end (importing matplotlib costs about a second)."""
     threads: int = 1
     """torch CPU threads (one is fastest for small networks)."""
+    step_timeout: float = 120.0
+    """async envs: seconds a step may take before the stuck workers are named and stopped."""
     flush_denormal: bool = True
     """flush subnormal floats to zero on CPU while the run trains (``torch.set_flush_denormal``;
     the previous mode comes back at the end): Adam's moments of dead ReLU units decay into

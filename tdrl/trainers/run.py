@@ -11,11 +11,12 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from torchrl.data import Bounded
 from tqdm import tqdm
 
 from tdrl import keys
@@ -47,15 +48,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def setup(cfg: RunConfig) -> tuple[VecEnv, VecEnv]:
+def setup(
+    cfg: RunConfig, actions: Literal["continuous", "discrete"] | None = None
+) -> tuple[VecEnv, VecEnv]:
     """Step 1 of a recipe: torch threads, :func:`seed_everything`, then the training envs
     (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync, at most
-    ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``)."""
+    ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``). ``actions``: the action
+    space the recipe handles; another one is an error that names both, before any training."""
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed)
     n_eval = max(min(cfg.eval_envs, cfg.eval_episodes), 1)
     eval_env = make_vec_env(cfg.env_id, n_eval, seed=cfg.seed + EVAL_SEED_OFFSET)
+    if actions is not None:
+        continuous = isinstance(eval_env.action_spec, Bounded)
+        if continuous != (actions == "continuous"):
+            eval_env.close()
+            need = "a continuous (Box)" if actions == "continuous" else "a discrete"
+            spec = eval_env.action_spec
+            raise ValueError(
+                f"this recipe needs {need} action space; {cfg.env_id} has "
+                f"{type(spec).__name__} actions of shape {tuple(spec.shape[1:])}"
+            )
+    env = make_vec_env(
+        cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed, step_timeout=cfg.step_timeout
+    )
     return env, eval_env
 
 

@@ -132,3 +132,49 @@ def test_observation_statistics_never_absorb_nan():
     assert all(
         torch.equal(a, b) for a, b in zip(before, (norm.mean, norm.var, norm.count), strict=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("recipe", "field", "value", "match"),
+    [
+        ("ppo", "total_frames", 0, "--total-frames must be >= 1"),
+        ("ppo", "eval_episodes", 0, "--eval-episodes must be >= 1"),
+        ("sac", "num_envs", 0, "--num-envs must be >= 1"),
+        ("sac", "actor_lr", -1e-3, "--actor-lr .* must be finite and > 0"),
+        ("ppo", "lr", math.nan, "--lr .* must be finite and > 0"),
+        ("dqn", "gamma", 1.5, r"--gamma must lie in \[0, 1\]"),
+        ("ppo", "lmbda", -0.1, r"--lmbda must lie in \[0, 1\]"),
+        ("td3", "hidden_sizes", (0, 64), "--hidden-sizes: every width must be >= 1"),
+        ("ppo", "step_timeout", 0.0, "--step-timeout must be finite and > 0"),
+    ],
+)
+def test_recipe_configs_check_every_field_before_anything_runs(recipe, field, value, match):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))
+    module = importlib.import_module(recipe)
+    with pytest.raises(ValueError, match=match):
+        module.Config(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("recipe", "env_id", "match"),
+    [
+        ("dqn", "Pendulum-v1", "needs a discrete action space; Pendulum-v1 has Bounded"),
+        ("sac", "CartPole-v1", r"needs a continuous \(Box\) action space; CartPole-v1 has"),
+    ],
+)
+def test_a_recipe_given_an_action_space_it_cannot_handle_says_which_it_needs(
+    recipe, env_id, match, tmp_path
+):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))
+    module = importlib.import_module(recipe)
+    cfg = module.Config(env_id=env_id, log_dir=str(tmp_path), progress=False, tensorboard=False)
+    with pytest.raises(ValueError, match=match):
+        module.main(cfg)
