@@ -106,7 +106,7 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
         names[f"k{i}"] = k[-1]
         lines.append(f"        x{i} = {nodes[k[:-1]]}[k{i}]")
         checks.append(
-            f"x{i}.dtype is t{i} and x{i}.shape == s{i} and x{i}.is_cpu and x{i}.is_contiguous()"
+            f"x{i}.dtype is t{i} and {{shape{i}}} and x{i}.is_cpu and x{i}.is_contiguous()"
         )
     lines += [
         "        ok = " + " and ".join(checks),
@@ -138,8 +138,8 @@ class RowCopier:
             dtype=np.int64,
         )
         self._source, self._names = _writer_source(keys)
-        # batch size -> the write function specialised to it (see learn)
-        self._writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
+        # batch size -> the write function specialised to it (see learn): td -> steps or None
+        self.writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
         self._protos: dict[int, list[Tensor]] = {}  # empty [B, *F] per leaf, for gather
 
     def learn(self, batch_size: torch.Size) -> None:
@@ -147,7 +147,7 @@ class RowCopier:
         step per stream) or ``[T]`` with a single stream."""
         length, streams = int(self._geom[_LENGTH]), int(self._geom[_STREAMS])
         bs = batch_size
-        if bs in self._writers or len(self._writers) >= 64:  # [T] batches may vary in T
+        if bs in self.writers or len(self.writers) >= 64:  # [T] batches may vary in T
             return
         if len(bs) != 1 or bs[0] == 0 or (bs[0] != streams and streams != 1):
             return
@@ -162,17 +162,26 @@ class RowCopier:
             "geom": self._geom,
             "steps": steps,
         }
+        shape_checks = {}
         for i, x in enumerate(self.leaves):
             namespace[f"t{i}"] = x.dtype
-            namespace[f"s{i}"] = torch.Size((*bs, *x.shape[2:]))
-        exec(self._source, namespace)  # our own generated source; keys are bound names
-        self._writers[bs] = namespace["write"]
+            namespace[f"s{i}"] = shape = torch.Size((*bs, *x.shape[2:]))
+            # A TensorDict's leaves start with its batch size, so a leaf of at most one feature
+            # dim is pinned by its number of dims and elements (cheaper than building a Size).
+            if len(shape) <= len(bs) + 1:
+                shape_checks[f"shape{i}"] = (
+                    f"x{i}.dim() == {len(shape)} and x{i}.numel() == {shape.numel()}"
+                )
+            else:
+                shape_checks[f"shape{i}"] = f"x{i}.shape == s{i}"
+        exec(self._source.format(**shape_checks), namespace)  # our generated source
+        self.writers[bs] = namespace["write"]
 
     def write(self, td: TensorDictBase) -> int | None:
         """Steps written per stream, or None (nothing written) when the checked path must run."""
         if type(td) is not TensorDict:
             return None
-        writer = self._writers.get(td.batch_size)
+        writer = self.writers.get(td.batch_size)
         return None if writer is None else writer(td)
 
     def gather(self, index: Tensor) -> list[Tensor] | None:

@@ -42,8 +42,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self, capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, **kwargs: Any
     ):
         super().__init__(capacity, **kwargs)
-        if alpha < 0 or beta < 0 or eps < 0:
-            raise ValueError(f"alpha, beta and eps must be >= 0, got {alpha}, {beta}, {eps}")
+        if not (alpha >= 0 and beta >= 0):  # False for NaN
+            raise ValueError(f"alpha and beta must be >= 0, got {alpha}, {beta}")
+        if not eps > 0:
+            # With eps = 0 a priority of 0 (a TD error of exactly 0) can leave every item at
+            # probability 0: sampling would divide by a zero total.
+            raise ValueError(f"eps must be > 0 (it keeps every priority positive), got {eps}")
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self.max_priority = 1.0
         self._tree: SumTree | None = None
@@ -77,7 +81,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         ``priority`` is typically ``|td_error|``; each must be finite and >= 0, else a
         ValueError names the entry (and nothing is updated).
         """
-        index_np = _numpy(index).astype(np.int64, copy=False)
+        index_np = _numpy(index)
+        if index_np.dtype.kind not in "iu":
+            raise TypeError(
+                f"update_priority: index must hold integers (the 'index' of a sample), got "
+                f"{index_np.dtype}"
+            )
+        index_np = index_np.astype(np.int64, copy=False)
         priority_np = _numpy(priority)
         if priority_np.dtype != np.float32:  # the kernel reads float32 or float64
             priority_np = priority_np.astype(np.float64, copy=False)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_non_tensor
 from torch import Tensor
 
 from tdrl import _fast
@@ -115,6 +115,7 @@ class StreamStorage:
     # --- allocation ------------------------------------------------------------------------
     def allocate(self, td: TensorDictBase, batch_dims: int) -> None:
         """Create one ``[L, S, *F]`` tensor per leaf of ``td`` (nested keys included)."""
+        _refuse_non_tensors(td)
         keys = [_path(k) for k in td.keys(include_nested=True, leaves_only=True)]
         for k in keys:
             if not isinstance(td.get(_spell(k)), Tensor):
@@ -212,8 +213,9 @@ class StreamStorage:
     def write(self, td: TensorDictBase) -> int:
         """Write ``td`` at the cursor; returns the number of time steps written per stream."""
         copier = self._copier
-        if copier is not None and _fast.enabled():
-            steps = copier.write(td)
+        if copier is not None and type(td) is TensorDict and _fast.enabled():
+            writer = copier.writers.get(td.batch_size)  # validated layouts only
+            steps = None if writer is None else writer(td)
             if steps is not None:
                 return steps
         steps = self.write_checked(td)
@@ -250,6 +252,7 @@ class StreamStorage:
 
     def check(self, td: TensorDictBase) -> None:
         """Raise an error naming the key, shape or dtype where ``td`` differs from the storage."""
+        _refuse_non_tensors(td)
         keys = {_path(k) for k in td.keys(include_nested=True, leaves_only=True)}
         stored = set(self.keys)
         if keys != stored:
@@ -272,6 +275,18 @@ class StreamStorage:
                 raise TypeError(
                     f"key {_spell(k)!r}: dtype {x.dtype} differs from the storage's {leaf.dtype}"
                 )
+
+
+def _refuse_non_tensors(td: TensorDictBase) -> None:
+    """Non-tensor entries (strings, objects) are left out of ``keys(leaves_only=True)``: storing
+    the rest would drop them without a word, so they are an error naming the key."""
+    for key in td.keys(include_nested=True, leaves_only=False):
+        value = td.get(key)
+        if is_non_tensor(value) or not isinstance(value, (Tensor, TensorDictBase)):
+            raise TypeError(
+                f"key {key!r}: a {type(value).__name__} entry cannot be stored (only tensors; "
+                "keep non-tensor data out of the batch)"
+            )
 
 
 def _assemble_unchecked(

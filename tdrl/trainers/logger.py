@@ -80,11 +80,11 @@ class Logger:
                 writer = csv.DictWriter(f, fieldnames=columns, restval="")
                 writer.writeheader()
                 for old in old_rows:
-                    writer.writerow({k: _fmt(v) for k, v in old.items()})
+                    writer.writerow({k: format_cell(v) for k, v in old.items()})
         self._columns[group] = columns
         with path.open("a", newline="") as f:
             csv.DictWriter(f, fieldnames=columns, restval="").writerow(
-                {k: _fmt(v) for k, v in row.items()}
+                {k: format_cell(v) for k, v in row.items()}
             )
         if self._writer is not None:
             for k, v in row.items():
@@ -103,7 +103,8 @@ class Logger:
         self.close()
 
 
-def _fmt(value: float) -> str:
+def format_cell(value: float) -> str:
+    """How a number is written in a log CSV (the one format for every row and column)."""
     if isinstance(value, float) and math.isnan(value):
         return "nan"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
@@ -111,10 +112,25 @@ def _fmt(value: float) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def read_csv(path: str | os.PathLike) -> list[dict[str, float]]:
-    """Rows of a log CSV as dicts of floats (empty cells are left out)."""
+def read_csv(path: str | os.PathLike, *, partial_last_row: bool = False) -> list[dict[str, float]]:
+    """Rows of a log CSV as dicts of floats (empty cells are left out).
+
+    ``partial_last_row``: a last row cut short (a run killed while writing it: too few cells or
+    a number cut in the middle) is dropped instead of raising.
+    """
     with Path(path).open(newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+        raw = list(csv.DictReader(f))
+    rows = []
+    for i, row in enumerate(raw):
+        try:
+            if None in row.values() or None in row:
+                raise ValueError("a row with the wrong number of cells")
+            rows.append({k: float(v) for k, v in row.items() if v != ""})
+        except (ValueError, TypeError) as err:
+            if partial_last_row and i == len(raw) - 1:
+                break
+            raise ValueError(f"{str(path)!r}, data row {i + 1}: {err}") from None
+    return rows
 
 
 def format_metrics(metrics: Mapping[str, Scalar], digits: int = 4) -> str:

@@ -31,7 +31,7 @@ from tdrl.trainers.checkpoint import (
     write_checkpoint_dir,
 )
 from tdrl.trainers.config import RunConfig
-from tdrl.trainers.logger import Logger, read_csv
+from tdrl.trainers.logger import Logger, format_cell, read_csv
 from tdrl.trainers.offpolicy import crossed, truncate_streams
 from tdrl.trainers.plotting import plot_learning_curve
 
@@ -187,12 +187,13 @@ def drop_rows_after(log_dir: str | os.PathLike, step: int) -> None:
             header = next(csv.reader(f), None)
         if not header:
             continue
-        rows = [r for r in read_csv(path) if r.get("step", 0.0) <= step]
+        rows = read_csv(path, partial_last_row=True)  # a kill may have cut the last row
+        rows = [r for r in rows if r.get("step", 0.0) <= step]
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=header, restval="")
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: repr(v) for k, v in row.items()})
+                writer.writerow({k: format_cell(v) for k, v in row.items()})
 
 
 def finish_run(log_dir: Path, title: str) -> Path:

@@ -149,7 +149,7 @@ def test_other_tensordict_types_and_a_wrapping_time_batch(fast_mode):
 
 
 def test_prioritized_buffer_takes_the_fast_path_and_sets_new_priorities():
-    rb = PrioritizedReplayBuffer(40, num_streams=4, alpha=1.0, eps=0.0, generator=0)
+    rb = PrioritizedReplayBuffer(40, num_streams=4, alpha=1.0, eps=1e-12, generator=0)
     warm(rb)
     rb.update_priority(torch.arange(12), torch.full((12,), 2.0))
     rb.extend(batch(3.0))

@@ -35,7 +35,7 @@ def test_sum_tree_batched_update_and_search_match_a_cumsum():
 
 def test_frequencies_follow_priority_to_the_alpha():
     alpha, items = 0.7, 20
-    rb = PrioritizedReplayBuffer(items, alpha=alpha, beta=0.5, eps=0.0, generator=0)
+    rb = PrioritizedReplayBuffer(items, alpha=alpha, beta=0.5, eps=1e-12, generator=0)
     fill(rb, items)
     priority = np.arange(1, items + 1, dtype=np.float64)
     rb.update_priority(torch.arange(items), torch.as_tensor(priority))
@@ -63,7 +63,7 @@ def test_importance_weights_match_the_formula():
 
 
 def test_new_items_get_the_max_priority_and_stale_slots_are_replaced():
-    rb = PrioritizedReplayBuffer(8, alpha=1.0, eps=0.0, generator=0)
+    rb = PrioritizedReplayBuffer(8, alpha=1.0, eps=1e-12, generator=0)
     fill(rb, 4)
     rb.update_priority([0, 1, 2, 3], [5.0, 0.5, 0.5, 0.5])
     fill(rb, 4)  # items 4..7 get p = 5 (the max seen)

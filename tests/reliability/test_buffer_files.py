@@ -127,3 +127,20 @@ def test_a_leaf_of_another_dtype_is_named(saved: Path) -> None:
     with pytest.raises(ValueError, match="leaf 'storage/observation' is torch.float32"):
         ReplayBuffer(20).load(saved)
     assert os.path.exists(saved)
+
+
+def test_prioritized_buffer_refuses_eps_zero_and_float_indices() -> None:
+    for eps in (0.0, -1e-3, float("nan")):
+        with pytest.raises(ValueError, match="eps must be > 0"):
+            PrioritizedReplayBuffer(20, eps=eps)
+    rb = PrioritizedReplayBuffer(20, generator=0)
+    rb.extend(_batch())
+    with pytest.raises(TypeError, match="index must hold integers.*float32"):
+        rb.update_priority(torch.tensor([0.0, 1.7]), torch.tensor([1.0, 2.0]))
+
+
+def test_non_tensor_leaves_are_refused_by_name() -> None:
+    td = _batch()
+    td["note"] = NonTensorData("text", batch_size=td.batch_size)
+    with pytest.raises(TypeError, match="'note'"):
+        ReplayBuffer(20).extend(td)

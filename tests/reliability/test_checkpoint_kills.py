@@ -126,3 +126,17 @@ def test_a_sync_run_resumed_after_a_killed_save_logs_what_an_uninterrupted_run_l
         for r in read_csv(tmp_path / "killed" / "train.csv")
     ]
     assert got == expected
+
+
+def test_a_truncated_last_csv_row_does_not_break_resume_and_steps_keep_one_format(tmp_path):
+    from tdrl.trainers import drop_rows_after
+
+    log = tmp_path / "train.csv"
+    log.write_text("step,loss\n100,0.5\n200,0.25\n300,0.1\n400,0.0")  # last row cut by a kill
+    with open(log, "a") as f:
+        f.write("\n5")  # a row cut inside its first cell
+    drop_rows_after(tmp_path, 300)
+    assert log.read_text().splitlines() == ["step,loss", "100,0.5", "200,0.25", "300,0.1"]
+    with pytest.raises(ValueError, match="data row 2"):
+        (tmp_path / "bad.csv").write_text("step,loss\n100,0.5\n1x0,0.2\n200,0.1\n")
+        read_csv(tmp_path / "bad.csv")
