@@ -17,26 +17,16 @@ from dataclasses import dataclass
 
 import torch
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.objectives import A2CLoss
-from tdrl.trainers import (
-    AdvantageConfig,
-    Run,
-    end_on_policy_batch,
-    lr_schedule,
-    on_policy_networks,
-    on_policy_update,
-    parse,
-    setup,
-)
 
 
 @dataclass(frozen=True)
-class Config(AdvantageConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks, GAE lambda, loss
-    # weights and clipping: the fields of tdrl.trainers.AdvantageConfig (--help lists them),
-    # redefined where A2C differs.
+class Config(trainers.AdvantageConfig):
+    """Fields beyond tdrl.trainers.AdvantageConfig's (--help lists all, with defaults)."""
+
     num_envs: int = 16
     frames_per_batch: int = 80
     lr: float = 7e-4
@@ -48,9 +38,9 @@ class Config(AdvantageConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train A2C as configured; returns the last evaluation and the last update's metrics."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = trainers.setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = on_policy_networks(env, cfg)
+    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
     # 3. loss, estimator (run on the whole rollout), optimizer
     loss = A2CLoss(
         actor,
@@ -63,22 +53,22 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
     )
-    scheduler = lr_schedule(optimizer, cfg)
+    scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    run = Run.from_config(cfg, "A2C", state, eval_env=eval_env, policy=actor)
+    run = trainers.Run.from_config(cfg, "A2C", state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: estimate on the whole rollout, one full-batch step, then log / evaluate / save
     with run:
         for batch in collector:
-            metrics = on_policy_update(
+            metrics = trainers.on_policy_update(
                 batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
             )
-            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
                 break
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
         return run.finish()
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

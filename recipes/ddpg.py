@@ -17,6 +17,7 @@ from typing import Literal
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.modules import (
     AdditiveGaussianNoise,
@@ -29,25 +30,13 @@ from tdrl.modules import (
     torch_default_init_,
 )
 from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
-from tdrl.trainers import (
-    ActorCriticConfig,
-    Run,
-    adam,
-    make_replay_buffer,
-    optimizer_step,
-    parse,
-    setup,
-    store,
-)
 
 
 @dataclass(frozen=True)
-class Config(ActorCriticConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
-    # learning rates and tau: the fields of tdrl.trainers.ActorCriticConfig (--help lists them),
-    # redefined where DDPG differs.
+class Config(trainers.ActorCriticConfig):
+    """Fields beyond tdrl.trainers.ActorCriticConfig's (--help lists all, with defaults)."""
+
     init_random_frames: int = 25_000
-    # The algorithm's own fields.
     noise: Literal["gaussian", "ou"] = "gaussian"
     """exploration noise: Gaussian or Ornstein-Uhlenbeck (restarted at every episode start)."""
     exploration_noise: float = 0.1
@@ -57,7 +46,7 @@ class Config(ActorCriticConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train DDPG; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg, actions="continuous")
+    env, eval_env = trainers.setup(cfg, actions="continuous")
     obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
     low, high = action_bounds(env.action_spec)
 
@@ -75,19 +64,23 @@ def main(cfg: Config) -> dict[str, float]:
     # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
     loss = DDPGLoss(actor, critic, gamma=cfg.gamma)
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = adam((actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr))
-    buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
+    optimizer = trainers.adam(
+        (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)
+    )
+    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with Run.from_config(cfg, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+    with trainers.Run.from_config(
+        cfg, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer
+    ) as run:
         run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
         # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
         for batch in collector:
             out = None
-            for _ in range(store(buffer, batch, run, cfg)):
+            for _ in range(trainers.store(buffer, batch, run, cfg)):
                 out = loss(buffer.sample(cfg.batch_size))
-                optimizer_step(total_loss(out), optimizer)
+                trainers.optimizer_step(total_loss(out), optimizer)
                 target_updater.step()
                 run.updates += 1
             if run.end_batch(collector, out):
@@ -98,4 +91,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.keys import ACTION_VALUE, OBSERVATION
 from tdrl.modules import (
@@ -27,23 +28,12 @@ from tdrl.modules import (
     torch_default_init_,
 )
 from tdrl.objectives import DiscreteSACLoss, SoftUpdate, total_loss
-from tdrl.trainers import (
-    EntropyConfig,
-    Run,
-    adam,
-    make_replay_buffer,
-    optimizer_step,
-    parse,
-    setup,
-    store,
-)
 
 
 @dataclass(frozen=True)
-class Config(EntropyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
-    # learning rates, tau, alpha and --target-entropy: the fields of
-    # tdrl.trainers.EntropyConfig (--help lists them), redefined where this recipe differs.
+class Config(trainers.EntropyConfig):
+    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
+
     env_id: str = "CartPole-v1"
     total_frames: int = 50_000
     num_envs: int = 10
@@ -57,7 +47,6 @@ class Config(EntropyConfig):
     checkpoint_every: int = 25_000
     actor_lr: float = 1e-4
     alpha_init: float = 0.05
-    # The algorithm's own fields.
     n_steps: int = 3
     """n-step returns from the buffer."""
     auto_alpha: bool = False
@@ -67,7 +56,7 @@ class Config(EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train discrete SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg, actions="discrete")
+    env, eval_env = trainers.setup(cfg, actions="discrete")
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks
@@ -91,24 +80,28 @@ def main(cfg: Config) -> dict[str, float]:
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
     alpha = [([loss.log_alpha], cfg.alpha_lr)] if cfg.auto_alpha else []
-    optimizer = adam(
+    optimizer = trainers.adam(
         (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr), *alpha
     )
-    buffer = make_replay_buffer(
+    buffer = trainers.make_replay_buffer(
         cfg.buffer_size, n_steps=cfg.n_steps, gamma=cfg.gamma, seed=cfg.seed
     )
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
     title = "Discrete SAC"
-    with Run.from_config(cfg, title, state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+    with trainers.Run.from_config(
+        cfg, title, state, eval_env=eval_env, policy=actor, buffer=buffer
+    ) as run:
         run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
         # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
         for batch in collector:
             out = None
-            for _ in range(store(buffer, batch, run, cfg)):
+            for _ in range(trainers.store(buffer, batch, run, cfg)):
                 out = loss(buffer.sample(cfg.batch_size))
-                optimizer_step(total_loss(out), optimizer)  # a fixed alpha's term is constant
+                trainers.optimizer_step(
+                    total_loss(out), optimizer
+                )  # a fixed alpha's term is constant
                 target_updater.step()
                 run.updates += 1
             if run.end_batch(collector, out):
@@ -119,4 +112,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

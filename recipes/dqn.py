@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from tensordict.nn import TensorDictSequential
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
 from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS
@@ -35,21 +36,12 @@ from tdrl.modules import (
     torch_default_init_,
 )
 from tdrl.objectives import DQNLoss, HardUpdate, update_priority
-from tdrl.trainers import (
-    OffPolicyConfig,
-    Run,
-    make_replay_buffer,
-    optimizer_step,
-    parse,
-    setup,
-    store,
-)
 
 
 @dataclass(frozen=True)
-class Config(OffPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks:
-    # the fields of tdrl.trainers.OffPolicyConfig (--help lists them), redefined where DQN differs.
+class Config(trainers.OffPolicyConfig):
+    """Fields beyond tdrl.trainers.OffPolicyConfig's (--help lists all, with defaults)."""
+
     env_id: str = "CartPole-v1"
     total_frames: int = 50_000
     init_random_frames: int = 1_000
@@ -58,7 +50,6 @@ class Config(OffPolicyConfig):
     buffer_size: int = 100_000
     eval_every: int = 5_000
     checkpoint_every: int = 25_000
-    # The algorithm's own fields.
     frames_per_batch: int = 256
     """env steps per collected batch (SB3's train_freq)."""
     dueling: bool = False
@@ -91,7 +82,7 @@ class Config(OffPolicyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg, actions="discrete")
+    env, eval_env = trainers.setup(cfg, actions="discrete")
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
@@ -106,7 +97,7 @@ def main(cfg: Config) -> dict[str, float]:
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=cfg.double_dqn, gamma=cfg.gamma)
     target_updater = HardUpdate(loss, value_network_update_interval=cfg.target_update_interval)
     optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr, fused=True)
-    buffer = make_replay_buffer(
+    buffer = trainers.make_replay_buffer(
         cfg.buffer_size,
         prioritized=cfg.prioritized,
         alpha=cfg.per_alpha,
@@ -119,7 +110,7 @@ def main(cfg: Config) -> dict[str, float]:
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames
     )
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    run = Run.from_config(cfg, "DQN", state, eval_env=eval_env, policy=qnet, buffer=buffer)
+    run = trainers.Run.from_config(cfg, "DQN", state, eval_env=eval_env, policy=qnet, buffer=buffer)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     target_updater.counter = run.updates
 
@@ -127,7 +118,7 @@ def main(cfg: Config) -> dict[str, float]:
     previous = collector.frames
     with run:
         for batch in collector:
-            due = store(buffer, batch, run, cfg)
+            due = trainers.store(buffer, batch, run, cfg)
             exploration.step(collector.frames - previous)
             previous = collector.frames
             if isinstance(buffer, PrioritizedReplayBuffer):
@@ -137,7 +128,7 @@ def main(cfg: Config) -> dict[str, float]:
             for _ in range(due):
                 sample = buffer.sample(cfg.batch_size)
                 out = loss(sample)
-                optimizer_step(out[LOSS], optimizer, max_grad_norm=cfg.max_grad_norm)
+                trainers.optimizer_step(out[LOSS], optimizer, max_grad_norm=cfg.max_grad_norm)
                 if cfg.prioritized:
                     update_priority(buffer, sample, out)
                 target_updater.step()
@@ -153,4 +144,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

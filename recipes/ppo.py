@@ -29,29 +29,18 @@ from dataclasses import dataclass
 
 import torch
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.modules import RewardScaling
 from tdrl.objectives import ClipPPOLoss
-from tdrl.trainers import (
-    AdvantageConfig,
-    Run,
-    end_on_policy_batch,
-    lr_schedule,
-    on_policy_networks,
-    on_policy_update,
-    parse,
-    setup,
-)
 
 
 @dataclass(frozen=True)
-class Config(AdvantageConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks, GAE lambda, loss
-    # weights and clipping: the fields of tdrl.trainers.AdvantageConfig (--help lists them),
-    # redefined where PPO differs.
+class Config(trainers.AdvantageConfig):
+    """Fields beyond tdrl.trainers.AdvantageConfig's (--help lists all, with defaults)."""
+
     critic_coeff: float = 0.25
-    # The algorithm's own fields.
     epochs: int = 10
     """passes over each rollout."""
     minibatch_size: int = 64
@@ -65,9 +54,9 @@ class Config(AdvantageConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train PPO as configured; returns the last evaluation and the last update's metrics."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = trainers.setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = on_policy_networks(env, cfg)
+    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer
     loss = ClipPPOLoss(
         actor,
@@ -80,19 +69,19 @@ def main(cfg: Config) -> dict[str, float]:
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
-    scheduler = lr_schedule(optimizer, cfg)
+    scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
     if reward_scaler is not None:  # its return statistics and per-env carry go in checkpoints
         state["reward_scaler"] = reward_scaler
-    run = Run.from_config(cfg, "PPO", state, eval_env=eval_env, policy=actor)
+    run = trainers.Run.from_config(cfg, "PPO", state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: estimate on the whole rollout, minibatch epochs, then log / evaluate / checkpoint
     with run:
         for batch in collector:
             if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
                 reward_scaler(batch)
-            metrics = on_policy_update(
+            metrics = trainers.on_policy_update(
                 batch,
                 loss,
                 estimator,
@@ -101,11 +90,11 @@ def main(cfg: Config) -> dict[str, float]:
                 minibatch_size=cfg.minibatch_size,
                 max_grad_norm=cfg.max_grad_norm,
             )
-            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
                 break
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
         return run.finish()
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

@@ -15,28 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
 from tdrl.objectives import REDQLoss, SoftUpdate, total_loss
-from tdrl.trainers import (
-    EntropyConfig,
-    Run,
-    adam,
-    make_replay_buffer,
-    optimizer_step,
-    parse,
-    setup,
-    store,
-)
 
 
 @dataclass(frozen=True)
-class Config(EntropyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
-    # learning rates, tau, alpha and --target-entropy: the fields of
-    # tdrl.trainers.EntropyConfig (--help lists them), redefined where REDQ differs.
+class Config(trainers.EntropyConfig):
+    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
+
     utd_ratio: float = 20.0  # critic gradient steps per env step (the paper's G)
-    # The algorithm's own fields.
     actor_delay: int = 20
     """critic steps per actor and alpha step."""
     num_qvalue_nets: int = 10
@@ -48,7 +37,7 @@ class Config(EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train REDQ; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg, actions="continuous")
+    env, eval_env = trainers.setup(cfg, actions="continuous")
 
     # 2. networks: all N critics in one batched ensemble
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
@@ -67,21 +56,23 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.gamma,
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = adam(
+    optimizer = trainers.adam(
         (actor.parameters(), cfg.actor_lr),
         (critic.parameters(), cfg.critic_lr),
         ([loss.log_alpha], cfg.alpha_lr),
     )
-    buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
+    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
-    with Run.from_config(cfg, "REDQ", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+    with trainers.Run.from_config(
+        cfg, "REDQ", state, eval_env=eval_env, policy=actor, buffer=buffer
+    ) as run:
         run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
         # 4. loop: one step per env -> store -> G critic steps (an actor step every actor_delay)
         for batch in collector:
             out = None
-            for _ in range(store(buffer, batch, run, cfg)):
+            for _ in range(trainers.store(buffer, batch, run, cfg)):
                 sample = buffer.sample(cfg.batch_size)
                 run.updates += 1
                 if run.updates % cfg.actor_delay == 0:
@@ -89,7 +80,7 @@ def main(cfg: Config) -> dict[str, float]:
                     total = total_loss(out)
                 else:  # critic-only step: the actor's forward is skipped
                     total = loss.qvalue_loss(sample)[0]
-                optimizer_step(total, optimizer)
+                trainers.optimizer_step(total, optimizer)
                 target_updater.step()
             if run.end_batch(collector, out):
                 break
@@ -99,4 +90,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

@@ -19,28 +19,18 @@ from dataclasses import dataclass
 import torch
 from tensordict.nn import TensorDictModule
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.estimators import TD1Estimator
 from tdrl.keys import OBSERVATION, STATE_VALUE
 from tdrl.objectives import ReinforceLoss
-from tdrl.trainers import (
-    OnPolicyConfig,
-    Run,
-    end_on_policy_batch,
-    lr_schedule,
-    on_policy_networks,
-    on_policy_update,
-    parse,
-    setup,
-)
 
 
 @dataclass(frozen=True)
-class Config(OnPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks: the fields of
-    # tdrl.trainers.OnPolicyConfig (--help lists them), redefined where this recipe differs.
+class Config(trainers.OnPolicyConfig):
+    """Fields beyond tdrl.trainers.OnPolicyConfig's (--help lists all, with defaults)."""
+
     lr: float = 1e-3
-    # The algorithm's own fields.
     baseline: bool = False
     """subtract a learned state value from the return (and train it)."""
     normalize_advantage: bool = True
@@ -59,28 +49,28 @@ def zero_value() -> TensorDictModule:
 def main(cfg: Config) -> dict[str, float]:
     """Train REINFORCE as configured; returns the last evaluation and update's metrics."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = trainers.setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = on_policy_networks(env, cfg)
+    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
     # 3. loss, estimator (Monte Carlo returns on the whole rollout), optimizer
     baseline = critic if cfg.baseline else None
     loss = ReinforceLoss(actor, baseline, normalize_advantage=cfg.normalize_advantage)
     estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
-    scheduler = lr_schedule(optimizer, cfg)
+    scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    run = Run.from_config(cfg, "REINFORCE", state, eval_env=eval_env, policy=actor)
+    run = trainers.Run.from_config(cfg, "REINFORCE", state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: returns on the whole rollout, one full-batch step, then log / evaluate / save
     with run:
         for batch in collector:
-            metrics = on_policy_update(batch, loss, estimator, optimizer)
-            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+            metrics = trainers.on_policy_update(batch, loss, estimator, optimizer)
+            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
                 break
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
         return run.finish()
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

@@ -19,33 +19,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
 from tdrl.objectives import SACLoss, SoftUpdate, total_loss
-from tdrl.trainers import (
-    EntropyConfig,
-    Run,
-    adam,
-    make_replay_buffer,
-    optimizer_step,
-    parse,
-    setup,
-    store,
-)
 
 
 @dataclass(frozen=True)
-class Config(EntropyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
-    # learning rates, tau, alpha and --target-entropy: the fields of
-    # tdrl.trainers.EntropyConfig (--help lists them), with their defaults (Tianshou's).
-    pass
+class Config(trainers.EntropyConfig):
+    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg, actions="continuous")
+    env, eval_env = trainers.setup(cfg, actions="continuous")
 
     # 2. networks: a tanh-Gaussian actor and twin critics in one batched ensemble
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
@@ -60,23 +48,25 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.gamma,
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = adam(
+    optimizer = trainers.adam(
         (actor.parameters(), cfg.actor_lr),
         (critic.parameters(), cfg.critic_lr),
         ([loss.log_alpha], cfg.alpha_lr),
     )
-    buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
+    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
-    with Run.from_config(cfg, "SAC", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+    with trainers.Run.from_config(
+        cfg, "SAC", state, eval_env=eval_env, policy=actor, buffer=buffer
+    ) as run:
         run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
         # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
         for batch in collector:
             out = None
-            for _ in range(store(buffer, batch, run, cfg)):
+            for _ in range(trainers.store(buffer, batch, run, cfg)):
                 out = loss(buffer.sample(cfg.batch_size))
-                optimizer_step(total_loss(out), optimizer)
+                trainers.optimizer_step(total_loss(out), optimizer)
                 target_updater.step()
                 run.updates += 1
             if run.end_batch(collector, out):
@@ -87,4 +77,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

@@ -21,31 +21,20 @@ from dataclasses import dataclass
 
 from tensordict.nn import TensorDictSequential
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
 from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
-from tdrl.trainers import (
-    ActorCriticConfig,
-    Run,
-    adam,
-    make_replay_buffer,
-    optimizer_step,
-    parse,
-    setup,
-    store,
-)
 
 
 @dataclass(frozen=True)
-class Config(ActorCriticConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, replay, update ratio, gamma, networks,
-    # learning rates and tau: the fields of tdrl.trainers.ActorCriticConfig (--help lists them),
-    # redefined where TD3 differs.
+class Config(trainers.ActorCriticConfig):
+    """Fields beyond tdrl.trainers.ActorCriticConfig's (--help lists all, with defaults)."""
+
     env_id: str = "Hopper-v5"
     init_random_frames: int = 25_000
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
-    # The algorithm's own fields.
     policy_delay: int = 2
     """critic steps per actor step and target update."""
     exploration_noise: float = 0.1
@@ -59,7 +48,7 @@ class Config(ActorCriticConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train TD3; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg, actions="continuous")
+    env, eval_env = trainers.setup(cfg, actions="continuous")
     low, high = action_bounds(env.action_spec)
 
     # 2. networks: deterministic actor; Gaussian noise on top acts only while collecting
@@ -75,25 +64,29 @@ def main(cfg: Config) -> dict[str, float]:
         actor, critic, policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip, gamma=cfg.gamma
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
-    optimizer = adam((actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr))
-    buffer = make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
+    optimizer = trainers.adam(
+        (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)
+    )
+    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with Run.from_config(cfg, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer) as run:
+    with trainers.Run.from_config(
+        cfg, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer
+    ) as run:
         run.start(collector)  # resumes from the run folder's checkpoint with --resume
 
         # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
         for batch in collector:
             out = None
-            for _ in range(store(buffer, batch, run, cfg)):
+            for _ in range(trainers.store(buffer, batch, run, cfg)):
                 sample = buffer.sample(cfg.batch_size)
                 run.updates += 1
                 if run.updates % cfg.policy_delay == 0:
                     out = loss(sample)
-                    optimizer_step(total_loss(out), optimizer)
+                    trainers.optimizer_step(total_loss(out), optimizer)
                     target_updater.step()
                 else:
-                    optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
             if run.end_batch(collector, out):
                 break
 
@@ -102,4 +95,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

@@ -23,29 +23,19 @@ from typing import Literal
 
 import torch
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.objectives import NPGLoss, TRPOLoss
-from tdrl.trainers import (
-    OnPolicyConfig,
-    Run,
-    end_on_policy_batch,
-    lr_schedule,
-    natural_gradient_update,
-    on_policy_networks,
-    parse,
-    setup,
-)
 
 
 @dataclass(frozen=True)
-class Config(OnPolicyConfig):
-    # Task, envs, budget, evaluation, logs, checkpoints, lr, gamma, networks: the fields of
-    # tdrl.trainers.OnPolicyConfig (--help lists them), redefined where this recipe differs.
+class Config(trainers.OnPolicyConfig):
+    """Fields beyond tdrl.trainers.OnPolicyConfig's (--help lists all, with defaults)."""
+
     num_envs: int = 16
     frames_per_batch: int = 1024
     lr: float = 1e-3
-    # The algorithm's own fields.
     algo: Literal["trpo", "npg"] = "trpo"
     """the actor's step: TRPO (KL-bounded line search) or NPG (normalized natural gradient)."""
     critic_steps: int = 20
@@ -69,9 +59,9 @@ class Config(OnPolicyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = setup(cfg)
+    env, eval_env = trainers.setup(cfg)
     # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = on_policy_networks(env, cfg)
+    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
     # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, optimizer
     common = dict(
         max_kl=cfg.max_kl,
@@ -91,22 +81,22 @@ def main(cfg: Config) -> dict[str, float]:
         loss = NPGLoss(actor, critic, **common)
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr, fused=True)
-    scheduler = lr_schedule(optimizer, cfg)
+    scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    run = Run.from_config(cfg, cfg.algo.upper(), state, eval_env=eval_env, policy=actor)
+    run = trainers.Run.from_config(cfg, cfg.algo.upper(), state, eval_env=eval_env, policy=actor)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     # 4. loop: GAE on the whole rollout, natural-gradient actor step, critic steps, log / save
     with run:
         for batch in collector:
-            metrics = natural_gradient_update(
+            metrics = trainers.natural_gradient_update(
                 batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps
             )
-            if end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
+            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
                 break
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
         return run.finish()
 
 
 if __name__ == "__main__":
-    main(parse(Config))
+    main(trainers.parse(Config))

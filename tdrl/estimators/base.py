@@ -185,6 +185,10 @@ class ValueEstimator(TensorDictModuleBase):
         """Scalar gamma, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
         gamma = self.gamma.to(reward.dtype)
+        # An error about gamma then names what it came from: the batch's steps or the argument.
+        self._gamma_source: NestedKey = (
+            "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
+        )
         return gamma if steps is None else gamma ** steps.reshape(reward.shape)
 
     def _key_of(self, argument: str) -> NestedKey:
@@ -197,7 +201,7 @@ class ValueEstimator(TensorDictModuleBase):
             "done": next_key(k.done),
             "truncated": next_key(k.truncated),
             "log_rho": (k.target_log_prob, k.sample_log_prob),
-            "gamma": k.steps_to_next_obs,
+            "gamma": getattr(self, "_gamma_source", "gamma"),
         }.get(argument, argument)
 
     def _call_op(self, op: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -178,3 +178,24 @@ def test_a_recipe_given_an_action_space_it_cannot_handle_says_which_it_needs(
     cfg = module.Config(env_id=env_id, log_dir=str(tmp_path), progress=False, tensorboard=False)
     with pytest.raises(ValueError, match=match):
         module.main(cfg)
+
+
+def test_a_badly_shaped_gamma_tensor_is_reported_under_its_own_name():
+    from tensordict import TensorDict
+
+    B, T = 2, 5
+    flag = torch.zeros(B, T, 1, dtype=torch.bool)
+    td = TensorDict(
+        {
+            "state_value": torch.zeros(B, T, 1),
+            ("next", "state_value"): torch.zeros(B, T, 1),
+            ("next", "reward"): torch.zeros(B, T, 1),
+            ("next", "done"): flag,
+            ("next", "terminated"): flag.clone(),
+            ("next", "truncated"): flag.clone(),
+        },
+        [B, T],
+    )
+    gae_module = GAE(gamma=torch.full((3, 7), 0.9), lmbda=0.9, value_network=None)
+    with pytest.raises(ValueError, match=r"GAE: key 'gamma': shape \(3, 7\)"):
+        gae_module(td)
