@@ -49,6 +49,9 @@ TD_ERROR = "td_error"
 COLLECTOR = "collector"
 TRAJ_IDS = "traj_ids"
 COLLECTOR_TRAJ_IDS = (COLLECTOR, TRAJ_IDS)
+# Steps with a NaN or infinite observation, reward or action (Collector(on_nonfinite="flag")).
+NONFINITE = "nonfinite"
+COLLECTOR_NONFINITE = (COLLECTOR, NONFINITE)
 EPISODE_RETURN = "episode_return"
 EPISODE_LENGTH = "episode_length"
 # Name of the time dimension of a ``[num_envs, T]`` rollout (``TensorDict.names``).

@@ -53,7 +53,8 @@ class Collector:
         seed: seed of the random actions; default: the env's seed.
         on_nonfinite: ``"raise"`` (default): a NaN or infinite observation, reward or action in a
             batch raises an error naming the key, the env index and the step (checked once per
-            batch); ``"ignore"``: no check.
+            batch); ``"flag"``: the batch gets ``("collector", "nonfinite")`` ``[num_envs, T]``
+            bool, True at such steps, for the caller to drop or mask; ``"ignore"``: no check.
 
     Shapes:
         batch [num_envs, T]; observation [num_envs, T, *obs_shape]; flags and reward [.., 1].
@@ -69,7 +70,7 @@ class Collector:
         deterministic: bool = False,
         *,
         seed: int | None = None,
-        on_nonfinite: Literal["raise", "ignore"] = "raise",
+        on_nonfinite: Literal["raise", "flag", "ignore"] = "raise",
     ) -> None:
         n = env.num_envs
         if frames_per_batch <= 0 or frames_per_batch % n:
@@ -82,8 +83,10 @@ class Collector:
             )
         if init_random_frames < 0:
             raise ValueError(f"init_random_frames must be >= 0, got {init_random_frames}")
-        if on_nonfinite not in ("raise", "ignore"):
-            raise ValueError(f"on_nonfinite must be 'raise' or 'ignore', got {on_nonfinite!r}")
+        if on_nonfinite not in ("raise", "flag", "ignore"):
+            raise ValueError(
+                f"on_nonfinite must be 'raise', 'flag' or 'ignore', got {on_nonfinite!r}"
+            )
         self.on_nonfinite = on_nonfinite
         self.env = env
         self.frames_per_batch = frames_per_batch
@@ -204,6 +207,8 @@ class Collector:
         batch.names = [None, keys.TIME_DIM_NAME]
         if self.on_nonfinite == "raise":
             _check_finite(batch, self.frames)
+        elif self.on_nonfinite == "flag":
+            batch.set(keys.COLLECTOR_NONFINITE, _nonfinite_steps(batch))
         return batch
 
     # --- state -----------------------------------------------------------------------------
@@ -269,6 +274,15 @@ def _episodes_td(returns: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> T
         },
         batch_size=(len(returns),),
     )
+
+
+def _nonfinite_steps(batch: TensorDict) -> torch.Tensor:
+    """``[num_envs, T]`` bool: steps with a NaN or infinite float entry."""
+    bad = torch.zeros(batch.batch_size, dtype=torch.bool)
+    for value in batch.values(include_nested=True, leaves_only=True):
+        if value.is_floating_point():
+            bad |= (~torch.isfinite(value)).reshape(*batch.batch_size, -1).any(-1)
+    return bad
 
 
 def _check_finite(batch: TensorDict, frames: int) -> None:

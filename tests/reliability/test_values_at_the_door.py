@@ -102,6 +102,11 @@ def test_the_collector_names_a_non_finite_entry_by_env_and_step(what, key):
         with pytest.raises(ValueError, match=rf"non-finite .*{key}.* from env 1 at step 6"):
             next(iter(Collector(env, None, 20)))
     with make_vec_env([lambda: NaNAt(7, what)], 1, seed=0) as env:
+        flagged = next(iter(Collector(env, None, 10, on_nonfinite="flag")))
+        # a bad observation is next at step 6 and the root of step 7; a bad reward is step 6's
+        bad_steps = {6, 7} if what == "observation" else {6}
+        assert flagged["collector", "nonfinite"].tolist() == [[t in bad_steps for t in range(10)]]
+    with make_vec_env([lambda: NaNAt(7, what)], 1, seed=0) as env:
         batch = next(iter(Collector(env, None, 10, on_nonfinite="ignore")))
         assert not torch.isfinite(
             batch[("next", "reward") if what == "reward" else ("next", "observation")]
