@@ -33,7 +33,8 @@ class ReplayBuffer:
     ``sample(B)`` returns ``[B]`` transitions with their flat ``"index"``; with ``n_steps > 1``
     each is an n-step transition (see :meth:`sample`). ``sample_slices`` returns ``[B, L]``
     sequences inside one episode. ``generator`` (seed or ``np.random.Generator``) makes
-    sampling reproducible.
+    sampling reproducible. ``storage_path``: keep the stored tensors in memory-mapped files in
+    that folder instead of RAM (buffers larger than memory; the same API and samples).
 
     Shapes:
         storage leaves ``[capacity // S, S, *F]``; ``sample(B) -> [B]``; slices ``[B, L]``.
@@ -48,6 +49,7 @@ class ReplayBuffer:
         n_steps: int = 1,
         gamma: float = 0.99,
         generator: np.random.Generator | int | None = None,
+        storage_path: str | Path | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -65,6 +67,8 @@ class ReplayBuffer:
             else np.random.default_rng(generator)
         )
         self._storage: StreamStorage | None = None
+        # Disk-backed storage: the leaves live in memory-mapped files under this folder.
+        self.storage_path = storage_path
 
     # --- writing ---------------------------------------------------------------------------
     def extend(self, td: TensorDictBase) -> None:
@@ -91,7 +95,7 @@ class ReplayBuffer:
         streams = self._num_streams
         if streams is None:
             streams = td.batch_size[0] if td.batch_dims == 2 else 1
-        storage = StreamStorage(self._capacity, streams, self.device)
+        storage = StreamStorage(self._capacity, streams, self.device, path=self.storage_path)
         if self.n_steps > storage.length:
             raise ValueError(
                 f"n_steps={self.n_steps} exceeds the {storage.length} steps a stream holds"
@@ -219,7 +223,9 @@ class ReplayBuffer:
         if data is None:
             self._storage = None
             return
-        storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device)
+        storage = StreamStorage(
+            self._capacity, int(state["num_streams"]), self.device, path=self.storage_path
+        )
         if tuple(data.batch_size) != (storage.length, storage.num_streams):
             raise ValueError(
                 f"state storage has batch size {tuple(data.batch_size)}, expected "

@@ -14,11 +14,13 @@ all leaves); the checked per-leaf copies below are the plain twins.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_non_tensor
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase, is_non_tensor
 from torch import Tensor
 
 from tdrl import _fast
@@ -72,9 +74,21 @@ class StreamStorage:
         leaves ``[L, S, *F]``; flat views ``[L * S, *F]``.
     """
 
-    def __init__(self, capacity: int, num_streams: int, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        capacity: int,
+        num_streams: int,
+        device: torch.device | str = "cpu",
+        *,
+        path: str | os.PathLike | None = None,
+    ):
         if num_streams < 1 or capacity < num_streams:
             raise ValueError(f"need capacity >= num_streams >= 1, got {capacity}, {num_streams}")
+        # path: keep the leaves in memory-mapped files in this folder (disk-backed storage for
+        # buffers larger than RAM; the OS pages them in and out). CPU only.
+        self.path = None if path is None else Path(path)
+        if self.path is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"a memory-mapped storage lives on the CPU, got device={device!r}")
         self.num_streams = num_streams
         self.length = capacity // num_streams
         self.device = torch.device(device)
@@ -122,13 +136,16 @@ class StreamStorage:
                 raise TypeError(f"key {_spell(k)!r}: only tensor leaves can be stored")
         self.keys = sorted(keys)
         self.leaves, self.flat = [], []
-        for k in self.keys:
+        for i, k in enumerate(self.keys):
             x = td.get(_spell(k))
-            leaf = torch.zeros(
-                (self.length, self.num_streams, *x.shape[batch_dims:]),
-                dtype=x.dtype,
-                device=self.device,
-            )
+            shape = (self.length, self.num_streams, *x.shape[batch_dims:])
+            if self.path is None:
+                leaf = torch.zeros(shape, dtype=x.dtype, device=self.device)
+            else:
+                self.path.mkdir(parents=True, exist_ok=True)
+                # A plain tensor view of the file-backed one: the same memory, torch's type.
+                file = self.path / f"leaf{i}.bin"
+                leaf = MemoryMappedTensor.zeros(shape, dtype=x.dtype, filename=file).view(shape)
             self.leaves.append(leaf)
             self.flat.append(leaf.view(self.length * self.num_streams, *leaf.shape[2:]))
         self._key_index = {k: i for i, k in enumerate(self.keys)}
