@@ -32,13 +32,17 @@ class A2CLoss(OnPolicyLoss):
         batch ``[*B]``; every output is a scalar.
     """
 
+    # Output names (TorchRL's A2CLoss); ReinforceLoss, the same loss without an entropy term,
+    # uses TorchRL's ReinforceLoss names.
+    _objective_key, _critic_key = LOSS_OBJECTIVE, LOSS_CRITIC
+
     def __init__(
         self,
         actor_network: TensorDictModuleBase,
         critic_network: TensorDictModuleBase | None = None,
         *,
         entropy_coeff: float = 0.0,
-        critic_coeff: float = 0.5,
+        critic_coeff: float | None = 0.5,
         loss_critic_type: str = "l2",
         normalize_advantage: bool = False,
     ) -> None:
@@ -65,7 +69,7 @@ class A2CLoss(OnPolicyLoss):
         advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
         if self.normalize_advantage:
             advantage = standardize(advantage)
-        out = {LOSS_OBJECTIVE: -(log_prob * advantage.detach()).mean()}
+        out = {self._objective_key: -(log_prob * advantage.detach()).mean()}
         if self.entropy_coeff:
             entropy = entropy_of(dist).mean()
             out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
@@ -73,6 +77,6 @@ class A2CLoss(OnPolicyLoss):
             with torch.no_grad():
                 entropy = entropy_of(dist).mean()
         if self.critic_network is not None:
-            out[LOSS_CRITIC] = self._critic_loss(tensordict)[0]
+            out[self._critic_key] = self._critic_loss(tensordict)[0]
         out[ENTROPY] = entropy.detach()
         return self._output(out)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import torch
-from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl.keys import ENTROPY, LOSS_ACTOR, LOSS_VALUE
-from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, require
-from tdrl.ops import standardize
+from tdrl.keys import LOSS_ACTOR, LOSS_VALUE
+from tdrl.objectives.a2c import A2CLoss
 
 
-class ReinforceLoss(OnPolicyLoss):
+class ReinforceLoss(A2CLoss):
     """REINFORCE: ``loss_actor = -E[log pi(a|s) A]``.
 
     ``"advantage"`` is whatever the estimator run on the rollout wrote: the Monte-Carlo return
@@ -31,6 +28,8 @@ class ReinforceLoss(OnPolicyLoss):
         batch ``[*B]``; every output is a scalar.
     """
 
+    _objective_key, _critic_key = LOSS_ACTOR, LOSS_VALUE
+
     def __init__(
         self,
         actor_network: TensorDictModuleBase,
@@ -40,26 +39,10 @@ class ReinforceLoss(OnPolicyLoss):
         normalize_advantage: bool = False,
     ) -> None:
         super().__init__(
-            actor_network, critic_network, critic_coeff=None, loss_critic_type=loss_critic_type
+            actor_network,
+            critic_network,
+            entropy_coeff=0.0,
+            critic_coeff=None,  # the baseline's loss is not scaled (TorchRL's ReinforceLoss)
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
         )
-        self.normalize_advantage = normalize_advantage
-
-    def _set_in_keys(self) -> None:
-        super()._set_in_keys()
-        self.in_keys = [key for key in self.in_keys if key != self.tensor_keys.sample_log_prob]
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        owner = type(self).__name__
-        keys = self.tensor_keys
-        action = require(tensordict, keys.action, owner)
-        dist = self._dist(tensordict)
-        log_prob = dist.log_prob(action)
-        advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
-        if self.normalize_advantage:
-            advantage = standardize(advantage)
-        out = {LOSS_ACTOR: -(log_prob * advantage.detach()).mean()}
-        if self.critic_network is not None:
-            out[LOSS_VALUE] = self._critic_loss(tensordict)[0]
-        with torch.no_grad():
-            out[ENTROPY] = entropy_of(dist).mean()
-        return self._output(out)
