@@ -11,7 +11,6 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.keys import LOSS_ACTOR, LOSS_VALUE, NEXT
-from tdrl.objectives.critic_ensemble import as_ensemble
 from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values, frozen
 from tdrl.objectives.target import make_target
 
@@ -34,22 +33,9 @@ class _DeterministicActorCritic(OffPolicyLoss):
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
-        self.qvalue_network = as_ensemble(qvalue_network, num_qvalue_nets)
-        self.num_qvalue_nets = num_qvalue_nets
         self.delay_actor = delay_actor
-        self.delay_qvalue = delay_qvalue
         self.target_actor_network = make_target(actor_network) if delay_actor else actor_network
-        self.target_qvalue_network = (
-            make_target(self.qvalue_network) if delay_qvalue else self.qvalue_network
-        )
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        pairs: list[tuple[nn.Module, nn.Module]] = []
-        if self.delay_actor:
-            pairs.append((self.actor_network, self.target_actor_network))
-        if self.delay_qvalue:
-            pairs.append((self.qvalue_network, self.target_qvalue_network))
-        return pairs
+        self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue)
 
     def _act(self, actor: Any, td: TensorDictBase) -> torch.Tensor:
         inputs = td.select(*actor.in_keys, strict=False)

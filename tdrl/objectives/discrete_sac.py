@@ -12,9 +12,7 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.keys import ACTION_VALUE, ALPHA, ENTROPY, LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE, NEXT
-from tdrl.objectives.critic_ensemble import as_ensemble
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, log_alpha_parameter
-from tdrl.objectives.target import make_target
+from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
 
 
 class DiscreteSACLoss(OffPolicyLoss):
@@ -69,26 +67,11 @@ class DiscreteSACLoss(OffPolicyLoss):
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
-        self.qvalue_network = as_ensemble(qvalue_network, num_qvalue_nets, out_key=ACTION_VALUE)
-        self.num_qvalue_nets = num_qvalue_nets
-        self.delay_qvalue = delay_qvalue
-        self.target_qvalue_network = (
-            make_target(self.qvalue_network) if delay_qvalue else self.qvalue_network
-        )
-        self.fixed_alpha = fixed_alpha
-        log_alpha = log_alpha_parameter(alpha_init, fixed_alpha)
-        if fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
-        else:
-            self.log_alpha = log_alpha
+        self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue, out_key=ACTION_VALUE)
+        self._init_alpha(alpha_init, fixed_alpha)
         self.num_actions = num_actions
         self.target_entropy_weight = target_entropy_weight
         self._target_entropy_spec = target_entropy
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        if not self.delay_qvalue:
-            return []
-        return [(self.qvalue_network, self.target_qvalue_network)]
 
     @property
     def alpha(self) -> torch.Tensor:

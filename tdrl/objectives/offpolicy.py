@@ -36,6 +36,8 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
+from tdrl.objectives.critic_ensemble import as_ensemble
+from tdrl.objectives.target import make_target
 from tdrl.ops import DISTANCES, distance, td0_return
 
 
@@ -103,8 +105,39 @@ class OffPolicyLoss(TensorDictModuleBase):
         return self
 
     def target_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
-        """``(online, target)`` pairs, for :class:`~tdrl.objectives.target.SoftUpdate`."""
-        return []
+        """``(online, target)`` pairs, for :class:`~tdrl.objectives.target.SoftUpdate`: the
+        critics' (and the actor's, for DDPG/TD3) when their targets are delayed."""
+        pairs: list[tuple[torch.nn.Module, torch.nn.Module]] = []
+        if getattr(self, "delay_actor", False):
+            pairs.append((self.actor_network, self.target_actor_network))
+        if getattr(self, "delay_qvalue", False):
+            pairs.append((self.qvalue_network, self.target_qvalue_network))
+        return pairs
+
+    def _init_critics(
+        self,
+        qvalue_network: Any,
+        num_qvalue_nets: int,
+        delay_qvalue: bool,
+        out_key: NestedKey | None = None,
+    ) -> None:
+        """The critics as one ensemble (``as_ensemble``) and their frozen target copy."""
+        kwargs = {} if out_key is None else {"out_key": out_key}
+        self.qvalue_network = as_ensemble(qvalue_network, num_qvalue_nets, **kwargs)
+        self.num_qvalue_nets = num_qvalue_nets
+        self.delay_qvalue = delay_qvalue
+        self.target_qvalue_network = (
+            make_target(self.qvalue_network) if delay_qvalue else self.qvalue_network
+        )
+
+    def _init_alpha(self, alpha_init: float, fixed_alpha: bool) -> None:
+        """``log_alpha``: a parameter to tune, or a buffer when ``fixed_alpha``."""
+        self.fixed_alpha = fixed_alpha
+        log_alpha = log_alpha_parameter(alpha_init, fixed_alpha)
+        if fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = log_alpha
 
     # --- reading the batch ----------------------------------------------------------------
     def _get(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:

@@ -10,17 +10,14 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.keys import ALPHA, ENTROPY, LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE, NEXT
-from tdrl.objectives.critic_ensemble import as_ensemble
 from tdrl.objectives.offpolicy import (
     OffPolicyLoss,
     bellman_target,
     critic_values,
     frozen,
-    log_alpha_parameter,
     rsample_and_log_prob,
     target_entropy_of,
 )
-from tdrl.objectives.target import make_target
 
 
 class SACLoss(OffPolicyLoss):
@@ -79,28 +76,13 @@ class SACLoss(OffPolicyLoss):
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
-        self.qvalue_network = as_ensemble(qvalue_network, num_qvalue_nets)
-        self.num_qvalue_nets = num_qvalue_nets
-        self.delay_qvalue = delay_qvalue
-        self.target_qvalue_network = (
-            make_target(self.qvalue_network) if delay_qvalue else self.qvalue_network
-        )
-        self.fixed_alpha = fixed_alpha
-        log_alpha = log_alpha_parameter(alpha_init, fixed_alpha)
-        if fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
-        else:
-            self.log_alpha = log_alpha
+        self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue)
+        self._init_alpha(alpha_init, fixed_alpha)
         self.min_log_alpha = None if min_alpha is None else float(torch.tensor(min_alpha).log())
         self.max_log_alpha = None if max_alpha is None else float(torch.tensor(max_alpha).log())
         self._target_entropy_spec = target_entropy
         self._action_dim = action_dim or getattr(actor_network, "action_dim", None)
         self._target_entropy: float | None = None
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        if not self.delay_qvalue:
-            return []
-        return [(self.qvalue_network, self.target_qvalue_network)]
 
     @property
     def alpha(self) -> torch.Tensor:
