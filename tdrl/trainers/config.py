@@ -77,6 +77,9 @@ class RunConfig:
     """parallel training envs."""
     mode: Literal["sync", "async"] = "sync"
     """one process (sync; exact resume) or one subprocess per env (async)."""
+    env_backend: Literal["gymnasium", "envpool", "torchrl"] = "gymnasium"
+    """who runs the training envs: gymnasium vector envs, envpool's C++ threads (sync only), or
+    TorchRL's GymEnv (a SerialEnv of num_envs) through tdrl.envs.from_torchrl."""
     eval_every: int = 20_000
     """env steps between deterministic evaluations (0: only at the end)."""
     eval_episodes: int = 10

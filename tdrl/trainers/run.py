@@ -22,7 +22,7 @@ from tqdm import tqdm
 from tdrl import keys
 from tdrl.collectors import Collector, evaluate
 from tdrl.data import ReplayBuffer
-from tdrl.envs import VecEnv, make_vec_env
+from tdrl.envs import VecEnv, from_torchrl, make_vec_env
 from tdrl.trainers.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint_dir,
@@ -69,10 +69,31 @@ def setup(
                 f"this recipe needs {need} action space; {cfg.env_id} has "
                 f"{type(spec).__name__} actions of shape {tuple(spec.shape[1:])}"
             )
-    env = make_vec_env(
-        cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed, step_timeout=cfg.step_timeout
-    )
+    env = training_envs(cfg)
     return env, eval_env
+
+
+def training_envs(cfg: RunConfig) -> VecEnv:
+    """The training envs of ``cfg`` on its ``env_backend`` (evaluation always uses gymnasium)."""
+    if cfg.env_backend == "torchrl":
+        from torchrl.envs import GymEnv, SerialEnv
+
+        if cfg.mode != "sync":
+            raise ValueError("env_backend='torchrl' runs TorchRL's SerialEnv: use mode='sync'")
+
+        def make() -> GymEnv:  # index actions, as tdrl's envs take them (not one-hot)
+            return GymEnv(cfg.env_id, categorical_action_encoding=True)
+
+        torchrl_env = make() if cfg.num_envs == 1 else SerialEnv(cfg.num_envs, make)
+        return from_torchrl(torchrl_env, seed=cfg.seed)
+    return make_vec_env(
+        cfg.env_id,
+        cfg.num_envs,
+        mode=cfg.mode,
+        seed=cfg.seed,
+        step_timeout=cfg.step_timeout,
+        backend=cfg.env_backend,
+    )
 
 
 def run_dir(log_dir: str, algo: str, env_id: str, seed: int) -> Path:
