@@ -83,12 +83,16 @@ class _ProbabilisticActor(TensorDictModuleBase):
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
         raise NotImplementedError
 
+    def _inputs(self, tensordict: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        """The parameters computed from ``tensordict`` (its observation by default)."""
+        return self._params(require(tensordict, self.in_keys[0], type(self).__name__))
+
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
         """The action distribution for ``tensordict``; nothing is written into it."""
-        return self._dist(self._params(require(tensordict, self.in_keys[0], type(self).__name__)))
+        return self._dist(self._inputs(tensordict))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        params = self._params(require(tensordict, self.in_keys[0], type(self).__name__))
+        params = self._inputs(tensordict)
         dist = self._dist(params)
         mode = interaction_type() or self.default_interaction_type
         if mode is InteractionType.RANDOM:
@@ -255,14 +259,20 @@ class TanhGaussianActor(_ProbabilisticActor):
 class CategoricalActor(_ProbabilisticActor):
     """Categorical policy over ``n`` discrete actions from logits.
 
+    With ``mask_key`` (e.g. ``"action_mask"``, TorchRL's name, which tdrl's envs provide) the
+    actor also reads a ``[*B, n]`` bool mask: invalid actions get the lowest finite logit, so
+    they are never sampled nor chosen, have probability 0 in ``log_prob`` and add 0 to the
+    entropy (and the KL stays finite). A row without any valid action is an error.
+
     Args:
         net: maps observations to ``[*B, n]`` logits.
         in_key: observation key.
+        mask_key: the action-mask key to read, or None.
         default_interaction_type: used when no interaction type is set.
 
     Shapes:
-        reads ``[*B, obs]``; writes ``logits``: ``[*B, n]``, ``action`` (int64 index) and
-        ``action_log_prob``: ``[*B]``.
+        reads ``[*B, obs]`` (and ``[*B, n]`` bool); writes ``logits``: ``[*B, n]``, ``action``
+        (int64 index) and ``action_log_prob``: ``[*B]``.
     """
 
     def __init__(
@@ -270,13 +280,36 @@ class CategoricalActor(_ProbabilisticActor):
         net: nn.Module,
         *,
         in_key: NestedKey = OBSERVATION,
+        mask_key: NestedKey | None = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
         super().__init__(in_key, [LOGITS], default_interaction_type)
         self.net = net
+        self.mask_key = mask_key
+        if mask_key is not None:
+            self.in_keys = [in_key, mask_key]
+
+    def _inputs(self, tensordict: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        params = super()._inputs(tensordict)
+        if self.mask_key is not None:
+            mask = require(tensordict, self.mask_key, "CategoricalActor")
+            params[LOGITS] = masked_logits(params[LOGITS], mask, self.mask_key)
+        return params
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         return {LOGITS: _apply(self.net, observation, self.in_keys[0], "CategoricalActor")}
 
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
         return Categorical(logits=params[LOGITS], validate_args=False)
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor, key: NestedKey) -> torch.Tensor:
+    """``logits`` with the lowest finite value where ``mask`` is False (the action is invalid);
+    errors name ``key`` for a mask of the wrong shape or dtype or a row with no valid action."""
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{key!r} must be a bool mask, got {mask.dtype}")
+    if mask.shape != logits.shape:
+        raise ValueError(f"{key!r} has shape {tuple(mask.shape)}, the logits {tuple(logits.shape)}")
+    if not bool(mask.any(-1).all()):
+        raise ValueError(f"{key!r} has a row with no valid action")
+    return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)

@@ -23,7 +23,7 @@ from tensordict.utils import NestedKey
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, IS_INIT
-from tdrl.modules.actors import _bounds
+from tdrl.modules.actors import _bounds, masked_logits
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float:
@@ -65,10 +65,12 @@ class EpsilonGreedy(_Exploration):
         eps_end: final epsilon.
         annealing_num_steps: frames over which epsilon decays.
         action_key: the action entry (int64 index) to rewrite.
+        mask_key: an action-mask key (``"action_mask"``): random actions are drawn among the
+            valid ones.
         default_interaction_type: used when no interaction type is set.
 
     Shapes:
-        ``action``: ``[*B]`` int64.
+        ``action``: ``[*B]`` int64; mask ``[*B, n]`` bool.
     """
 
     def __init__(
@@ -79,9 +81,13 @@ class EpsilonGreedy(_Exploration):
         eps_end: float = 0.05,
         annealing_num_steps: int = 10_000,
         action_key: NestedKey = ACTION,
+        mask_key: NestedKey | None = None,
         default_interaction_type: InteractionType = InteractionType.RANDOM,
     ) -> None:
         super().__init__(action_key, default_interaction_type)
+        self.mask_key = mask_key
+        if mask_key is not None:
+            self.in_keys = [*self.in_keys, mask_key]
         if not 0.0 <= eps_end <= 1.0 or not 0.0 <= eps_init <= 1.0:
             raise ValueError(f"epsilons must lie in [0, 1], got {eps_init}, {eps_end}")
         self.num_actions = num_actions
@@ -106,7 +112,12 @@ class EpsilonGreedy(_Exploration):
                 f"EpsilonGreedy: {key!r} must be an integer action index, got {action.dtype}"
             )
         explore = torch.rand(action.shape, device=action.device) < self.eps
-        random = torch.randint_like(action, self.num_actions)
+        if self.mask_key is None:
+            random = torch.randint_like(action, self.num_actions)
+        else:  # the arg-max of iid uniforms over the valid actions is uniform among them
+            mask = require(tensordict, self.mask_key, "EpsilonGreedy")
+            noise = masked_logits(torch.rand(mask.shape, device=mask.device), mask, self.mask_key)
+            random = noise.argmax(-1).to(action.dtype)
         tensordict.set(key, torch.where(explore, random, action))
         return tensordict
 

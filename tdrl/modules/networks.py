@@ -104,7 +104,10 @@ def actor_critic(
     spec = action_spec
     actor: TensorDictModuleBase
     if isinstance(spec, CategoricalSpec):
-        actor = CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN))
+        # An env-provided action mask (an "action_mask" observation entry) is honoured.
+        has_mask = keys.ACTION_MASK in observation_spec.keys()
+        mask_key = keys.ACTION_MASK if has_mask else None
+        actor = CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), mask_key=mask_key)
     else:
         action_dim = int(spec.shape[-1])
         low, high = action_bounds(spec)
@@ -122,7 +125,7 @@ def actor_critic(
 def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int, int]:
     """``(obs_dim, action_dim)`` of one flat ``"observation"`` and a Box (or Discrete: the number
     of actions) action space; specs may carry leading batch dims."""
-    entries = list(observation_spec.keys(True, True))
+    entries = [k for k in observation_spec.keys(True, True) if k != keys.ACTION_MASK]
     leaf = observation_spec.get(keys.OBSERVATION, None) if entries == [keys.OBSERVATION] else None
     if leaf is None or len(leaf.shape) != len(observation_spec.shape) + 1:
         raise ValueError(

@@ -18,7 +18,7 @@ from torch import nn
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION, STATE_ACTION_VALUE
-from tdrl.modules.actors import _apply
+from tdrl.modules.actors import _apply, masked_logits
 from tdrl.modules.mlp import mlp
 
 
@@ -90,16 +90,21 @@ class QValueActor(TensorDictModuleBase):
     Args:
         net: maps observations to ``[*B, n]`` action values (e.g. :func:`q_mlp`).
         in_key: observation key.
+        mask_key: an action-mask key (``"action_mask"``) to honour: the greedy action is the
+            best valid one.
 
     Shapes:
         reads ``[*B, obs]``; writes ``action_value`` ``[*B, n]``, ``action`` (int64) ``[*B]``,
         ``chosen_action_value`` ``[*B, 1]``.
     """
 
-    def __init__(self, net: nn.Module, *, in_key: NestedKey = OBSERVATION) -> None:
+    def __init__(
+        self, net: nn.Module, *, in_key: NestedKey = OBSERVATION, mask_key: NestedKey | None = None
+    ) -> None:
         super().__init__()
         self.net = net
-        self.in_keys = [in_key]
+        self.mask_key = mask_key
+        self.in_keys = [in_key] if mask_key is None else [in_key, mask_key]
         self.out_keys = [ACTION_VALUE, ACTION, CHOSEN_ACTION_VALUE]
 
     def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -109,7 +114,13 @@ class QValueActor(TensorDictModuleBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         action_value = self.action_values(tensordict)
-        chosen, action = action_value.max(dim=-1, keepdim=True)
+        if self.mask_key is None:
+            chosen, action = action_value.max(dim=-1, keepdim=True)
+        else:
+            mask = require(tensordict, self.mask_key, "QValueActor")
+            masked = masked_logits(action_value, mask, self.mask_key)
+            action = masked.argmax(dim=-1, keepdim=True)
+            chosen = action_value.gather(-1, action)
         tensordict.set(ACTION_VALUE, action_value)
         tensordict.set(ACTION, action.squeeze(-1))
         tensordict.set(CHOSEN_ACTION_VALUE, chosen)
