@@ -1,9 +1,21 @@
 """tdrl.modules: networks, actors, critics and exploration as TensorDict modules."""
 
-from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor
+from tdrl.modules.actors import (
+    BernoulliActor,
+    CategoricalActor,
+    GaussianActor,
+    MultiCategoricalActor,
+    TanhGaussianActor,
+)
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
-from tdrl.modules.distributions import Categorical, IndependentNormal, TanhNormal
+from tdrl.modules.distributions import (
+    Categorical,
+    IndependentBernoulli,
+    IndependentNormal,
+    MultiCategorical,
+    TanhNormal,
+)
 from tdrl.modules.ensemble import EnsembleCritic, EnsembleLinear, EnsembleMLP
 from tdrl.modules.exploration import (
     AdditiveGaussianNoise,
@@ -30,6 +42,7 @@ __all__ = [
     "POLICY_GAIN",
     "VALUE_GAIN",
     "AdditiveGaussianNoise",
+    "BernoulliActor",
     "Categorical",
     "CategoricalActor",
     "DeterministicActor",
@@ -39,7 +52,10 @@ __all__ = [
     "EnsembleMLP",
     "EpsilonGreedy",
     "GaussianActor",
+    "IndependentBernoulli",
     "IndependentNormal",
+    "MultiCategorical",
+    "MultiCategoricalActor",
     "NormalizedInput",
     "OrnsteinUhlenbeckNoise",
     "QValueActor",

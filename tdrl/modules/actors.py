@@ -24,6 +24,7 @@ env side must clip to the action space before stepping.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -35,7 +36,13 @@ from torch.distributions import Distribution
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_LOG_PROB, LOC, LOGITS, OBSERVATION, SCALE
-from tdrl.modules.distributions import Categorical, IndependentNormal, TanhNormal
+from tdrl.modules.distributions import (
+    Categorical,
+    IndependentBernoulli,
+    IndependentNormal,
+    MultiCategorical,
+    TanhNormal,
+)
 
 
 def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> torch.Tensor:
@@ -301,6 +308,62 @@ class CategoricalActor(_ProbabilisticActor):
 
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
         return Categorical(logits=params[LOGITS], validate_args=False)
+
+
+class MultiCategoricalActor(CategoricalActor):
+    """Factorized categorical policy for MultiDiscrete actions: one categorical per component,
+    from one network's ``[*B, sum(nvec)]`` logits (``mask_key``: the components' masks side by
+    side, TorchRL's layout).
+
+    Shapes:
+        writes ``logits`` ``[*B, sum(nvec)]``, ``action`` ``[*B, k]`` int64, ``action_log_prob``
+        ``[*B]`` (the sum over components).
+    """
+
+    def __init__(self, net: nn.Module, nvec: list[int], **kwargs: Any) -> None:
+        super().__init__(net, **kwargs)
+        self.nvec = [int(n) for n in nvec]
+
+    def _inputs(self, tensordict: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        params = _ProbabilisticActor._inputs(self, tensordict)
+        if self.mask_key is not None:
+            mask = require(tensordict, self.mask_key, "MultiCategoricalActor")
+            logits = params[LOGITS]
+            if mask.shape != logits.shape:
+                raise ValueError(
+                    f"{self.mask_key!r} has shape {tuple(mask.shape)}, the logits "
+                    f"{tuple(logits.shape)}"
+                )
+            parts = zip(logits.split(self.nvec, -1), mask.split(self.nvec, -1), strict=True)
+            params[LOGITS] = torch.cat([masked_logits(x, m, self.mask_key) for x, m in parts], -1)
+        return params
+
+    def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        return MultiCategorical(params[LOGITS], self.nvec)
+
+
+class BernoulliActor(_ProbabilisticActor):
+    """Independent 0/1 choices for MultiBinary actions from ``[*B, n]`` logits.
+
+    Shapes:
+        writes ``logits`` ``[*B, n]``, ``action`` ``[*B, n]`` int64, ``action_log_prob`` ``[*B]``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        in_key: NestedKey = OBSERVATION,
+        default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
+    ) -> None:
+        super().__init__(in_key, [LOGITS], default_interaction_type)
+        self.net = net
+
+    def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
+        return {LOGITS: _apply(self.net, observation, self.in_keys[0], "BernoulliActor")}
+
+    def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        return IndependentBernoulli(params[LOGITS])
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor, key: NestedKey) -> torch.Tensor:

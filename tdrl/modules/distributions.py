@@ -1,4 +1,5 @@
-"""Lean action distributions: a diagonal Gaussian and a tanh-squashed diagonal Gaussian.
+"""Lean action distributions: a diagonal Gaussian, a tanh-squashed one, categoricals (one, or one
+per MultiDiscrete component) and independent Bernoullis (MultiBinary).
 
 ``torch.distributions.Independent(Normal(...))`` costs about twice the arithmetic of its log-prob
 in Python overhead; these classes compute the same numbers directly (the PPO update evaluates a
@@ -249,6 +250,102 @@ class Categorical(torch.distributions.Categorical):
         return -(self.logits.exp() * self.logits.clamp(min=torch.finfo(self.logits.dtype).min)).sum(
             -1
         )
+
+
+class MultiCategorical(Distribution):
+    """Independent categoricals, one per component of a MultiDiscrete action (factorized).
+
+    ``logits`` holds the components' logits side by side (``nvec`` sizes); an action is one
+    index per component, its log-prob and entropy the sums over components.
+
+    Shapes:
+        ``logits``: ``[*B, sum(nvec)]``; action ``[*B, k]`` int64; ``log_prob``: ``[*B]``.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, logits: torch.Tensor, nvec: list[int]) -> None:
+        if logits.shape[-1] != sum(nvec):
+            raise ValueError(
+                f"logits have {logits.shape[-1]} entries, nvec {nvec} needs {sum(nvec)}"
+            )
+        self.nvec = list(nvec)
+        self.parts = [Categorical(part) for part in logits.split(self.nvec, -1)]
+        super().__init__(logits.shape[:-1], torch.Size([len(nvec)]), validate_args=False)
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.stack([part.deterministic_sample for part in self.parts], -1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.deterministic_sample
+
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+        return torch.stack([part.sample(sample_shape) for part in self.parts], -1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return sum(  # type: ignore[return-value]
+            part.log_prob(value[..., i]) for i, part in enumerate(self.parts)
+        )
+
+    def entropy(self) -> torch.Tensor:
+        return sum(part.entropy() for part in self.parts)  # type: ignore[return-value]
+
+
+class IndependentBernoulli(Distribution):
+    """Independent 0/1 choices (a MultiBinary action) from logits.
+
+    Shapes:
+        ``logits``: ``[*B, n]``; action ``[*B, n]`` int64 of 0 and 1; ``log_prob``: ``[*B]``.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+        super().__init__(logits.shape[:-1], logits.shape[-1:], validate_args=False)
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return (self.logits > 0).long()
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.deterministic_sample
+
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+        shape = torch.Size(sample_shape) + self.logits.shape
+        with torch.no_grad():
+            u = torch.rand(shape, dtype=self.logits.dtype, device=self.logits.device)
+            return (u < torch.sigmoid(self.logits)).long()
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        # log sigma(l) for a 1, log sigma(-l) for a 0
+        signed = torch.where(value.bool(), self.logits, -self.logits)
+        return torch.nn.functional.logsigmoid(signed).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        p = torch.sigmoid(self.logits)
+        log_p = torch.nn.functional.logsigmoid(self.logits)
+        log_q = torch.nn.functional.logsigmoid(-self.logits)
+        return -(p * log_p + (1 - p) * log_q).sum(-1)
+
+
+@register_kl(MultiCategorical, MultiCategorical)
+def _kl_multi_categorical(p: MultiCategorical, q: MultiCategorical) -> torch.Tensor:
+    return sum(  # type: ignore[return-value]
+        torch.distributions.kl_divergence(a, b) for a, b in zip(p.parts, q.parts, strict=True)
+    )
+
+
+@register_kl(IndependentBernoulli, IndependentBernoulli)
+def _kl_bernoulli(p: IndependentBernoulli, q: IndependentBernoulli) -> torch.Tensor:
+    pp = torch.sigmoid(p.logits)
+    log = torch.nn.functional.logsigmoid
+    return (
+        pp * (log(p.logits) - log(q.logits)) + (1 - pp) * (log(-p.logits) - log(-q.logits))
+    ).sum(-1)
 
 
 @register_kl(IndependentNormal, IndependentNormal)

@@ -17,11 +17,19 @@ from collections.abc import Sequence
 import torch
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
+from torchrl.data import Binary as BinarySpec
 from torchrl.data import Categorical as CategoricalSpec
 from torchrl.data import Composite, TensorSpec
+from torchrl.data import MultiCategorical as MultiCategoricalSpec
 
 from tdrl import keys
-from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor
+from tdrl.modules.actors import (
+    BernoulliActor,
+    CategoricalActor,
+    GaussianActor,
+    MultiCategoricalActor,
+    TanhGaussianActor,
+)
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.ensemble import EnsembleCritic, EnsembleMLP
@@ -103,10 +111,14 @@ def actor_critic(
 
     spec = action_spec
     actor: TensorDictModuleBase
-    if isinstance(spec, CategoricalSpec):
-        # An env-provided action mask (an "action_mask" observation entry) is honoured.
-        has_mask = keys.ACTION_MASK in observation_spec.keys()
-        mask_key = keys.ACTION_MASK if has_mask else None
+    # An env-provided action mask (an "action_mask" observation entry) is honoured.
+    mask_key = keys.ACTION_MASK if keys.ACTION_MASK in observation_spec.keys() else None
+    if isinstance(spec, MultiCategoricalSpec):  # before Categorical: it is a subclass there
+        nvec = [int(n) for n in spec.nvec.reshape(-1, spec.shape[-1])[0]]
+        actor = MultiCategoricalActor(trunk(sum(nvec), POLICY_GAIN), nvec, mask_key=mask_key)
+    elif isinstance(spec, BinarySpec):
+        actor = BernoulliActor(trunk(int(spec.shape[-1]), POLICY_GAIN))
+    elif isinstance(spec, CategoricalSpec):
         actor = CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), mask_key=mask_key)
     else:
         action_dim = int(spec.shape[-1])
@@ -132,7 +144,9 @@ def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int
             f"this network needs one flat {keys.OBSERVATION!r} entry, got {entries}; build the "
             "networks by hand for dict or image observations"
         )
-    if isinstance(action_spec, CategoricalSpec):
+    if isinstance(action_spec, CategoricalSpec) and not isinstance(
+        action_spec, MultiCategoricalSpec
+    ):
         return int(leaf.shape[-1]), int(action_spec.space.n)
     return int(leaf.shape[-1]), int(action_spec.shape[-1])
 
