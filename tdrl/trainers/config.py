@@ -103,6 +103,13 @@ class RunConfig:
     """run folder (default runs/<algo>/<env_id>/seed<seed>)."""
     tensorboard: bool = True
     """write TensorBoard event files."""
+    wandb: bool = False
+    """also log to Weights & Biases (the wandb extra; WANDB_MODE=offline logs without network)."""
+    wandb_project: str = "tdrl"
+    """W&B project of the run."""
+    video: bool = False
+    """record one deterministic evaluation episode to video/final.mp4 at the end (the video
+    extra; MuJoCo needs MUJOCO_GL=egl without a display)."""
     progress: bool = True
     """show a progress bar."""
     curve: bool = True

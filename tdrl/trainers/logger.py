@@ -14,6 +14,7 @@ import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,11 +45,33 @@ class Logger:
     The CSV files are flushed on every call, so a run that is killed keeps what it logged.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, *, tensorboard: bool = True) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        *,
+        tensorboard: bool = True,
+        wandb: tuple[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._columns: dict[str, list[str]] = {}
         self._writer = None
+        self._wandb: Any = None
+        if wandb is not None:
+            try:
+                import wandb as wandb_module
+            except ImportError as err:
+                raise ImportError(
+                    "W&B logging needs the wandb extra: pip install 'tdrl[wandb]'"
+                ) from err
+            project, config = wandb
+            self._wandb = wandb_module.init(
+                project=project,
+                dir=str(self.log_dir),
+                config=config,
+                name=self.log_dir.name,
+                resume="allow",
+            )
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -90,11 +113,25 @@ class Logger:
             for k, v in row.items():
                 if k != "step":
                     self._writer.add_scalar(f"{group}/{k}", v, int(step))
+        if self._wandb is not None:
+            self._wandb.log(
+                {f"{group}/{k}": v for k, v in row.items() if k != "step"}, step=int(step)
+            )
+
+    def video(self, name: str, path: str | os.PathLike, frames: int) -> None:
+        """Attach a recorded MP4 to the W&B run (the file itself stays in the run folder)."""
+        if self._wandb is not None:
+            import wandb as wandb_module
+
+            self._wandb.log({name: wandb_module.Video(str(path), format="mp4"), "frames": frames})
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
 
     def __enter__(self) -> Logger:
         return self

@@ -6,6 +6,7 @@ optimizers, RNG, collector and env state, the replay buffer) and the final repor
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import random
 import time
@@ -34,6 +35,7 @@ from tdrl.trainers.config import RunConfig
 from tdrl.trainers.logger import Logger, format_cell, read_csv
 from tdrl.trainers.offpolicy import crossed, truncate_streams
 from tdrl.trainers.plotting import plot_learning_curve
+from tdrl.trainers.video import record_video
 
 CHECKPOINT = "checkpoint.pt"  # inside each checkpoint folder, beside buffer/ and the manifest
 BUFFER_DIR = "buffer"
@@ -262,6 +264,9 @@ class Run:
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
         curve: plot ``curve.png`` at :meth:`finish`.
+        wandb: ``(project, config)`` to log to Weights & Biases too, or None.
+        video: an env id: :meth:`finish` records one deterministic episode of ``policy`` to
+            ``video/final.mp4`` (and W&B), or None.
         flush_denormal: flush subnormal floats to zero from :meth:`start` to :meth:`finish`
             (``torch.set_flush_denormal``, process-wide; the previous mode comes back at
             :meth:`finish`). Adam's moments of dead ReLU units decay into subnormals, which the
@@ -290,6 +295,8 @@ class Run:
         progress: bool = True,
         curve: bool = True,
         flush_denormal: bool = False,
+        wandb: tuple[str, dict[str, Any]] | None = None,
+        video: str | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.state = dict(state)
@@ -301,6 +308,7 @@ class Run:
         self.buffer, self.resume = buffer, resume
         self.tensorboard, self.progress, self.curve = tensorboard, progress, curve
         self.flush_denormal = flush_denormal
+        self.wandb, self.video = wandb, video
         self._flush_before: bool | None = None
         self.counters: dict[str, Any] = {
             "batches": 0,
@@ -342,6 +350,8 @@ class Run:
             stop_after_frames=cfg.stop_after_frames, stop_at_return=cfg.stop_at_return,
             buffer=buffer, resume=cfg.resume, tensorboard=cfg.tensorboard, progress=cfg.progress,
             curve=cfg.curve, flush_denormal=cfg.flush_denormal,
+            wandb=(cfg.wandb_project, dataclasses.asdict(cfg)) if cfg.wandb else None,
+            video=cfg.env_id if cfg.video else None,
         )  # fmt: skip
 
     @property
@@ -370,7 +380,7 @@ class Run:
             if loaded is not None:
                 self.counters.update(loaded)
         self.frames = collector.frames
-        self._logger = Logger(self.log_dir, tensorboard=self.tensorboard)
+        self._logger = Logger(self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb)
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]
 
@@ -460,6 +470,13 @@ class Run:
             The last evaluation (``eval_*``: ``eval_return_mean``, ...), ``best_eval_return``,
             the last update's metrics, ``frames``, ``updates`` and ``time``.
         """
+        if self.video is not None:
+            frames = record_video(
+                self.video, self.policy, self.log_dir / "video" / "final.mp4", seed=self.eval_seed
+            )
+            print(f"{self.title}: video frames {frames}")
+            if self._logger is not None:
+                self._logger.video("eval/final", self.log_dir / "video" / "final.mp4", frames)
         self.close()
         report = "logs"
         if self.curve:
