@@ -50,6 +50,7 @@ def main(cfg: Config) -> dict[str, float]:
         normalize_advantage=cfg.normalize_advantage,
     )
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
+    trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
     )

@@ -64,10 +64,11 @@ def main(cfg: Config) -> dict[str, float]:
     # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
     loss = DDPGLoss(actor, critic, gamma=cfg.gamma)
     target_updater = SoftUpdate(loss, tau=cfg.tau)
+    trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
     optimizer = trainers.adam(
         (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)
     )
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
+    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
     with trainers.Run.from_config(

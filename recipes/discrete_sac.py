@@ -80,11 +80,16 @@ def main(cfg: Config) -> dict[str, float]:
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
     alpha = [([loss.log_alpha], cfg.alpha_lr)] if cfg.auto_alpha else []
+    trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
     optimizer = trainers.adam(
         (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr), *alpha
     )
     buffer = trainers.make_replay_buffer(
-        cfg.buffer_size, n_steps=cfg.n_steps, gamma=cfg.gamma, seed=cfg.seed
+        cfg.buffer_size,
+        n_steps=cfg.n_steps,
+        gamma=cfg.gamma,
+        seed=cfg.seed,
+        device=cfg.torch_device,
     )
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}

@@ -96,6 +96,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 3. loss, target update, optimiser, buffer
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=cfg.double_dqn, gamma=cfg.gamma)
     target_updater = HardUpdate(loss, value_network_update_interval=cfg.target_update_interval)
+    trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr, fused=True)
     buffer = trainers.make_replay_buffer(
         cfg.buffer_size,
@@ -105,6 +106,7 @@ def main(cfg: Config) -> dict[str, float]:
         n_steps=cfg.n_steps,
         gamma=cfg.gamma,
         seed=cfg.seed,
+        device=cfg.torch_device,
     )
     collector = Collector(
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames

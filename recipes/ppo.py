@@ -68,6 +68,9 @@ def main(cfg: Config) -> dict[str, float]:
     )
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
+    trainers.to_device(
+        cfg, loss, estimator, reward_scaler
+    )  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)

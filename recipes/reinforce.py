@@ -56,6 +56,7 @@ def main(cfg: Config) -> dict[str, float]:
     baseline = critic if cfg.baseline else None
     loss = ReinforceLoss(actor, baseline, normalize_advantage=cfg.normalize_advantage)
     estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
+    trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)

@@ -48,12 +48,13 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.gamma,
     )
     target_updater = SoftUpdate(loss, tau=cfg.tau)
+    trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
     optimizer = trainers.adam(
         (actor.parameters(), cfg.actor_lr),
         (critic.parameters(), cfg.critic_lr),
         ([loss.log_alpha], cfg.alpha_lr),
     )
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed)
+    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
     with trainers.Run.from_config(

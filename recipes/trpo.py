@@ -80,6 +80,7 @@ def main(cfg: Config) -> dict[str, float]:
     else:
         loss = NPGLoss(actor, critic, **common)
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
+    trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr, fused=True)
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)

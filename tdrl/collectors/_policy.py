@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,12 +31,20 @@ class PolicyStep:
         observation leaves [num_envs, *obs_shape]; action [num_envs, *action_shape].
     """
 
-    def __init__(self, env: VecEnv, policy: Policy | None) -> None:
+    def __init__(
+        self, env: VecEnv, policy: Policy | None, device: torch.device | None = None
+    ) -> None:
         self.env = env
         self.policy = policy
+        # The policy's device (given, or that of its parameters) when it is not the CPU: the
+        # observations go there (from pinned memory, without blocking, when that is CUDA) and
+        # the action comes back to the envs.
+        device = device if device is not None else module_device(policy)
+        self.device = None if device is None or device.type == "cpu" else device
+        pin = self.device is not None and self.device.type == "cuda"
         n = env.num_envs
         self.observation = [
-            torch.zeros(n, *leaf.shape, dtype=leaf.dtype) for leaf in env.obs_leaves
+            torch.zeros(n, *leaf.shape, dtype=leaf.dtype, pin_memory=pin) for leaf in env.obs_leaves
         ]
         # numpy views on the same memory: numpy's assignment copies and casts (float64 -> float32)
         # in one call, cheaper than building tensors.
@@ -70,9 +79,15 @@ class PolicyStep:
         self.is_init_np[list(started)] = True
 
     def __call__(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Runs the policy; returns the action and the values of ``out_keys``."""
+        """Runs the policy; returns the action (on the CPU, for the envs) and the values of
+        ``out_keys`` (on the policy's device)."""
+        if self.device is None:
+            return self._call(self.td)
+        action, values = self._call(self.td.to(self.device, non_blocking=True))
+        return action.cpu(), values
+
+    def _call(self, td: TensorDictBase) -> tuple[torch.Tensor, list[torch.Tensor]]:
         assert self.policy is not None
-        td = self.td
         if _fast.enabled():
             if self._direct is False:
                 self._direct = fast_policy.plain_module(self.policy)
@@ -83,7 +98,7 @@ class PolicyStep:
                 # the plain path may have fixed another order of the same keys
                 ordered = dict(zip(self._direct.out_keys, values, strict=True))
                 action = ordered[keys.ACTION]
-                self.env.check_action(action)
+                self.env.check_action(action.cpu() if self.device is not None else action)
                 return action, [ordered[k] for k in self.out_keys]
         if self.out_keys is None:
             before = set(td.keys(True, True))
@@ -98,5 +113,13 @@ class PolicyStep:
         else:
             self.policy(td)
         action = td.get(keys.ACTION)
-        self.env.check_action(action)
+        self.env.check_action(action.cpu() if self.device is not None else action)
         return action, [td.get(k) for k in self.out_keys]
+
+
+def module_device(policy: Any) -> torch.device | None:
+    """The device of a module's first parameter (None: not a module, or no parameters)."""
+    if isinstance(policy, torch.nn.Module):
+        for p in policy.parameters():
+            return p.device
+    return None

@@ -51,6 +51,10 @@ class Collector:
         deterministic: run the policy under ``InteractionType.DETERMINISTIC`` (the distribution's
             mode) instead of ``RANDOM``.
         seed: seed of the random actions; default: the env's seed.
+        device: where the policy runs (default: the device of its parameters, e.g. ``"cuda"``):
+            observations are copied there each step (pinned, non-blocking) and actions back to
+            the CPU envs.
+        storing_device: where batches are returned; default: ``device`` (the CPU without one).
         on_nonfinite: ``"raise"`` (default): a NaN or infinite observation, reward or action in a
             batch raises an error naming the key, the env index and the step (checked once per
             batch); ``"flag"``: the batch gets ``("collector", "nonfinite")`` ``[num_envs, T]``
@@ -71,6 +75,8 @@ class Collector:
         *,
         seed: int | None = None,
         on_nonfinite: Literal["raise", "flag", "ignore"] = "raise",
+        device: torch.device | str | None = None,
+        storing_device: torch.device | str | None = None,
     ) -> None:
         n = env.num_envs
         if frames_per_batch <= 0 or frames_per_batch % n:
@@ -96,7 +102,14 @@ class Collector:
         self.deterministic = deterministic
         self.frames = 0
         self.episodes = _episodes_td(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
-        self._policy_step = PolicyStep(env, policy)
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={device!r}: no CUDA device here (torch.cuda.is_available())")
+        self._policy_step = PolicyStep(env, policy, self.device)
+        policy_device = self._policy_step.device  # given, or that of the policy's parameters
+        self.storing_device = (
+            policy_device if storing_device is None else torch.device(storing_device)
+        )
         self._generator = torch.Generator()
         seed = seed if seed is not None else env.seed
         if seed is not None:
@@ -209,6 +222,8 @@ class Collector:
             _check_finite(batch, self.frames)
         elif self.on_nonfinite == "flag":
             batch.set(keys.COLLECTOR_NONFINITE, _nonfinite_steps(batch))
+        if self.storing_device is not None:
+            batch = batch.to(self.storing_device, non_blocking=True)
         return batch
 
     # --- state -----------------------------------------------------------------------------

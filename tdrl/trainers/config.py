@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -68,6 +71,24 @@ class RunConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             _check_field(f.name, getattr(self, f.name))
+        self.torch_device  # noqa: B018  # checks --device
+
+    @property
+    def torch_device(self) -> torch.device:
+        """``device`` resolved ("auto": CUDA when present), checked to exist here."""
+        import torch
+
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            device = torch.device(self.device)
+        except RuntimeError as err:
+            raise ValueError(f"--device {self.device!r} is not a device: {err}") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {self.device!r}: this machine has no CUDA device")
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"--device must be cpu, cuda[:N] or auto, got {self.device!r}")
+        return device
 
     env_id: str = "Hopper-v5"
     """gymnasium id of the task."""
@@ -116,6 +137,9 @@ class RunConfig:
     """plot curve.png from eval.csv at the end (importing matplotlib costs about a second)."""
     threads: int = 1
     """torch CPU threads (one is fastest for small networks)."""
+    device: str = "cpu"
+    """where the networks, the losses and the replay buffer live: cpu, cuda, cuda:N, or auto
+    (CUDA when present). The envs always step on the CPU."""
     step_timeout: float = 120.0
     """async envs: seconds a step may take before the stuck workers are named and stopped."""
     flush_denormal: bool = True

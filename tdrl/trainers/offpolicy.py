@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
-from tdrl.trainers.config import OffPolicyConfig
+from tdrl.trainers.config import OffPolicyConfig, RunConfig
 
 if TYPE_CHECKING:  # run.py imports this module
     from tdrl.trainers.run import Run
@@ -60,6 +61,7 @@ def make_replay_buffer(
     n_steps: int = 1,
     gamma: float = 0.99,
     seed: int | None = None,
+    device: torch.device | str = "cpu",
 ) -> ReplayBuffer:
     """A uniform or prioritized (Schaul et al. 2015, arXiv 1511.05952) replay buffer.
 
@@ -68,9 +70,20 @@ def make_replay_buffer(
     """
     if prioritized:
         return PrioritizedReplayBuffer(
-            capacity, alpha=alpha, beta=beta, n_steps=n_steps, gamma=gamma, generator=seed
-        )
-    return ReplayBuffer(capacity, n_steps=n_steps, gamma=gamma, generator=seed)
+            capacity, alpha=alpha, beta=beta, n_steps=n_steps, gamma=gamma, generator=seed,
+            device=device,
+        )  # fmt: skip
+    return ReplayBuffer(capacity, n_steps=n_steps, gamma=gamma, generator=seed, device=device)
+
+
+def to_device(cfg: RunConfig, *modules: torch.nn.Module | None) -> torch.device:
+    """Move ``modules`` (networks, losses with their targets, estimators; None is skipped) to
+    ``cfg.device``; returns the device. Call it before making the optimizers."""
+    device = cfg.torch_device
+    for module in modules:
+        if module is not None:
+            module.to(device)
+    return device
 
 
 def store(buffer: ReplayBuffer, batch: TensorDictBase, run: Run, cfg: OffPolicyConfig) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -305,3 +307,44 @@ def test_fast_and_plain_policy_calls_collect_the_same_batches():
         finally:
             tdrl.set_fast(previous)
     assert torch.equal(batches[0], batches[1]) and torch.equal(batches[0], batches[2])
+
+
+def test_device_arguments_plumb_through_on_cpu():
+    # What runs here without a GPU: explicit devices, the inferred policy device, the storing
+    # device, and a clear error for CUDA on a machine without one. (tests/gpu runs the CUDA path.)
+    torch.manual_seed(0)
+    policy = TensorDictModule(nn.Linear(3, 1), ["observation"], ["action"])
+    batches = []
+    for kwargs in ({}, {"device": "cpu"}, {"device": torch.device("cpu"), "storing_device": "cpu"}):
+        with make_vec_env("Pendulum-v1", 2, seed=0) as env:
+            batch = next(iter(Collector(env, policy, 20, **kwargs)))
+        assert batch["action"].device.type == "cpu" and batch["observation"].device.type == "cpu"
+        batches.append(batch)
+    assert all((b == batches[0]).all() for b in batches[1:])
+    if not torch.cuda.is_available():
+        with make_vec_env("Pendulum-v1", 1) as env:
+            with pytest.raises(ValueError, match="no CUDA device"):
+                Collector(env, policy, 10, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_cuda_policy_collects_the_same_batches_as_on_cpu():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 1)
+    cpu_policy = TensorDictModule(
+        net,
+        ["observation"],
+        [
+            "action",
+        ],
+    )
+    with make_vec_env("Pendulum-v1", 2, seed=0) as env:
+        reference = next(iter(Collector(env, cpu_policy, 40)))
+    gpu_policy = TensorDictModule(copy.deepcopy(net).cuda(), ["observation"], ["action"])
+    with make_vec_env("Pendulum-v1", 2, seed=0) as env:
+        batch = next(iter(Collector(env, gpu_policy, 40)))
+    assert batch["action"].is_cuda and batch["observation"].is_cuda  # out on the policy's device
+    torch.testing.assert_close(batch["action"].cpu(), reference["action"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        batch["next", "observation"].cpu(), reference["next", "observation"], rtol=1e-4, atol=1e-4
+    )

@@ -125,3 +125,14 @@ def test_recipes_run_on_other_env_backends(backend: str, env_id: str, tmp_path: 
     assert torch.isfinite(torch.tensor(result["eval_return_mean"]))
     train = read_csv(tmp_path / "train.csv")
     assert any("episode_return" in row for row in train)  # episodes ended and were counted
+
+
+def test_device_flag_runs_on_cpu_and_refuses_a_missing_gpu(tmp_path: Path) -> None:
+    for device in ("cpu", "auto"):
+        cfg = tiny("ppo", tmp_path / device, env_id="CartPole-v1", device=device)
+        assert ppo.main(cfg)["frames"] == cfg.total_frames
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--device 'cuda': this machine has no CUDA device"):
+            tiny("ppo", tmp_path, device="cuda")
+    with pytest.raises(ValueError, match="--device must be cpu, cuda"):
+        tiny("ppo", tmp_path, device="meta")
