@@ -29,7 +29,7 @@ from tdrl.modules import (
     mlp,
     torch_default_init_,
 )
-from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
+from tdrl.objectives import DDPGLoss
 
 
 @dataclass(frozen=True)
@@ -63,27 +63,19 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
     loss = DDPGLoss(actor, critic, gamma=cfg.gamma)
-    target_updater = SoftUpdate(loss, tau=cfg.tau)
     trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
-    optimizer = trainers.adam(
-        (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)
-    )
+    optimizer, target_updater = trainers.actor_critic_optimizer(cfg, loss, actor, critic)
     buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with trainers.Run.from_config(
-        cfg, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer
-    ) as run:
-        run.start(collector)  # resumes from the run folder's checkpoint with --resume
-
+    # resumes from the run folder's checkpoint with --resume
+    with trainers.start_run(cfg, "DDPG", state, collector, eval_env=eval_env, policy=actor,
+                            buffer=buffer) as run:  # fmt: skip
         # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
         for batch in collector:
-            out = None
-            for _ in range(trainers.store(buffer, batch, run, cfg)):
-                out = loss(buffer.sample(cfg.batch_size))
-                trainers.optimizer_step(total_loss(out), optimizer)
-                target_updater.step()
-                run.updates += 1
+            out = trainers.off_policy_update(
+                batch, buffer, loss, optimizer, target_updater, run, cfg
+            )
             if run.end_batch(collector, out):
                 break
 

@@ -27,7 +27,7 @@ from tdrl.modules import (
     mlp,
     torch_default_init_,
 )
-from tdrl.objectives import DiscreteSACLoss, SoftUpdate, total_loss
+from tdrl.objectives import DiscreteSACLoss
 
 
 @dataclass(frozen=True)
@@ -78,37 +78,24 @@ def main(cfg: Config) -> dict[str, float]:
         target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
-    target_updater = SoftUpdate(loss, tau=cfg.tau)
-    alpha = [([loss.log_alpha], cfg.alpha_lr)] if cfg.auto_alpha else []
     trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
-    optimizer = trainers.adam(
-        (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr), *alpha
-    )
+    optimizer, target_updater = trainers.actor_critic_optimizer(
+        cfg, loss, actor, critic, log_alpha=loss.log_alpha if cfg.auto_alpha else None
+    )  # a fixed alpha's loss term is constant
     buffer = trainers.make_replay_buffer(
-        cfg.buffer_size,
-        n_steps=cfg.n_steps,
-        gamma=cfg.gamma,
-        seed=cfg.seed,
+        cfg.buffer_size, n_steps=cfg.n_steps, gamma=cfg.gamma, seed=cfg.seed,
         device=cfg.torch_device,
-    )
+    )  # fmt: skip
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
-    title = "Discrete SAC"
-    with trainers.Run.from_config(
-        cfg, title, state, eval_env=eval_env, policy=actor, buffer=buffer
-    ) as run:
-        run.start(collector)  # resumes from the run folder's checkpoint with --resume
-
+    # resumes from the run folder's checkpoint with --resume
+    with trainers.start_run(cfg, "Discrete SAC", state, collector, eval_env=eval_env,
+                            policy=actor, buffer=buffer) as run:  # fmt: skip
         # 4. loop: one step per env -> store -> gradient steps at the update ratio -> log, save
         for batch in collector:
-            out = None
-            for _ in range(trainers.store(buffer, batch, run, cfg)):
-                out = loss(buffer.sample(cfg.batch_size))
-                trainers.optimizer_step(
-                    total_loss(out), optimizer
-                )  # a fixed alpha's term is constant
-                target_updater.step()
-                run.updates += 1
+            out = trainers.off_policy_update(
+                batch, buffer, loss, optimizer, target_updater, run, cfg
+            )
             if run.end_batch(collector, out):
                 break
 

@@ -77,10 +77,9 @@ def main(cfg: Config) -> dict[str, float]:
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
     if reward_scaler is not None:  # its return statistics and per-env carry go in checkpoints
         state["reward_scaler"] = reward_scaler
-    run = trainers.Run.from_config(cfg, "PPO", state, eval_env=eval_env, policy=actor)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    # resumes from the run folder's checkpoint with --resume
     # 4. loop: estimate on the whole rollout, minibatch epochs, then log / evaluate / checkpoint
-    with run:
+    with trainers.start_run(cfg, "PPO", state, collector, eval_env=eval_env, policy=actor) as run:
         for batch in collector:
             if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
                 reward_scaler(batch)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import REDQLoss, SoftUpdate, total_loss
+from tdrl.objectives import REDQLoss
 
 
 @dataclass(frozen=True)
@@ -55,34 +55,22 @@ def main(cfg: Config) -> dict[str, float]:
         target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
-    target_updater = SoftUpdate(loss, tau=cfg.tau)
     trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
-    optimizer = trainers.adam(
-        (actor.parameters(), cfg.actor_lr),
-        (critic.parameters(), cfg.critic_lr),
-        ([loss.log_alpha], cfg.alpha_lr),
+    optimizer, target_updater = trainers.actor_critic_optimizer(
+        cfg, loss, actor, critic, log_alpha=loss.log_alpha
     )
     buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer}
-    with trainers.Run.from_config(
-        cfg, "REDQ", state, eval_env=eval_env, policy=actor, buffer=buffer
-    ) as run:
-        run.start(collector)  # resumes from the run folder's checkpoint with --resume
-
+    # resumes from the run folder's checkpoint with --resume
+    with trainers.start_run(cfg, "REDQ", state, collector, eval_env=eval_env, policy=actor,
+                            buffer=buffer) as run:  # fmt: skip
         # 4. loop: one step per env -> store -> G critic steps (an actor step every actor_delay)
         for batch in collector:
-            out = None
-            for _ in range(trainers.store(buffer, batch, run, cfg)):
-                sample = buffer.sample(cfg.batch_size)
-                run.updates += 1
-                if run.updates % cfg.actor_delay == 0:
-                    out = loss(sample)
-                    total = total_loss(out)
-                else:  # critic-only step: the actor's forward is skipped
-                    total = loss.qvalue_loss(sample)[0]
-                trainers.optimizer_step(total, optimizer)
-                target_updater.step()
+            out = trainers.off_policy_update(
+                batch, buffer, loss, optimizer, target_updater, run, cfg,
+                actor_every=cfg.actor_delay,
+            )  # fmt: skip
             if run.end_batch(collector, out):
                 break
 

@@ -61,10 +61,11 @@ def main(cfg: Config) -> dict[str, float]:
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    run = trainers.Run.from_config(cfg, "REINFORCE", state, eval_env=eval_env, policy=actor)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    # resumes from the run folder's checkpoint with --resume
     # 4. loop: returns on the whole rollout, one full-batch step, then log / evaluate / save
-    with run:
+    with trainers.start_run(
+        cfg, "REINFORCE", state, collector, eval_env=eval_env, policy=actor
+    ) as run:
         for batch in collector:
             metrics = trainers.on_policy_update(batch, loss, estimator, optimizer)
             if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):

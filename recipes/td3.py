@@ -24,7 +24,7 @@ from tensordict.nn import TensorDictSequential
 from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
-from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
+from tdrl.objectives import TD3Loss
 
 
 @dataclass(frozen=True)
@@ -63,31 +63,20 @@ def main(cfg: Config) -> dict[str, float]:
     loss = TD3Loss(
         actor, critic, policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip, gamma=cfg.gamma
     )
-    target_updater = SoftUpdate(loss, tau=cfg.tau)
     trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
-    optimizer = trainers.adam(
-        (actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)
-    )
+    optimizer, target_updater = trainers.actor_critic_optimizer(cfg, loss, actor, critic)
     buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with trainers.Run.from_config(
-        cfg, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer
-    ) as run:
-        run.start(collector)  # resumes from the run folder's checkpoint with --resume
-
+    # resumes from the run folder's checkpoint with --resume
+    with trainers.start_run(cfg, "TD3", state, collector, eval_env=eval_env, policy=actor,
+                            buffer=buffer) as run:  # fmt: skip
         # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
         for batch in collector:
-            out = None
-            for _ in range(trainers.store(buffer, batch, run, cfg)):
-                sample = buffer.sample(cfg.batch_size)
-                run.updates += 1
-                if run.updates % cfg.policy_delay == 0:
-                    out = loss(sample)
-                    trainers.optimizer_step(total_loss(out), optimizer)
-                    target_updater.step()
-                else:
-                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+            out = trainers.off_policy_update(
+                batch, buffer, loss, optimizer, target_updater, run, cfg,
+                actor_every=cfg.policy_delay, targets_with_actor=True,
+            )  # fmt: skip
             if run.end_batch(collector, out):
                 break
 

@@ -85,10 +85,11 @@ def main(cfg: Config) -> dict[str, float]:
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    run = trainers.Run.from_config(cfg, cfg.algo.upper(), state, eval_env=eval_env, policy=actor)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
+    # resumes from the run folder's checkpoint with --resume
     # 4. loop: GAE on the whole rollout, natural-gradient actor step, critic steps, log / save
-    with run:
+    with trainers.start_run(
+        cfg, cfg.algo.upper(), state, collector, eval_env=eval_env, policy=actor
+    ) as run:
         for batch in collector:
             metrics = trainers.natural_gradient_update(
                 batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps

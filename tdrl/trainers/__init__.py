@@ -13,8 +13,10 @@ from tdrl.trainers.config import (
 )
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
 from tdrl.trainers.offpolicy import (
+    actor_critic_optimizer,
     crossed,
     make_replay_buffer,
+    off_policy_update,
     store,
     to_device,
     transitions,
@@ -47,6 +49,7 @@ from tdrl.trainers.run import (
     save_run,
     seed_everything,
     setup,
+    start_run,
 )
 
 __all__ = [
@@ -59,6 +62,7 @@ __all__ = [
     "OnPolicyConfig",
     "Run",
     "RunConfig",
+    "actor_critic_optimizer",
     "adam",
     "clip_grad_norm_",
     "crossed",
@@ -74,6 +78,7 @@ __all__ = [
     "load_checkpoint",
     "make_replay_buffer",
     "natural_gradient_update",
+    "off_policy_update",
     "on_policy_networks",
     "on_policy_update",
     "optimizer_step",
@@ -90,6 +95,7 @@ __all__ = [
     "seed_everything",
     "set_rng_state",
     "setup",
+    "start_run",
     "store",
     "to_device",
     "train_on_policy",

@@ -18,14 +18,16 @@ data; when the collector cannot resume its episodes exactly (async envs),
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
-from tdrl.trainers.config import OffPolicyConfig, RunConfig
+from tdrl.objectives import HardUpdate, SoftUpdate, total_loss
+from tdrl.trainers.config import ActorCriticConfig, EntropyConfig, OffPolicyConfig, RunConfig
+from tdrl.trainers.optim import adam, optimizer_step
 
 if TYPE_CHECKING:  # run.py imports this module
     from tdrl.trainers.run import Run
@@ -132,3 +134,67 @@ def truncate_streams(buffer: ReplayBuffer) -> None:
         flag = storage.get(key, None)
         if flag is not None:
             flag[newest] = True
+
+
+def actor_critic_optimizer(
+    cfg: ActorCriticConfig,
+    loss: torch.nn.Module,
+    actor: torch.nn.Module,
+    critic: torch.nn.Module,
+    *,
+    log_alpha: torch.Tensor | None = None,
+) -> tuple[torch.optim.Adam, SoftUpdate]:
+    """One fused Adam with a group per part (the actor at ``cfg.actor_lr``, the critic at
+    ``cfg.critic_lr``, ``log_alpha`` when given at ``cfg.alpha_lr``: the same updates as one Adam
+    each) and the Polyak target update of ``loss`` at ``cfg.tau``. Move the modules to their
+    device first (:func:`to_device`)."""
+    groups = [(actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)]
+    if log_alpha is not None:
+        if not isinstance(cfg, EntropyConfig):
+            raise TypeError(
+                f"log_alpha needs an EntropyConfig (alpha_lr), got {type(cfg).__name__}"
+            )
+        groups.append(([log_alpha], cfg.alpha_lr))
+    return adam(*groups), SoftUpdate(loss, tau=cfg.tau)
+
+
+class ActorCriticLoss(Protocol):
+    """A loss with a critic-only part: SAC, REDQ, DDPG, TD3, discrete SAC."""
+
+    def __call__(self, batch: TensorDictBase) -> TensorDictBase: ...
+
+    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def off_policy_update(
+    batch: TensorDictBase,
+    buffer: ReplayBuffer,
+    loss: ActorCriticLoss,
+    optimizer: torch.optim.Optimizer,
+    target_updater: SoftUpdate | HardUpdate,
+    run: Run,
+    cfg: OffPolicyConfig,
+    *,
+    actor_every: int = 1,
+    targets_with_actor: bool = False,
+) -> TensorDictBase | None:
+    """Store ``batch`` and take the gradient steps due now (:func:`store`) on samples of
+    ``cfg.batch_size``: the whole loss (its ``loss_*`` terms summed) every ``actor_every``-th
+    step, ``loss.qvalue_loss`` alone on the others (TD3's delayed actor, REDQ's G critic steps
+    per actor step); the target update after every step, or only after whole-loss steps with
+    ``targets_with_actor`` (TD3). ``run.updates`` counts the steps. Returns the last whole-loss
+    output (None when there was none), for :meth:`Run.end_batch`.
+    """
+    out = None
+    for _ in range(store(buffer, batch, run, cfg)):
+        sample = buffer.sample(cfg.batch_size)
+        run.updates += 1
+        if run.updates % actor_every == 0:
+            out = loss(sample)
+            optimizer_step(total_loss(out), optimizer)
+        else:  # critic-only step: the actor's forward is skipped
+            optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+            if targets_with_actor:
+                continue
+        target_updater.step()
+    return out

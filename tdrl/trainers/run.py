@@ -496,3 +496,24 @@ class Run:
             f"{ret:.1f} +- {std:.1f}; {report} in {self.log_dir}"
         )
         return result
+
+
+def start_run(
+    cfg: RunConfig,
+    algo: str,
+    state: Mapping[str, Any],
+    collector: Collector,
+    *,
+    eval_env: VecEnv,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+    buffer: ReplayBuffer | None = None,
+) -> Run:
+    """``Run.from_config(...)`` started on ``collector`` (resumed with ``--resume``): use it as
+    ``with start_run(...) as run:``. A failure while starting closes the run's logs and envs."""
+    run = Run.from_config(cfg, algo, state, eval_env=eval_env, policy=policy, buffer=buffer)
+    try:
+        run.start(collector)
+    except BaseException:
+        run.close()
+        raise
+    return run

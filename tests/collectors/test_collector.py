@@ -18,6 +18,7 @@ from torchrl.modules import IndependentNormal, ProbabilisticActor
 
 from tdrl.collectors import Collector, evaluate
 from tdrl.envs import make_vec_env
+from tests.tiny_envs import Episodic
 
 
 class GaussianMLP(nn.Module):
@@ -198,27 +199,8 @@ def test_policy_errors_name_the_key():
             Collector(env, wrong_shape, frames_per_batch=4).rollout()
 
 
-class FixedLength(gym.Env):
-    """Reward 1 per step; the episode ends after ``length`` steps (terminated)."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def __init__(self, length: int) -> None:
-        self.length, self.t = length, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.zeros(2, np.float32), 1.0, self.t >= self.length, False, {}
-
-
 def test_evaluate_counts_exactly_n_episodes_spread_over_envs():
-    factories = [lambda length=3 + i: FixedLength(length) for i in range(4)]
+    factories = [lambda length=3 + i: Episodic(length) for i in range(4)]
     with make_vec_env(factories, 4, seed=0) as env:
         stats = evaluate(env, None, n_episodes=6)
     # envs 0 and 1 give two episodes each, envs 2 and 3 one each (not the 6 shortest ones)

@@ -3,44 +3,12 @@ and an all-false row is an error naming the env."""
 
 from __future__ import annotations
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
 from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
-
-
-class Masked(gym.Env):
-    """Discrete(n) actions; the mask allows actions t % n and (t + 1) % n at step t."""
-
-    def __init__(self, n: int = 4, mask_size: int | None = None, empty_at: int = -1) -> None:
-        self.n, self.empty_at, self.t = n, empty_at, 0
-        size = mask_size or n
-        self.observation_space = gym.spaces.Dict(
-            {
-                "observation": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-                "action_mask": gym.spaces.Box(0, 1, (size,), np.int8),
-            }
-        )
-        self.action_space = gym.spaces.Discrete(n)
-
-    def _obs(self):
-        mask = np.zeros(self.observation_space["action_mask"].shape, np.int8)
-        if self.t != self.empty_at:
-            mask[[self.t % self.n, (self.t + 1) % self.n]] = 1
-        return {"observation": np.zeros(2, np.float32), "action_mask": mask}
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        valid = self._obs()["action_mask"][action] == 1
-        self.t += 1
-        return self._obs(), 1.0 if valid else -1.0, False, self.t >= 8, {}
+from tests.tiny_envs import Masked
 
 
 def test_mask_is_a_bool_observation_with_a_spec():

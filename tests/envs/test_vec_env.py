@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tdrl.envs import make_vec_env
+from tests.tiny_envs import Tiny
 
 
 def _hand_episode_end(env_id: str, seed: int, actions: list[np.ndarray], **make_kwargs):
@@ -206,28 +207,8 @@ def test_close_twice_and_use_after_close():
         env.reset()
 
 
-class FailsOnStep(gym.Env):
-    """A tiny env that raises on its ``fail_at``-th step."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def __init__(self, fail_at: int) -> None:
-        self.fail_at, self.steps = fail_at, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(3, np.float32), {}
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps == self.fail_at:
-            raise ValueError(f"env failed on step {self.steps}")
-        return np.zeros(3, np.float32), 0.0, False, False, {}
-
-
 def test_async_worker_error_surfaces_quickly_without_orphans():
-    factories = [lambda: FailsOnStep(10**9), lambda: FailsOnStep(3)]
+    factories = [lambda: Tiny(), lambda: Tiny(fail_at=3)]
     env = make_vec_env(factories, 2, mode="async", seed=0)
     processes = env.worker_processes
     td = env.reset()
@@ -243,12 +224,7 @@ def test_async_worker_error_surfaces_quickly_without_orphans():
 
 
 def test_async_step_timeout():
-    class Sleeps(FailsOnStep):
-        def step(self, action):
-            time.sleep(30)
-            return super().step(action)
-
-    env = make_vec_env(lambda: Sleeps(10**9), 2, mode="async", step_timeout=0.5)
+    env = make_vec_env(lambda: Tiny(sleep=30), 2, mode="async", step_timeout=0.5)
     processes = env.worker_processes
     td = env.reset()
     td["action"] = torch.zeros(2, 1)

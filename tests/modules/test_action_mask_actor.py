@@ -3,7 +3,6 @@ add nothing to the entropy; PPO on an env that punishes invalid actions never ta
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -15,6 +14,7 @@ from tdrl.estimators import GAE
 from tdrl.modules import CategoricalActor, actor_critic, mlp
 from tdrl.objectives import ClipPPOLoss
 from tdrl.trainers import on_policy_update
+from tests.tiny_envs import Masked
 
 
 def test_masked_actions_are_never_sampled_and_carry_no_probability():
@@ -54,39 +54,9 @@ def test_bad_masks_name_the_key():
         actor(TensorDict({"observation": obs}, [2]))
 
 
-class Punishing(gym.Env):
-    """Discrete(4); only actions t % 4 and (t + 1) % 4 are valid at step t (the mask says so):
-    a valid action earns +1, an invalid one -1."""
-
-    def __init__(self) -> None:
-        self.observation_space = gym.spaces.Dict(
-            {
-                "observation": gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
-                "action_mask": gym.spaces.Box(0, 1, (4,), np.int8),
-            }
-        )
-        self.action_space = gym.spaces.Discrete(4)
-        self.t = 0
-
-    def _obs(self):
-        mask = np.zeros(4, np.int8)
-        mask[[self.t % 4, (self.t + 1) % 4]] = 1
-        return {"observation": np.eye(4, dtype=np.float32)[self.t % 4], "action_mask": mask}
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        valid = self._obs()["action_mask"][action] == 1
-        self.t += 1
-        return self._obs(), 1.0 if valid else -1.0, False, self.t >= 16, {}
-
-
 def test_ppo_with_the_env_mask_never_takes_an_invalid_action():
     torch.manual_seed(0)
-    with make_vec_env(lambda: Punishing(), 4, seed=0) as env:
+    with make_vec_env(lambda: Masked(length=16, one_hot=True), 4, seed=0) as env:
         actor, critic, _ = actor_critic(
             env.observation_spec, env.action_spec, normalize_observations=False
         )
@@ -107,7 +77,7 @@ def test_ppo_with_the_env_mask_never_takes_an_invalid_action():
 def test_without_the_mask_the_same_policy_takes_invalid_actions():
     # The control: the mask, not luck or the env, keeps the masked runs valid.
     torch.manual_seed(0)
-    with make_vec_env(lambda: Punishing(), 4, seed=0) as env:
+    with make_vec_env(lambda: Masked(length=16, one_hot=True), 4, seed=0) as env:
         actor = CategoricalActor(mlp(4, 4))
         batch = next(iter(Collector(env, actor, frames_per_batch=256, total_frames=256)))
     assert (batch["next", "reward"] == -1.0).any()

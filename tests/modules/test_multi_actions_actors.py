@@ -17,6 +17,7 @@ from tdrl.estimators import GAE
 from tdrl.modules import BernoulliActor, MultiCategoricalActor, actor_critic, mlp
 from tdrl.objectives import A2CLoss, ClipPPOLoss, ReinforceLoss
 from tdrl.trainers import on_policy_update
+from tests.tiny_envs import Episodic
 
 
 def test_factorized_categorical_log_prob_and_entropy_are_the_sums():
@@ -51,28 +52,19 @@ def test_bernoulli_log_prob_entropy_and_kl_by_hand():
     assert torch.allclose(torch.distributions.kl_divergence(dist, dist), torch.zeros(20))
 
 
-class Target(gym.Env):
-    """Reward: the number of action components equal to a fixed target (episodes of 8 steps)."""
-
-    def __init__(self, space: gym.Space, target: list[int]) -> None:
-        self.action_space = space
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.target, self.t = np.asarray(target), 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.ones(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        reward = float((np.asarray(action) == self.target).sum())
-        return np.ones(2, np.float32), reward, False, self.t >= 8, {}
-
-
 def _train(space, target, loss_cls, **loss_kwargs) -> tuple[float, float]:
     torch.manual_seed(0)
-    with make_vec_env(lambda: Target(space, target), 4, seed=0) as env:
+    with make_vec_env(
+        lambda: Episodic(
+            8,
+            truncate=True,
+            fill=1.0,
+            action_space=space,
+            reward=lambda action: (np.asarray(action) == np.asarray(target)).sum(),
+        ),
+        4,
+        seed=0,
+    ) as env:
         actor, critic, _ = actor_critic(env.observation_spec, env.action_spec)
         loss = loss_cls(actor, critic, **loss_kwargs)
         estimator = GAE(gamma=0.9, lmbda=0.9, value_network=critic)

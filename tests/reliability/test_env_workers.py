@@ -8,33 +8,11 @@ import signal
 import time
 import warnings
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
 from tdrl.envs import DEFAULT_STEP_TIMEOUT, make_vec_env
-
-
-class Tiny(gym.Env):
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def __init__(self, fail_at: int = 10**9, sleep: float = 0.0, ignore_sigterm: bool = False):
-        self.fail_at, self.sleep, self.steps = fail_at, sleep, 0
-        if ignore_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(3, np.float32), {}
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps == self.fail_at:
-            raise ValueError(f"env failed on step {self.steps}")
-        time.sleep(self.sleep)
-        return np.zeros(3, np.float32), 0.0, False, False, {}
+from tests.tiny_envs import Tiny
 
 
 def _step(env):

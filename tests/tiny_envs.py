@@ -1,0 +1,102 @@
+"""Small gymnasium envs that several test files use (imported as ``tests.tiny_envs``)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+
+
+class Tiny(gym.Env):
+    """Zero observations of size 3, reward 0, never ends; raises ``ValueError`` on its
+    ``fail_at``-th step, sleeps ``sleep`` seconds a step, may ignore SIGTERM (async workers)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, fail_at: int = 10**9, sleep: float = 0.0, ignore_sigterm: bool = False):
+        self.fail_at, self.sleep, self.steps = fail_at, sleep, 0
+        if ignore_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise ValueError(f"env failed on step {self.steps}")
+        if self.sleep:
+            time.sleep(self.sleep)
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+class Episodic(gym.Env):
+    """Observations of size 2 filled with ``fill``; the episode ends after ``length`` steps,
+    terminated (default) or truncated; reward 1 a step, or what ``reward(action)`` says."""
+
+    def __init__(self, length: int, *, truncate=False, fill=0.0, reward=None, action_space=None):
+        self.length, self.truncate, self.fill, self.reward, self.t = (
+            length,
+            truncate,
+            fill,
+            reward,
+            0,
+        )
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = action_space or gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def _obs(self):
+        return np.full(2, self.fill, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = 1.0 if self.reward is None else float(self.reward(action))
+        end = self.t >= self.length
+        return self._obs(), reward, end and not self.truncate, end and self.truncate, {}
+
+
+class Masked(gym.Env):
+    """Discrete(n) actions; the bool-ish ``"action_mask"`` observation allows actions t % n and
+    (t + 1) % n at step t (none at step ``empty_at``). A valid action earns +1, an invalid one -1;
+    episodes are truncated after ``length`` steps. With ``one_hot`` the observation is the one-hot
+    of t % n (a policy can learn the mask from it), else zeros of size 2."""
+
+    def __init__(self, n=4, *, mask_size=None, empty_at=-1, length=8, one_hot=False) -> None:
+        self.n, self.empty_at, self.length, self.one_hot, self.t = n, empty_at, length, one_hot, 0
+        obs_size = n if one_hot else 2
+        self.observation_space = gym.spaces.Dict(
+            {
+                "observation": gym.spaces.Box(-1.0, 1.0, (obs_size,), np.float32),
+                "action_mask": gym.spaces.Box(0, 1, (mask_size or n,), np.int8),
+            }
+        )
+        self.action_space = gym.spaces.Discrete(n)
+
+    def _obs(self):
+        mask = np.zeros(self.observation_space["action_mask"].shape, np.int8)
+        if self.t != self.empty_at:
+            mask[[self.t % self.n, (self.t + 1) % self.n]] = 1
+        if self.one_hot:
+            observation = np.eye(self.n, dtype=np.float32)[self.t % self.n]
+        else:
+            observation = np.zeros(2, np.float32)
+        return {"observation": observation, "action_mask": mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        valid = self._obs()["action_mask"][action] == 1
+        self.t += 1
+        return self._obs(), 1.0 if valid else -1.0, False, self.t >= self.length, {}
