@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from tensordict import TensorDictBase
 
 from tdrl import trainers
 from tdrl.collectors import Collector
@@ -68,34 +69,29 @@ def main(cfg: Config) -> dict[str, float]:
     )
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
-    trainers.to_device(
-        cfg, loss, estimator, reward_scaler
-    )  # --device: networks, targets, estimator
+    trainers.to_device(cfg, loss, estimator, reward_scaler)  # --device: networks, statistics
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
     if reward_scaler is not None:  # its return statistics and per-env carry go in checkpoints
         state["reward_scaler"] = reward_scaler
-    # resumes from the run folder's checkpoint with --resume
-    # 4. loop: estimate on the whole rollout, minibatch epochs, then log / evaluate / checkpoint
-    with trainers.start_run(cfg, "PPO", state, collector, eval_env=eval_env, policy=actor) as run:
-        for batch in collector:
-            if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
-                reward_scaler(batch)
-            metrics = trainers.on_policy_update(
-                batch,
-                loss,
-                estimator,
-                optimizer,
-                epochs=cfg.epochs,
-                minibatch_size=cfg.minibatch_size,
-                max_grad_norm=cfg.max_grad_norm,
-            )
-            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
-                break
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-        return run.finish()
+
+    def update(batch: TensorDictBase) -> dict[str, float]:
+        if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
+            reward_scaler(batch)
+        # estimate on the whole rollout, then minibatch epochs
+        return trainers.on_policy_update(
+            batch, loss, estimator, optimizer, epochs=cfg.epochs,
+            minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.max_grad_norm,
+        )  # fmt: skip
+
+    # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
+    #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
+    return trainers.run_on_policy(
+        cfg, "PPO", state, collector, update, eval_env=eval_env, policy=actor,
+        scheduler=scheduler, obs_norm=obs_norm,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

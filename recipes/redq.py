@@ -61,21 +61,15 @@ def main(cfg: Config) -> dict[str, float]:
     )
     buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    state = {"loss": loss, "optimizer": optimizer}
-    # resumes from the run folder's checkpoint with --resume
-    with trainers.start_run(cfg, "REDQ", state, collector, eval_env=eval_env, policy=actor,
-                            buffer=buffer) as run:  # fmt: skip
-        # 4. loop: one step per env -> store -> G critic steps (an actor step every actor_delay)
-        for batch in collector:
-            out = trainers.off_policy_update(
-                batch, buffer, loss, optimizer, target_updater, run, cfg,
-                actor_every=cfg.actor_delay,
-            )  # fmt: skip
-            if run.end_batch(collector, out):
-                break
+    step = trainers.actor_critic_step(loss, optimizer, target_updater, actor_every=cfg.actor_delay)
+    state = {"loss": loss, "optimizer": optimizer}  # checkpointed
 
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-        return run.finish()
+    # 4. loop: one step per env -> store -> G critic steps, an actor step every actor_delay
+    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
+    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+    return trainers.train_off_policy(
+        cfg, "REDQ", state, collector, buffer, step, eval_env=eval_env, policy=actor
+    )
 
 
 if __name__ == "__main__":

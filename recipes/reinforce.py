@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from tdrl import trainers
@@ -61,17 +62,17 @@ def main(cfg: Config) -> dict[str, float]:
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    # resumes from the run folder's checkpoint with --resume
-    # 4. loop: returns on the whole rollout, one full-batch step, then log / evaluate / save
-    with trainers.start_run(
-        cfg, "REINFORCE", state, collector, eval_env=eval_env, policy=actor
-    ) as run:
-        for batch in collector:
-            metrics = trainers.on_policy_update(batch, loss, estimator, optimizer)
-            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
-                break
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-        return run.finish()
+
+    def update(batch: TensorDictBase) -> dict[str, float]:
+        # returns on the whole rollout, then one full-batch step
+        return trainers.on_policy_update(batch, loss, estimator, optimizer)
+
+    # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
+    #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
+    return trainers.run_on_policy(
+        cfg, "REINFORCE", state, collector, update, eval_env=eval_env, policy=actor,
+        scheduler=scheduler, obs_norm=obs_norm,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -67,21 +67,17 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer, target_updater = trainers.actor_critic_optimizer(cfg, loss, actor, critic)
     buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
     collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    # resumes from the run folder's checkpoint with --resume
-    with trainers.start_run(cfg, "TD3", state, collector, eval_env=eval_env, policy=actor,
-                            buffer=buffer) as run:  # fmt: skip
-        # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
-        for batch in collector:
-            out = trainers.off_policy_update(
-                batch, buffer, loss, optimizer, target_updater, run, cfg,
-                actor_every=cfg.policy_delay, targets_with_actor=True,
-            )  # fmt: skip
-            if run.end_batch(collector, out):
-                break
+    step = trainers.actor_critic_step(
+        loss, optimizer, target_updater, actor_every=cfg.policy_delay, targets_with_actor=True
+    )
+    state = {"loss": loss, "optimizer": optimizer, "noise": noise}  # checkpointed
 
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-        return run.finish()
+    # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
+    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
+    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
+    return trainers.train_off_policy(
+        cfg, "TD3", state, collector, buffer, step, eval_env=eval_env, policy=actor
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from tensordict import TensorDictBase
 
 from tdrl import trainers
 from tdrl.collectors import Collector
@@ -85,19 +86,19 @@ def main(cfg: Config) -> dict[str, float]:
     scheduler = trainers.lr_schedule(optimizer, cfg)
     collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
     state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    # resumes from the run folder's checkpoint with --resume
-    # 4. loop: GAE on the whole rollout, natural-gradient actor step, critic steps, log / save
-    with trainers.start_run(
-        cfg, cfg.algo.upper(), state, collector, eval_env=eval_env, policy=actor
-    ) as run:
-        for batch in collector:
-            metrics = trainers.natural_gradient_update(
-                batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps
-            )
-            if trainers.end_on_policy_batch(run, batch, metrics, scheduler, obs_norm):
-                break
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-        return run.finish()
+
+    def update(batch: TensorDictBase) -> dict[str, float]:
+        # GAE on the whole rollout, the natural-gradient actor step, then critic steps
+        return trainers.natural_gradient_update(
+            batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps
+        )
+
+    # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
+    #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
+    return trainers.run_on_policy(
+        cfg, cfg.algo.upper(), state, collector, update, eval_env=eval_env, policy=actor,
+        scheduler=scheduler, obs_norm=obs_norm,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """tdrl.modules: networks, actors, critics and exploration as TensorDict modules."""
 
+from tdrl.ensembles import EnsembleCritic, EnsembleLinear, EnsembleMLP
 from tdrl.modules.actors import (
     BernoulliActor,
     CategoricalActor,
@@ -16,7 +17,6 @@ from tdrl.modules.distributions import (
     MultiCategorical,
     TanhNormal,
 )
-from tdrl.modules.ensemble import EnsembleCritic, EnsembleLinear, EnsembleMLP
 from tdrl.modules.exploration import (
     AdditiveGaussianNoise,
     EpsilonGreedy,

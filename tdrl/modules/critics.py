@@ -7,6 +7,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from tdrl.ensembles import check_value_dim
 from tdrl.keyed import require
 from tdrl.keys import OBSERVATION, STATE_VALUE
 from tdrl.modules.actors import _apply
@@ -39,10 +40,5 @@ class ValueCritic(TensorDictModuleBase):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         observation = require(tensordict, self.in_keys[0], "ValueCritic")
         value = _apply(self.net, observation, self.in_keys[0], "ValueCritic")
-        if value.shape[-1] != 1:
-            raise ValueError(
-                f"ValueCritic: the network must output a trailing dim of 1 for "
-                f"{self.out_keys[0]!r}, got shape {tuple(value.shape)}"
-            )
-        tensordict.set(self.out_keys[0], value)
+        tensordict.set(self.out_keys[0], check_value_dim(value, self.out_keys[0], "ValueCritic"))
         return tensordict

@@ -23,6 +23,7 @@ from torchrl.data import Composite, TensorSpec
 from torchrl.data import MultiCategorical as MultiCategoricalSpec
 
 from tdrl import keys
+from tdrl.ensembles import EnsembleCritic, EnsembleMLP
 from tdrl.modules.actors import (
     BernoulliActor,
     CategoricalActor,
@@ -32,7 +33,6 @@ from tdrl.modules.actors import (
 )
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
-from tdrl.modules.ensemble import EnsembleCritic, EnsembleMLP
 from tdrl.modules.mlp import POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
 

@@ -16,8 +16,9 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from tdrl.ensembles import ConcatCritic, check_value_dim
 from tdrl.keyed import require
-from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION, STATE_ACTION_VALUE
+from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
 from tdrl.modules.actors import _apply, masked_logits
 from tdrl.modules.mlp import mlp
 
@@ -127,10 +128,10 @@ class QValueActor(TensorDictModuleBase):
         return tensordict
 
 
-class StateActionCritic(TensorDictModuleBase):
+class StateActionCritic(ConcatCritic):
     """``Q(s, a)`` from the concatenation of ``in_keys`` (TorchRL's ``ValueOperator`` keys).
 
-    For twin or larger critics pass :class:`~tdrl.modules.ensemble.EnsembleCritic` to the loss
+    For twin or larger critics pass :class:`~tdrl.ensembles.EnsembleCritic` to the loss
     instead (one batched call); a single ``StateActionCritic`` is what TorchRL's losses expect.
 
     Args:
@@ -142,29 +143,7 @@ class StateActionCritic(TensorDictModuleBase):
         reads ``[*B, obs]``, ``[*B, act]``; writes ``state_action_value`` ``[*B, 1]``.
     """
 
-    def __init__(
-        self,
-        net: nn.Module,
-        *,
-        in_keys: Sequence[NestedKey] = (OBSERVATION, ACTION),
-        out_key: NestedKey = STATE_ACTION_VALUE,
-    ) -> None:
-        super().__init__()
-        self.net = net
-        self.in_keys = list(in_keys)
-        self.out_keys = [out_key]
-
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        inputs = [require(tensordict, key, "StateActionCritic") for key in self.in_keys]
-        try:
-            value = self.net(torch.cat(inputs, dim=-1))
-        except RuntimeError as error:
-            shapes = {key: tuple(v.shape) for key, v in zip(self.in_keys, inputs, strict=True)}
-            raise ValueError(f"StateActionCritic: bad inputs {shapes}: {error}") from error
-        if value.shape[-1] != 1:
-            raise ValueError(
-                f"StateActionCritic: the network must output a trailing dim of 1 for "
-                f"{self.out_keys[0]!r}, got shape {tuple(value.shape)}"
-            )
+        value = check_value_dim(self._net_output(tensordict), self.out_keys[0], "StateActionCritic")
         tensordict.set(self.out_keys[0], value)
         return tensordict

@@ -1,8 +1,8 @@
 """tdrl.objectives: losses that read a batch and return ``loss_*`` entries."""
 
+from tdrl.ensembles import ModuleEnsemble, as_ensemble
 from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.common import total_loss
-from tdrl.objectives.critic_ensemble import ModuleEnsemble, as_ensemble
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.dqn import DQNLoss

@@ -23,6 +23,7 @@ from torch.distributions import Distribution
 
 from tdrl import _fast
 from tdrl._fast.tdict import new_unchecked
+from tdrl.ensembles import as_ensemble
 from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
@@ -36,7 +37,6 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
-from tdrl.objectives.critic_ensemble import as_ensemble
 from tdrl.objectives.target import make_target
 from tdrl.ops import DISTANCES, distance, td0_return
 

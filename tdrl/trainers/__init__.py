@@ -14,23 +14,24 @@ from tdrl.trainers.config import (
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
 from tdrl.trainers.offpolicy import (
     actor_critic_optimizer,
+    actor_critic_step,
     crossed,
     make_replay_buffer,
-    off_policy_update,
     store,
     to_device,
+    train_off_policy,
     transitions,
     truncate_streams,
     updates_due,
 )
 from tdrl.trainers.onpolicy import (
-    end_on_policy_batch,
     linear_decay,
     lr_schedule,
     natural_gradient_update,
     on_policy_networks,
     on_policy_update,
     ppo_update,
+    run_on_policy,
     train_on_policy,
 )
 from tdrl.trainers.optim import adam, clip_grad_norm_, optimizer_step
@@ -67,7 +68,6 @@ __all__ = [
     "clip_grad_norm_",
     "crossed",
     "drop_rows_after",
-    "end_on_policy_batch",
     "episode_metrics",
     "evaluate_and_log",
     "finish_run",
@@ -78,7 +78,8 @@ __all__ = [
     "load_checkpoint",
     "make_replay_buffer",
     "natural_gradient_update",
-    "off_policy_update",
+    "train_off_policy",
+    "actor_critic_step",
     "on_policy_networks",
     "on_policy_update",
     "optimizer_step",
@@ -98,6 +99,7 @@ __all__ = [
     "start_run",
     "store",
     "to_device",
+    "run_on_policy",
     "train_on_policy",
     "transitions",
     "truncate_streams",

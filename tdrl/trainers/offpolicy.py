@@ -18,13 +18,16 @@ data; when the collector cannot resume its episodes exactly (async envs),
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys
+from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+from tdrl.envs import VecEnv
 from tdrl.objectives import HardUpdate, SoftUpdate, total_loss
 from tdrl.trainers.config import ActorCriticConfig, EntropyConfig, OffPolicyConfig, RunConfig
 from tdrl.trainers.optim import adam, optimizer_step
@@ -166,35 +169,75 @@ class ActorCriticLoss(Protocol):
     def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-def off_policy_update(
-    batch: TensorDictBase,
-    buffer: ReplayBuffer,
+Step = Callable[[TensorDictBase, int], "TensorDictBase | Mapping[str, object] | None"]
+
+
+def actor_critic_step(
     loss: ActorCriticLoss,
     optimizer: torch.optim.Optimizer,
     target_updater: SoftUpdate | HardUpdate,
-    run: Run,
-    cfg: OffPolicyConfig,
     *,
     actor_every: int = 1,
     targets_with_actor: bool = False,
-) -> TensorDictBase | None:
-    """Store ``batch`` and take the gradient steps due now (:func:`store`) on samples of
-    ``cfg.batch_size``: the whole loss (its ``loss_*`` terms summed) every ``actor_every``-th
-    step, ``loss.qvalue_loss`` alone on the others (TD3's delayed actor, REDQ's G critic steps
-    per actor step); the target update after every step, or only after whole-loss steps with
-    ``targets_with_actor`` (TD3). ``run.updates`` counts the steps. Returns the last whole-loss
-    output (None when there was none), for :meth:`Run.end_batch`.
-    """
-    out = None
-    for _ in range(store(buffer, batch, run, cfg)):
-        sample = buffer.sample(cfg.batch_size)
-        run.updates += 1
-        if run.updates % actor_every == 0:
+) -> Step:
+    """The gradient step of the actor-critic family, for :func:`train_off_policy`: the whole
+    loss (its ``loss_*`` terms summed) on every ``actor_every``-th step, ``loss.qvalue_loss``
+    alone on the others (TD3's delayed actor, REDQ's critic steps per actor step); then the
+    target update, after every step or, with ``targets_with_actor`` (TD3), only after whole-loss
+    steps. The step returns the whole loss's output, or None on critic-only steps."""
+
+    def step(sample: TensorDictBase, k: int) -> TensorDictBase | None:
+        if k % actor_every == 0:
             out = loss(sample)
             optimizer_step(total_loss(out), optimizer)
-        else:  # critic-only step: the actor's forward is skipped
-            optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
-            if targets_with_actor:
-                continue
-        target_updater.step()
-    return out
+            target_updater.step()
+            return out
+        # critic-only step: the actor's forward is skipped
+        optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+        if not targets_with_actor:
+            target_updater.step()
+        return None
+
+    return step
+
+
+def train_off_policy(
+    cfg: OffPolicyConfig,
+    algo: str,
+    state: Mapping[str, Any],
+    collector: Collector,
+    buffer: ReplayBuffer,
+    step: Step,
+    *,
+    eval_env: VecEnv,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+) -> dict[str, float]:
+    """The off-policy loop of a recipe, from start to report::
+
+        with start_run(cfg, algo, state, collector, ...) as run:  # --resume picks up here
+            for batch in collector:        # one step per env (random until learning starts)
+                for _ in range(store(buffer, batch, run, cfg)):   # steps due at cfg.utd_ratio
+                    run.updates += 1
+                    out = step(buffer.sample(cfg.batch_size), run.updates) or out  # None: keep
+                if run.end_batch(collector, out):   # log, evaluate, checkpoint; True: stop
+                    break
+            return run.finish()            # final evaluation, curve.png, logs; closes the envs
+
+    ``step(sample, k)`` takes the ``k``-th gradient step (k counts from 1 over the whole run,
+    resumes included) and returns metrics to log (a loss output) or None (the previous
+    metrics stay).
+    """
+    from tdrl.trainers.run import start_run  # run.py imports this module
+
+    with start_run(
+        cfg, algo, state, collector, eval_env=eval_env, policy=policy, buffer=buffer
+    ) as run:
+        for batch in collector:
+            out = None
+            for _ in range(store(buffer, batch, run, cfg)):
+                run.updates += 1
+                metrics = step(buffer.sample(cfg.batch_size), run.updates)
+                out = out if metrics is None else metrics
+            if run.end_batch(collector, out):
+                break
+        return run.finish()

@@ -5,27 +5,27 @@ runs once on the whole ``[num_envs, T]`` rollout, before any minibatching, so ad
 whole trajectories and the episode ends in them (a loss never runs an estimator). Then either
 minibatch gradient steps on the summed ``loss_*`` entries (:func:`on_policy_update`: REINFORCE,
 A2C, PPO) or a natural-gradient actor step plus critic regression
-(:func:`natural_gradient_update`: NPG, TRPO). :func:`train_on_policy` wraps the first in a loop
-over a collector for users who want one call; the recipes keep their loop visible.
+(:func:`natural_gradient_update`: NPG, TRPO). :func:`train_on_policy` is the loop over a
+collector around either; :func:`run_on_policy` runs it inside a recipe's :class:`Run`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl import keys
 from tdrl.collectors import Collector
 from tdrl.envs import VecEnv
 from tdrl.modules import RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
 from tdrl.trainers.config import OnPolicyConfig
 from tdrl.trainers.optim import optimizer_step
-from tdrl.trainers.run import Run, episode_metrics
+from tdrl.trainers.run import episode_metrics, start_run
 
 # The metric that on_policy_update and natural_gradient_update count their gradient steps in.
 UPDATES = "updates"
@@ -54,26 +54,6 @@ def lr_schedule(
     """:func:`linear_decay` over the config's number of batches (constant without lr_decay)."""
     n_batches = math.ceil(cfg.total_frames / cfg.frames_per_batch)
     return linear_decay(optimizer, n_batches, decay=cfg.lr_decay)
-
-
-def end_on_policy_batch(
-    run: Run,
-    batch: TensorDictBase,
-    metrics: dict[str, float],
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    obs_norm: RunningObservationNorm | None,
-) -> bool:
-    """After a batch's updates: log the learning rate, step the schedule, update the
-    observation statistics (after the updates, which saw the collection's statistics), count
-    the gradient steps (``metrics["updates"]``) and end the batch (:meth:`Run.end_batch`);
-    returns True to stop."""
-    run.updates += int(metrics.pop(UPDATES, 0))
-    metrics["lr"] = float(scheduler.get_last_lr()[0])
-    scheduler.step()
-    if obs_norm is not None:
-        obs_norm.update(batch[keys.OBSERVATION])
-    assert run.collector is not None, "call run.start(collector) first"
-    return run.end_batch(run.collector, metrics)
 
 
 def linear_decay(
@@ -224,22 +204,19 @@ def natural_gradient_update(
 
 def train_on_policy(
     collector: Collector,
-    loss: TensorDictModuleBase,
-    estimator: TensorDictModuleBase,
-    optimizer: torch.optim.Optimizer,
+    update: Callable[[TensorDictBase], dict[str, float]],
     *,
-    epochs: int = 1,
-    minibatch_size: int | None = None,
-    max_grad_norm: float | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     obs_norm: RunningObservationNorm | None = None,
     callback: Callable[[TensorDictBase, dict[str, float]], bool | None] | None = None,
 ) -> list[dict[str, float]]:
-    """Runs :func:`on_policy_update` on every batch of ``collector`` until it stops.
+    """The on-policy loop: ``metrics = update(batch)`` on every batch of ``collector``.
 
-    After each batch's updates: ``scheduler.step()`` and, when given, ``obs_norm`` folds the
-    batch's raw observations into its statistics (see ``tdrl.trainers.networks``). Then
-    ``callback(batch, metrics)`` (logging, evaluation, checkpoints); returning False stops.
+    ``update`` is e.g. ``partial(on_policy_update, loss=..., estimator=..., optimizer=...)``
+    or :func:`natural_gradient_update`'s. After each batch's update: the learning rate goes into
+    the metrics (``"lr"``) and ``scheduler.step()`` runs; ``obs_norm`` folds the batch's raw
+    observations into its statistics (after the update, which saw the collection's statistics);
+    then ``callback(batch, metrics)`` (logging, evaluation, checkpoints) may return True to stop.
 
     Returns:
         One dict per batch: the update's metrics, ``"frames"`` and, when episodes ended,
@@ -250,22 +227,44 @@ def train_on_policy(
     """
     history: list[dict[str, float]] = []
     for batch in collector:
-        metrics = on_policy_update(
-            batch,
-            loss,
-            estimator,
-            optimizer,
-            epochs=epochs,
-            minibatch_size=minibatch_size,
-            max_grad_norm=max_grad_norm,
-        )
+        metrics = update(batch)
         if scheduler is not None:
+            metrics["lr"] = float(scheduler.get_last_lr()[0])
             scheduler.step()
         if obs_norm is not None:
             obs_norm.update(batch.get(obs_norm.in_keys[0]))
-        metrics["frames"] = float(collector.frames)
-        metrics.update(episode_metrics(collector.episodes))
-        history.append(metrics)
-        if callback is not None and callback(batch, metrics) is False:
+        history.append(
+            {**metrics, "frames": float(collector.frames), **episode_metrics(collector.episodes)}
+        )
+        if callback is not None and callback(batch, metrics):
             break
     return history
+
+
+def run_on_policy(
+    cfg: OnPolicyConfig,
+    algo: str,
+    state: Mapping[str, Any],
+    collector: Collector,
+    update: Callable[[TensorDictBase], dict[str, float]],
+    *,
+    eval_env: VecEnv,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    obs_norm: RunningObservationNorm | None = None,
+) -> dict[str, float]:
+    """A recipe's on-policy run, from start to report: :func:`train_on_policy` inside a
+    :class:`Run` (``--resume`` continues one) that counts the gradient steps (the metrics'
+    ``"updates"``), logs, evaluates and checkpoints after every batch (:meth:`Run.end_batch`),
+    and at the end reports (final evaluation, ``curve.png``, CSV, TensorBoard) and closes the
+    envs; returns :meth:`Run.finish`'s metrics."""
+    with start_run(cfg, algo, state, collector, eval_env=eval_env, policy=policy) as run:
+
+        def end_batch(batch: TensorDictBase, metrics: dict[str, float]) -> bool:
+            run.updates += int(metrics.pop(UPDATES, 0))
+            return run.end_batch(collector, metrics)
+
+        train_on_policy(
+            collector, update, scheduler=scheduler, obs_norm=obs_norm, callback=end_batch
+        )
+        return run.finish()

@@ -60,3 +60,13 @@ def all_params_have_grad(module: nn.Module) -> bool:
 
 def no_param_has_grad(module: nn.Module) -> bool:
     return not any(grads_of(module))
+
+
+def check_actor_critic_gradients(loss, td, actor: nn.Module, critic: nn.Module, critic_key: str):
+    """The actor loss reaches every actor parameter and no critic one; ``critic_key``'s loss
+    reaches no actor parameter (which critic parameters it reaches is the caller's check)."""
+    loss(td)["loss_actor"].backward()
+    assert all_params_have_grad(actor) and no_param_has_grad(critic)
+    loss.zero_grad(set_to_none=True)
+    loss(td)[critic_key].backward()
+    assert no_param_has_grad(actor)

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
-from offpolicy_data import all_params_have_grad, linear, no_param_has_grad, transitions
+from offpolicy_data import (
+    all_params_have_grad,
+    check_actor_critic_gradients,
+    linear,
+    no_param_has_grad,
+    transitions,
+)
 
 from tdrl.modules import DeterministicActor, StateActionCritic
 from tdrl.objectives import DDPGLoss
@@ -33,11 +39,7 @@ def test_ddpg_gradients_and_targets():
     policy = DeterministicActor(linear([[1.0, 0.5, 0.0]]), 1)
     q = StateActionCritic(linear([[0.3, 1.0, 0.0, 2.0]]))
     loss = DDPGLoss(policy, q)
-    td = transitions(4, OBS, 1)
-    loss(td)["loss_actor"].backward()
-    assert all_params_have_grad(policy) and no_param_has_grad(q)
-    loss.zero_grad(set_to_none=True)
-    loss(td)["loss_value"].backward()
+    check_actor_critic_gradients(loss, transitions(4, OBS, 1), policy, q, "loss_value")
     assert all_params_have_grad(q) and no_param_has_grad(policy)
     assert len(loss.target_pairs()) == 2
     assert no_param_has_grad(loss.target_actor_network)

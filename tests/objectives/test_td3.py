@@ -6,7 +6,13 @@ import warnings
 
 import pytest
 import torch
-from offpolicy_data import all_params_have_grad, linear, no_param_has_grad, transitions
+from offpolicy_data import (
+    all_params_have_grad,
+    check_actor_critic_gradients,
+    linear,
+    no_param_has_grad,
+    transitions,
+)
 from tensordict.nn import TensorDictModule
 
 from tdrl.modules import DeterministicActor, EnsembleCritic, EnsembleMLP, StateActionCritic, mlp
@@ -67,11 +73,7 @@ def test_gradients_reach_exactly_the_intended_parameters():
     policy = DeterministicActor(mlp(OBS, 2, (16,)), 2)
     q = EnsembleCritic(EnsembleMLP(OBS + 2, 1, (16,), num_members=2))
     loss = TD3Loss(policy, q)
-    td = transitions(8, OBS, 2)
-    loss(td)["loss_actor"].backward()
-    assert all_params_have_grad(policy) and no_param_has_grad(q)
-    loss.zero_grad(set_to_none=True)
-    loss(td)["loss_qvalue"].backward()
+    check_actor_critic_gradients(loss, transitions(8, OBS, 2), policy, q, "loss_qvalue")
     assert no_param_has_grad(policy)
     # The actor-loss path only reaches member 0 through Q_0, the critic loss reaches both.
     assert all_params_have_grad(q)

@@ -93,21 +93,24 @@ def test_close_does_not_hang_on_a_stopped_worker():
     assert not any(p.is_alive() for p in processes)
 
 
+def _interrupt_step(env, td) -> None:
+    """Ctrl-C (a KeyboardInterrupt from SIGALRM) 0.1 s into ``env.step(td)``."""
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            env.step(td)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_interrupted_step_leaves_a_clear_error_and_a_usable_env_after_reset():
     env = make_vec_env(lambda: Tiny(sleep=0.5), 2, mode="async")
     try:
         td = env.reset()
         td["action"] = torch.zeros(2, 1)
-        previous = signal.signal(
-            signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt)
-        )
-        signal.setitimer(signal.ITIMER_REAL, 0.1)
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                env.step(td)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        _interrupt_step(env, td)
         with pytest.raises(RuntimeError, match="interrupted.*reset the env"):
             env.step(td)
         td = env.reset()  # usable again
@@ -115,14 +118,7 @@ def test_interrupted_step_leaves_a_clear_error_and_a_usable_env_after_reset():
         out = env.step(td)
         assert out["next", "reward"].shape == (2, 1)
         # A reset right after an interrupt (no step in between) works too.
-        signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
-        signal.setitimer(signal.ITIMER_REAL, 0.1)
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                env.step(td)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        _interrupt_step(env, td)
         env.reset()
         td["action"] = torch.zeros(2, 1)
         assert env.step(td)["next", "reward"].shape == (2, 1)

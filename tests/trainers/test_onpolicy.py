@@ -3,6 +3,7 @@ collector/env state that makes a resumed run identical to an uninterrupted one."
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -43,13 +44,20 @@ def test_actor_critic_picks_the_policy_and_shares_obs_norm() -> None:
         assert actor(env.reset())["logits"].shape == (2, 2)
 
 
+def _parts(env, loss_cls, lr, **loss_kwargs):
+    """Networks for ``env``, ``loss_cls`` over them, GAE, and an Adam on what the loss trains."""
+    actor, critic, obs_norm = actor_critic(env.observation_spec, env.action_spec)
+    loss = loss_cls(actor, critic, **loss_kwargs)
+    estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
+    trained = critic if loss_cls is TRPOLoss else loss
+    optimizer = torch.optim.Adam(trained.parameters(), lr=lr)
+    return actor, obs_norm, loss, estimator, optimizer
+
+
 def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
     torch.manual_seed(0)
     with make_vec_env("CartPole-v1", 4, seed=0) as env:
-        actor, critic, _ = actor_critic(env.observation_spec, env.action_spec)
-        loss = A2CLoss(actor, critic)
-        estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3)
+        actor, _, loss, estimator, optimizer = _parts(env, A2CLoss, 1e-3)
         batch = next(iter(Collector(env, actor, 64)))
         assert "advantage" not in batch.keys()
         before = [p.detach().clone() for p in loss.parameters()]
@@ -63,10 +71,7 @@ def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
 def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
     torch.manual_seed(0)
     with make_vec_env("Pendulum-v1", 4, seed=0) as env:
-        actor, critic, _ = actor_critic(env.observation_spec, env.action_spec)
-        loss = TRPOLoss(actor, critic, max_kl=0.01)
-        estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        optimizer = torch.optim.Adam(critic.parameters(), lr=1e-3)
+        actor, _, loss, estimator, optimizer = _parts(env, TRPOLoss, 1e-3, max_kl=0.01)
         collector = Collector(env, actor, 256)
         first = natural_gradient_update(next(iter(collector)), loss, estimator, optimizer)
         assert 0 < first["kl"] <= 0.01 and first["step_size"] > 0
@@ -79,28 +84,25 @@ def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
 def test_train_on_policy_runs_the_loop_and_stops_on_callback() -> None:
     torch.manual_seed(0)
     with make_vec_env("CartPole-v1", 4, seed=0) as env:
-        actor, critic, obs_norm = actor_critic(env.observation_spec, env.action_spec)
-        loss = ClipPPOLoss(actor, critic)
-        estimator = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
-        optimizer = torch.optim.Adam(loss.parameters(), lr=3e-4)
+        actor, obs_norm, loss, estimator, optimizer = _parts(env, ClipPPOLoss, 3e-4)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1 - i / 4)
         collector = Collector(env, actor, 128, total_frames=512)
-        history = train_on_policy(
-            collector, loss, estimator, optimizer, epochs=2, minibatch_size=32,
-            scheduler=scheduler, obs_norm=obs_norm,
+        update = partial(
+            on_policy_update, loss=loss, estimator=estimator, optimizer=optimizer, epochs=2,
+            minibatch_size=32,
         )  # fmt: skip
+        history = train_on_policy(collector, update, scheduler=scheduler, obs_norm=obs_norm)
         assert [row["frames"] for row in history] == [128, 256, 384, 512]
         assert "kl_approx" in history[0] and "episode_return" in history[-1]
+        assert history[0]["lr"] == pytest.approx(3e-4) and history[1]["lr"] == pytest.approx(
+            2.25e-4
+        )
         assert optimizer.param_groups[0]["lr"] == 0.0
         assert obs_norm is not None and obs_norm.count > 500  # 512 observations folded in
         seen = []
         collector = Collector(env, actor, 128, total_frames=10_000)
         history = train_on_policy(
-            collector,
-            loss,
-            estimator,
-            optimizer,
-            callback=lambda b, m: seen.append(m) or len(seen) < 2,
+            collector, update, callback=lambda b, m: seen.append(m) or len(seen) >= 2
         )
         assert len(history) == len(seen) == 2
 

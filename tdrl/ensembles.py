@@ -1,0 +1,371 @@
+"""Critic ensembles, all in one place: the batched ensembles tdrl builds and the wrapper that
+turns any single keyed critic into an ensemble.
+
+Twin critics (TD3, SAC), the N critics of REDQ and the two discrete critics of discrete SAC are
+all ``E`` copies of one architecture fed the same input. ``EnsembleLinear`` stores the ``E``
+weight matrices as one ``[E, in, out]`` tensor and runs them with a single ``torch.baddbmm``, so
+an ensemble costs one kernel per layer instead of ``E`` (the trick of Chen et al.'s REDQ code and
+of CleanRL/JAX ``vmap`` critics). A loss given a single critic from elsewhere (a TorchRL
+``ValueOperator``, a tdrl ``StateActionCritic``) together with ``num_qvalue_nets = E`` makes it a
+:class:`ModuleEnsemble`: ``E`` independently initialised copies whose parameters are stacked
+(``torch.func.stack_module_state``) and run with ``torch.vmap``, as TorchRL's losses do
+(:func:`as_ensemble`).
+
+Every ensemble exposes ``num_members`` and ``values(td) -> [E, *B, out]``, the interface tdrl
+losses use; ``forward`` writes the values with the ensemble dim after the batch dims,
+``[*B, E, out]``, because a TensorDict entry must start with the batch shape. This module sits
+below ``tdrl.modules`` and ``tdrl.objectives`` (both re-export its names).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+from torch.func import functional_call, stack_module_state
+
+from tdrl.keyed import require
+from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
+
+Init = Literal["default", "orthogonal"]
+
+
+class EnsembleLinear(nn.Module):
+    """``E`` independent linear layers applied in one ``baddbmm``.
+
+    Args:
+        in_features: input width.
+        out_features: output width.
+        num_members: ensemble size ``E``.
+        init: ``"default"`` (``nn.Linear``'s uniform(+-1/sqrt(in)) per member) or
+            ``"orthogonal"`` (orthogonal weights with ``gain`` per member, zero bias).
+        gain: orthogonal gain.
+
+    Shapes:
+        ``[*B, in]`` (shared by all members) or ``[E, *B, in]`` -> ``[E, *B, out]``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        num_members: int,
+        *,
+        init: Init = "default",
+        gain: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if num_members < 1:
+            raise ValueError(f"num_members must be >= 1, got {num_members}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.num_members = num_members
+        self.init = init
+        self.gain = gain
+        self.weight = nn.Parameter(torch.empty(num_members, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(num_members, 1, out_features))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Re-initialise every member independently."""
+        with torch.no_grad():
+            if self.init == "orthogonal":
+                for member in self.weight:
+                    # nn.Linear's weight is [out, in]; orthogonalise that view of the member.
+                    nn.init.orthogonal_(member.T, gain=self.gain)
+                self.bias.zero_()
+            elif self.init == "default":
+                bound = 1.0 / math.sqrt(self.in_features)
+                self.weight.uniform_(-bound, bound)
+                self.bias.uniform_(-bound, bound)
+            else:
+                raise ValueError(f"init must be 'default' or 'orthogonal', got {self.init!r}")
+
+    def forward(self, x: torch.Tensor, shared: bool = True) -> torch.Tensor:
+        """Apply the ``E`` layers; ``shared`` says ``x`` has no leading ensemble dim."""
+        # The common inputs ([B, in] shared, [E, B, in] per member) go in as they are: every
+        # reshape or view is one more autograd node, and the update step is overhead-bound.
+        if shared:
+            batch = x.shape[:-1]
+            if x.dim() == 2:
+                flat = x.expand(self.num_members, -1, -1)
+            else:
+                flat = x.reshape(1, -1, self.in_features).expand(self.num_members, -1, -1)
+        else:
+            batch = x.shape[1:-1]
+            flat = x if x.dim() == 3 else x.reshape(self.num_members, -1, self.in_features)
+        if self.out_features == 1:
+            # A value head: as a batched matrix-vector product (MKL gemm with one output column)
+            # it runs ~5x slower than a multiply-and-sum, forward and backward (167 vs 30 us
+            # forward, 529 vs 130 us with backward; E=2, B=256, 256 inputs, one thread). That
+            # is ~7% of a SAC gradient step (benchmarks/updates.py).
+            out = (flat * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
+        else:
+            out = torch.baddbmm(self.bias, flat, self.weight)
+        return out if len(batch) == 1 else out.view(self.num_members, *batch, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, num_members={self.num_members}"
+
+
+class EnsembleMLP(nn.Module):
+    """``E`` MLPs of one architecture run as batched matrix products.
+
+    Args:
+        in_features: input width.
+        out_features: output width.
+        hidden_sizes: hidden widths.
+        num_members: ensemble size ``E``.
+        activation: activation class after every hidden layer.
+        init: ``"default"`` or ``"orthogonal"`` (see :class:`EnsembleLinear`).
+        hidden_gain: orthogonal gain of the hidden layers.
+        output_gain: orthogonal gain of the last layer.
+
+    Shapes:
+        ``[*B, in]`` -> ``[E, *B, out]``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: Sequence[int] = (256, 256),
+        *,
+        num_members: int = 2,
+        activation: type[nn.Module] = nn.ReLU,
+        init: Init = "default",
+        hidden_gain: float = math.sqrt(2.0),
+        output_gain: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.num_members = num_members
+        widths = [in_features, *hidden_sizes]
+        self.hidden = nn.ModuleList(
+            EnsembleLinear(a, b, num_members, init=init, gain=hidden_gain)
+            for a, b in zip(widths[:-1], widths[1:], strict=True)
+        )
+        self.activation = activation()
+        self.output = EnsembleLinear(
+            widths[-1], out_features, num_members, init=init, gain=output_gain
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # ReLU in place on the fresh layer output (baddbmm's backward does not read its output):
+        # one [E, B, H] buffer less per layer, ~5% of a SAC gradient step at batch 256.
+        relu_in_place = type(self.activation) is nn.ReLU
+        shared = True
+        for layer in self.hidden:
+            x = layer(x, shared)
+            x = torch.relu_(x) if relu_in_place else self.activation(x)
+            shared = False
+        return self.output(x, shared)
+
+
+class ConcatCritic(TensorDictModuleBase):
+    """A keyed critic whose network reads its ``in_keys`` concatenated on the last dim: the base
+    of :class:`EnsembleCritic` and ``tdrl.modules.StateActionCritic``.
+
+    Args:
+        net: the network.
+        in_keys: keys concatenated into the network input (TorchRL's ``ValueOperator`` keys).
+        out_key: key written by ``forward``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        in_keys: Sequence[NestedKey] = (OBSERVATION, ACTION),
+        out_key: NestedKey = STATE_ACTION_VALUE,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.in_keys = list(in_keys)
+        self.out_keys = [out_key]
+
+    def _net_output(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The network on the concatenated inputs; an error names the inputs' shapes."""
+        owner = type(self).__name__
+        inputs = [require(tensordict, key, owner) for key in self.in_keys]
+        x = inputs[0] if len(inputs) == 1 else torch.cat(inputs, dim=-1)
+        try:
+            return self.net(x)
+        except RuntimeError as error:
+            shapes = {key: tuple(v.shape) for key, v in zip(self.in_keys, inputs, strict=True)}
+            raise ValueError(f"{owner}: the network failed on {shapes}: {error}") from error
+
+
+def check_value_dim(value: torch.Tensor, key: NestedKey, owner: str) -> torch.Tensor:
+    """``value`` when its last dim is 1 (a value head), else an error naming ``key``."""
+    if value.shape[-1] != 1:
+        raise ValueError(
+            f"{owner}: the network must output a trailing dim of 1 for {key!r}, got shape "
+            f"{tuple(value.shape)}"
+        )
+    return value
+
+
+class EnsembleCritic(ConcatCritic):
+    """Keyed critic ensemble: ``Q_e([in_keys...])`` for ``e < E`` in one call.
+
+    With ``in_keys=("observation", "action")`` it is a state-action critic ensemble (TD3, SAC,
+    REDQ); with ``in_keys=("observation",)`` and ``out_key="action_value"`` a discrete Q ensemble
+    (discrete SAC). The inputs are concatenated on the last dim.
+
+    Args:
+        net: an ensemble network with ``num_members``, e.g. :class:`EnsembleMLP`.
+        in_keys: keys concatenated into the network input.
+        out_key: key written by ``forward``.
+
+    Shapes:
+        ``values``: ``[E, *B, out]``; ``forward`` writes ``[*B, E, out]``.
+    """
+
+    @property
+    def num_members(self) -> int:
+        """Ensemble size ``E`` (the network's)."""
+        return int(cast(Any, self.net).num_members)
+
+    def values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The ``E`` members' outputs, ensemble dim first; nothing is written."""
+        return self._net_output(tensordict)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict.set(self.out_keys[0], self.values(tensordict).movedim(0, -2))
+        return tensordict
+
+
+def _reset_parameters(module: nn.Module) -> None:
+    for sub in module.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset) and sub is not module:
+            reset()
+
+
+class ModuleEnsemble(TensorDictModuleBase):
+    """``E`` independently initialised copies of any keyed module, run with ``torch.vmap``.
+
+    This is how a tdrl loss accepts a single critic from elsewhere (a TorchRL ``ValueOperator``,
+    a :class:`~tdrl.modules.qvalue.StateActionCritic`) together with ``num_qvalue_nets``, as
+    TorchRL's losses do. Member 0 keeps the module's parameters; the others are re-initialised
+    with ``reset_parameters`` (when the layers have it). A list of modules of one architecture is
+    stacked as given.
+
+    Args:
+        module: a keyed module, or a list of ``E`` keyed modules of identical structure.
+        num_members: ensemble size ``E`` (ignored for a list).
+        out_key: the entry of the module's output that holds the value.
+
+    Shapes:
+        ``values``: ``[E, *B, out]``; ``forward`` writes ``[*B, E, out]``.
+    """
+
+    def __init__(
+        self,
+        module: TensorDictModuleBase | Sequence[TensorDictModuleBase],
+        num_members: int = 2,
+        *,
+        out_key: NestedKey = STATE_ACTION_VALUE,
+    ) -> None:
+        super().__init__()
+        if isinstance(module, Sequence):
+            members = list(module)
+        else:
+            members = [module] + [copy.deepcopy(module) for _ in range(num_members - 1)]
+            for member in members[1:]:
+                _reset_parameters(member)
+        if not members:
+            raise ValueError("ModuleEnsemble: got an empty list of modules")
+        self.num_members = len(members)
+        params, buffers = stack_module_state(members)  # type: ignore[arg-type]
+        self._names = list(params)
+        self.params = nn.ParameterList(nn.Parameter(params[n].detach()) for n in self._names)
+        self._buffer_names = list(buffers)
+        for i, name in enumerate(self._buffer_names):
+            self.register_buffer(f"buffer_{i}", buffers[name])
+        # The structure only: functional_call swaps the stacked tensors in; kept out of
+        # ``parameters()`` so optimisers and target copies see each tensor once.
+        self.__dict__["_base"] = copy.deepcopy(members[0]).to("meta")
+        self.in_keys = list(members[0].in_keys)
+        self.out_keys = [out_key]
+
+    def values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The ``E`` members' outputs, ensemble dim first; nothing is written."""
+        inputs = tensordict.select(*self.in_keys, strict=False)
+        for key in self.in_keys:
+            require(inputs, key, "ModuleEnsemble")
+        out_key = self.out_keys[0]
+        base = self._base
+
+        def member(params: dict, buffers: dict, td: TensorDictBase) -> torch.Tensor:
+            return functional_call(base, (params, buffers), (td.copy(),)).get(out_key)
+
+        params = dict(zip(self._names, self.params, strict=True))
+        buffers = {n: getattr(self, f"buffer_{i}") for i, n in enumerate(self._buffer_names)}
+        return torch.vmap(member, in_dims=(0, 0, None), randomness="different")(
+            params, buffers, inputs
+        )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict.set(self.out_keys[0], self.values(tensordict).movedim(0, -2))
+        return tensordict
+
+
+class SingleCritic(TensorDictModuleBase):
+    """A single keyed critic seen as an ensemble of one (DDPG's critic): no ``vmap``.
+
+    Shapes:
+        ``values``: ``[1, *B, out]``.
+    """
+
+    def __init__(self, module: TensorDictModuleBase, *, out_key: NestedKey = STATE_ACTION_VALUE):
+        super().__init__()
+        self.module = module
+        self.num_members = 1
+        self.in_keys = list(module.in_keys)
+        self.out_keys = [out_key]
+
+    def values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The critic's output with a leading ensemble dim of 1; nothing is written."""
+        inputs = tensordict.select(*self.in_keys, strict=False)
+        return require(self.module(inputs), self.out_keys[0], "SingleCritic").unsqueeze(0)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict.set(self.out_keys[0], self.values(tensordict).movedim(0, -2))
+        return tensordict
+
+
+def as_ensemble(
+    module: nn.Module | Sequence[nn.Module],
+    num_members: int,
+    *,
+    out_key: NestedKey = STATE_ACTION_VALUE,
+) -> nn.Module:
+    """An ensemble of ``num_members`` critics from whatever a user passes to a loss.
+
+    A tdrl ``EnsembleCritic`` (anything with ``num_members`` and ``values``) is returned
+    unchanged and must have ``num_members`` members; a single keyed module or a list becomes a
+    :class:`ModuleEnsemble` (a :class:`SingleCritic` when ``num_members == 1``).
+    """
+    if hasattr(module, "num_members") and hasattr(module, "values"):
+        if module.num_members != num_members:
+            raise ValueError(
+                f"the critic ensemble has {module.num_members} members but num_qvalue_nets="
+                f"{num_members}"
+            )
+        return module  # type: ignore[return-value]
+    if isinstance(module, Sequence):
+        if len(module) != num_members:
+            raise ValueError(f"got {len(module)} critics but num_qvalue_nets={num_members}")
+        if num_members == 1:
+            module = module[0]
+    if num_members == 1:
+        return SingleCritic(module, out_key=out_key)  # type: ignore[arg-type]
+    return ModuleEnsemble(module, num_members, out_key=out_key)  # type: ignore[arg-type]
