@@ -184,13 +184,10 @@ class TanhGaussianActor(_ProbabilisticActor):
         init_log_std: initial log-std of the state-independent parameter.
         log_std_min: lower bound of the state-dependent log-std.
         log_std_max: upper bound of the state-dependent log-std.
-        action_low: env lower bound (float or ``[A]``); ``None`` means -1.
-        action_high: env upper bound; ``None`` means 1.
-        default_interaction_type: used when no interaction type is set.
+        action_low, action_high, default_interaction_type: as :class:`GaussianActor`.
 
     Shapes:
-        reads ``[*B, obs]``; writes ``loc``, ``scale``, ``action``: ``[*B, A]``,
-        ``action_log_prob``: ``[*B]``.
+        as :class:`GaussianActor` (``loc``/``scale`` before the tanh).
     """
 
     def __init__(

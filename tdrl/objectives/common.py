@@ -42,25 +42,21 @@ def advantage_of(
             f"value estimator (e.g. tdrl.estimators.GAE) on the whole rollout first, then split "
             f"it into minibatches."
         )
-    if advantage.shape == (*batch_shape, 1):
-        return advantage.squeeze(-1)
-    if advantage.shape != batch_shape:
-        raise ValueError(
-            f"{owner}: {key!r} has shape {tuple(advantage.shape)}, expected "
-            f"{(*batch_shape, 1)} (the log-prob of the actions has shape {tuple(batch_shape)})"
-        )
-    return advantage
+    return as_batch_shape(advantage, batch_shape, key, owner)
 
 
-def as_batch_shape(value: torch.Tensor, batch_shape: torch.Size, key: NestedKey, owner: str):
-    """``value`` as ``[*B]``, accepting a trailing singleton; otherwise a shape error."""
+def as_batch_shape(
+    value: torch.Tensor, batch_shape: torch.Size, key: NestedKey, owner: str
+) -> torch.Tensor:
+    """``value`` as ``[*B]``, accepting TorchRL's trailing singleton ``[*B, 1]``; otherwise an
+    error naming ``key`` and both shapes (the one place the losses check a per-sample shape)."""
     if value.shape == batch_shape:
         return value
     if value.shape == (*batch_shape, 1):
         return value.squeeze(-1)
     raise ValueError(
-        f"{owner}: {key!r} has shape {tuple(value.shape)}, expected {tuple(batch_shape)} "
-        f"(the shape of the actions' log-prob)"
+        f"{owner}: {key!r} has shape {tuple(value.shape)}, expected {(*batch_shape, 1)} or "
+        f"{tuple(batch_shape)} (the batch's per-sample shape)"
     )
 
 

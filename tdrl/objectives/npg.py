@@ -17,20 +17,8 @@ class NPGLoss(NaturalPolicyGradient):
     without tuning. ``actor_step`` reads ``"action"`` and ``"advantage"`` plus the actor's
     in-keys; ``forward`` reads ``"value_target"`` plus the critic's in-keys.
 
-    Args:
-        actor_network: provides ``get_dist(td)``.
-        critic_network: writes ``"state_value"``.
-        max_kl: KL size of the step (Tianshou's TRPO default 0.01).
-        damping: added to the Fisher matrix (Tianshou: 0.1).
-        cg_iters: conjugate-gradient iterations (Tianshou: 10).
-        backtrack_ratio: unused by NPG (TRPO's line search).
-        max_backtracks: unused by NPG.
-        critic_coeff: weight of the critic loss.
-        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
-        normalize_advantage: normalize advantages over the batch (Tianshou's default).
-
-    Shapes:
-        batch ``[*B]``; every output is a scalar.
+    Args and shapes: as :class:`~tdrl.objectives.TRPOLoss`; ``backtrack_ratio`` and
+    ``max_backtracks`` (its line search) are unused.
     """
 
     line_search = False

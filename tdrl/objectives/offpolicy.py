@@ -37,6 +37,7 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
+from tdrl.objectives.common import as_batch_shape
 from tdrl.objectives.target import make_target
 from tdrl.ops import DISTANCES, distance, td0_return
 
@@ -145,20 +146,7 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     def _per_sample(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
         """``batch[key]`` as ``[B]``, accepting the trailing singleton of TorchRL's layout."""
-        return self._check_per_sample(batch, key, self._get(batch, key))
-
-    def _check_per_sample(
-        self, batch: TensorDictBase, key: NestedKey, value: torch.Tensor
-    ) -> torch.Tensor:
-        shape = batch.batch_size
-        if value.shape == (*shape, 1):
-            return value.squeeze(-1)
-        if value.shape != shape:
-            raise ValueError(
-                f"{type(self).__name__}: {key!r} has shape {tuple(value.shape)}, expected "
-                f"{(*shape, 1)} for a batch of size {tuple(shape)}"
-            )
-        return value
+        return as_batch_shape(self._get(batch, key), batch.batch_size, key, type(self).__name__)
 
     def _transition(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """``(reward, terminated, discount)`` per sample, ``[B]`` each (discount may be a float)."""
@@ -228,7 +216,8 @@ class OffPolicyLoss(TensorDictModuleBase):
         weights = batch.get(self.tensor_keys.priority_weight, None)
         if weights is None:
             return None
-        return self._check_per_sample(batch, self.tensor_keys.priority_weight, weights)
+        key = self.tensor_keys.priority_weight
+        return as_batch_shape(weights, batch.batch_size, key, type(self).__name__)
 
     @staticmethod
     def _output(out: dict[NestedKey, torch.Tensor]) -> TensorDict:

@@ -18,14 +18,9 @@ class ReinforceLoss(A2CLoss):
     in-keys. Returns ``"loss_actor"`` and ``"loss_value"`` (TorchRL's ``ReinforceLoss`` names) and
     a detached ``"entropy"``.
 
-    Args:
-        actor_network: provides ``get_dist(td)``.
-        critic_network: baseline writing ``"state_value"``; ``None`` for plain REINFORCE.
-        loss_critic_type: ``"l2"``, ``"l1"`` or ``"smooth_l1"``.
-        normalize_advantage: normalize advantages over the batch (a common variance reduction).
-
-    Shapes:
-        batch ``[*B]``; every output is a scalar.
+    Args: as :class:`~tdrl.objectives.A2CLoss` without ``entropy_coeff`` and ``critic_coeff``
+    (``critic_network`` is the baseline; ``None`` for plain REINFORCE); ``normalize_advantage``
+    defaults to False. Shapes: as ``A2CLoss``.
     """
 
     _objective_key, _critic_key = LOSS_ACTOR, LOSS_VALUE
