@@ -18,7 +18,7 @@ data; when the collector cannot resume its episodes exactly (async envs),
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -29,6 +29,7 @@ from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
 from tdrl.envs import VecEnv
 from tdrl.objectives import HardUpdate, SoftUpdate, total_loss
+from tdrl.objectives.target import HasTargets
 from tdrl.trainers.config import ActorCriticConfig, EntropyConfig, OffPolicyConfig, RunConfig
 from tdrl.trainers.optim import adam, optimizer_step
 
@@ -141,7 +142,7 @@ def truncate_streams(buffer: ReplayBuffer) -> None:
 
 def actor_critic_optimizer(
     cfg: ActorCriticConfig,
-    loss: torch.nn.Module,
+    loss: HasTargets,
     actor: torch.nn.Module,
     critic: torch.nn.Module,
     *,
@@ -151,7 +152,10 @@ def actor_critic_optimizer(
     ``cfg.critic_lr``, ``log_alpha`` when given at ``cfg.alpha_lr``: the same updates as one Adam
     each) and the Polyak target update of ``loss`` at ``cfg.tau``. Move the modules to their
     device first (:func:`to_device`)."""
-    groups = [(actor.parameters(), cfg.actor_lr), (critic.parameters(), cfg.critic_lr)]
+    groups: list[tuple[Iterable[torch.Tensor], float]] = [
+        (actor.parameters(), cfg.actor_lr),
+        (critic.parameters(), cfg.critic_lr),
+    ]
     if log_alpha is not None:
         if not isinstance(cfg, EntropyConfig):
             raise TypeError(

@@ -10,7 +10,9 @@ import dataclasses
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +43,28 @@ CHECKPOINT = "checkpoint.pt"  # inside each checkpoint folder, beside buffer/ an
 BUFFER_DIR = "buffer"
 # Evaluation envs are seeded apart from the training envs (and reset with this seed every time).
 EVAL_SEED_OFFSET = 10_000
+WARNINGS_LOG = "warnings.log"  # in the run folder: the Python warnings shown during the run
+# Warnings shown while setup() made the envs (MuJoCo's, for instance), for the next run's log.
+_setup_warnings: list[str] = []
+
+
+def _warning_line(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int
+) -> str:
+    return f"{category.__name__}: {message} ({filename}:{lineno})\n"
+
+
+@contextmanager
+def _recording_warnings() -> Iterator[None]:
+    """Show warnings as usual and keep a line of each for the next run's ``warnings.log``."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # type: ignore[assignment]
+            yield
+    finally:
+        for w in caught:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+            _setup_warnings.append(_warning_line(w.message, w.category, w.filename, w.lineno))
 
 
 def seed_everything(seed: int) -> None:
@@ -59,6 +83,13 @@ def setup(
     space the recipe handles; another one is an error that names both, before any training."""
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
+    with _recording_warnings():  # MuJoCo warns while it loads a model: into the run's log too
+        return _make_envs(cfg, actions)
+
+
+def _make_envs(
+    cfg: RunConfig, actions: Literal["continuous", "discrete"] | None
+) -> tuple[VecEnv, VecEnv]:
     n_eval = max(min(cfg.eval_envs, cfg.eval_episodes), 1)
     eval_env = make_vec_env(cfg.env_id, n_eval, seed=cfg.seed + EVAL_SEED_OFFSET)
     if actions is not None:
@@ -327,6 +358,7 @@ class Run:
         self._logger: Logger | None = None
         self._bar: tqdm | None = None
         self._start = 0.0
+        self._showwarning: Callable[..., None] | None = None
 
     @classmethod
     def from_config(
@@ -381,6 +413,7 @@ class Run:
                 self.counters.update(loaded)
         self.frames = collector.frames
         self._logger = Logger(self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb)
+        self._log_warnings()
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]
 
@@ -447,8 +480,37 @@ class Run:
         if kind is not None:
             self.close()
 
+    def _log_warnings(self) -> None:
+        """From now to :meth:`close`, every warning shown is also appended to the run folder's
+        ``warnings.log``, after those :func:`setup` saw while it made the envs."""
+        path = self.log_dir / WARNINGS_LOG
+        with path.open("a") as file:
+            file.writelines(_setup_warnings)
+        _setup_warnings.clear()
+        if self._showwarning is not None:
+            return
+        shown = self._showwarning = warnings.showwarning
+
+        def showwarning(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: Any = None,
+            line: str | None = None,
+        ) -> None:
+            with path.open("a") as log:
+                log.write(_warning_line(message, category, filename, lineno))
+            shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+
     def close(self) -> None:
-        """Restore the float mode, close the progress bar, the logs and the envs (idempotent)."""
+        """Restore the float mode and the warnings display, close the progress bar, the logs and
+        the envs (idempotent)."""
+        if self._showwarning is not None:
+            warnings.showwarning = self._showwarning
+            self._showwarning = None
         if self._flush_before is not None:
             torch.set_flush_denormal(self._flush_before)
             self._flush_before = None

@@ -202,3 +202,23 @@ def test_sac_solves_pendulum(tmp_path):
     )
     result = sac.main(cfg)
     assert result["eval_return_mean"] >= -250, result
+
+
+def test_mujoco_warnings_reach_the_run_log(tmp_path):
+    # MuJoCo warns ("settotalmass is deprecated") while setup() loads HalfCheetah's model; the
+    # run's warnings.log keeps it, with the warnings shown during the run.
+    import warnings
+
+    from tdrl.envs import MuJoCoWarning
+
+    module, cfg = config(
+        "sac", tmp_path, env_id="HalfCheetah-v5", total_frames=40, init_random_frames=20,
+        checkpoint_every=0, curve=False,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", MuJoCoWarning)
+        module.main(cfg)
+        warnings.warn("after the run", UserWarning, stacklevel=1)  # after close: not logged
+    log = (Path(cfg.log_dir) / "warnings.log").read_text()
+    assert "MuJoCoWarning: MuJoCo: " in log and "settotalmass" in log
+    assert "after the run" not in log
