@@ -63,6 +63,19 @@ def _subplan(items: list[tuple[int, tuple[str, ...]]]) -> _Plan:
     ]
 
 
+class _Counter:
+    """An int attribute kept in the storage's ``_counters`` array (the fast twin writes it)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, storage: Any, owner: Any = None) -> int:
+        return int(storage._counters[self.index])
+
+    def __set__(self, storage: Any, value: int) -> None:
+        storage._counters[self.index] = value
+
+
 class StreamStorage:
     """``S`` circular streams of ``L`` steps, preallocated from the first batch.
 
@@ -102,21 +115,8 @@ class StreamStorage:
         self._plan: _Plan = []
         self._copier: RowCopier | None = None
 
-    @property
-    def cursor(self) -> int:
-        return int(self._counters[0])
-
-    @cursor.setter
-    def cursor(self, value: int) -> None:
-        self._counters[0] = value
-
-    @property
-    def size(self) -> int:
-        return int(self._counters[1])
-
-    @size.setter
-    def size(self, value: int) -> None:
-        self._counters[1] = value
+    # the next time position to write, and the written positions per stream
+    cursor, size = _Counter(0), _Counter(1)
 
     @property
     def allocated(self) -> bool:

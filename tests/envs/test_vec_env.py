@@ -223,16 +223,21 @@ def test_async_worker_error_surfaces_quickly_without_orphans():
     env.close()  # still safe
 
 
+def _fails_fast_without_orphans(env, td, processes, error, match) -> None:
+    """``env.step(td)`` raises ``error`` within 10 s and no worker process is left alive."""
+    start = time.monotonic()
+    with pytest.raises(error, match=match):
+        env.step(td)
+    assert time.monotonic() - start < 10
+    assert not any(p.is_alive() for p in processes)
+
+
 def test_async_step_timeout():
     env = make_vec_env(lambda: Tiny(sleep=30), 2, mode="async", step_timeout=0.5)
     processes = env.worker_processes
     td = env.reset()
     td["action"] = torch.zeros(2, 1)
-    start = time.monotonic()
-    with pytest.raises(TimeoutError, match="step_timeout=0.5"):
-        env.step(td)
-    assert time.monotonic() - start < 10
-    assert not any(p.is_alive() for p in processes)
+    _fails_fast_without_orphans(env, td, processes, TimeoutError, "step_timeout=0.5")
 
 
 def test_async_worker_killed_surfaces_as_error():
@@ -242,8 +247,6 @@ def test_async_worker_killed_surfaces_as_error():
     os.kill(processes[1].pid, signal.SIGKILL)
     processes[1].join(timeout=5)
     td["action"] = torch.zeros(2, 3)
-    start = time.monotonic()
-    with pytest.raises(RuntimeError, match="an env worker failed during step"):
-        env.step(td)
-    assert time.monotonic() - start < 10
-    assert not any(p.is_alive() for p in processes)
+    _fails_fast_without_orphans(
+        env, td, processes, RuntimeError, "an env worker failed during step"
+    )
