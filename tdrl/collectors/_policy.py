@@ -76,7 +76,8 @@ class PolicyStep:
         """``"is_init"`` is True for the envs in ``started`` (autoreset after an episode end in
         the last step), False for the others."""
         self.is_init_np[:] = False
-        self.is_init_np[list(started)] = True
+        if started:  # most steps start no episode: skip the fancy index
+            self.is_init_np[list(started)] = True
 
     def __call__(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Runs the policy; returns the action (on the CPU, for the envs) and the values of

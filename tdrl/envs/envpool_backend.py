@@ -47,6 +47,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(action, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
         self._all = np.arange(self.num_envs, dtype=np.int32)
+        self._all_bytes = self._all.tobytes()  # the usual answer order, compared per step
         self._last: np.ndarray = np.zeros(0)  # the newest observations, [num_envs, *obs]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -73,7 +74,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         actions = np.asarray(actions, dtype=self._pool_action_dtype)
         obs, reward, terminated, truncated, info = self.pool.step(actions, self._all)
         order = info["env_id"]
-        if not np.array_equal(order, self._all):  # envpool may answer in another order
+        if order.tobytes() != self._all_bytes:  # envpool may answer in another order
             obs, reward = self._ordered(obs, order), _reorder(reward, order)
             terminated, truncated = _reorder(terminated, order), _reorder(truncated, order)
         ended = terminated | truncated

@@ -218,7 +218,9 @@ class VecEnv:
                         f"(out_of_bounds='reject'): {action[~inside][:4]}"
                     )
             else:
-                action = np.clip(action, self._low, self._high)
+                # np.clip's Python dispatch costs ~4 us a step; two ufuncs do the same (NaN
+                # stays NaN) into a new array: the policy's own action is left as it was.
+                action = np.minimum(np.maximum(action, self._low), self._high)
         elif ((action < 0) | (action >= self._n_actions)).any():
             bad = np.argwhere((action < 0) | (action >= self._n_actions))[0]
             raise ValueError(
