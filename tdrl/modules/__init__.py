@@ -36,8 +36,11 @@ from tdrl.modules.networks import (
 )
 from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
+from tdrl.modules.recurrent import GRUModule, LSTMModule
 
 __all__ = [
+    "GRUModule",
+    "LSTMModule",
     "HIDDEN_GAIN",
     "POLICY_GAIN",
     "VALUE_GAIN",
