@@ -13,6 +13,7 @@ from tensordict.nn import TensorDictModule
 from tdrl import _fast, keys
 from tdrl._fast import policy as fast_policy
 from tdrl.envs import VecEnv
+from tdrl.keyed import next_key
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
 
@@ -63,6 +64,13 @@ class PolicyStep:
         # With the fast paths on, a plain TensorDictModule is called on its tensors directly
         # (tdrl._fast.policy); found on the first fast call.
         self._direct: TensorDictModule | None | bool = False
+        # Recurrent state of the LSTM/GRU modules inside the policy (tdrl's or TorchRL's, found
+        # by their make_tensordict_primer): zeros at first, zero again wherever "is_init" is set,
+        # carried from the policy's ("next", key) output to key for the next step.
+        self.state_keys: list[NestedKey] = []
+        for key, (shape, dtype) in recurrent_state_specs(policy).items():
+            self.td.set(key, torch.zeros(n, *shape, dtype=dtype))
+            self.state_keys.append(key)
 
     def set_observation(self, observation: list[np.ndarray], *, reset: bool = False) -> None:
         """Copies per-leaf numpy observations into the persistent tensors; ``reset``: they are
@@ -79,13 +87,48 @@ class PolicyStep:
         if started:  # most steps start no episode: skip the fancy index
             self.is_init_np[list(started)] = True
 
+    @property
+    def stored_keys(self) -> list[NestedKey]:
+        """What the collector stores each step: the policy's out-keys, then the recurrent state
+        the policy acted from (under the state keys themselves)."""
+        assert self.out_keys is not None, "call the policy first"
+        return [*self.out_keys, *self.state_keys]
+
     def __call__(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Runs the policy; returns the action (on the CPU, for the envs) and the values of
-        ``out_keys`` (on the policy's device)."""
+        :attr:`stored_keys` (on the policy's device)."""
+        states = self._states_in() if self.state_keys else []
         if self.device is None:
-            return self._call(self.td)
-        action, values = self._call(self.td.to(self.device, non_blocking=True))
-        return action.cpu(), values
+            action, values = self._call(self.td)
+        else:
+            action, values = self._call(self.td.to(self.device, non_blocking=True))
+            action = action.cpu()
+        if states:
+            self._carry(values)
+        return action, values + states
+
+    def _states_in(self) -> list[torch.Tensor]:
+        """The recurrent state for this step (zero where an episode starts), copied for the
+        batch."""
+        n = self.is_init.shape[0]
+        out = []
+        for key in self.state_keys:
+            state = self.td.get(key)
+            state.masked_fill_(self.is_init.view(n, *[1] * (state.dim() - 1)), 0.0)
+            out.append(state.clone())
+        return out
+
+    def _carry(self, values: list[torch.Tensor]) -> None:
+        """The policy's ``("next", key)`` outputs become the next step's state."""
+        assert self.out_keys is not None
+        for key in self.state_keys:
+            nxt = next_key(key)
+            if nxt not in self.out_keys:
+                raise KeyError(
+                    f"the policy reads the recurrent state {key!r} but did not write {nxt!r}: "
+                    f"its outputs are {self.out_keys}"
+                )
+            self.td.get(key).copy_(values[self.out_keys.index(nxt)])
 
     def _call(self, td: TensorDictBase) -> tuple[torch.Tensor, list[torch.Tensor]]:
         assert self.policy is not None
@@ -116,6 +159,22 @@ class PolicyStep:
         action = td.get(keys.ACTION)
         self.env.check_action(action.cpu() if self.device is not None else action)
         return action, [td.get(k) for k in self.out_keys]
+
+
+def recurrent_state_specs(policy: Any) -> dict[NestedKey, tuple[torch.Size, torch.dtype]]:
+    """State key -> per-env (shape, dtype) of every recurrent module inside ``policy``: the
+    modules with ``make_tensordict_primer`` (tdrl's and TorchRL's ``LSTMModule``/``GRUModule``)."""
+    specs: dict[NestedKey, tuple[torch.Size, torch.dtype]] = {}
+    if not isinstance(policy, torch.nn.Module):
+        return specs
+    for module in policy.modules():
+        make = getattr(module, "make_tensordict_primer", None)
+        if make is None:
+            continue
+        primers = make().primers
+        for key in primers.keys(True, True):
+            specs[key] = (primers[key].shape, primers[key].dtype)
+    return specs
 
 
 def module_device(policy: Any) -> torch.device | None:

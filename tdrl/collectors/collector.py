@@ -28,7 +28,15 @@ class Collector:
 
     The policy also reads ``"is_init"`` (``[num_envs, 1]`` bool, True on the first step of an
     episode), so stateful exploration noise restarts per env at episode ends (TorchRL's
-    ``InitTracker``); the batch does not store it.
+    ``InitTracker``); the batch does not store it, unless the policy is recurrent.
+
+    Recurrent policies (tdrl's or TorchRL's ``LSTMModule``/``GRUModule`` inside the policy,
+    found by their ``make_tensordict_primer``): the collector holds their state, zeros at first
+    and zeroed wherever ``"is_init"`` is set (every episode start, the same-step autoreset inside a
+    batch included), and feeds the policy's ``("next", state)`` output back as the next step's
+    state, across batches too. The batch stores the state each step acted from (under the state
+    keys), the policy's ``("next", state)`` and ``"is_init"``, so training can replay whole
+    sequences from the states the policy had (sequence mode); ``state_dict`` includes the state.
 
     ``state_dict()`` / ``load_state_dict()`` save and restore the collector between batches
     (counters, the pending observation, running episode statistics, the random-action generator
@@ -153,6 +161,10 @@ class Collector:
         traj_ids = torch.empty(n, steps, dtype=torch.int64)
         reward_np, terminated_np = reward.numpy()[..., 0], terminated.numpy()[..., 0]
         truncated_np, traj_ids_np = truncated.numpy()[..., 0], traj_ids.numpy()
+        # Recurrent policies: "is_init" is stored too (sequence mode resets its state there).
+        store_init = bool(runner.state_keys)
+        is_init = torch.empty(n, steps if store_init else 0, 1, dtype=torch.bool)
+        is_init_np = is_init.numpy()[..., 0]
         if use_policy:
             outputs: list[list[torch.Tensor]] = []
         else:
@@ -164,6 +176,8 @@ class Collector:
         for t in range(steps):
             for dst, src in zip(observation_np, current_np, strict=True):
                 dst[:, t] = src
+            if store_init:
+                is_init_np[:, t] = runner.is_init_np
             if use_policy:
                 step_action, values = runner()
                 outputs.append(values)
@@ -211,9 +225,11 @@ class Collector:
             batch.set((keys.NEXT, *_as_tuple(leaf.key)), next_obs)
         for key in (keys.DONE, keys.TERMINATED, keys.TRUNCATED):
             batch.set(key, torch.zeros(n, steps, 1, dtype=torch.bool))
+        if store_init:
+            batch.set(keys.IS_INIT, is_init)
         if use_policy:
             assert runner.out_keys is not None
-            for j, key in enumerate(runner.out_keys):
+            for j, key in enumerate(runner.stored_keys):
                 batch.set(key, torch.stack([values[j] for values in outputs], dim=1))
         else:
             batch.set(keys.ACTION, action)
@@ -242,6 +258,7 @@ class Collector:
             "generator": self._generator.get_state(),
             "observation": [t.clone() for t in runner.observation],
             "is_init": runner.is_init.clone(),
+            "recurrent_state": {k: runner.td.get(k).clone() for k in runner.state_keys},
             "env": env_state(self.env),
         }
 
@@ -266,6 +283,8 @@ class Collector:
             for dst, src in zip(runner.observation, state["observation"], strict=True):
                 dst.copy_(src)
             runner.is_init.copy_(state["is_init"])
+            for key, value in state.get("recurrent_state", {}).items():
+                runner.td.get(key).copy_(value)
         else:
             # Fresh episodes: the env is reset (with the derived seed) on the next batch.
             self._started = False
