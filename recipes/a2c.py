@@ -62,8 +62,9 @@ def main(cfg: Config) -> dict[str, float]:
     def update(batch: TensorDictBase) -> dict[str, float]:
         # estimate on the whole rollout, then one full-batch step
         return trainers.on_policy_update(
-            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
-        )
+            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm,
+            seq_len=cfg.sequence_length,  # --recurrent: the rollout as whole sequences
+        )  # fmt: skip
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard

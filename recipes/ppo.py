@@ -8,6 +8,9 @@ python recipes/ppo.py --env-id Pendulum-v1 --frames-per-batch 2000 --minibatch-s
     --lr 2e-3 --no-lr-decay --gamma 0.9 --critic-coeff 0.5 --init-log-std 0 \
     --no-normalize-observations
 python recipes/ppo.py --resume                          # continue runs/ppo/Hopper-v5/seed0
+python recipes/ppo.py --env-id CartPoleNoVel-v1 --recurrent lstm --frames-per-batch 1024 \
+    --minibatch-size 256 --seq-len 16 --epochs 4 --lr 3e-3 --no-lr-decay --gamma 0.98 \
+    --lmbda 0.8 --critic-coeff 0.5 --no-normalize-observations   # a POMDP: memory needed
 
 Defaults are Tianshou's MuJoCo PPO benchmark (examples/mujoco/mujoco_ppo.py): 8 envs x 256
 steps = 2048 per batch, 10 epochs of minibatch 64, Adam lr 3e-4 decayed linearly to 0, gamma
@@ -84,6 +87,7 @@ def main(cfg: Config) -> dict[str, float]:
         return trainers.on_policy_update(
             batch, loss, estimator, optimizer, epochs=cfg.epochs,
             minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.max_grad_norm,
+            seq_len=cfg.sequence_length,  # --recurrent: minibatches of whole sequences
         )  # fmt: skip
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;

@@ -36,11 +36,12 @@ from tdrl.modules.networks import (
 )
 from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
-from tdrl.modules.recurrent import GRUModule, LSTMModule
+from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
 
 __all__ = [
     "GRUModule",
     "LSTMModule",
+    "RecurrentActor",
     "HIDDEN_GAIN",
     "POLICY_GAIN",
     "VALUE_GAIN",

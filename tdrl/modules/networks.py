@@ -13,9 +13,10 @@ update per step instead; the difference is a one-batch lag of the statistics.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.data import Binary as BinarySpec
 from torchrl.data import Categorical as CategoricalSpec
@@ -35,6 +36,10 @@ from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.mlp import POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
+from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
+
+# The recurrent actor's intermediate keys: the normalized observation and the RNN's output.
+NORMALIZED, EMBED = "observation_normalized", "embed"
 
 __all__ = [
     "NormalizedInput",
@@ -87,6 +92,8 @@ def actor_critic(
     init_log_std: float = -0.5,
     normalize_observations: bool = True,
     activation: type[nn.Module] = nn.Tanh,
+    recurrent: Literal["lstm", "gru"] | None = None,
+    recurrent_size: int = 64,
 ) -> tuple[TensorDictModuleBase, ValueCritic, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
@@ -94,6 +101,12 @@ def actor_critic(
     Continuous actions: ``GaussianActor`` (state-independent log-std, initial ``init_log_std``,
     Tianshou's -0.5) rescaled to the env's bounds; discrete actions: ``CategoricalActor``. Both
     networks are ``hidden_sizes`` MLPs with orthogonal init (policy head gain 0.01, value head 1).
+
+    With ``recurrent`` the actor is a :class:`~tdrl.modules.recurrent.RecurrentActor`: an LSTM
+    or GRU of ``recurrent_size`` on the (normalized) observation, then the ``hidden_sizes`` head
+    on its output (``"embed"``); the critic stays a feed-forward network on the observation
+    (sb3-contrib's ``RecurrentPPO`` with ``enable_critic_lstm=False``), so the value estimator
+    runs on the rollout as for any critic. Categorical and Gaussian policies only.
 
     Returns:
         ``(actor, critic, obs_norm)``; ``obs_norm`` is ``None`` without normalization.
@@ -111,6 +124,12 @@ def actor_critic(
 
     spec = action_spec
     actor: TensorDictModuleBase
+    if recurrent is not None:
+        actor = _recurrent_actor(
+            obs_dim, spec, recurrent, recurrent_size, hidden_sizes, activation, init_log_std,
+            obs_norm,
+        )  # fmt: skip
+        return actor, ValueCritic(trunk(1, VALUE_GAIN)), obs_norm
     # An env-provided action mask (an "action_mask" observation entry) is honoured.
     mask_key = keys.ACTION_MASK if keys.ACTION_MASK in observation_spec.keys() else None
     if isinstance(spec, MultiCategoricalSpec):  # before Categorical: it is a subclass there
@@ -132,6 +151,44 @@ def actor_critic(
         )
     critic = ValueCritic(trunk(1, VALUE_GAIN))
     return actor, critic, obs_norm
+
+
+def _recurrent_actor(
+    obs_dim: int,
+    spec: TensorSpec,
+    kind: str,
+    size: int,
+    hidden_sizes: Sequence[int],
+    activation: type[nn.Module],
+    init_log_std: float,
+    obs_norm: RunningObservationNorm | None,
+) -> RecurrentActor:
+    body: list[TensorDictModuleBase] = []
+    source: str = keys.OBSERVATION
+    if obs_norm is not None:
+        body.append(TensorDictModule(NormalizedInput(obs_norm), [keys.OBSERVATION], [NORMALIZED]))
+        source = NORMALIZED
+    if kind not in ("lstm", "gru"):
+        raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {kind!r}")
+    rnn_cls = LSTMModule if kind == "lstm" else GRUModule
+    body.append(rnn_cls(obs_dim, size, in_key=source, out_key=EMBED))
+
+    def head(out_features: int) -> nn.Module:
+        return mlp(size, out_features, hidden_sizes, activation=activation, output_gain=POLICY_GAIN)
+
+    actor: TensorDictModuleBase
+    if isinstance(spec, CategoricalSpec) and not isinstance(spec, MultiCategoricalSpec):
+        actor = CategoricalActor(head(int(spec.space.n)), in_key=EMBED)
+    elif isinstance(spec, (CategoricalSpec, BinarySpec)):
+        raise ValueError(f"recurrent actors are Categorical or Gaussian; got {type(spec).__name__}")
+    else:
+        action_dim = int(spec.shape[-1])
+        low, high = action_bounds(spec)
+        actor = GaussianActor(
+            head(action_dim), action_dim, in_key=EMBED, init_log_std=init_log_std,
+            action_low=low, action_high=high,
+        )  # fmt: skip
+    return RecurrentActor(*body, actor)
 
 
 def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int, int]:

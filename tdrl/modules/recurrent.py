@@ -26,15 +26,16 @@ from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from tensordict.utils import NestedKey
 from torch import Tensor, nn
+from torch.distributions import Distribution
 from torchrl.modules import recurrent_mode
 
 from tdrl.keyed import next_key, require
 from tdrl.keys import IS_INIT
 
-__all__ = ["GRUModule", "LSTMModule"]
+__all__ = ["GRUModule", "LSTMModule", "RecurrentActor"]
 
 
 class _RecurrentModule(TensorDictModuleBase):
@@ -224,3 +225,27 @@ class GRUModule(_RecurrentModule):
     def _run(self, x: Tensor, hidden: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
         y, h = self.rnn(x, hidden[0].contiguous())
         return y, [h]
+
+
+class RecurrentActor(TensorDictSequential):
+    """``body`` modules (a recurrent module and what feeds it) then a ``head`` actor reading
+    their output: one policy with the head's ``get_dist``, so the on-policy losses take it as
+    they take any tdrl actor (run them under sequence mode on ``[B, T]`` chunks).
+
+    Args:
+        *modules: the body modules, then the head (a tdrl actor with ``get_dist``).
+
+    Shapes:
+        as the body's mode: ``[*B]`` steps or ``[*B, T]`` sequences.
+    """
+
+    def __init__(self, *modules: TensorDictModuleBase) -> None:
+        super().__init__(*modules)
+        self.head = modules[-1]
+
+    def get_dist(self, tensordict: TensorDictBase) -> Distribution:
+        """The head's action distribution after the body ran on a copy of ``tensordict``."""
+        td = tensordict.copy()
+        for module in self.module[:-1]:
+            td = module(td)
+        return self.head.get_dist(td)  # type: ignore[operator]

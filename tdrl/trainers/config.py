@@ -24,7 +24,7 @@ _POSITIVE = {
     "total_frames", "num_envs", "eval_episodes", "eval_envs", "threads", "frames_per_batch",
     "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
-    "target_update_interval",
+    "target_update_interval", "recurrent_size", "seq_len",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
@@ -248,3 +248,16 @@ class AdvantageConfig(OnPolicyConfig):
     """global gradient-norm clip."""
     normalize_advantage: bool = True
     """normalize advantages per minibatch."""
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    """a recurrent actor (LSTM or GRU on the observation, then the MLP head; the critic stays
+    feed-forward) for partially observed tasks, e.g. CartPoleNoVel-v1."""
+    recurrent_size: int = 64
+    """width of the recurrent layer."""
+    seq_len: int = 16
+    """recurrent actor: steps per training sequence (must divide frames_per_batch / num_envs);
+    minibatches hold whole sequences."""
+
+    @property
+    def sequence_length(self) -> int | None:
+        """``seq_len`` for a recurrent actor, else None (minibatches of single steps)."""
+        return None if self.recurrent == "none" else self.seq_len

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torchrl.modules import set_recurrent_mode
 
 from tdrl.collectors import Collector
 from tdrl.envs import VecEnv
@@ -38,14 +39,15 @@ def _scalars(td: TensorDictBase) -> dict[str, float]:
 def on_policy_networks(
     env: VecEnv, cfg: OnPolicyConfig
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
-    """``tdrl.modules.actor_critic`` for ``env`` with the config's networks options."""
+    """``tdrl.modules.actor_critic`` for ``env`` with the config's networks options (and its
+    recurrent actor, for an :class:`AdvantageConfig` with ``recurrent``)."""
+    recurrent: Any = getattr(cfg, "recurrent", "none")
     return actor_critic(
-        env.observation_spec,
-        env.action_spec,
-        hidden_sizes=cfg.hidden_sizes,
-        init_log_std=cfg.init_log_std,
-        normalize_observations=cfg.normalize_observations,
-    )
+        env.observation_spec, env.action_spec, hidden_sizes=cfg.hidden_sizes,
+        init_log_std=cfg.init_log_std, normalize_observations=cfg.normalize_observations,
+        recurrent=None if recurrent == "none" else recurrent,
+        recurrent_size=getattr(cfg, "recurrent_size", 64),
+    )  # fmt: skip
 
 
 def lr_schedule(
@@ -77,6 +79,7 @@ def on_policy_update(
     minibatch_size: int | None = None,
     max_grad_norm: float | None = None,
     generator: torch.Generator | None = None,
+    seq_len: int | None = None,
 ) -> dict[str, float]:
     """Estimate advantages on the whole rollout, then ``epochs`` passes of minibatch steps.
 
@@ -89,6 +92,8 @@ def on_policy_update(
         minibatch_size: samples per gradient step; ``None``: the whole rollout (one step).
         max_grad_norm: global gradient-norm clip; ``None`` disables.
         generator: random generator of the shuffles (default: torch's global one).
+        seq_len: recurrent policies: minibatches of whole ``seq_len``-step chunks of env rows
+            (see :func:`ppo_update`); ``None``: of single steps.
 
     Returns:
         The loss outputs averaged over all gradient steps, as floats, and ``"updates"``: the
@@ -108,9 +113,10 @@ def on_policy_update(
         minibatch_size=size,
         max_grad_norm=max_grad_norm,
         generator=generator,
+        seq_len=seq_len,
     )
     metrics = _scalars(out)
-    metrics[UPDATES] = float(epochs * math.ceil(batch.numel() / size))
+    metrics[UPDATES] = float(epochs * math.ceil(batch.numel() / max(size, seq_len or 1)))
     return metrics
 
 
@@ -123,6 +129,7 @@ def ppo_update(
     minibatch_size: int,
     max_grad_norm: float | None = None,
     generator: torch.Generator | None = None,
+    seq_len: int | None = None,
 ) -> TensorDict:
     """Several epochs of shuffled minibatch steps on one rollout; returns mean diagnostics.
 
@@ -141,32 +148,57 @@ def ppo_update(
         minibatch_size: samples per gradient step.
         max_grad_norm: global gradient-norm clip; ``None`` disables.
         generator: random generator of the shuffles.
+        seq_len: for recurrent policies: each env row of the ``[num_envs, T]`` rollout is cut
+            into ``T / seq_len`` chunks (an error if it does not divide T); minibatches hold
+            ``minibatch_size // seq_len`` whole chunks (at least one) and the loss runs in
+            sequence mode (``torchrl.modules.set_recurrent_mode``), each chunk starting from the
+            recurrent state the collector stored at its first step.
 
     Shapes:
-        batch ``[*B]`` (flattened to ``[N]``); returns scalars averaged over all steps.
+        batch ``[*B]`` (flattened to ``[N]``), or ``[num_envs, T]`` -> ``[C, seq_len]`` chunks
+        with ``seq_len``; returns scalars averaged over all steps.
     """
     if minibatch_size < 1 or epochs < 0:
         raise ValueError(
             f"need minibatch_size >= 1 and epochs >= 0, got {minibatch_size}, {epochs}"
         )
-    flat = batch.select(*loss.in_keys, strict=False).reshape(-1)
+    flat = batch.select(*loss.in_keys, strict=False)
+    flat = flat.reshape(-1) if seq_len is None else _chunks(flat, seq_len)
     missing = [key for key in loss.in_keys if key not in flat.keys(True)]
     if missing:
         raise KeyError(f"ppo_update: the batch has no {missing} entries needed by the loss")
+    if seq_len is not None:
+        minibatch_size = max(minibatch_size // seq_len, 1)  # whole chunks
     params = [p for group in optimizer.param_groups for p in group["params"]]
     size = flat.shape[0]
     history: dict[str, list[torch.Tensor]] = {}
-    for _ in range(epochs):
-        shuffled = flat[torch.randperm(size, generator=generator)]
-        for start in range(0, size, minibatch_size):
-            out = loss(shuffled[start : start + minibatch_size])
-            optimizer_step(
-                total_loss(out), optimizer, max_grad_norm=max_grad_norm, parameters=params
-            )
-            for key, value in out.items():
-                history.setdefault(key, []).append(value.detach())
+    with set_recurrent_mode(seq_len is not None):
+        for _ in range(epochs):
+            shuffled = flat[torch.randperm(size, generator=generator)]
+            for start in range(0, size, minibatch_size):
+                out = loss(shuffled[start : start + minibatch_size])
+                optimizer_step(
+                    total_loss(out), optimizer, max_grad_norm=max_grad_norm, parameters=params
+                )
+                for key, value in out.items():
+                    history.setdefault(key, []).append(value.detach())
     means = {key: torch.stack(values).mean() for key, values in history.items()}
     return TensorDict(means, batch_size=[])
+
+
+def _chunks(batch: TensorDictBase, seq_len: int) -> TensorDictBase:
+    """``[num_envs, T]`` -> ``[num_envs * T / seq_len, seq_len]`` (each env row cut in order)."""
+    if batch.batch_dims != 2:
+        raise ValueError(
+            f"seq_len needs a [num_envs, T] rollout, got batch size {tuple(batch.batch_size)}"
+        )
+    envs, steps = batch.batch_size
+    if seq_len < 1 or steps % seq_len:
+        raise ValueError(
+            f"seq_len={seq_len} does not divide the rollout's {steps} steps per env (batch "
+            f"{tuple(batch.batch_size)}): pick a divisor of frames_per_batch / num_envs"
+        )
+    return batch.reshape(envs * steps // seq_len, seq_len)
 
 
 def natural_gradient_update(

@@ -15,6 +15,8 @@ from tdrl.trainers import latest_checkpoint, read_csv
 
 # NPG is trpo.py with --algo npg (one recipe for both natural-gradient methods).
 RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
+# Recurrent actors: ppo.py / a2c.py with --recurrent.
+RECIPES |= {"ppo_lstm": ppo, "a2c_gru": a2c}
 
 # Small enough for seconds, large enough for episode ends, resets and several batches.
 TINY = dict(
@@ -32,6 +34,8 @@ TINY_EXTRA = {
     "ppo": dict(epochs=2, minibatch_size=32),
     "a2c": dict(log_every=1),
     "npg": dict(algo="npg"),
+    "ppo_lstm": dict(epochs=2, minibatch_size=32, recurrent="lstm", seq_len=8),
+    "a2c_gru": dict(log_every=1, recurrent="gru", seq_len=16),
 }
 
 
@@ -75,7 +79,14 @@ def _losses(path: Path) -> list[dict[str, float]]:
 
 @pytest.mark.parametrize(
     ("name", "env_id"),
-    [("ppo", "Hopper-v5"), ("ppo", "CartPole-v1"), ("trpo", "Pendulum-v1"), ("a2c", "Hopper-v5")],
+    [
+        ("ppo", "Hopper-v5"),
+        ("ppo", "CartPole-v1"),
+        ("trpo", "Pendulum-v1"),
+        ("a2c", "Hopper-v5"),
+        ("ppo_lstm", "CartPoleNoVel-v1"),  # the LSTM state is in the checkpoint
+        ("ppo_lstm", "HopperNoVel-v5"),
+    ],
 )
 def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path) -> None:
     """N batches straight == k batches, checkpoint, fresh objects, resume, N - k batches."""
@@ -94,6 +105,30 @@ def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path) -> Non
     assert got == expected
     # Episodes ended in the straight run, so the env state (resets included) was restored.
     assert any("episode_return" in row for row in expected[3:])
+
+
+def test_recurrent_sequence_length_must_divide_the_rollout(tmp_path: Path) -> None:
+    cfg = tiny("ppo_lstm", tmp_path, env_id="CartPoleNoVel-v1", seq_len=5)  # 32 steps per env
+    with pytest.raises(ValueError, match=r"seq_len=5 does not divide the rollout's 32 steps"):
+        ppo.main(cfg)
+
+
+RECURRENT_CARTPOLE = dict(
+    env_id="CartPoleNoVel-v1", total_frames=150_000, num_envs=8, frames_per_batch=1024,
+    minibatch_size=256, epochs=4, lr=3e-3, lr_decay=False, gamma=0.98, lmbda=0.8,
+    critic_coeff=0.5, normalize_observations=False, eval_every=10_240, progress=False,
+    tensorboard=False, curve=False,
+)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_recurrent_ppo_solves_cartpole_without_velocities_and_mlp_ppo_does_not(seed, tmp_path):
+    memory = ppo.main(ppo.Config(**RECURRENT_CARTPOLE, recurrent="lstm", seq_len=16, seed=seed,
+                                 log_dir=str(tmp_path / "lstm")))  # fmt: skip
+    plain = ppo.main(ppo.Config(**RECURRENT_CARTPOLE, seed=seed, log_dir=str(tmp_path / "mlp")))
+    assert memory["best_eval_return"] >= 450, memory
+    assert plain["best_eval_return"] < 200, plain
 
 
 @pytest.mark.slow
