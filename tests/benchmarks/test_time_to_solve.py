@@ -23,8 +23,10 @@ PAIRS = [(algo, task) for algo, tasks in tts.TASKS.items() for task in tasks]
 
 
 def test_every_algo_task_pair_has_settings_for_every_library() -> None:
-    for table in (tts.SB3_ZOO, tts.TIANSHOU, tts.TDRL_TUNED):
+    for table in (tts.SB3_ZOO, tts.TDRL_TUNED):
         assert set(table) == set(PAIRS)
+    # Tianshou has no recurrent PPO runner here: sb3-contrib is the recurrent peer.
+    assert set(tts.TIANSHOU) == {(a, t) for a, t in PAIRS if a != "ppo_lstm"}
     for comparisons in tts.RUNNERS.values():
         assert set(comparisons) == {"tuned", "same settings"}
         for runners in comparisons.values():
