@@ -29,7 +29,11 @@ subnormals, which the CPU handles tens of times slower, and the rates swing with
 The SAC and DQN sections time each library in 3 rounds, the libraries taking turns within a
 round, and report the median rate (the PPO section times one update phase per library).
 
-Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac dqn]``.
+Recurrent PPO section (``ppo_lstm``): one update phase on CartPoleNoVel shapes with an LSTM
+actor, tdrl ``ppo_update(seq_len=...)`` against sb3-contrib ``RecurrentPPO.train()`` on the same
+filled rollout (see ``section_ppo_lstm``), median of 3 interleaved rounds.
+
+Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn]``.
 """
 
 from __future__ import annotations
@@ -270,6 +274,134 @@ def section_ppo(quick: bool) -> None:
             f"tdrl plain (TDRL_FAST=0) / fastest peer: {rates['tdrl plain'] / best_peer:.2f}x; "
             f"the fast paths buy {rates['tdrl'] / rates['tdrl plain'] - 1:+.1%}"
         )
+
+
+# --- recurrent PPO: one update phase on CartPoleNoVel shapes -----------------------------------
+# Observation 2, 2 actions, 8 envs x 256 steps with an episode start every 32 steps; an LSTM of 64
+# on the observation, then 64x64 tanh heads; a feed-forward critic (sb3-contrib's
+# enable_critic_lstm=False: its critic maps the observation features through one linear layer to
+# the LSTM width, then its 64x64 head; tdrl's is a 64x64 MLP on the observation). 10 epochs of
+# 256-step minibatches: tdrl's are 8 whole 32-step sequences, sb3-contrib cuts its minibatches
+# at the episode starts, which fall on the same 32-step boundaries.
+LSTM_OBS, LSTM_ACTIONS, LSTM_SIZE, LSTM_ENVS, LSTM_STEPS, LSTM_EPISODE = 2, 2, 64, 8, 256, 32
+
+
+def lstm_data(seed: int = 0) -> dict[str, torch.Tensor]:
+    """A synthetic recurrent rollout ``[envs, steps]``: uniform actions (log-prob log 1/2),
+    random stored LSTM states, zero where an episode starts."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (LSTM_ENVS, LSTM_STEPS)
+    is_init = torch.zeros(*shape, 1, dtype=torch.bool)
+    is_init[:, ::LSTM_EPISODE] = True
+    state = [0.1 * torch.randn(*shape, 1, LSTM_SIZE, generator=g) for _ in range(2)]
+    state = [torch.where(is_init[..., None], 0.0, x) for x in state]
+    value, advantage = torch.randn(*shape, 1, generator=g), torch.randn(*shape, 1, generator=g)
+    return {
+        "observation": torch.randn(*shape, LSTM_OBS, generator=g),
+        "action": torch.randint(LSTM_ACTIONS, shape, generator=g),
+        "action_log_prob": torch.full(shape, -math.log(LSTM_ACTIONS)),
+        "state_value": value, "advantage": advantage, "value_target": value + advantage,
+        "is_init": is_init, "recurrent_state_h": state[0], "recurrent_state_c": state[1],
+    }  # fmt: skip
+
+
+def lstm_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
+    from tensordict import TensorDict
+
+    from tdrl.modules import (
+        POLICY_GAIN,
+        CategoricalActor,
+        LSTMModule,
+        RecurrentActor,
+        ValueCritic,
+        mlp,
+    )
+    from tdrl.objectives import ClipPPOLoss
+    from tdrl.trainers import ppo_update
+
+    actor = RecurrentActor(
+        LSTMModule(LSTM_OBS, LSTM_SIZE, in_key="observation", out_key="embed"),
+        CategoricalActor(mlp(LSTM_SIZE, LSTM_ACTIONS, output_gain=POLICY_GAIN), in_key="embed"),
+    )
+    critic = ValueCritic(mlp(LSTM_OBS, 1))
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=CLIP, critic_coeff=0.5)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5, fused=True)
+    batch = TensorDict(data, batch_size=data["action"].shape)
+    start = time.perf_counter()
+    ppo_update(
+        loss, optimizer, batch, epochs=epochs, minibatch_size=minibatch,
+        max_grad_norm=MAX_GRAD_NORM, seq_len=LSTM_EPISODE,
+    )  # fmt: skip
+    return time.perf_counter() - start
+
+
+def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
+    import gymnasium as gym
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    class Shapes(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (LSTM_OBS,), np.float32)
+        action_space = gym.spaces.Discrete(LSTM_ACTIONS)
+
+    envs, steps = data["action"].shape
+    model = RecurrentPPO(
+        "MlpLstmPolicy", DummyVecEnv([Shapes] * envs), learning_rate=LR, n_steps=steps,
+        batch_size=minibatch, n_epochs=epochs, clip_range=CLIP, ent_coef=0.0, vf_coef=0.5,
+        max_grad_norm=MAX_GRAD_NORM, device="cpu", seed=0,
+        policy_kwargs=dict(lstm_hidden_size=LSTM_SIZE, enable_critic_lstm=False),
+    )  # fmt: skip
+    model.set_logger(configure(None, [""]))
+    buffer = model.rollout_buffer
+
+    def fill(name: str, value: torch.Tensor) -> None:  # tdrl's [envs, steps] -> SB3's [steps, envs]
+        target = getattr(buffer, name)
+        target[:] = value.transpose(0, 1).numpy().reshape(target.shape)
+
+    fill("observations", data["observation"])
+    fill("actions", data["action"])
+    fill("log_probs", data["action_log_prob"])
+    fill("values", data["state_value"])
+    fill("advantages", data["advantage"])
+    fill("returns", data["value_target"])
+    fill("episode_starts", data["is_init"].float())
+    for name, key in (
+        ("hidden_states_pi", "recurrent_state_h"),
+        ("cell_states_pi", "recurrent_state_c"),
+        ("hidden_states_vf", "recurrent_state_h"),
+        ("cell_states_vf", "recurrent_state_c"),
+    ):
+        # SB3's [steps, layers, envs, hidden] from tdrl's [envs, steps, layers, hidden]
+        getattr(buffer, name)[:] = data[key].permute(1, 2, 0, 3).numpy()
+    buffer.full = True
+    model._current_progress_remaining = 1.0
+    start = time.perf_counter()
+    model.train()
+    return time.perf_counter() - start
+
+
+def section_ppo_lstm(quick: bool) -> None:
+    epochs, minibatch = (2, 256) if quick else (10, 256)
+    data = lstm_data()
+    samples = LSTM_ENVS * LSTM_STEPS
+    print(f"\nRecurrent PPO update: {LSTM_ENVS} envs x {LSTM_STEPS} steps x {epochs} epochs, "
+          f"minibatch {minibatch} ({minibatch // LSTM_EPISODE} sequences of {LSTM_EPISODE}), "
+          f"LSTM {LSTM_SIZE}, 1 thread")  # fmt: skip
+    peers = {"tdrl": lstm_tdrl, "tdrl plain": plain(lstm_tdrl), "sb3-contrib": lstm_sb3_contrib}
+    times: dict[str, list[float]] = {name: [] for name in peers}
+    for bench in peers.values():
+        bench(data, 1, minibatch)  # warm-up
+    for _ in range(ROUNDS):
+        for name, bench in peers.items():
+            times[name].append(bench(data, epochs, minibatch))
+    rates = {name: samples * epochs / statistics.median(t) for name, t in times.items()}
+    print(f"{'library':<12} {'samples/s':>10} {'vs tdrl':>8}")
+    for name, rate in rates.items():
+        print(f"{name:<12} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}")
+    print(f"tdrl / sb3-contrib RecurrentPPO: {rates['tdrl'] / rates['sb3-contrib']:.2f}x "
+          f"(target >= 1.5x); plain (TDRL_FAST=0): "
+          f"{rates['tdrl plain'] / rates['sb3-contrib']:.2f}x")  # fmt: skip
 
 
 # --- SAC: gradient steps on HalfCheetah shapes ------------------------------------------------
@@ -698,6 +830,7 @@ def section_dqn(quick: bool) -> None:
 
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "ppo": section_ppo,
+    "ppo_lstm": section_ppo_lstm,
     "sac": section_sac,
     "dqn": section_dqn,
 }
