@@ -168,3 +168,44 @@ def test_resume_run_marks_the_buffer_seam_only_when_episodes_restart(tmp_path: P
         newest = fresh.storage["next", "truncated"][4]  # [streams, 1] of the 5th step
         assert bool(newest.all()) is not exact, mode
         assert not fresh.storage["next", "truncated"][:4].any()
+
+
+def test_ppo_update_with_seq_len_trains_on_whole_chunks_in_sequence_mode() -> None:
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModuleBase
+    from torchrl.modules import recurrent_mode
+
+    from tdrl.trainers import ppo_update
+
+    class Recorder(TensorDictModuleBase):
+        """A loss that records what it is given: shapes, (env, step) ids and the mode."""
+
+        in_keys, out_keys = ["where"], ["loss_x"]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+            self.seen: list[tuple[torch.Size, torch.Tensor, bool]] = []
+
+        def forward(self, td):
+            self.seen.append((td.batch_size, td["where"].clone(), bool(recurrent_mode())))
+            return TensorDict({"loss_x": self.w * 1.0}, [])
+
+    envs, steps, seq_len = 3, 12, 4
+    where = torch.stack(torch.meshgrid(torch.arange(envs), torch.arange(steps), indexing="ij"), -1)
+    batch = TensorDict({"where": where}, [envs, steps])
+    loss = Recorder()
+    optimizer = torch.optim.SGD(loss.parameters(), lr=0.1)
+    ppo_update(loss, optimizer, batch, epochs=2, minibatch_size=8, seq_len=seq_len)
+    assert len(loss.seen) == 2 * 5  # 9 chunks of 4, 2 per minibatch (8 // 4): 5 steps an epoch
+    chunks = set()
+    for size, ids, sequence_mode in loss.seen:
+        assert sequence_mode and size[1] == seq_len and size[0] in (1, 2)
+        for chunk in ids:  # one env, consecutive steps starting at a multiple of seq_len
+            env, step = chunk[:, 0], chunk[:, 1]
+            assert (env == env[0]).all() and torch.equal(step, step[0] + torch.arange(seq_len))
+            assert step[0] % seq_len == 0
+            chunks.add((int(env[0]), int(step[0])))
+    assert len(chunks) == envs * steps // seq_len  # every chunk seen
+    with pytest.raises(ValueError, match="seq_len=5 does not divide the rollout's 12 steps"):
+        ppo_update(loss, optimizer, batch, epochs=1, minibatch_size=8, seq_len=5)
