@@ -109,7 +109,6 @@ def bench_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> fl
 def bench_sb3(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
     import gymnasium as gym
     from stable_baselines3 import PPO
-    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     class Shapes(gym.Env):
@@ -132,23 +131,30 @@ def bench_sb3(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
         device="cpu",
         seed=0,
     )
-    model.set_logger(configure(None, [""]))
-    buffer = model.rollout_buffer
-
-    def fill(name: str, value: torch.Tensor) -> None:
-        getattr(buffer, name)[:] = value.numpy().reshape(getattr(buffer, name).shape)
-
-    fill("observations", data["observation"])
-    fill("actions", data["action"])
-    fill("log_probs", data["action_log_prob"])
-    fill("values", data["state_value"])
-    fill("advantages", data["advantage"])
-    fill("returns", data["value_target"])
-    buffer.full = True
-    model._current_progress_remaining = 1.0
+    fill_sb3_rollout(model, data)
     start = time.perf_counter()
     model.train()
     return time.perf_counter() - start
+
+
+def fill_sb3_rollout(model: Any, data: dict[str, torch.Tensor], time_major: bool = False) -> Any:
+    """Fill an SB3 rollout buffer with ``data`` and mark it ready to train; ``time_major``:
+    ``data`` is tdrl's ``[envs, steps]`` layout, turned into SB3's ``[steps, envs]``."""
+    from stable_baselines3.common.logger import configure
+
+    model.set_logger(configure(None, [""]))
+    model._current_progress_remaining = 1.0
+    buffer = model.rollout_buffer
+    names = {
+        "observations": "observation", "actions": "action", "log_probs": "action_log_prob",
+        "values": "state_value", "advantages": "advantage", "returns": "value_target",
+    }  # fmt: skip
+    for name, key in names.items():
+        value = data[key].transpose(0, 1) if time_major else data[key]
+        target = getattr(buffer, name)
+        target[:] = value.numpy().reshape(target.shape)
+    buffer.full = True
+    return buffer
 
 
 def bench_tianshou(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
@@ -338,7 +344,6 @@ def lstm_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
 def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
     import gymnasium as gym
     from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     class Shapes(gym.Env):
@@ -352,20 +357,8 @@ def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int)
         max_grad_norm=MAX_GRAD_NORM, device="cpu", seed=0,
         policy_kwargs=dict(lstm_hidden_size=LSTM_SIZE, enable_critic_lstm=False),
     )  # fmt: skip
-    model.set_logger(configure(None, [""]))
-    buffer = model.rollout_buffer
-
-    def fill(name: str, value: torch.Tensor) -> None:  # tdrl's [envs, steps] -> SB3's [steps, envs]
-        target = getattr(buffer, name)
-        target[:] = value.transpose(0, 1).numpy().reshape(target.shape)
-
-    fill("observations", data["observation"])
-    fill("actions", data["action"])
-    fill("log_probs", data["action_log_prob"])
-    fill("values", data["state_value"])
-    fill("advantages", data["advantage"])
-    fill("returns", data["value_target"])
-    fill("episode_starts", data["is_init"].float())
+    buffer = fill_sb3_rollout(model, data, time_major=True)
+    buffer.episode_starts[:] = data["is_init"].transpose(0, 1).float().numpy()[..., 0]
     for name, key in (
         ("hidden_states_pi", "recurrent_state_h"),
         ("cell_states_pi", "recurrent_state_c"),
@@ -374,8 +367,6 @@ def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int)
     ):
         # SB3's [steps, layers, envs, hidden] from tdrl's [envs, steps, layers, hidden]
         getattr(buffer, name)[:] = data[key].permute(1, 2, 0, 3).numpy()
-    buffer.full = True
-    model._current_progress_remaining = 1.0
     start = time.perf_counter()
     model.train()
     return time.perf_counter() - start

@@ -22,7 +22,6 @@ TorchRL's ``torchrl.modules.set_recurrent_mode`` context, which TorchRL's module
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -42,14 +41,21 @@ class _RecurrentModule(TensorDictModuleBase):
     """What the LSTM and GRU modules share: keys, modes, resets and the segment runs."""
 
     rnn: nn.LSTM | nn.GRU
+    _rnn: type[nn.LSTM] | type[nn.GRU]
+    _state_names: tuple[str, ...]
 
-    def __init__(self, rnn: nn.LSTM | nn.GRU, in_key: NestedKey, out_key: NestedKey,
-                 state_keys: Sequence[str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        num_layers: int = 1,
+        in_key: NestedKey = "embed",
+        out_key: NestedKey = "embed",
+    ) -> None:
         super().__init__()
-        if not rnn.batch_first:
-            raise ValueError("the recurrent network must be batch_first")
-        self.rnn = rnn
-        self.state_keys = list(state_keys)
+        self.rnn = self._rnn(input_size, hidden_size, num_layers, batch_first=True)
+        self.state_keys = list(self._state_names)
         self.in_keys = [in_key, *self.state_keys, IS_INIT]
         self.out_keys = [out_key, *[next_key(k) for k in self.state_keys]]
         self._mode: bool | None = None
@@ -99,13 +105,12 @@ class _RecurrentModule(TensorDictModuleBase):
         return tensordict
 
     def _state(self, tensordict: TensorDictBase, key: str, owner: str) -> Tensor:
-        state = tensordict.get(key, None)
-        if state is None:
-            raise KeyError(
-                f"{owner}: the batch has no {key!r} entry (the recurrent state). A tdrl Collector "
-                f"adds it; elsewhere set zeros of shape [*batch, {self.rnn.num_layers}, "
-                f"{self.rnn.hidden_size}] (make_tensordict_primer() does it for a TorchRL env)"
-            )
+        state = require(
+            tensordict, key, owner,
+            f"the recurrent state: a tdrl Collector adds it; elsewhere set zeros of shape "
+            f"[*batch, {self.rnn.num_layers}, {self.rnn.hidden_size}] "
+            f"(make_tensordict_primer() does it for a TorchRL env)",
+        )  # fmt: skip
         if state.shape[-2:] != self.state_shape:
             raise ValueError(
                 f"{owner}: {key!r} has shape {tuple(state.shape)}, expected [*batch, "
@@ -176,17 +181,8 @@ class LSTMModule(_RecurrentModule):
         sequence mode: ``[*B, T, F]`` -> ``[*B, T, H]``; states ``[*B, T, L, H]``.
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        *,
-        num_layers: int = 1,
-        in_key: NestedKey = "embed",
-        out_key: NestedKey = "embed",
-    ) -> None:
-        lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True)
-        super().__init__(lstm, in_key, out_key, ("recurrent_state_h", "recurrent_state_c"))
+    _rnn = nn.LSTM
+    _state_names = ("recurrent_state_h", "recurrent_state_c")
 
     @property
     def lstm(self) -> nn.LSTM:
@@ -205,17 +201,8 @@ class GRUModule(_RecurrentModule):
     Args and shapes: as :class:`LSTMModule`.
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        *,
-        num_layers: int = 1,
-        in_key: NestedKey = "embed",
-        out_key: NestedKey = "embed",
-    ) -> None:
-        gru = nn.GRU(input_size, hidden_size, num_layers, batch_first=True)
-        super().__init__(gru, in_key, out_key, ("recurrent_state",))
+    _rnn = nn.GRU
+    _state_names = ("recurrent_state",)
 
     @property
     def gru(self) -> nn.GRU:

@@ -103,7 +103,7 @@ def test_torchrl_modules_give_the_same_numbers_with_the_same_weights(ours, their
 def test_bad_inputs_name_the_key_and_shape():
     module = LSTMModule(F, H, num_layers=L, in_key="obs", out_key="feat")
     td = TensorDict({"obs": torch.randn(B, F), "is_init": torch.ones(B, 1, dtype=torch.bool)}, [B])
-    with pytest.raises(KeyError, match="'recurrent_state_h' entry"):
+    with pytest.raises(KeyError, match="missing key 'recurrent_state_h'.*the recurrent state"):
         module(td.clone())
     bad = td.clone().update({"recurrent_state_h": torch.zeros(B, 1, H),
                              "recurrent_state_c": torch.zeros(B, L, H)})  # fmt: skip
