@@ -116,3 +116,26 @@ def test_bad_inputs_name_the_key_and_shape():
     with pytest.raises(ValueError, match="sequence mode needs"):
         module.set_recurrent_mode(True)(td.clone().update(
             {k: torch.zeros(B, L, H) for k in module.state_keys}))  # fmt: skip
+
+
+def test_tdrl_lstm_module_runs_in_a_torchrl_env_rollout():
+    # The other way round: tdrl's module inside TorchRL's machinery (InitTracker + its primer).
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torchrl.envs import Compose, GymEnv, InitTracker, TransformedEnv
+
+    torch.manual_seed(0)
+    lstm = LSTMModule(4, H, in_key="observation", out_key="embed")
+    env = TransformedEnv(
+        GymEnv("CartPole-v1"), Compose(InitTracker(), lstm.make_tensordict_primer())
+    )
+    head = TensorDictModule(lambda e: (e[..., :1] > 0).long().squeeze(-1), ["embed"], ["action"])
+    policy = TensorDictSequential(lstm, head)
+    env.set_seed(0)
+    rollout = env.rollout(30, policy, break_when_any_done=False)
+    h, nxt = rollout["recurrent_state_h"], rollout["next", "recurrent_state_h"]
+    assert h.shape == (30, 1, H) and torch.equal(h[0], torch.zeros(1, H))
+    # TorchRL carries the state: each step starts from the previous step's next state, unless an
+    # episode started there (TorchRL resets the primer's entries on reset).
+    carried = ~rollout["is_init"][1:, 0]
+    assert torch.equal(h[1:][carried], nxt[:-1][carried])
+    assert (h[1:][carried].abs().sum((-1, -2)) > 0).all()
