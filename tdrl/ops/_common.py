@@ -111,13 +111,24 @@ def effective_flags(
     return terminated, done
 
 
+def _time_last(shape: torch.Size, time_dim: int) -> bool:
+    """Whether only size-1 dims follow the time dim (TorchRL's ``[*B, T, 1]``): then moving time
+    last changes no element order, and one reshape does it (the ops' small-batch overhead is
+    mostly such view calls)."""
+    return all(n == 1 for n in shape[time_dim + 1 :])
+
+
 def to_rows(x: Tensor, time_dim: int) -> Tensor:
     """``[*B, T, *F]`` -> ``[N, T]`` with time last (a view for TorchRL's ``[*B, T, 1]``)."""
+    if _time_last(x.shape, time_dim):
+        return x.reshape(-1, x.shape[time_dim])
     return x.movedim(time_dim, -1).reshape(-1, x.shape[time_dim])
 
 
 def from_rows(x: Tensor, shape: torch.Size, time_dim: int) -> Tensor:
     """Inverse of :func:`to_rows` for a tensor of the original ``shape``."""
+    if _time_last(shape, time_dim):
+        return x.reshape(shape)
     moved = list(shape)
     moved.append(moved.pop(time_dim))
     return x.reshape(moved).movedim(-1, time_dim)
