@@ -6,6 +6,7 @@ from tdrl.objectives.common import total_loss
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.dqn import DQNLoss
+from tdrl.objectives.drqn import DRQNLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
 from tdrl.objectives.ppo import ClipPPOLoss
@@ -28,6 +29,7 @@ __all__ = [
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",
+    "DRQNLoss",
     "DiscreteSACLoss",
     "HardUpdate",
     "ModuleEnsemble",

@@ -1,0 +1,138 @@
+"""Recurrent DQN on replay slices (DRQN, Hausknecht & Stone 2015, arXiv 1507.06527) with R2D2's
+stored recurrent state and burn-in (Kapturowski et al. 2019)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+from torchrl.modules import set_recurrent_mode
+
+from tdrl.keyed import next_key, require
+from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, IS_INIT, LOSS, VALUE_TARGET
+from tdrl.objectives.offpolicy import OffPolicyLoss
+from tdrl.objectives.target import make_target
+
+
+class DRQNLoss(OffPolicyLoss):
+    """Q-learning on ``[B, L]`` replay slices with a recurrent Q network and a target network.
+
+    Each slice (``ReplayBuffer.sample_slices``: steps of one episode, the last one marked
+    truncated when the episode goes on) is run through the network in sequence mode from the
+    recurrent state the collector stored at its first step, extended by the last step's
+    ``("next", ...)`` observation, so ``Q(s_{t+1})`` is the network's output one step later in
+    the same sequence (the real final observation at an episode end)::
+
+        a*_t = argmax_a Q(s_{t+1}, a) (double_dqn) or argmax_a Q'(s_{t+1}, a)
+        y_t  = r_t + gamma (1 - terminated_t) Q'(s_{t+1}, a*_t)
+        loss = mean over t >= burn_in of l(Q(s_t, a_t) - y_t)
+
+    The first ``burn_in`` steps only warm the state up from the stored one (R2D2); unlike R2D2,
+    gradients still flow through them from the later steps' errors.
+
+    Args:
+        value_network: a keyed recurrent Q network writing ``"action_value"`` (e.g.
+            ``TensorDictSequential(LSTMModule(...), QValueActor(..., in_key="embed"))``).
+        burn_in: steps at the start of each slice left out of the loss.
+        loss_function: ``"smooth_l1"`` (default), ``"l2"`` or ``"l1"``.
+        double_dqn: select ``a*`` with the online network.
+        gamma: discount.
+
+    Reads the network's in-keys (their ``("next", ...)`` twins for the extra step; the stored
+    recurrent state at ``t = 0``), ``"is_init"``, ``"action"`` (index ``[B, L]``) and
+    ``("next", "reward"|"terminated")``. Returns ``loss``, batch means of
+    ``chosen_action_value`` and ``value_target``, and ``td_error`` ``[B]`` (each slice's mean
+    absolute TD error over the trained steps).
+
+    Shapes:
+        batch ``[B, L]``; reward and flags ``[B, L, 1]``.
+    """
+
+    _outputs = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET)
+
+    def __init__(
+        self,
+        value_network: TensorDictModuleBase,
+        *,
+        burn_in: int = 0,
+        loss_function: str = "smooth_l1",
+        double_dqn: bool = True,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(gamma=gamma, loss_function=loss_function)
+        if burn_in < 0:
+            raise ValueError(f"burn_in must be >= 0, got {burn_in}")
+        self.value_network = value_network
+        self.target_value_network = make_target(value_network)
+        self.burn_in = burn_in
+        self.double_dqn = double_dqn
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.value_network, self.target_value_network)]
+
+    def _extended(self, batch: TensorDictBase) -> TensorDict:
+        """The slice plus one step: each input's ``("next", ...)`` value at the last step."""
+        owner = type(self).__name__
+        size, steps = batch.batch_size
+        # Recurrent states (the network writes their ("next", ...) itself): only t = 0 is read.
+        states = {
+            k for k in self.value_network.in_keys if next_key(k) in self.value_network.out_keys
+        }
+        out = {}
+        for key in self.value_network.in_keys:
+            value = require(batch, key, owner)
+            if key == IS_INIT:  # the extra step continues the episode
+                extra = torch.zeros_like(value[:, -1:])
+            elif key in states:
+                extra = value[:, -1:]
+            else:
+                extra = require(batch, next_key(key), owner, "needed for the slice's last step")
+                extra = extra[:, -1:]
+            out[key] = torch.cat([value, extra], dim=1)
+        return TensorDict(out, batch_size=[size, steps + 1])
+
+    def _sequence_q(self, network: TensorDictModuleBase, seq: TensorDict) -> torch.Tensor:
+        with set_recurrent_mode(True):
+            return require(network(seq.copy()), ACTION_VALUE, type(self).__name__)
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        owner = type(self).__name__
+        if batch.batch_dims != 2 or batch.batch_size[1] <= self.burn_in:
+            raise ValueError(
+                f"{owner}: needs [B, L] slices longer than burn_in={self.burn_in}, got batch "
+                f"size {tuple(batch.batch_size)}"
+            )
+        steps = batch.batch_size[1]
+        seq = self._extended(batch)
+        q = self._sequence_q(self.value_network, seq)  # [B, L + 1, n]
+        with torch.no_grad():
+            next_target = self._sequence_q(self.target_value_network, seq)[:, 1:]
+            if self.double_dqn:
+                best = q[:, 1:].argmax(-1, keepdim=True)
+            else:
+                best = next_target.argmax(-1, keepdim=True)
+            next_value = next_target.gather(-1, best).squeeze(-1)
+            reward = require(batch, next_key(self.tensor_keys.reward), owner).reshape(
+                q.shape[0], steps
+            )
+            terminated = require(batch, next_key(self.tensor_keys.terminated), owner)
+            keep = (~terminated.reshape(q.shape[0], steps)).to(next_value.dtype)
+            target = reward + self.gamma * keep * next_value
+        action = require(batch, self.tensor_keys.action, owner).reshape(q.shape[0], steps)
+        try:
+            chosen = q[:, :steps].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        except RuntimeError as error:
+            raise ValueError(
+                f"{owner}: {self.tensor_keys.action!r} must hold action indices in "
+                f"[0, {q.shape[-1]}): {error}"
+            ) from error
+        trained = self._distance(chosen[:, self.burn_in :], target[:, self.burn_in :])
+        error = (chosen.detach() - target)[:, self.burn_in :].abs()
+        out = {
+            LOSS: trained.mean(),
+            self.tensor_keys.priority: error.mean(1),  # per slice [B]
+            CHOSEN_ACTION_VALUE: chosen.detach()[:, self.burn_in :].mean(),
+            VALUE_TARGET: target[:, self.burn_in :].mean(),
+        }
+        return self._output(out)
