@@ -128,10 +128,10 @@ class DRQNLoss(OffPolicyLoss):
                 f"[0, {q.shape[-1]}): {error}"
             ) from error
         trained = self._distance(chosen[:, self.burn_in :], target[:, self.burn_in :])
-        error = (chosen.detach() - target)[:, self.burn_in :].abs()
+        td_error = (chosen.detach() - target)[:, self.burn_in :].abs()
         out = {
             LOSS: trained.mean(),
-            self.tensor_keys.priority: error.mean(1),  # per slice [B]
+            self.tensor_keys.priority: td_error.mean(1),  # per slice [B]
             CHOSEN_ACTION_VALUE: chosen.detach()[:, self.burn_in :].mean(),
             VALUE_TARGET: target[:, self.burn_in :].mean(),
         }
