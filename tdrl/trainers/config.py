@@ -24,11 +24,11 @@ _POSITIVE = {
     "total_frames", "num_envs", "eval_episodes", "eval_envs", "threads", "frames_per_batch",
     "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
-    "target_update_interval", "recurrent_size", "seq_len",
+    "target_update_interval", "recurrent_size", "seq_len", "slice_len",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
-    "eps_frames", "max_backtracks",
+    "eps_frames", "max_backtracks", "burn_in",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
 

@@ -41,6 +41,15 @@ TINY = {
         "num_qvalue_nets": 4,
     },
     "discrete_sac": {"total_frames": 500, "init_random_frames": 100, "utd_ratio": 0.5},
+    "drqn": {
+        "total_frames": 512,
+        "init_random_frames": 256,
+        "frames_per_batch": 64,
+        "num_envs": 4,
+        "utd_ratio": 0.25,
+        "batch_size": 4,
+        "recurrent_size": 8,
+    },
 }
 
 
@@ -103,7 +112,9 @@ def _rows(path: Path) -> list[dict[str, float]]:
     return [{k: v for k, v in row.items() if "time" not in k} for row in read_csv(path)]
 
 
-@pytest.mark.parametrize(("name", "stop"), [("dqn", 320), ("sac", 150), ("ddpg", 150)])
+@pytest.mark.parametrize(
+    ("name", "stop"), [("dqn", 320), ("sac", 150), ("ddpg", 150), ("drqn", 320)]
+)
 def test_resume_continues_exactly(name, stop, tmp_path):
     """N steps straight == stop, checkpoint (buffer included), fresh objects, resume, N - stop."""
     module, straight = config(name, tmp_path / "straight", checkpoint_every=100_000)
