@@ -19,6 +19,7 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here). Adding 3-st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from tensordict.nn import TensorDictSequential
@@ -26,7 +27,6 @@ from tensordict.nn import TensorDictSequential
 from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
-from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS
 from tdrl.modules import (
     EpsilonGreedy,
     QValueActor,
@@ -126,16 +126,11 @@ def main(cfg: Config) -> dict[str, float]:
             if isinstance(buffer, PrioritizedReplayBuffer):
                 # Anneal the importance-weight exponent to 1 by the end (Schaul et al., 3.4).
                 buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, previous)
-            metrics = None
-            for _ in range(due):
-                sample = buffer.sample(cfg.batch_size)
-                out = loss(sample)
-                trainers.optimizer_step(out[LOSS], optimizer, max_grad_norm=cfg.max_grad_norm)
-                if cfg.prioritized:
-                    update_priority(buffer, sample, out)
-                target_updater.step()
-                run.updates += 1
-                metrics = {LOSS: out[LOSS], "q": out[CHOSEN_ACTION_VALUE]}
+            metrics = trainers.q_learning_steps(
+                due, lambda: buffer.sample(cfg.batch_size), loss, optimizer, target_updater, run,
+                max_grad_norm=cfg.max_grad_norm,
+                after_step=partial(update_priority, buffer) if cfg.prioritized else None,
+            )  # fmt: skip
             if metrics is not None:
                 metrics["epsilon"] = exploration.eps
             if run.end_batch(collector, metrics):

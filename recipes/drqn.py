@@ -27,7 +27,6 @@ from tensordict.nn import TensorDictSequential
 
 from tdrl import trainers
 from tdrl.collectors import Collector
-from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS
 from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
 from tdrl.objectives import DRQNLoss, HardUpdate
 
@@ -102,13 +101,10 @@ def main(cfg: Config) -> dict[str, float]:
             due = trainers.store(buffer, batch, run, cfg)  # learning starts at init_random_frames
             exploration.step(collector.frames - previous)
             previous = collector.frames
-            metrics = None
-            for _ in range(due):
-                out = loss(buffer.sample_slices(cfg.batch_size, cfg.slice_len))
-                trainers.optimizer_step(out[LOSS], optimizer, max_grad_norm=cfg.max_grad_norm)
-                target_updater.step()
-                run.updates += 1
-                metrics = {LOSS: out[LOSS], "q": out[CHOSEN_ACTION_VALUE]}
+            metrics = trainers.q_learning_steps(
+                due, lambda: buffer.sample_slices(cfg.batch_size, cfg.slice_len), loss,
+                optimizer, target_updater, run, max_grad_norm=cfg.max_grad_norm,
+            )  # fmt: skip
             if metrics is not None:
                 metrics["epsilon"] = exploration.eps
             if run.end_batch(collector, metrics):

@@ -205,6 +205,34 @@ def actor_critic_step(
     return step
 
 
+def q_learning_steps(
+    n: int,
+    sample: Callable[[], TensorDictBase],
+    loss: Callable[[TensorDictBase], TensorDictBase],
+    optimizer: torch.optim.Optimizer,
+    target_updater: SoftUpdate | HardUpdate,
+    run: Run,
+    *,
+    max_grad_norm: float | None = None,
+    after_step: Callable[[TensorDictBase, TensorDictBase], None] | None = None,
+) -> dict[str, torch.Tensor] | None:
+    """``n`` gradient steps of the Q-learning family (DQN, DRQN): ``loss(sample())``, one
+    optimizer step on its ``"loss"`` (clipped at ``max_grad_norm``), ``after_step(batch, out)``
+    (e.g. PER's priority update), the target update; ``run.updates`` counts them. Returns the
+    last step's ``loss`` and ``q`` (chosen action value) for :meth:`Run.end_batch`, or None."""
+    metrics = None
+    for _ in range(n):
+        batch = sample()
+        out = loss(batch)
+        optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=max_grad_norm)
+        if after_step is not None:
+            after_step(batch, out)
+        target_updater.step()
+        run.updates += 1
+        metrics = {keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]}
+    return metrics
+
+
 def train_off_policy(
     cfg: OffPolicyConfig,
     algo: str,
