@@ -27,6 +27,7 @@ from tensordict.nn import TensorDictSequential
 
 from tdrl import trainers
 from tdrl.collectors import Collector
+from tdrl.keys import EMBED, OBSERVATION
 from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
 from tdrl.objectives import DRQNLoss, HardUpdate
 
@@ -74,8 +75,8 @@ def main(cfg: Config) -> dict[str, float]:
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: LSTM -> Q head (greedy); epsilon-greedy on top acts only while collecting
-    lstm = LSTMModule(obs_dim, cfg.recurrent_size, in_key="observation", out_key="embed")
-    head = QValueActor(mlp(cfg.recurrent_size, num_actions, cfg.hidden_sizes), in_key="embed")
+    lstm = LSTMModule(obs_dim, cfg.recurrent_size, in_key=OBSERVATION, out_key=EMBED)
+    head = QValueActor(mlp(cfg.recurrent_size, num_actions, cfg.hidden_sizes), in_key=EMBED)
     qnet = TensorDictSequential(lstm, head)
     exploration = EpsilonGreedy(
         num_actions, eps_init=cfg.eps_init, eps_end=cfg.eps_end, annealing_num_steps=cfg.eps_frames

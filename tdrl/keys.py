@@ -17,6 +17,12 @@ TERMINATED = "terminated"
 TRUNCATED = "truncated"
 # A gymnasium env that is reset: the state the step started from was a reset state.
 IS_INIT = "is_init"
+# Recurrent state (TorchRL's LSTMModule / GRUModule names) and a recurrent body's output.
+RECURRENT_STATE_H = "recurrent_state_h"
+RECURRENT_STATE_C = "recurrent_state_c"
+RECURRENT_STATE = "recurrent_state"
+EMBED = "embed"
+NORMALIZED_OBSERVATION = "observation_normalized"
 # Which actions are valid in this state (bool, one per action; TorchRL's name). An observation
 # entry the env provides; categorical actors and DQN's choices honour it.
 ACTION_MASK = "action_mask"

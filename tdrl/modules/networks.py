@@ -39,7 +39,7 @@ from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
 
 # The recurrent actor's intermediate keys: the normalized observation and the RNN's output.
-NORMALIZED, EMBED = "observation_normalized", "embed"
+NORMALIZED, EMBED = keys.NORMALIZED_OBSERVATION, keys.EMBED
 
 __all__ = [
     "NormalizedInput",

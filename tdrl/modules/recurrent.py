@@ -32,7 +32,7 @@ from torch.distributions import Distribution
 from torchrl.modules import recurrent_mode
 
 from tdrl.keyed import next_key, require
-from tdrl.keys import IS_INIT
+from tdrl.keys import EMBED, IS_INIT, RECURRENT_STATE, RECURRENT_STATE_C, RECURRENT_STATE_H
 
 __all__ = ["GRUModule", "LSTMModule", "RecurrentActor"]
 
@@ -50,8 +50,8 @@ class _RecurrentModule(TensorDictModuleBase):
         hidden_size: int,
         *,
         num_layers: int = 1,
-        in_key: NestedKey = "embed",
-        out_key: NestedKey = "embed",
+        in_key: NestedKey = EMBED,
+        out_key: NestedKey = EMBED,
     ) -> None:
         super().__init__()
         self.rnn = self._rnn(input_size, hidden_size, num_layers, batch_first=True)
@@ -182,7 +182,7 @@ class LSTMModule(_RecurrentModule):
     """
 
     _rnn = nn.LSTM
-    _state_names = ("recurrent_state_h", "recurrent_state_c")
+    _state_names = (RECURRENT_STATE_H, RECURRENT_STATE_C)
 
     @property
     def lstm(self) -> nn.LSTM:
@@ -202,7 +202,7 @@ class GRUModule(_RecurrentModule):
     """
 
     _rnn = nn.GRU
-    _state_names = ("recurrent_state",)
+    _state_names = (RECURRENT_STATE,)
 
     @property
     def gru(self) -> nn.GRU:
