@@ -19,7 +19,6 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.objectives import A2CLoss
 
@@ -38,10 +37,9 @@ class Config(trainers.AdvantageConfig):
 
 def main(cfg: Config) -> dict[str, float]:
     """Train A2C as configured; returns the last evaluation and the last update's metrics."""
-    # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg)
-    # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
+    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
+    parts = trainers.on_policy_setup(cfg)
+    actor, critic = parts.actor, parts.critic
     # 3. loss, estimator (run on the whole rollout), optimizer
     loss = A2CLoss(
         actor,
@@ -55,9 +53,6 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
     )
-    scheduler = trainers.lr_schedule(optimizer, cfg)
-    collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
-    state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
 
     def update(batch: TensorDictBase) -> dict[str, float]:
         # estimate on the whole rollout, then one full-batch step
@@ -68,10 +63,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(
-        cfg, "A2C", state, collector, update, eval_env=eval_env, policy=actor,
-        scheduler=scheduler, obs_norm=obs_norm,
-    )  # fmt: skip
+    return trainers.run_on_policy(cfg, "A2C", parts, optimizer, update)
 
 
 if __name__ == "__main__":

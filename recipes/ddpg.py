@@ -18,7 +18,6 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.modules import (
     AdditiveGaussianNoise,
     OrnsteinUhlenbeckNoise,
@@ -61,21 +60,16 @@ def main(cfg: Config) -> dict[str, float]:
     critic_net = mlp(obs_dim + action_dim, 1, cfg.hidden_sizes, activation=nn.ReLU)
     critic = StateActionCritic(torch_default_init_(critic_net))
 
-    # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
+    # 3. loss
     loss = DDPGLoss(actor, critic, gamma=cfg.gamma)
-    trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
-    optimizer, target_updater = trainers.actor_critic_optimizer(cfg, loss, actor, critic)
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
-    collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    step = trainers.actor_critic_step(loss, optimizer, target_updater)
-    state = {"loss": loss, "optimizer": optimizer, "noise": noise}  # checkpointed
-
-    # 4. loop: one step per env -> store -> gradient steps at the update ratio
+    # 4. loop (trainers.run_actor_critic: optimiser, buffer, collector acting with the noise):
+    #    one step per env -> store -> gradient steps at the update ratio
     #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
     # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.train_off_policy(
-        cfg, "DDPG", state, collector, buffer, step, eval_env=eval_env, policy=actor
-    )
+    return trainers.run_actor_critic(
+        cfg, "DDPG", loss, env, eval_env, actor=actor, critic=critic, policy=policy,
+        extra_state={"noise": noise},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from torch import nn
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.keys import ACTION_VALUE, OBSERVATION
 from tdrl.modules import (
     CategoricalActor,
@@ -68,7 +67,7 @@ def main(cfg: Config) -> dict[str, float]:
         out_key=ACTION_VALUE,
     )
 
-    # 3. loss, target update, optimiser, buffer
+    # 3. loss
     loss = DiscreteSACLoss(
         actor,
         critic,
@@ -78,24 +77,14 @@ def main(cfg: Config) -> dict[str, float]:
         target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
-    trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
-    optimizer, target_updater = trainers.actor_critic_optimizer(
-        cfg, loss, actor, critic, log_alpha=loss.log_alpha if cfg.auto_alpha else None
-    )  # a fixed alpha's loss term is constant
-    buffer = trainers.make_replay_buffer(
-        cfg.buffer_size, n_steps=cfg.n_steps, gamma=cfg.gamma, seed=cfg.seed,
-        device=cfg.torch_device,
-    )  # fmt: skip
-    collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    step = trainers.actor_critic_step(loss, optimizer, target_updater)
-    state = {"loss": loss, "optimizer": optimizer}  # checkpointed
-
-    # 4. loop: one step per env -> store -> gradient steps at the update ratio
-    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
+    # 4. loop (trainers.run_actor_critic: optimiser, n-step buffer, collector): one step per
+    #    env -> store -> gradient steps at the update ratio -> log, evaluate, checkpoint
     # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.train_off_policy(
-        cfg, "Discrete SAC", state, collector, buffer, step, eval_env=eval_env, policy=actor
-    )
+    return trainers.run_actor_critic(
+        cfg, "Discrete SAC", loss, env, eval_env, actor=actor, critic=critic,
+        log_alpha=loss.log_alpha if cfg.auto_alpha else None,  # a fixed alpha's term is constant
+        n_steps=cfg.n_steps,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

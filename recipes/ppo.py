@@ -34,7 +34,6 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.modules import RewardScaling
 from tdrl.objectives import ClipPPOLoss
@@ -57,10 +56,9 @@ class Config(trainers.AdvantageConfig):
 
 def main(cfg: Config) -> dict[str, float]:
     """Train PPO as configured; returns the last evaluation and the last update's metrics."""
-    # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg)
-    # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
+    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
+    parts = trainers.on_policy_setup(cfg)
+    actor, critic = parts.actor, parts.critic
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer
     loss = ClipPPOLoss(
         actor,
@@ -74,11 +72,8 @@ def main(cfg: Config) -> dict[str, float]:
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     trainers.to_device(cfg, loss, estimator, reward_scaler)  # --device: networks, statistics
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
-    scheduler = trainers.lr_schedule(optimizer, cfg)
-    collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
-    state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
-    if reward_scaler is not None:  # its return statistics and per-env carry go in checkpoints
-        state["reward_scaler"] = reward_scaler
+    # the reward scaler's return statistics and per-env carry go in checkpoints
+    extra_state = {} if reward_scaler is None else {"reward_scaler": reward_scaler}
 
     def update(batch: TensorDictBase) -> dict[str, float]:
         if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
@@ -92,10 +87,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(
-        cfg, "PPO", state, collector, update, eval_env=eval_env, policy=actor,
-        scheduler=scheduler, obs_norm=obs_norm,
-    )  # fmt: skip
+    return trainers.run_on_policy(cfg, "PPO", parts, optimizer, update, extra_state=extra_state)
 
 
 if __name__ == "__main__":

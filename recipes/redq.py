@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
 from tdrl.objectives import REDQLoss
 
@@ -45,7 +44,7 @@ def main(cfg: Config) -> dict[str, float]:
         env.observation_spec, env.action_spec, cfg.hidden_sizes, cfg.num_qvalue_nets
     )
 
-    # 3. loss, target update, optimiser, buffer
+    # 3. loss
     loss = REDQLoss(
         actor,
         critic,
@@ -55,21 +54,14 @@ def main(cfg: Config) -> dict[str, float]:
         target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
-    trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
-    optimizer, target_updater = trainers.actor_critic_optimizer(
-        cfg, loss, actor, critic, log_alpha=loss.log_alpha
-    )
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
-    collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    step = trainers.actor_critic_step(loss, optimizer, target_updater, actor_every=cfg.actor_delay)
-    state = {"loss": loss, "optimizer": optimizer}  # checkpointed
-
-    # 4. loop: one step per env -> store -> G critic steps, an actor step every actor_delay
+    # 4. loop (trainers.run_actor_critic: optimiser, buffer, collector): one step per env
+    #    -> store -> G critic steps, an actor step every actor_delay
     #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
     # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.train_off_policy(
-        cfg, "REDQ", state, collector, buffer, step, eval_env=eval_env, policy=actor
-    )
+    return trainers.run_actor_critic(
+        cfg, "REDQ", loss, env, eval_env, actor=actor, critic=critic, log_alpha=loss.log_alpha,
+        actor_every=cfg.actor_delay,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

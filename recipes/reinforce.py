@@ -21,7 +21,6 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.estimators import TD1Estimator
 from tdrl.keys import OBSERVATION, STATE_VALUE
 from tdrl.objectives import ReinforceLoss
@@ -49,19 +48,15 @@ def zero_value() -> TensorDictModule:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train REINFORCE as configured; returns the last evaluation and update's metrics."""
-    # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg)
-    # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
+    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
+    parts = trainers.on_policy_setup(cfg)
+    actor, critic = parts.actor, parts.critic
     # 3. loss, estimator (Monte Carlo returns on the whole rollout), optimizer
     baseline = critic if cfg.baseline else None
     loss = ReinforceLoss(actor, baseline, normalize_advantage=cfg.normalize_advantage)
     estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
-    scheduler = trainers.lr_schedule(optimizer, cfg)
-    collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
-    state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
 
     def update(batch: TensorDictBase) -> dict[str, float]:
         # returns on the whole rollout, then one full-batch step
@@ -69,10 +64,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(
-        cfg, "REINFORCE", state, collector, update, eval_env=eval_env, policy=actor,
-        scheduler=scheduler, obs_norm=obs_norm,
-    )  # fmt: skip
+    return trainers.run_on_policy(cfg, "REINFORCE", parts, optimizer, update)
 
 
 if __name__ == "__main__":

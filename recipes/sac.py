@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
 from tdrl.objectives import SACLoss
 
@@ -39,7 +38,7 @@ def main(cfg: Config) -> dict[str, float]:
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
     critic = q_ensemble(env.observation_spec, env.action_spec, cfg.hidden_sizes)
 
-    # 3. loss, target update, optimiser (one fused Adam, a group per network), buffer
+    # 3. loss (trainers.run_actor_critic: one fused Adam, a group per network, and a buffer)
     loss = SACLoss(
         actor,
         critic,
@@ -47,20 +46,12 @@ def main(cfg: Config) -> dict[str, float]:
         target_entropy=cfg.entropy_target(),
         gamma=cfg.gamma,
     )
-    trainers.to_device(cfg, loss)  # --device: networks, targets, estimator
-    optimizer, target_updater = trainers.actor_critic_optimizer(
-        cfg, loss, actor, critic, log_alpha=loss.log_alpha
-    )
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
-    collector = Collector(env, actor, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    step = trainers.actor_critic_step(loss, optimizer, target_updater)
-    state = {"loss": loss, "optimizer": optimizer}  # checkpointed
-
+    # 3b. device, optimiser, buffer, collector (trainers.run_actor_critic), then
     # 4. loop: one step per env -> store -> gradient steps at the update ratio
     #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
     # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.train_off_policy(
-        cfg, "SAC", state, collector, buffer, step, eval_env=eval_env, policy=actor
+    return trainers.run_actor_critic(
+        cfg, "SAC", loss, env, eval_env, actor=actor, critic=critic, log_alpha=loss.log_alpha
     )
 
 

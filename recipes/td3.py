@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from tensordict.nn import TensorDictSequential
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
 from tdrl.objectives import TD3Loss
 
@@ -59,25 +58,18 @@ def main(cfg: Config) -> dict[str, float]:
     policy = TensorDictSequential(actor, noise)
     critic = q_ensemble(env.observation_spec, env.action_spec, cfg.hidden_sizes)
 
-    # 3. loss, target update, optimiser (one fused Adam, both groups), buffer
+    # 3. loss
     loss = TD3Loss(
         actor, critic, policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip, gamma=cfg.gamma
     )
-    trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
-    optimizer, target_updater = trainers.actor_critic_optimizer(cfg, loss, actor, critic)
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
-    collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
-    step = trainers.actor_critic_step(
-        loss, optimizer, target_updater, actor_every=cfg.policy_delay, targets_with_actor=True
-    )
-    state = {"loss": loss, "optimizer": optimizer, "noise": noise}  # checkpointed
-
-    # 4. loop: critic every step; actor and targets every policy_delay steps (delayed updates)
+    # 4. loop (trainers.run_actor_critic: optimiser, buffer, collector acting with the noise):
+    #    critic every step; actor and targets every policy_delay steps (delayed updates)
     #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
     # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.train_off_policy(
-        cfg, "TD3", state, collector, buffer, step, eval_env=eval_env, policy=actor
-    )
+    return trainers.run_actor_critic(
+        cfg, "TD3", loss, env, eval_env, actor=actor, critic=critic, policy=policy,
+        actor_every=cfg.policy_delay, targets_with_actor=True, extra_state={"noise": noise},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

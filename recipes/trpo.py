@@ -25,7 +25,6 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl import trainers
-from tdrl.collectors import Collector
 from tdrl.estimators import GAE
 from tdrl.objectives import NPGLoss, TRPOLoss
 
@@ -59,10 +58,9 @@ class Config(trainers.OnPolicyConfig):
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
-    # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg)
-    # 2. networks (observation normalization inside both, see tdrl.modules.networks)
-    actor, critic, obs_norm = trainers.on_policy_networks(env, cfg)
+    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
+    parts = trainers.on_policy_setup(cfg)
+    actor, critic = parts.actor, parts.critic
     # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, optimizer
     common = dict(
         max_kl=cfg.max_kl,
@@ -83,9 +81,6 @@ def main(cfg: Config) -> dict[str, float]:
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr, fused=True)
-    scheduler = trainers.lr_schedule(optimizer, cfg)
-    collector = Collector(env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
-    state = {"actor": actor, "critic": critic, "optimizer": optimizer, "scheduler": scheduler}
 
     def update(batch: TensorDictBase) -> dict[str, float]:
         # GAE on the whole rollout, the natural-gradient actor step, then critic steps
@@ -95,10 +90,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(
-        cfg, cfg.algo.upper(), state, collector, update, eval_env=eval_env, policy=actor,
-        scheduler=scheduler, obs_norm=obs_norm,
-    )  # fmt: skip
+    return trainers.run_on_policy(cfg, cfg.algo.upper(), parts, optimizer, update)
 
 
 if __name__ == "__main__":

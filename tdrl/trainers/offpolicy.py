@@ -273,3 +273,46 @@ def train_off_policy(
             if run.end_batch(collector, out):
                 break
         return run.finish()
+
+
+def run_actor_critic(
+    cfg: ActorCriticConfig,
+    algo: str,
+    loss: ActorCriticLoss,
+    env: VecEnv,
+    eval_env: VecEnv,
+    *,
+    actor: torch.nn.Module,
+    critic: torch.nn.Module,
+    policy: torch.nn.Module | None = None,
+    log_alpha: torch.Tensor | None = None,
+    n_steps: int = 1,
+    actor_every: int = 1,
+    targets_with_actor: bool = False,
+    extra_state: Mapping[str, Any] | None = None,
+) -> dict[str, float]:
+    """The rest of an actor-critic recipe (SAC, discrete SAC, REDQ, TD3, DDPG) once its envs,
+    networks and loss exist: the modules to ``cfg.device`` (:func:`to_device`), one Adam with a
+    group per part and the target update (:func:`actor_critic_optimizer`), a replay buffer of
+    ``n_steps`` transitions, a collector acting with ``policy`` (the actor, or the actor plus
+    exploration noise), the gradient step (:func:`actor_critic_step`) and
+    :func:`train_off_policy`, which evaluates the ``actor`` and checkpoints the loss (networks,
+    targets, ``log_alpha``), the optimizer and ``extra_state``."""
+    policy = actor if policy is None else policy
+    module: Any = loss  # also an nn.Module with targets (HasTargets), which its Protocol omits
+    to_device(cfg, module, policy)
+    optimizer, target_updater = actor_critic_optimizer(
+        cfg, module, actor, critic, log_alpha=log_alpha
+    )
+    buffer = make_replay_buffer(
+        cfg.buffer_size, n_steps=n_steps, gamma=cfg.gamma, seed=cfg.seed, device=cfg.torch_device
+    )
+    collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
+    step = actor_critic_step(
+        loss, optimizer, target_updater, actor_every=actor_every,
+        targets_with_actor=targets_with_actor,
+    )  # fmt: skip
+    state = {"loss": loss, "optimizer": optimizer, **(extra_state or {})}
+    return train_off_policy(
+        cfg, algo, state, collector, buffer, step, eval_env=eval_env, policy=actor
+    )

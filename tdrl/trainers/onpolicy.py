@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,7 +27,7 @@ from tdrl.modules import RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
 from tdrl.trainers.config import OnPolicyConfig
 from tdrl.trainers.optim import optimizer_step
-from tdrl.trainers.run import episode_metrics, start_run
+from tdrl.trainers.run import episode_metrics, setup, start_run
 
 # The metric that on_policy_update and natural_gradient_update count their gradient steps in.
 UPDATES = "updates"
@@ -48,6 +49,24 @@ def on_policy_networks(
         recurrent=None if recurrent == "none" else recurrent,
         recurrent_size=getattr(cfg, "recurrent_size", 64),
     )  # fmt: skip
+
+
+@dataclass
+class OnPolicySetup:
+    """What an on-policy recipe starts from (:func:`on_policy_setup`): its envs and networks."""
+
+    env: VecEnv
+    eval_env: VecEnv
+    actor: TensorDictModuleBase
+    critic: TensorDictModuleBase
+    obs_norm: RunningObservationNorm | None
+
+
+def on_policy_setup(cfg: OnPolicyConfig) -> OnPolicySetup:
+    """Seeds, threads, the training envs and a separate evaluation env (:func:`setup`), then the
+    actor and critic (:func:`on_policy_networks`, observation normalization inside both)."""
+    env, eval_env = setup(cfg)
+    return OnPolicySetup(env, eval_env, *on_policy_networks(env, cfg))
 
 
 def lr_schedule(
@@ -276,27 +295,31 @@ def train_on_policy(
 def run_on_policy(
     cfg: OnPolicyConfig,
     algo: str,
-    state: Mapping[str, Any],
-    collector: Collector,
+    parts: OnPolicySetup,
+    optimizer: torch.optim.Optimizer,
     update: Callable[[TensorDictBase], dict[str, float]],
     *,
-    eval_env: VecEnv,
-    policy: Callable[[TensorDictBase], TensorDictBase],
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    obs_norm: RunningObservationNorm | None = None,
+    extra_state: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
-    """A recipe's on-policy run, from start to report: :func:`train_on_policy` inside a
-    :class:`Run` (``--resume`` continues one) that counts the gradient steps (the metrics'
-    ``"updates"``), logs, evaluates and checkpoints after every batch (:meth:`Run.end_batch`),
-    and at the end reports (final evaluation, ``curve.png``, CSV, TensorBoard) and closes the
-    envs; returns :meth:`Run.finish`'s metrics."""
-    with start_run(cfg, algo, state, collector, eval_env=eval_env, policy=policy) as run:
+    """A recipe's on-policy run, from start to report: a :class:`Collector` of
+    ``cfg.frames_per_batch`` steps over ``parts.env`` acting with ``parts.actor``, the optimizer's
+    :func:`lr_schedule`, and :func:`train_on_policy` inside a :class:`Run` (``--resume``
+    continues one) that counts the gradient steps (the metrics' ``"updates"``), logs, evaluates
+    and checkpoints (actor, critic, optimizer, schedule and ``extra_state``) after every batch
+    (:meth:`Run.end_batch`), and at the end reports (final evaluation, ``curve.png``, CSV,
+    TensorBoard) and closes the envs; returns :meth:`Run.finish`'s metrics."""
+    actor = parts.actor
+    collector = Collector(parts.env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
+    scheduler = lr_schedule(optimizer, cfg)
+    state = {"actor": actor, "critic": parts.critic, "optimizer": optimizer, "scheduler": scheduler}
+    state.update(extra_state or {})
+    with start_run(cfg, algo, state, collector, eval_env=parts.eval_env, policy=actor) as run:
 
         def end_batch(batch: TensorDictBase, metrics: dict[str, float]) -> bool:
             run.updates += int(metrics.pop(UPDATES, 0))
             return run.end_batch(collector, metrics)
 
         train_on_policy(
-            collector, update, scheduler=scheduler, obs_norm=obs_norm, callback=end_batch
+            collector, update, scheduler=scheduler, obs_norm=parts.obs_norm, callback=end_batch
         )
         return run.finish()
