@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl.keys import ENTROPY, LOSS_CRITIC, LOSS_ENTROPY, LOSS_OBJECTIVE
-from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of, require
-from tdrl.ops import standardize
+from tdrl.keys import ENTROPY, LOSS_CRITIC, LOSS_OBJECTIVE
+from tdrl.objectives.common import OnPolicyLoss, require
 
 
 class A2CLoss(OnPolicyLoss):
@@ -47,36 +45,21 @@ class A2CLoss(OnPolicyLoss):
         normalize_advantage: bool = False,
     ) -> None:
         super().__init__(
-            actor_network,
-            critic_network,
-            critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-        )
-        self.entropy_coeff = entropy_coeff
-        self.normalize_advantage = normalize_advantage
+            actor_network, critic_network, critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type, entropy_coeff=entropy_coeff,
+            normalize_advantage=normalize_advantage,
+        )  # fmt: skip
 
-    def _set_in_keys(self) -> None:
-        super()._set_in_keys()
-        # A2C needs no behaviour log-prob: it is on-policy by construction.
-        self.in_keys = [key for key in self.in_keys if key != self.tensor_keys.sample_log_prob]
+    reads_sample_log_prob = False  # on-policy by construction
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        owner = type(self).__name__
-        keys = self.tensor_keys
-        action = require(tensordict, keys.action, owner)
+        action = require(tensordict, self.tensor_keys.action, type(self).__name__)
         dist = self._dist(tensordict)
         log_prob = dist.log_prob(action)
-        advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
-        if self.normalize_advantage:
-            advantage = standardize(advantage)
+        advantage = self._advantage(tensordict, log_prob.shape)
         out = {self._objective_key: -(log_prob * advantage.detach()).mean()}
-        if self.entropy_coeff:
-            entropy = entropy_of(dist).mean()
-            out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
-        else:
-            with torch.no_grad():
-                entropy = entropy_of(dist).mean()
+        entropy = self._entropy(dist, out)
         if self.critic_network is not None:
             out[self._critic_key] = self._critic_loss(tensordict)[0]
-        out[ENTROPY] = entropy.detach()
+        out[ENTROPY] = entropy
         return self._output(out)

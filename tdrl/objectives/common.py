@@ -12,8 +12,16 @@ from tensordict.utils import NestedKey
 from torch.distributions import Distribution
 
 from tdrl.keyed import renamed, require
-from tdrl.keys import ACTION, ACTION_LOG_PROB, ADVANTAGE, LOSS_PREFIX, STATE_VALUE, VALUE_TARGET
-from tdrl.ops import distance
+from tdrl.keys import (
+    ACTION,
+    ACTION_LOG_PROB,
+    ADVANTAGE,
+    LOSS_ENTROPY,
+    LOSS_PREFIX,
+    STATE_VALUE,
+    VALUE_TARGET,
+)
+from tdrl.ops import distance, standardize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +96,9 @@ class OnPolicyLoss(TensorDictModuleBase):
     """Key handling and critic loss shared by the on-policy losses (not a public loss)."""
 
     out_keys: list[NestedKey] = []
+    # Whether the loss reads the behaviour log-prob (PPO's ratio); A2C is on-policy by
+    # construction and NPG/TRPO recompute the current policy's log-probs themselves.
+    reads_sample_log_prob = True
 
     def __init__(
         self,
@@ -97,6 +108,8 @@ class OnPolicyLoss(TensorDictModuleBase):
         critic_coeff: float | None,
         loss_critic_type: str,
         clip_value: float | None = None,
+        entropy_coeff: float = 0.0,
+        normalize_advantage: bool = False,
     ) -> None:
         super().__init__()
         if clip_value is not None and not clip_value > 0:
@@ -112,6 +125,8 @@ class OnPolicyLoss(TensorDictModuleBase):
         self.critic_coeff = critic_coeff
         self.loss_critic_type = loss_critic_type
         self.clip_value = clip_value
+        self.entropy_coeff = entropy_coeff
+        self.normalize_advantage = normalize_advantage
         self.tensor_keys = OnPolicyKeys()
         self._value_estimator: TensorDictModuleBase | None = None
         self._set_in_keys()
@@ -119,7 +134,8 @@ class OnPolicyLoss(TensorDictModuleBase):
     def _set_in_keys(self) -> None:
         keys = self.tensor_keys
         in_keys: list[NestedKey] = [*self.actor_network.in_keys, keys.action, keys.advantage]
-        in_keys.append(keys.sample_log_prob)
+        if self.reads_sample_log_prob:
+            in_keys.append(keys.sample_log_prob)
         if self.critic_network is not None:
             in_keys += [*self.critic_network.in_keys, keys.value_target]
             if self.clip_value:
@@ -164,6 +180,21 @@ class OnPolicyLoss(TensorDictModuleBase):
         # outputs (TorchRL's ProbabilisticActor) cannot touch the caller's batch. A missing
         # in-key raises tensordict's KeyError, which names the key.
         return self.actor_network.get_dist(batch.select(*self.actor_network.in_keys))
+
+    def _advantage(self, batch: TensorDictBase, shape: torch.Size) -> torch.Tensor:
+        """The batch's advantage in the log-prob's ``shape``, standardized if configured."""
+        advantage = advantage_of(batch, self.tensor_keys.advantage, shape, type(self).__name__)
+        return standardize(advantage) if self.normalize_advantage else advantage
+
+    def _entropy(self, dist: Distribution, out: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The mean entropy, detached; with ``entropy_coeff`` > 0 also the bonus term
+        ``"loss_entropy" = -entropy_coeff * H`` in ``out`` (else no graph is built)."""
+        if self.entropy_coeff:
+            entropy = entropy_of(dist).mean()
+            out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
+            return entropy.detach()
+        with torch.no_grad():  # a diagnostic only
+            return entropy_of(dist).mean()
 
     def _critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``critic_coeff * mean distance(V, value_target)``, with PPO value clipping if set."""

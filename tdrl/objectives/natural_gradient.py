@@ -23,8 +23,7 @@ from torch.nn.utils import parameters_to_vector
 
 from tdrl.keyed import require
 from tdrl.keys import ENTROPY, LOSS_CRITIC
-from tdrl.objectives.common import OnPolicyLoss, advantage_of, entropy_of
-from tdrl.ops import standardize
+from tdrl.objectives.common import OnPolicyLoss, entropy_of
 
 
 def flat_grad(
@@ -138,22 +137,17 @@ class NaturalPolicyGradient(OnPolicyLoss):
                 f"{max_backtracks}"
             )
         super().__init__(
-            actor_network,
-            critic_network,
-            critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-        )
+            actor_network, critic_network, critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type, normalize_advantage=normalize_advantage,
+        )  # fmt: skip
         self.max_kl = max_kl
         self.damping = damping
         self.cg_iters = cg_iters
         self.backtrack_ratio = backtrack_ratio
         self.max_backtracks = max_backtracks
-        self.normalize_advantage = normalize_advantage
 
-    def _set_in_keys(self) -> None:
-        super()._set_in_keys()
-        # The step is taken from the current policy, whose log-probs it recomputes.
-        self.in_keys = [key for key in self.in_keys if key != self.tensor_keys.sample_log_prob]
+    # The step is taken from the current policy, whose log-probs it recomputes.
+    reads_sample_log_prob = False
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The critic loss (``"loss_critic"``) for the critic's optimizer; the actor is not here."""
@@ -190,9 +184,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
                 tensordict.select(*self.actor_network.in_keys)
             )
             old_log_prob = old_dist.log_prob(action)
-        advantage = advantage_of(tensordict, keys.advantage, old_log_prob.shape, owner)
-        if self.normalize_advantage:
-            advantage = standardize(advantage)
+        advantage = self._advantage(tensordict, old_log_prob.shape)
         surrogate, dist, log_prob = self._surrogate(tensordict, action, old_log_prob, advantage)
         grad = flat_grad(surrogate, params, retain_graph=True)
         kl = mean_kl(old_dist, dist, old_log_prob, log_prob)

@@ -6,15 +6,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from tdrl.keys import CLIP_FRACTION, ENTROPY, KL_APPROX, LOSS_CRITIC, LOSS_ENTROPY, LOSS_OBJECTIVE
+from tdrl.keys import CLIP_FRACTION, ENTROPY, KL_APPROX, LOSS_CRITIC, LOSS_OBJECTIVE
 from tdrl.objectives.common import (
     OnPolicyLoss,
-    advantage_of,
     as_batch_shape,
-    entropy_of,
     require,
 )
-from tdrl.ops import standardize
 
 
 class ClipPPOLoss(OnPolicyLoss):
@@ -61,15 +58,11 @@ class ClipPPOLoss(OnPolicyLoss):
         if clip_value is True:
             clip_value = clip_epsilon
         super().__init__(
-            actor_network,
-            critic_network,
-            critic_coeff=critic_coeff,
-            loss_critic_type=loss_critic_type,
-            clip_value=clip_value or None,
-        )
+            actor_network, critic_network, critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type, clip_value=clip_value or None,
+            entropy_coeff=entropy_coeff, normalize_advantage=normalize_advantage,
+        )  # fmt: skip
         self.clip_epsilon = clip_epsilon
-        self.entropy_coeff = entropy_coeff
-        self.normalize_advantage = normalize_advantage
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         owner = type(self).__name__
@@ -79,26 +72,19 @@ class ClipPPOLoss(OnPolicyLoss):
         dist = self._dist(tensordict)
         log_prob = dist.log_prob(action)
         old_log_prob = as_batch_shape(old_log_prob, log_prob.shape, keys.sample_log_prob, owner)
-        advantage = advantage_of(tensordict, keys.advantage, log_prob.shape, owner)
-        if self.normalize_advantage:
-            advantage = standardize(advantage)
+        advantage = self._advantage(tensordict, log_prob.shape)
         log_ratio = log_prob - old_log_prob.detach()
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
         surrogate = torch.minimum(ratio * advantage, clipped * advantage)
         out = {LOSS_OBJECTIVE: -surrogate.mean()}
-        if self.entropy_coeff:
-            entropy = entropy_of(dist).mean()
-            out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
-        else:
-            with torch.no_grad():  # a diagnostic only: no graph to build
-                entropy = entropy_of(dist).mean()
+        entropy = self._entropy(dist, out)
         if self.critic_network is not None:
             out[LOSS_CRITIC], value_clip_fraction = self._critic_loss(tensordict)
             if value_clip_fraction is not None:
                 out["value_clip_fraction"] = value_clip_fraction
         with torch.no_grad():
-            out[ENTROPY] = entropy.detach()
+            out[ENTROPY] = entropy
             out[KL_APPROX] = ((ratio - 1.0) - log_ratio).mean()
             out[CLIP_FRACTION] = ((ratio - 1.0).abs() > self.clip_epsilon).float().mean()
         return self._output(out)

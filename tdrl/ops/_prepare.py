@@ -115,6 +115,18 @@ class Rows:
         if bad:
             raise_nan(bad, [(n, self._back(x)) for n, x in named])
 
+    def torch_terms(
+        self, *, value_only_truncated: bool = False, log_rho: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The torch path's common start: ``(done, truncated, next_value)`` after the truncation
+        policy, the next value 0 after a terminal step; NaN-checked when validating (the value
+        only at truncated steps under ``"mask"`` with ``value_only_truncated``)."""
+        terminated, done = self.flags()
+        truncated = done & ~terminated
+        if self.validate:
+            self.nan_check(truncated if value_only_truncated and self.mask else None, log_rho)
+        return done, truncated, torch.where(terminated, 0.0, self.next_value)
+
     def truncated_after_policy(self) -> Tensor:
         terminated, done = effective_flags(
             self.terminated, self.done, self.truncated, self.truncation

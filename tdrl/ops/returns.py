@@ -46,6 +46,11 @@ from tdrl.ops._prepare import np_view, prepare, scalar
 from tdrl.ops.scan import reverse_linear_scan
 
 
+def _check_mask_value(truncation: str, value: Tensor | None) -> None:
+    if truncation == "mask" and value is None:
+        raise InputError("value", "truncation='mask' needs value: a truncated step returns it")
+
+
 def gae(
     reward: Tensor,
     value: Tensor,
@@ -87,19 +92,9 @@ def gae(
     Shapes:
         all inputs and outputs ``[*B, T, *F]`` (TorchRL: ``[*B, T, 1]``).
     """
-    rows = prepare(
-        reward,
-        value,
-        next_value,
-        terminated,
-        done,
-        truncated,
-        gamma=gamma,
-        truncation=truncation,
-        time_dim=time_dim,
-        backend=backend,
-        validate=validate,
-    )
+    rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
+                   truncation=truncation, time_dim=time_dim, backend=backend,
+                   validate=validate)  # fmt: skip
     lam = scalar("lmbda", lmbda, unit=True)
     assert rows.value is not None
     if rows.numba:
@@ -113,14 +108,11 @@ def gae(
         )  # fmt: skip
         rows.after_kernel(checksum, flags_ok)
         return AdvantageEstimate(rows.back(advantage), rows.back(value_target))
-    terminated_rows, done_rows = rows.flags()
-    if validate:
-        rows.nan_check(value_where=None)
+    done_rows, truncated_rows, nv = rows.torch_terms()
     g = rows.gamma_t()
-    nv = torch.where(terminated_rows, 0.0, rows.next_value)
     delta = rows.reward + g * nv - rows.value
     if rows.mask:
-        delta = torch.where(done_rows & ~terminated_rows, 0.0, delta)
+        delta = torch.where(truncated_rows, 0.0, delta)
     coeff = (g * lam) * (~rows.cut(done_rows)).to(delta.dtype)
     advantage = reverse_linear_scan(delta, torch.as_tensor(coeff, dtype=delta.dtype))
     return AdvantageEstimate(rows.back(advantage), rows.back(advantage + rows.value))
@@ -155,21 +147,10 @@ def td_lambda_return(
     Shapes:
         all inputs and the output ``[*B, T, *F]``.
     """
-    if truncation == "mask" and value is None:
-        raise InputError("value", "truncation='mask' needs value: a truncated step returns it")
-    rows = prepare(
-        reward,
-        value,
-        next_value,
-        terminated,
-        done,
-        truncated,
-        gamma=gamma,
-        truncation=truncation,
-        time_dim=time_dim,
-        backend=backend,
-        validate=validate,
-    )
+    _check_mask_value(truncation, value)
+    rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
+                   truncation=truncation, time_dim=time_dim, backend=backend,
+                   validate=validate)  # fmt: skip
     lam = scalar("lmbda", lmbda, unit=True)
     if rows.numba:
         out = torch.empty_like(rows.reward)
@@ -181,12 +162,8 @@ def td_lambda_return(
         )  # fmt: skip
         rows.after_kernel(checksum, flags_ok, value_truncated_only=True)
         return rows.back(out)
-    terminated_rows, done_rows = rows.flags()
-    truncated_rows = done_rows & ~terminated_rows
-    if validate:
-        rows.nan_check(value_where=truncated_rows if rows.mask else None)
+    done_rows, truncated_rows, nv = rows.torch_terms(value_only_truncated=True)
     g = rows.gamma_t()
-    nv = torch.where(terminated_rows, 0.0, rows.next_value)
     keep = (~rows.cut(done_rows)).to(nv.dtype)
     # G_t = [r_t + gamma m_t V'_t - gamma lambda k_t V'_t] + gamma lambda k_t G_{t+1}
     coeff = (g * lam) * keep
@@ -248,8 +225,7 @@ def td0_return(
     Shapes:
         all inputs and the output ``[*B, T, *F]``.
     """
-    if truncation == "mask" and value is None:
-        raise InputError("value", "truncation='mask' needs value: a truncated step returns it")
+    _check_mask_value(truncation, value)
     if (
         not validate
         and truncation == "bootstrap"
@@ -263,24 +239,10 @@ def td0_return(
         if isinstance(gamma, Tensor):
             gamma = gamma.to(reward.dtype)
         return reward + gamma * torch.where(terminated, 0.0, next_value)
-    rows = prepare(
-        reward,
-        value,
-        next_value,
-        terminated,
-        done,
-        truncated,
-        gamma=gamma,
-        truncation=truncation,
-        time_dim=time_dim,
-        backend="torch",
-        validate=validate,
-    )
-    terminated_rows, done_rows = rows.flags()
-    truncated_rows = done_rows & ~terminated_rows
-    if validate:
-        rows.nan_check(value_where=truncated_rows if rows.mask else None)
-    nv = torch.where(terminated_rows, 0.0, rows.next_value)
+    rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
+                   truncation=truncation, time_dim=time_dim, backend="torch",
+                   validate=validate)  # fmt: skip
+    _, truncated_rows, nv = rows.torch_terms(value_only_truncated=True)
     out = rows.reward + rows.gamma_t() * nv
     if rows.mask:
         assert rows.value is not None

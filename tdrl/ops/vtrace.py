@@ -88,16 +88,12 @@ def vtrace(
         )  # fmt: skip
         rows.after_kernel(checksum, flags_ok, log_rho=log_rho_rows)
         return AdvantageEstimate(rows.back(advantage), rows.back(value_target))
-    terminated_rows, done_rows = rows.flags()
-    if validate:
-        rows.nan_check(value_where=None, log_rho=log_rho_rows)
+    done_rows, truncated_rows, nv = rows.torch_terms(log_rho=log_rho_rows)
     g = rows.gamma_t()
     rho = log_rho_rows.exp()
     rho_bar = rho.clamp_max(rho_max)
     keep = ~rows.cut(done_rows)
-    nv = torch.where(terminated_rows, 0.0, rows.next_value)
     delta = rho_bar * (rows.reward + g * nv - rows.value)
-    truncated_rows = done_rows & ~terminated_rows
     if rows.mask:
         delta = torch.where(truncated_rows, 0.0, delta)
     coeff = g * lam * rho.clamp_max(c_max) * keep.to(delta.dtype)
