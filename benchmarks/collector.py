@@ -19,6 +19,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -69,6 +70,32 @@ def _rate(frames: int, start: float) -> float:
     return frames / (time.perf_counter() - start)
 
 
+def _loop_rate(
+    obs: Any,
+    step: Callable[[Any], Any],
+    random_action: Callable[[], Any],
+    policy: Callable[[torch.Tensor], Any] | None,
+    num_envs: int,
+    frames: int,
+    action_dtype: torch.dtype = torch.float32,
+) -> float:
+    """Env steps per second of a raw loop ``obs = step(action)`` (``policy``'s action, or
+    ``random_action()`` without one), after a 10% warm-up."""
+    steps = frames // num_envs
+    start = 0.0
+    with torch.no_grad():
+        for t in range(steps + steps // 10):
+            if t == steps // 10:
+                start = time.perf_counter()
+            if policy is not None:
+                action = policy(torch.as_tensor(obs, dtype=torch.float32))[0]
+                action = action.to(action_dtype).numpy()
+            else:
+                action = random_action()
+            obs = step(action)
+    return _rate(steps * num_envs, start)
+
+
 # ------------------------------------------------------------------------------ raw gymnasium
 def _raw(asynchronous: bool) -> Runner:
     def run(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
@@ -78,20 +105,11 @@ def _raw(asynchronous: bool) -> Runner:
         else:
             envs = gym.vector.SyncVectorEnv(fns)
         envs.action_space.seed(0)
-        policy = GaussianMLP(*_dims(env_id))
+        policy = GaussianMLP(*_dims(env_id)) if mlp else None
         obs, _ = envs.reset(seed=0)
-        steps = frames // num_envs
-        start = 0.0
-        with torch.no_grad():
-            for t in range(steps + steps // 10):
-                if t == steps // 10:
-                    start = time.perf_counter()
-                if mlp:
-                    action = policy(torch.as_tensor(obs, dtype=torch.float32))[0].numpy()
-                else:
-                    action = envs.action_space.sample()
-                obs, *_ = envs.step(action)
-        rate = _rate(steps * num_envs, start)
+        rate = _loop_rate(
+            obs, lambda a: envs.step(a)[0], envs.action_space.sample, policy, num_envs, frames
+        )
         envs.close()
         return rate
 
@@ -106,22 +124,15 @@ def _raw_envpool(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
     except ImportError:
         return math.nan
     pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=0)
-    policy = GaussianMLP(*_dims(env_id))
+    policy = GaussianMLP(*_dims(env_id)) if mlp else None
     space = pool.action_space
     rng = np.random.default_rng(0)
     obs, _ = pool.reset()
-    steps = frames // num_envs
-    start = 0.0
-    with torch.no_grad():
-        for t in range(steps + steps // 10):
-            if t == steps // 10:
-                start = time.perf_counter()
-            if mlp:
-                action = policy(torch.as_tensor(obs, dtype=torch.float32))[0].double().numpy()
-            else:
-                action = rng.uniform(space.low, space.high, (num_envs, *space.shape))
-            obs, *_ = pool.step(action)
-    return _rate(steps * num_envs, start)
+    return _loop_rate(
+        obs, lambda a: pool.step(a)[0],
+        lambda: rng.uniform(space.low, space.high, (num_envs, *space.shape)),
+        policy, num_envs, frames, action_dtype=torch.float64,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ tdrl
@@ -222,21 +233,14 @@ def _sb3_dummy(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
     envs = DummyVecEnv([lambda: gym.make(env_id)] * num_envs)
     envs.seed(0)
     obs = envs.reset()
-    policy = GaussianMLP(*_dims(env_id))
+    policy = GaussianMLP(*_dims(env_id)) if mlp else None
     low, high = envs.action_space.low, envs.action_space.high
     rng = np.random.default_rng(0)
-    steps = frames // num_envs
-    start = 0.0
-    with torch.no_grad():
-        for t in range(steps + steps // 10):
-            if t == steps // 10:
-                start = time.perf_counter()
-            if mlp:
-                action = policy(torch.as_tensor(obs, dtype=torch.float32))[0].numpy()
-            else:
-                action = rng.uniform(low, high, size=(num_envs, *low.shape)).astype(np.float32)
-            obs, *_ = envs.step(action)
-    rate = _rate(steps * num_envs, start)
+    rate = _loop_rate(
+        obs, lambda a: envs.step(a)[0],
+        lambda: rng.uniform(low, high, size=(num_envs, *low.shape)).astype(np.float32),
+        policy, num_envs, frames,
+    )  # fmt: skip
     envs.close()
     return rate
 

@@ -459,35 +459,37 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     return time.perf_counter() - start
 
 
+def _sb3_model(cls: Any, space: Any, data: dict[str, torch.Tensor], **kwargs: Any) -> Any:
+    """An SB3 off-policy model on ``space`` (a gymnasium env class) at the benchmark's settings,
+    its replay buffer filled with ``data``, ready for ``model.train``."""
+    from stable_baselines3.common.logger import configure
+
+    model = cls("MlpPolicy", space(), buffer_size=SAC_BUFFER, learning_starts=0, device="cpu",
+                seed=0, **kwargs)  # fmt: skip
+    model.set_logger(configure(None, [""]))
+    rb, n = model.replay_buffer, len(data["reward"])
+    rb.observations[:n, 0] = data["observation"].numpy()
+    rb.next_observations[:n, 0] = data["next_observation"].numpy()
+    rb.actions[:n, 0] = data["action"].reshape(n, -1).numpy()
+    rb.rewards[:n, 0] = data["reward"].numpy()
+    rb.dones[:n, 0] = data["terminated"].numpy()
+    rb.pos, rb.full = n % rb.buffer_size, n >= rb.buffer_size
+    model._current_progress_remaining = 1.0
+    return model
+
+
 def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     import gymnasium as gym
     from stable_baselines3 import SAC
-    from stable_baselines3.common.logger import configure
 
     class Shapes(gym.Env):
         observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
         action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
 
-    model = SAC(
-        "MlpPolicy",
-        Shapes(),
-        learning_rate=1e-3,
-        buffer_size=SAC_BUFFER,
-        learning_starts=0,
-        batch_size=SAC_BATCH,
+    model = _sb3_model(
+        SAC, Shapes, data, learning_rate=1e-3, batch_size=SAC_BATCH,
         policy_kwargs={"net_arch": SAC_HIDDEN},
-        device="cpu",
-        seed=0,
-    )
-    model.set_logger(configure(None, [""]))
-    rb, n = model.replay_buffer, len(data["reward"])
-    rb.observations[:n, 0] = data["observation"].numpy()
-    rb.next_observations[:n, 0] = data["next_observation"].numpy()
-    rb.actions[:n, 0] = data["action"].numpy()
-    rb.rewards[:n, 0] = data["reward"].numpy()
-    rb.dones[:n, 0] = data["terminated"].numpy()
-    rb.pos, rb.full = n % rb.buffer_size, n >= rb.buffer_size
-    model._current_progress_remaining = 1.0
+    )  # fmt: skip
     start = time.perf_counter()
     model.train(gradient_steps=steps, batch_size=SAC_BATCH)
     return time.perf_counter() - start
@@ -649,34 +651,16 @@ def dqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
 def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     import gymnasium as gym
     from stable_baselines3 import DQN
-    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.utils import polyak_update
 
     class Shapes(gym.Env):
         observation_space = gym.spaces.Box(-np.inf, np.inf, (DQN_OBS,), np.float32)
         action_space = gym.spaces.Discrete(DQN_ACTIONS)
 
-    model = DQN(
-        "MlpPolicy",
-        Shapes(),
-        learning_rate=2.3e-3,
-        buffer_size=SAC_BUFFER,
-        learning_starts=0,
-        batch_size=DQN_BATCH,
-        target_update_interval=DQN_TARGET_EVERY,
-        policy_kwargs={"net_arch": DQN_HIDDEN},
-        device="cpu",
-        seed=0,
-    )
-    model.set_logger(configure(None, [""]))
-    rb, n = model.replay_buffer, len(data["reward"])
-    rb.observations[:n, 0] = data["observation"].numpy()
-    rb.next_observations[:n, 0] = data["next_observation"].numpy()
-    rb.actions[:n, 0, 0] = data["action"].numpy()
-    rb.rewards[:n, 0] = data["reward"].numpy()
-    rb.dones[:n, 0] = data["terminated"].numpy()
-    rb.pos, rb.full = n % rb.buffer_size, n >= rb.buffer_size
-    model._current_progress_remaining = 1.0
+    model = _sb3_model(
+        DQN, Shapes, data, learning_rate=2.3e-3, batch_size=DQN_BATCH,
+        target_update_interval=DQN_TARGET_EVERY, policy_kwargs={"net_arch": DQN_HIDDEN},
+    )  # fmt: skip
     # SB3 copies the target network in ``_on_step`` (once per env step), not in ``train``: run
     # ``train`` between copies and copy as ``_on_step`` does, so SB3 does the target updates
     # that the other three libraries do inside their measured steps.

@@ -14,7 +14,8 @@ from offpolicy_data import (
 from tdrl.modules import DeterministicActor, StateActionCritic
 from tdrl.objectives import DDPGLoss
 
-OBS, GAMMA = 3, 0.9
+OBS = 3  # observation width of the test data
+GAMMA = 0.9
 
 
 def test_ddpg_by_hand():
