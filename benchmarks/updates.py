@@ -478,6 +478,35 @@ def _sb3_model(cls: Any, space: Any, data: dict[str, torch.Tensor], **kwargs: An
     return model
 
 
+def _tianshou_updates(
+    algorithm: Any, data: dict[str, torch.Tensor], steps: int, batch_size: int
+) -> float:
+    """Seconds for ``steps`` Tianshou ``algorithm.update`` calls on a buffer holding ``data``
+    (added one transition at a time, as its collector does)."""
+    from tianshou.algorithm.algorithm_base import policy_within_training_step
+    from tianshou.data import Batch, ReplayBuffer
+
+    buffer = ReplayBuffer(SAC_BUFFER)
+    for i in range(len(data["reward"])):
+        action = data["action"][i]
+        buffer.add(
+            Batch(
+                obs=data["observation"][i].numpy(),
+                act=action.numpy() if action.ndim else int(action),
+                rew=float(data["reward"][i]),
+                terminated=bool(data["terminated"][i]),
+                truncated=False,
+                obs_next=data["next_observation"][i].numpy(),
+                info={},
+            )
+        )
+    start = time.perf_counter()
+    with policy_within_training_step(algorithm.policy):
+        for _ in range(steps):
+            algorithm.update(buffer=buffer, sample_size=batch_size)
+    return time.perf_counter() - start
+
+
 def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     import gymnasium as gym
     from stable_baselines3 import SAC
@@ -498,10 +527,8 @@ def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
 def sac_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
     import gymnasium as gym
     from tianshou.algorithm import SAC
-    from tianshou.algorithm.algorithm_base import policy_within_training_step
     from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Batch, ReplayBuffer
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
 
@@ -527,24 +554,7 @@ def sac_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
         gamma=0.99,
         alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=3e-4)),
     )
-    buffer = ReplayBuffer(SAC_BUFFER)
-    for i in range(len(data["reward"])):
-        buffer.add(
-            Batch(
-                obs=data["observation"][i].numpy(),
-                act=data["action"][i].numpy(),
-                rew=float(data["reward"][i]),
-                terminated=bool(data["terminated"][i]),
-                truncated=False,
-                obs_next=data["next_observation"][i].numpy(),
-                info={},
-            )
-        )
-    start = time.perf_counter()
-    with policy_within_training_step(algorithm.policy):
-        for _ in range(steps):
-            algorithm.update(buffer=buffer, sample_size=SAC_BATCH)
-    return time.perf_counter() - start
+    return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
 
 
 def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -679,10 +689,8 @@ def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
 def dqn_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
     import gymnasium as gym
     from tianshou.algorithm import DQN
-    from tianshou.algorithm.algorithm_base import policy_within_training_step
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Batch, ReplayBuffer
     from tianshou.utils.net.common import Net
 
     net = Net(state_shape=DQN_OBS, action_shape=DQN_ACTIONS, hidden_sizes=DQN_HIDDEN)
@@ -695,24 +703,7 @@ def dqn_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
         is_double=False,
         huber_loss_delta=1.0,
     )
-    buffer = ReplayBuffer(SAC_BUFFER)
-    for i in range(len(data["reward"])):
-        buffer.add(
-            Batch(
-                obs=data["observation"][i].numpy(),
-                act=int(data["action"][i]),
-                rew=float(data["reward"][i]),
-                terminated=bool(data["terminated"][i]),
-                truncated=False,
-                obs_next=data["next_observation"][i].numpy(),
-                info={},
-            )
-        )
-    start = time.perf_counter()
-    with policy_within_training_step(algorithm.policy):
-        for _ in range(steps):
-            algorithm.update(buffer=buffer, sample_size=DQN_BATCH)
-    return time.perf_counter() - start
+    return _tianshou_updates(algorithm, data, steps, DQN_BATCH)
 
 
 def dqn_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
