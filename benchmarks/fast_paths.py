@@ -24,6 +24,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,10 +82,30 @@ def timed(setup: Setup, steps: int, context: Callable[[], object]) -> float:
 
 
 # --- operations --------------------------------------------------------------------------------
-def dqn_step() -> Callable[[int], None]:
+def _gradient_steps(
+    loss: Callable[[Any], Any],
+    make_data: Callable[[int], Any],
+    batch_size: int,
+    finish: Callable[[Any], None],
+) -> Callable[[int], None]:
+    """``run(steps)``: ``finish(loss(sample))`` on batches from a 10k buffer of ``make_data``."""
     import updates
 
     from tdrl.data import ReplayBuffer
+
+    buffer = ReplayBuffer(10_000, generator=0)
+    buffer.extend(updates._td(make_data(10_000)))
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            finish(loss(buffer.sample(batch_size)))
+
+    return run
+
+
+def dqn_step() -> Callable[[int], None]:
+    import updates
+
     from tdrl.keys import LOSS
     from tdrl.modules import QValueActor, q_mlp
     from tdrl.objectives import DQNLoss, HardUpdate
@@ -94,16 +115,12 @@ def dqn_step() -> Callable[[int], None]:
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=False)
     updater = HardUpdate(loss, value_network_update_interval=10)
     optimizer = torch.optim.Adam(qnet.parameters(), lr=2.3e-3, fused=True)
-    buffer = ReplayBuffer(10_000, generator=0)
-    buffer.extend(updates._td(updates.dqn_data(10_000)))
 
-    def run(steps: int) -> None:
-        for _ in range(steps):
-            out = loss(buffer.sample(updates.DQN_BATCH))
-            optimizer_step(out[LOSS], optimizer, max_grad_norm=10.0)
-            updater.step()
+    def finish(out: Any) -> None:
+        optimizer_step(out[LOSS], optimizer, max_grad_norm=10.0)
+        updater.step()
 
-    return run
+    return _gradient_steps(loss, updates.dqn_data, updates.DQN_BATCH, finish)
 
 
 # A soft-update function to use instead of SoftUpdate.step (the dropped fast path's row).
@@ -115,7 +132,6 @@ def sac_step() -> Setup:
         soft_update = SOFT_UPDATE[0]
         import updates
 
-        from tdrl.data import ReplayBuffer
         from tdrl.keys import LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE
         from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
         from tdrl.objectives import SACLoss, SoftUpdate
@@ -127,20 +143,16 @@ def sac_step() -> Setup:
         loss = SACLoss(actor, critic)
         updater = SoftUpdate(loss, tau=0.005)
         optimizer = torch.optim.Adam(loss.parameters(), lr=1e-3, fused=True)
-        buffer = ReplayBuffer(10_000, generator=0)
-        buffer.extend(updates._td(updates.sac_data(10_000)))
 
-        def run(steps: int) -> None:
-            for _ in range(steps):
-                out = loss(buffer.sample(updates.SAC_BATCH))
-                optimizer_step(out[LOSS_ACTOR] + out[LOSS_QVALUE] + out[LOSS_ALPHA], optimizer)
-                if soft_update is None:
-                    updater.step()
-                else:
-                    for online, target in loss.target_pairs():
-                        soft_update(target, online, 0.005)
+        def finish(out: Any) -> None:
+            optimizer_step(out[LOSS_ACTOR] + out[LOSS_QVALUE] + out[LOSS_ALPHA], optimizer)
+            if soft_update is None:
+                updater.step()
+            else:
+                for online, target in loss.target_pairs():
+                    soft_update(target, online, 0.005)
 
-        return run
+        return _gradient_steps(loss, updates.sac_data, updates.SAC_BATCH, finish)
 
     return setup
 

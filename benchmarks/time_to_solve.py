@@ -614,11 +614,8 @@ def main() -> None:
         "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
     )
     parser.add_argument("--max-steps", type=int, default=0, help="default: MAX_STEPS per algo")
-    parser.add_argument(
-        "--peers-flush-denormal",
-        action="store_true",
-        help="run the peers with subnormal flushing too (tdrl's recipes flush by default)",
-    )
+    flush_help = "run the peers with subnormal flushing too (tdrl's recipes flush by default)"
+    parser.add_argument("--peers-flush-denormal", action="store_true", help=flush_help)
     args = parser.parse_args()
     torch.set_num_threads(1)
     for algo in args.algos:

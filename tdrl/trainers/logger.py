@@ -126,12 +126,12 @@ class Logger:
             self._wandb.log({name: wandb_module.Video(str(path), format="mp4"), "frames": frames})
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+        # detached first: a second close (or one after a failed close) does nothing
+        writer, wandb_run, self._writer, self._wandb = self._writer, self._wandb, None, None
+        if writer is not None:
+            writer.close()
+        if wandb_run is not None:
+            wandb_run.finish()
 
     def __enter__(self) -> Logger:
         return self

@@ -514,12 +514,11 @@ class Run:
         if self._flush_before is not None:
             torch.set_flush_denormal(self._flush_before)
             self._flush_before = None
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        if self._logger is not None:
-            self._logger.close()
-            self._logger = None
+        bar, logger, self._bar, self._logger = self._bar, self._logger, None, None
+        if bar is not None:
+            bar.close()
+        if logger is not None:
+            logger.close()
         if self.collector is not None:
             self.collector.env.close()
         self.eval_env.close()
