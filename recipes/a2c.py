@@ -39,16 +39,15 @@ def main(cfg: Config) -> dict[str, float]:
     """Train A2C as configured; returns the last evaluation and the last update's metrics."""
     # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
     parts = trainers.on_policy_setup(cfg)
-    actor, critic = parts.actor, parts.critic
     # 3. loss, estimator (run on the whole rollout), optimizer
     loss = A2CLoss(
-        actor,
-        critic,
+        parts.actor,
+        parts.critic,
         entropy_coeff=cfg.entropy_coeff,
         critic_coeff=cfg.critic_coeff,
         normalize_advantage=cfg.normalize_advantage,
     )
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
+    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True

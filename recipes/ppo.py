@@ -58,18 +58,17 @@ def main(cfg: Config) -> dict[str, float]:
     """Train PPO as configured; returns the last evaluation and the last update's metrics."""
     # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
     parts = trainers.on_policy_setup(cfg)
-    actor, critic = parts.actor, parts.critic
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer
     loss = ClipPPOLoss(
-        actor,
-        critic,
+        parts.actor,
+        parts.critic,
         clip_epsilon=cfg.clip_epsilon,
         entropy_coeff=cfg.entropy_coeff,
         critic_coeff=cfg.critic_coeff,
         normalize_advantage=cfg.normalize_advantage,
     )
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
+    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
     trainers.to_device(cfg, loss, estimator, reward_scaler)  # --device: networks, statistics
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     # the reward scaler's return statistics and per-env carry go in checkpoints

@@ -50,10 +50,9 @@ def main(cfg: Config) -> dict[str, float]:
     """Train REINFORCE as configured; returns the last evaluation and update's metrics."""
     # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
     parts = trainers.on_policy_setup(cfg)
-    actor, critic = parts.actor, parts.critic
     # 3. loss, estimator (Monte Carlo returns on the whole rollout), optimizer
-    baseline = critic if cfg.baseline else None
-    loss = ReinforceLoss(actor, baseline, normalize_advantage=cfg.normalize_advantage)
+    baseline = parts.critic if cfg.baseline else None
+    loss = ReinforceLoss(parts.actor, baseline, normalize_advantage=cfg.normalize_advantage)
     estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)

@@ -60,7 +60,6 @@ def main(cfg: Config) -> dict[str, float]:
     """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
     # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
     parts = trainers.on_policy_setup(cfg)
-    actor, critic = parts.actor, parts.critic
     # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, optimizer
     common = dict(
         max_kl=cfg.max_kl,
@@ -70,17 +69,17 @@ def main(cfg: Config) -> dict[str, float]:
     )
     if cfg.algo == "trpo":
         loss = TRPOLoss(
-            actor,
-            critic,
+            parts.actor,
+            parts.critic,
             backtrack_ratio=cfg.backtrack_ratio,
             max_backtracks=cfg.max_backtracks,
             **common,
         )
     else:
-        loss = NPGLoss(actor, critic, **common)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=critic)
+        loss = NPGLoss(parts.actor, parts.critic, **common)
+    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
-    optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.lr, fused=True)
+    optimizer = torch.optim.Adam(parts.critic.parameters(), lr=cfg.lr, fused=True)
 
     def update(batch: TensorDictBase) -> dict[str, float]:
         # GAE on the whole rollout, the natural-gradient actor step, then critic steps
