@@ -7,6 +7,7 @@ TorchRL's ``[*B, T, 1]`` batches already have in memory), and maps results back 
 
 from __future__ import annotations
 
+import math
 from typing import Literal, NamedTuple
 
 import torch
@@ -115,7 +116,7 @@ def _time_last(shape: torch.Size, time_dim: int) -> bool:
     """Whether only size-1 dims follow the time dim (TorchRL's ``[*B, T, 1]``): then moving time
     last changes no element order, and one reshape does it (the ops' small-batch overhead is
     mostly such view calls)."""
-    return all(n == 1 for n in shape[time_dim + 1 :])
+    return len(shape) == time_dim + 1 or math.prod(shape[time_dim + 1 :]) == 1
 
 
 def to_rows(x: Tensor, time_dim: int) -> Tensor:
@@ -141,17 +142,21 @@ def normalize_time_dim(time_dim: int, ndim: int) -> int:
     return time_dim % ndim
 
 
+_KERNEL_FLOATS = (torch.float32, torch.float64)
+
+
 def use_numba(backend: str, *tensors: Tensor | float) -> bool:
     """The compiled CPU kernels run unless a gradient is needed or a tensor is not on CPU."""
     if backend not in ("auto", "numba", "torch"):
         raise ValueError(f"backend must be 'auto', 'numba' or 'torch', got {backend!r}")
     if backend == "torch":
         return False
-    ts = [t for t in tensors if isinstance(t, Tensor)]
-    ok = all(t.device.type == "cpu" for t in ts) and all(
-        t.dtype in (torch.float32, torch.float64) for t in ts if t.is_floating_point()
-    )
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in ts)
+    ok, needs_grad = True, False
+    for t in tensors:  # one loop: this runs on every estimator call
+        if isinstance(t, Tensor):
+            ok = ok and t.is_cpu and (t.dtype in _KERNEL_FLOATS or not t.is_floating_point())
+            needs_grad = needs_grad or t.requires_grad
+    needs_grad = needs_grad and torch.is_grad_enabled()
     if backend == "numba":
         if not ok or needs_grad:
             raise ValueError(

@@ -65,7 +65,7 @@ class Rows:
         """``gamma`` for the kernels: a ``[1, 1]`` array for a scalar, else ``[N, T]``."""
         if isinstance(self.gamma, Tensor):
             return self.gamma.detach().to(torch.float64).contiguous().numpy(), False
-        return np.full((1, 1), self.gamma), True
+        return np.array(((self.gamma,),)), True
 
     def policy_code(self) -> int:
         return _POLICY_CODE[self.truncation]
@@ -214,7 +214,9 @@ def prepare(
 
 def np_view(x: Tensor) -> np.ndarray:
     """A zero-copy numpy view of a CPU tensor (contiguous rows for the kernels)."""
-    return x.detach().contiguous().numpy()
+    if x.requires_grad:
+        x = x.detach()
+    return (x if x.is_contiguous() else x.contiguous()).numpy()
 
 
 def _d(x: object) -> str:
