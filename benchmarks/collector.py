@@ -1,12 +1,15 @@
 """Collector throughput: tdrl against raw gymnasium, TorchRL, Tianshou and Stable-Baselines3.
 
-One run prints one table (env steps per second, 8 envs) for HalfCheetah-v5 and Hopper-v5, with a
+One run prints one table (transitions per second, 8 envs) for HalfCheetah-v5 and Hopper-v5, with a
 uniform random policy and with the same 64x64 tanh MLP Gaussian policy wherever the library takes
 a user network (TorchRL, tdrl, the raw loops and SB3's DummyVecEnv loop run exactly
 ``GaussianMLP``; Tianshou and SB3's PPO build their own 64x64 tanh Gaussian actor, and SB3's PPO
 also runs its value head, as its ``collect_rollouts`` always does). Every measurement is repeated
 ``--rounds`` times, interleaved across libraries, and the best round is kept: the machine is
 shared, and the best round is the least disturbed one. Ratios are within this one run.
+The unit is the transition (what a learner receives): the raw gymnasium and envpool loops run
+next-step autoreset, where an env spends the step after an episode end on its reset alone, so
+those steps are not counted (on Hopper with a random policy, about one step in twenty).
 
     python benchmarks/collector.py            # full run (about 8 minutes on 2 shared cores)
     python benchmarks/collector.py --quick    # smoke run (under a minute)
@@ -79,21 +82,39 @@ def _loop_rate(
     frames: int,
     action_dtype: torch.dtype = torch.float32,
 ) -> float:
-    """Env steps per second of a raw loop ``obs = step(action)`` (``policy``'s action, or
-    ``random_action()`` without one), after a 10% warm-up."""
+    """Transitions per second of a raw loop ``obs, transitions = step(action)`` (``policy``'s
+    action, or ``random_action()`` without one), after a 10% warm-up."""
     steps = frames // num_envs
-    start = 0.0
+    start, transitions = 0.0, 0
     with torch.no_grad():
         for t in range(steps + steps // 10):
             if t == steps // 10:
-                start = time.perf_counter()
+                start, transitions = time.perf_counter(), 0
             if policy is not None:
                 action = policy(torch.as_tensor(obs, dtype=torch.float32))[0]
                 action = action.to(action_dtype).numpy()
             else:
                 action = random_action()
-            obs = step(action)
-    return _rate(steps * num_envs, start)
+            obs, n = step(action)
+            transitions += n
+    return _rate(transitions, start)
+
+
+def _next_step_autoreset(step: Callable[[Any], tuple], num_envs: int) -> Callable[[Any], Any]:
+    """``step`` of a vector env with next-step autoreset (gymnasium's default, envpool's) as
+    ``action -> (obs, transitions)``: an env whose previous step ended spends this step on its
+    reset, which collects no transition (tdrl, SB3, Tianshou and TorchRL reset within the step
+    and count only transitions)."""
+    ended = np.zeros(num_envs, dtype=bool)
+
+    def counted(action: Any) -> tuple[Any, int]:
+        nonlocal ended
+        obs, _, terminated, truncated, _ = step(action)
+        transitions = num_envs - int(ended.sum())
+        ended = np.logical_or(terminated, truncated)
+        return obs, transitions
+
+    return counted
 
 
 # ------------------------------------------------------------------------------ raw gymnasium
@@ -107,9 +128,8 @@ def _raw(asynchronous: bool) -> Runner:
         envs.action_space.seed(0)
         policy = GaussianMLP(*_dims(env_id)) if mlp else None
         obs, _ = envs.reset(seed=0)
-        rate = _loop_rate(
-            obs, lambda a: envs.step(a)[0], envs.action_space.sample, policy, num_envs, frames
-        )
+        step = _next_step_autoreset(envs.step, num_envs)
+        rate = _loop_rate(obs, step, envs.action_space.sample, policy, num_envs, frames)
         envs.close()
         return rate
 
@@ -118,7 +138,8 @@ def _raw(asynchronous: bool) -> Runner:
 
 # ------------------------------------------------------------------------------ envpool
 def _raw_envpool(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
-    """envpool's own synchronous step loop (its next-step autoreset, no final observations)."""
+    """envpool's own synchronous step loop (its next-step autoreset, no final observations;
+    a step that only resets an env is not counted)."""
     try:
         import envpool
     except ImportError:
@@ -129,7 +150,7 @@ def _raw_envpool(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
     rng = np.random.default_rng(0)
     obs, _ = pool.reset()
     return _loop_rate(
-        obs, lambda a: pool.step(a)[0],
+        obs, _next_step_autoreset(pool.step, num_envs),
         lambda: rng.uniform(space.low, space.high, (num_envs, *space.shape)),
         policy, num_envs, frames, action_dtype=torch.float64,
     )  # fmt: skip
@@ -237,7 +258,7 @@ def _sb3_dummy(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
     low, high = envs.action_space.low, envs.action_space.high
     rng = np.random.default_rng(0)
     rate = _loop_rate(
-        obs, lambda a: envs.step(a)[0],
+        obs, lambda a: (envs.step(a)[0], num_envs),  # same-step autoreset: all transitions
         lambda: rng.uniform(low, high, size=(num_envs, *low.shape)).astype(np.float32),
         policy, num_envs, frames,
     )  # fmt: skip
@@ -311,7 +332,7 @@ def main() -> None:
                 best[key] = max(best.get(key, 0.0), rate) if not math.isnan(rate) else rate
 
     heads = [f"{env_id.split('-')[0]} {'MLP' if mlp else 'random'}" for env_id, mlp in columns]
-    print(f"\nenv steps/s, {args.num_envs} envs, best of {rounds} round(s) of {frames} frames;")
+    print(f"\ntransitions/s, {args.num_envs} envs, best of {rounds} round(s) of {frames} frames;")
     print("(x) = ratio to gymnasium sync with the same policy; [x] = ratio to SB3 PPO rollouts\n")
     width = 36
     print(f"{'':{width}}" + "".join(f"{h:>26}" for h in heads))
