@@ -82,6 +82,8 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
             children[k[: depth - 1]].add(k[depth - 1])
         children[k[:-1]].add(k[-1])
     lines = [
+        "    if type(td) is not _TD:",  # a subclass or a lazy stack: the checked path
+        "        return None",
         "    try:",
         "        d0 = td._tensordict",
         f"        if len(d0) != {len(children[()])}:",
@@ -179,8 +181,6 @@ class RowCopier:
 
     def write(self, td: TensorDictBase) -> int | None:
         """Steps written per stream, or None (nothing written) when the checked path must run."""
-        if type(td) is not TensorDict:
-            return None
         writer = self.writers.get(td.batch_size)
         return None if writer is None else writer(td)
 

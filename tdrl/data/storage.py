@@ -15,6 +15,7 @@ all leaves); the checked per-leaf copies below are the plain twins.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,8 @@ class StreamStorage:
         self._key_index: dict[tuple[str, ...], int] = {}
         self._plan: _Plan = []
         self._copier: RowCopier | None = None
+        # batch size -> the fast twin's write for that validated layout (the copier's table)
+        self._writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
 
     # the next time position to write, and the written positions per stream
     cursor, size = _Counter(0), _Counter(1)
@@ -151,6 +154,7 @@ class StreamStorage:
         self._key_index = {k: i for i, k in enumerate(self.keys)}
         self._plan = _plan(self.keys)
         self._copier = None
+        self._writers = {}
 
     def _fast_copier(self) -> RowCopier | None:
         """The fast twin of writes and gathers, when the fast paths are on and it applies: host
@@ -159,6 +163,7 @@ class StreamStorage:
         if self._copier is None and self.leaves and _fast.supported():
             if self.device.type == "cpu" and not any(x.is_complex() for x in self.leaves):
                 self._copier = RowCopier(self.keys, self.leaves, self._counters)
+                self._writers = self._copier.writers
         return self._copier if _fast.enabled() else None
 
     # --- geometry (what the sampling rules read) -------------------------------------------
@@ -229,10 +234,9 @@ class StreamStorage:
 
     def write(self, td: TensorDictBase) -> int:
         """Write ``td`` at the cursor; returns the number of time steps written per stream."""
-        copier = self._copier
-        if copier is not None and type(td) is TensorDict and _fast.enabled():
-            writer = copier.writers.get(td.batch_size)  # validated layouts only
-            steps = None if writer is None else writer(td)
+        writer = self._writers.get(td.batch_size)  # validated layouts only (plain TensorDicts)
+        if writer is not None and _fast.enabled():
+            steps = writer(td)
             if steps is not None:
                 return steps
         steps = self.write_checked(td)
