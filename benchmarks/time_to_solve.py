@@ -106,18 +106,23 @@ SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
         learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256,
         tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, net_arch=[256, 256],
     ),
-    # hyperparams/ppo_lstm.yml (sb3-contrib RecurrentPPO, MlpLstmPolicy: an LSTM of 256 for the
-    # actor and one for the critic, then 64x64 tanh heads). CartPoleNoVel-v1 decays both the
-    # learning rate and the clip range linearly (lin_0.001, lin_0.2); PendulumNoVel-v1 uses gSDE
-    # (use_sde, sde_sample_freq 4), which sb3-contrib gets and tdrl's Gaussian actor lacks.
+    # hyperparams/ppo_lstm.yml, the "Tuned" entries (rl-baselines3-zoo at c94924e): sb3-contrib
+    # RecurrentPPO, MlpLstmPolicy with an LSTM of 64 for the actor and one for the critic
+    # (enable_critic_lstm), one 64-wide ReLU layer after each, no orthogonal init, and
+    # VecNormalize on the observations (normalize: True; the published agents' configs say
+    # norm_reward False). CartPoleNoVel-v1 decays both the learning rate and the clip range
+    # linearly (lin_0.001, lin_0.2); PendulumNoVel-v1 uses gSDE (use_sde, sde_sample_freq 4),
+    # which sb3-contrib gets and tdrl's Gaussian actor lacks, and RecurrentPPO's default batch of
+    # 128 (the entry names none).
     ("ppo_lstm", "CartPoleNoVel-v1"): dict(
         n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
         ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, lr_decay=True, clip_decay=True,
+        normalize=True, lstm_policy=True,
     ),
     ("ppo_lstm", "PendulumNoVel-v1"): dict(
-        n_envs=4, n_steps=1024, batch_size=64, gae_lambda=0.95, gamma=0.9, n_epochs=10,
+        n_envs=4, n_steps=1024, batch_size=128, gae_lambda=0.95, gamma=0.9, n_epochs=10,
         ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, lr_decay=False, use_sde=True,
-        sde_sample_freq=4,
+        sde_sample_freq=4, normalize=True, lstm_policy=True,
     ),
 }  # fmt: skip
 
@@ -215,11 +220,16 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
     """SB3's zoo settings as fields of the tdrl recipe's config (the "same settings" runs)."""
     zoo = SB3_ZOO[(algo, task)]
     if algo == "ppo_lstm":
-        # The same mapping plus the LSTM: 256 wide as sb3-contrib's, whole n_steps rollouts as
-        # sequences (sb3-contrib also cuts them at episode starts; so does sequence mode), a
-        # constant clip range (the recipe has no clip schedule); no gSDE.
+        # The same mapping plus the LSTM: 64 wide and one 64 layer after it as the zoo's, whole
+        # n_steps rollouts as sequences (sb3-contrib also cuts them at episode starts; so does
+        # sequence mode), running observation normalization (VecNormalize's obs part). Still
+        # different: tanh after the LSTM (zoo: ReLU), a feed-forward critic (zoo: its own
+        # LSTM), a constant clip range (the recipe has no clip schedule), no gSDE.
         mapped = sb3_settings_of_ppo(zoo)
-        return dict(mapped, recurrent="lstm", recurrent_size=256, seq_len=zoo["n_steps"])
+        return dict(
+            mapped, recurrent="lstm", recurrent_size=64, hidden_sizes=(64,),
+            seq_len=zoo["n_steps"], normalize_observations=bool(zoo.get("normalize", False)),
+        )  # fmt: skip
     if algo == "ppo":
         return sb3_settings_of_ppo(zoo)
     return _sb3_settings_off_policy(algo, task, zoo)
@@ -348,6 +358,12 @@ def sb3_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
     start = time.perf_counter()
     env = sb3_vec_env(task, n_envs=zoo.pop("n_envs", 1), seed=seed)
     eval_env = sb3_vec_env(task, n_envs=EVAL_ENVS, seed=seed + EVAL_SEED_OFFSET)
+    if zoo.pop("normalize", False):  # the zoo's VecNormalize: observations only
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        env = VecNormalize(env, norm_obs=True, norm_reward=False)
+        eval_env = VecNormalize(eval_env, norm_obs=True, norm_reward=False, training=False)
+        eval_env.obs_rms = env.obs_rms  # the same object: evaluation reads the live statistics
     common = dict(seed=seed, device="cpu", verbose=0)
     model: Any
     if algo == "ppo":
@@ -359,9 +375,16 @@ def sb3_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
 
         lr, lr_decay = zoo.pop("learning_rate"), zoo.pop("lr_decay")
         clip, clip_decay = zoo.pop("clip_range"), zoo.pop("clip_decay", False)
+        policy_kwargs = {}
+        if zoo.pop("lstm_policy", False):
+            policy_kwargs = dict(
+                ortho_init=False, activation_fn=torch.nn.ReLU, lstm_hidden_size=64,
+                enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64]),
+            )  # fmt: skip
         model = RecurrentPPO(
             "MlpLstmPolicy", env, learning_rate=(lambda f: f * lr) if lr_decay else lr,
-            clip_range=(lambda f: f * clip) if clip_decay else clip, **common, **zoo,
+            clip_range=(lambda f: f * clip) if clip_decay else clip,
+            policy_kwargs=policy_kwargs, **common, **zoo,
         )  # fmt: skip
     elif algo == "dqn":
         # The exploration schedule is a fraction of learn()'s budget: keep the zoo's 8,000 steps.

@@ -61,6 +61,10 @@ def test_sb3_mapping_follows_the_zoo() -> None:
     assert (sac["init_random_frames"], sac["utd_ratio"], sac["batch_size"]) == (100, 1.0, 256)
     ppo = tts.sb3_settings("ppo", "CartPole-v1")
     assert (ppo["num_envs"], ppo["frames_per_batch"], ppo["minibatch_size"]) == (8, 256, 256)
+    # The zoo's tuned ppo_lstm entry: LSTM 64 and one 64 layer, observations normalized.
+    lstm = tts.sb3_settings("ppo_lstm", "CartPoleNoVel-v1")
+    assert (lstm["recurrent_size"], lstm["hidden_sizes"], lstm["seq_len"]) == (64, (64,), 32)
+    assert lstm["normalize_observations"] is True and lstm["frames_per_batch"] == 256
 
 
 def test_a_budget_too_small_to_solve_counts_as_inf() -> None:
@@ -72,6 +76,12 @@ def test_a_budget_too_small_to_solve_counts_as_inf_for_sb3() -> None:
     pytest.importorskip("stable_baselines3")  # the bench extra; CI installs test and dev only
     result = tts.sb3_run("dqn", "CartPole-v1", 0, 300)
     assert math.isinf(result.seconds) and result.steps == 512  # SB3 collects 256 at a time too
+
+
+def test_recurrent_sb3_runs_with_the_zoo_policy_and_normalization() -> None:
+    pytest.importorskip("sb3_contrib")  # the bench extra
+    result = tts.sb3_run("ppo_lstm", "CartPoleNoVel-v1", 0, 300)
+    assert math.isinf(result.seconds) and result.steps == 512  # two rollouts of 8 x 32
 
 
 def test_report_prints_medians_per_seed_times_and_ratios(capsys: pytest.CaptureFixture) -> None:
