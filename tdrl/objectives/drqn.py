@@ -28,8 +28,9 @@ class DRQNLoss(OffPolicyLoss):
         y_t  = r_t + gamma (1 - terminated_t) Q'(s_{t+1}, a*_t)
         loss = mean over t >= burn_in of l(Q(s_t, a_t) - y_t)
 
-    The first ``burn_in`` steps only warm the state up from the stored one (R2D2); unlike R2D2,
-    gradients still flow through them from the later steps' errors.
+    The first ``burn_in`` steps only warm the online network's state up from the stored one,
+    without gradient (R2D2): the trained steps start from that state, detached, so no gradient
+    reaches the burn-in inputs. The target network runs the whole slice (no gradient anyway).
 
     Args:
         value_network: a keyed recurrent Q network writing ``"action_value"`` (e.g.
@@ -92,9 +93,30 @@ class DRQNLoss(OffPolicyLoss):
             out[key] = torch.cat([value, extra], dim=1)
         return TensorDict(out, batch_size=[size, steps + 1])
 
+    def _state_keys(self) -> list:
+        """The recurrent-state in-keys (the network writes their ``("next", ...)`` twins)."""
+        net = self.value_network
+        return [k for k in net.in_keys if next_key(k) in net.out_keys]
+
     def _sequence_q(self, network: TensorDictModuleBase, seq: TensorDict) -> torch.Tensor:
         with set_recurrent_mode(True):
             return require(network(seq.copy()), ACTION_VALUE, type(self).__name__)
+
+    def _burned_in(self, seq: TensorDict) -> TensorDict:
+        """``seq[:, burn_in:]`` starting from the state the online network reaches over the first
+        ``burn_in`` steps (computed without gradient)."""
+        keys = self._state_keys()
+        state = {key: seq.get(key)[:, 0] for key in keys}
+        with torch.no_grad(), set_recurrent_mode(False):  # step mode writes the next state
+            for t in range(self.burn_in):
+                step = seq[:, t].select(*self.value_network.in_keys).update(state)
+                out = self.value_network(step)
+                state = {key: out.get(next_key(key)) for key in keys}
+        rest = seq[:, self.burn_in :].clone()
+        for key in keys:
+            # only t = 0 of a sequence is read; an is_init there still resets the state
+            rest.get(key)[:, 0] = state[key]
+        return rest
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         owner = type(self).__name__
@@ -105,34 +127,34 @@ class DRQNLoss(OffPolicyLoss):
             )
         steps = batch.batch_size[1]
         seq = self._extended(batch)
-        q = self._sequence_q(self.value_network, seq)  # [B, L + 1, n]
+        trained_seq = self._burned_in(seq) if self.burn_in else seq
+        q = self._sequence_q(self.value_network, trained_seq)  # [B, L + 1 - burn_in, n]
         with torch.no_grad():
-            next_target = self._sequence_q(self.target_value_network, seq)[:, 1:]
+            # Q'(s_{t+1}) for the trained steps t = burn_in .. L - 1
+            next_target = self._sequence_q(self.target_value_network, seq)[:, 1 + self.burn_in :]
             if self.double_dqn:
                 best = q[:, 1:].argmax(-1, keepdim=True)
             else:
                 best = next_target.argmax(-1, keepdim=True)
             next_value = next_target.gather(-1, best).squeeze(-1)
-            reward = require(batch, next_key(self.tensor_keys.reward), owner).reshape(
-                q.shape[0], steps
-            )
+            size, b = q.shape[0], self.burn_in
+            reward = require(batch, next_key(self.tensor_keys.reward), owner)
             terminated = require(batch, next_key(self.tensor_keys.terminated), owner)
-            keep = (~terminated.reshape(q.shape[0], steps)).to(next_value.dtype)
-            target = reward + self.gamma * keep * next_value
-        action = require(batch, self.tensor_keys.action, owner).reshape(q.shape[0], steps)
+            keep = (~terminated.reshape(size, steps)[:, b:]).to(next_value.dtype)
+            target = reward.reshape(size, steps)[:, b:] + self.gamma * keep * next_value
+        action = require(batch, self.tensor_keys.action, owner).reshape(size, steps)[:, b:]
         try:
-            chosen = q[:, :steps].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            chosen = q[:, :-1].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         except RuntimeError as error:
             raise ValueError(
                 f"{owner}: {self.tensor_keys.action!r} must hold action indices in "
                 f"[0, {q.shape[-1]}): {error}"
             ) from error
-        trained = self._distance(chosen[:, self.burn_in :], target[:, self.burn_in :])
-        td_error = (chosen.detach() - target)[:, self.burn_in :].abs()
+        td_error = (chosen.detach() - target).abs()
         out = {
-            LOSS: trained.mean(),
+            LOSS: self._distance(chosen, target).mean(),
             self.tensor_keys.priority: td_error.mean(1),  # per slice [B]
-            CHOSEN_ACTION_VALUE: chosen.detach()[:, self.burn_in :].mean(),
-            VALUE_TARGET: target[:, self.burn_in :].mean(),
+            CHOSEN_ACTION_VALUE: chosen.detach().mean(),
+            VALUE_TARGET: target.mean(),
         }
         return self._output(out)

@@ -99,3 +99,15 @@ def test_bad_slices_are_named():
     bad = slices().exclude(("next", "observation"))
     with pytest.raises(KeyError, match="'observation'"):
         DRQNLoss(qnet())(bad)
+
+
+def test_burn_in_steps_get_no_gradient():
+    # R2D2: the burn-in only warms the state up; the trained steps start from it, detached.
+    torch.manual_seed(0)
+    loss = DRQNLoss(qnet(), burn_in=2, gamma=GAMMA)
+    batch = slices()
+    obs = batch["observation"].clone().requires_grad_(True)
+    batch["observation"] = obs
+    loss(batch)["loss"].backward()
+    assert torch.equal(obs.grad[:, :2], torch.zeros_like(obs.grad[:, :2]))
+    assert (obs.grad[:, 2:].abs().sum(-1) > 0).all()  # every trained step is reached
