@@ -220,15 +220,18 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
     """SB3's zoo settings as fields of the tdrl recipe's config (the "same settings" runs)."""
     zoo = SB3_ZOO[(algo, task)]
     if algo == "ppo_lstm":
-        # The same mapping plus the LSTM: 64 wide and one 64 layer after it as the zoo's, whole
-        # n_steps rollouts as sequences (sb3-contrib also cuts them at episode starts; so does
-        # sequence mode), running observation normalization (VecNormalize's obs part). Still
-        # different: tanh after the LSTM (zoo: ReLU), a feed-forward critic (zoo: its own
-        # LSTM), a constant clip range (the recipe has no clip schedule), no gSDE.
+        # The same mapping plus the LSTM: 64 wide and one 64 layer after it as the zoo's,
+        # running observation normalization (VecNormalize's obs part), and sequences of
+        # min(n_steps, batch_size) steps, so that an epoch takes as many minibatches as
+        # sb3-contrib's (which cuts its n_steps rollouts into batch_size pieces; both also cut
+        # at episode starts). Still different: tanh after the LSTM (zoo: ReLU), a feed-forward
+        # critic (zoo: its own LSTM), a constant clip range (the recipe has no clip schedule),
+        # no gSDE.
         mapped = sb3_settings_of_ppo(zoo)
         return dict(
             mapped, recurrent="lstm", recurrent_size=64, hidden_sizes=(64,),
-            seq_len=zoo["n_steps"], normalize_observations=bool(zoo.get("normalize", False)),
+            seq_len=min(zoo["n_steps"], zoo["batch_size"]),
+            normalize_observations=bool(zoo.get("normalize", False)),
         )  # fmt: skip
     if algo == "ppo":
         return sb3_settings_of_ppo(zoo)
