@@ -208,10 +208,14 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
         minibatch_size=256, epochs=4, lr=3e-3, gamma=0.98, lmbda=0.8, critic_coeff=0.5,
         normalize_observations=False, lr_decay=False,
     ),
+    # PendulumNoVel: chosen on seeds 100-102 among six variants of one base line (LSTM 64, 8 envs,
+    # gamma 0.9, lambda 0.95, 10 epochs): the base solved neither 100 nor 101 within 200k steps;
+    # observation normalization, 500-step rollouts per env cut into 50-step sequences, 10 of them
+    # per minibatch and lr 1e-3 solved all three (13-15 s). The seeds reported are 0-4.
     ("ppo_lstm", "PendulumNoVel-v1"): dict(
-        recurrent="lstm", recurrent_size=64, seq_len=25, num_envs=8, frames_per_batch=2000,
-        minibatch_size=250, epochs=10, lr=2e-3, gamma=0.9, lmbda=0.95, critic_coeff=0.5,
-        init_log_std=0.0, normalize_observations=False, lr_decay=False,
+        recurrent="lstm", recurrent_size=64, seq_len=50, num_envs=8, frames_per_batch=4000,
+        minibatch_size=500, epochs=10, lr=1e-3, gamma=0.9, lmbda=0.95, critic_coeff=0.5,
+        init_log_std=0.0, normalize_observations=True, lr_decay=False,
     ),
 }  # fmt: skip
 
