@@ -3,10 +3,11 @@
 Workload: add 1M HalfCheetah-shaped transitions (obs 17, action 6, reward, flags, next obs) in
 chunks of 8 (one step of 8 envs), then 10k samples of 256: uniform, and prioritized
 (sample + priority update). Each library gets its native input (numpy arrays for SB3, Tianshou
-Batches, TensorDicts for TorchRL and tdrl), pre-built in a pool of 64 chunks so that making data
-is not timed. The TensorDicts hold the transition content SB3 stores (observation, action,
-("next", observation / reward / done / terminated / truncated): 7 leaves); the row
-"tdrl full batch" stores the whole 11-leaf collector layout of DESIGN.md (root flags, traj ids).
+Batches, TensorDicts for TorchRL and tdrl, on device "cpu" as tdrl's ``VecEnv.step`` and
+TorchRL's envs return them), pre-built in a pool of 64 chunks so that making data is not timed.
+The TensorDicts hold the transition content SB3 stores (observation, action, ("next",
+observation / reward / done / terminated / truncated): 7 leaves); the row "tdrl full batch"
+stores the whole 11-leaf collector layout of DESIGN.md (root flags, traj ids).
 One thread for torch (torch.set_num_threads(1)): the peers run single-threaded here too.
 Rows marked "(plain)" run tdrl with its fast paths off (``tdrl.set_fast(False)``, as
 ``TDRL_FAST=0``): the public-API twins of the compiled copies, so a reader sees what they buy.
@@ -66,7 +67,8 @@ def td_pool(pool: list[dict[str, np.ndarray]], full: bool = False) -> list[Tenso
             false = torch.zeros(N_ENVS, 1, dtype=torch.bool)
             td.update(done=false, terminated=false.clone(), truncated=false.clone())
             td["collector"] = {"traj_ids": torch.arange(N_ENVS) + i}
-        out.append(TensorDict(td, batch_size=[N_ENVS]))
+        # device="cpu": what tdrl's VecEnv.step and TorchRL's envs return for one step
+        out.append(TensorDict(td, batch_size=[N_ENVS], device="cpu"))
     return out
 
 

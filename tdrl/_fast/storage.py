@@ -9,7 +9,8 @@ on add (``benchmarks/buffers.py`` prints the fast and plain rates side by side).
 
 Checks stay: every call compares each leaf's (dtype, shape, on CPU) with the layout validated
 by the checked path for this batch size, and contiguity; anything else returns None and the
-caller takes the checked path, which copies or raises an error naming the key.
+caller takes the checked path, which copies or raises an error naming the key. "On CPU" is read
+once per batch when the TensorDict says ``device="cpu"`` (tensordict keeps its leaves there).
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def _gather_rows(geom: np.ndarray, dst: tuple[int, ...], index: np.ndarray) -> b
 def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
     """Python source of a write function specialised to ``keys``, and the names it reads.
 
-    Unrolled per leaf (fetch, then ``dtype is``, ``shape ==``, ``is_cpu``, ``is_contiguous()``,
-    ``data_ptr()``): about 0.45 us less per call of 7 leaves than ``map`` over attrgetters
-    (the standard library's dataclasses generate code the same way). Key strings are passed as
+    Unrolled per leaf (fetch, then ``dtype is``, ``shape ==``, ``is_cpu`` unless the batch's
+    device is the CPU, ``is_contiguous()``, ``data_ptr()``): about 0.45 us less per call of 7
+    leaves than ``map`` over attrgetters (the standard library's dataclasses generate code the
+    same way). Key strings are passed as
     bound names, never pasted into the source.
     """
     names: dict[str, Any] = {}
@@ -88,6 +90,11 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
         "        d0 = td._tensordict",
         f"        if len(d0) != {len(children[()])}:",
         "            return None",
+        # A TensorDict with device="cpu" holds CPU leaves only (tensordict moves every leaf it
+        # is given): one check for the whole batch instead of ``is_cpu`` per leaf (~50 ns each).
+        # A nested TensorDict must say the same device, else each leaf is checked.
+        "        dev = td._device",
+        "        cpu = dev == _CPU",
     ]
     for node in sorted(children, key=len):
         if not node:
@@ -99,6 +106,7 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
             f"        {var} = {parent}[n_{var}]",
             f"        if type({var}) is not _TD:",
             "            return None",
+            f"        cpu = cpu and {var}._device == dev",
             f"        {var} = {var}._tensordict",
             f"        if len({var}) != {len(children[node])}:",
             "            return None",
@@ -108,7 +116,7 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
         names[f"k{i}"] = k[-1]
         lines.append(f"        x{i} = {nodes[k[:-1]]}[k{i}]")
         checks.append(
-            f"x{i}.dtype is t{i} and {{shape{i}}} and x{i}.is_cpu and x{i}.is_contiguous()"
+            f"x{i}.dtype is t{i} and {{shape{i}}} and (cpu or x{i}.is_cpu) and x{i}.is_contiguous()"
         )
     lines += [
         "        ok = " + " and ".join(checks),
@@ -159,6 +167,7 @@ class RowCopier:
         namespace: dict[str, Any] = {
             **self._names,
             "_TD": TensorDict,
+            "_CPU": torch.device("cpu"),
             "_write_rows": _write_rows,
             "counters": self.counters,
             "geom": self._geom,

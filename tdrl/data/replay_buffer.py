@@ -76,7 +76,12 @@ class ReplayBuffer:
         storage = self._storage
         if storage is None:
             storage = self._allocate(td)
-        steps = storage.write(td)
+        # StreamStorage.write's first step, inlined: the per-step add of 8 envs is ~4 us, and a
+        # Python call level is ~5% of it (benchmarks/buffers.py times it against SB3's add).
+        writer = storage.fast_writers.get(td.batch_size)
+        steps = writer(td) if writer is not None and _fast.enabled() else None
+        if steps is None:
+            steps = storage.write(td)
         if steps and self._hooked:
             self._written(steps)
 

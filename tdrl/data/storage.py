@@ -115,8 +115,9 @@ class StreamStorage:
         self._key_index: dict[tuple[str, ...], int] = {}
         self._plan: _Plan = []
         self._copier: RowCopier | None = None
-        # batch size -> the fast twin's write for that validated layout (the copier's table)
-        self._writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
+        # batch size -> the fast twin's write for that validated layout (the copier's table; a
+        # writer returns the steps written, or None, nothing written, for the checked path)
+        self.fast_writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
 
     # the next time position to write, and the written positions per stream
     cursor, size = _Counter(0), _Counter(1)
@@ -154,7 +155,7 @@ class StreamStorage:
         self._key_index = {k: i for i, k in enumerate(self.keys)}
         self._plan = _plan(self.keys)
         self._copier = None
-        self._writers = {}
+        self.fast_writers = {}
 
     def _fast_copier(self) -> RowCopier | None:
         """The fast twin of writes and gathers, when the fast paths are on and it applies: host
@@ -163,7 +164,7 @@ class StreamStorage:
         if self._copier is None and self.leaves and _fast.supported():
             if self.device.type == "cpu" and not any(x.is_complex() for x in self.leaves):
                 self._copier = RowCopier(self.keys, self.leaves, self._counters)
-                self._writers = self._copier.writers
+                self.fast_writers = self._copier.writers
         return self._copier if _fast.enabled() else None
 
     # --- geometry (what the sampling rules read) -------------------------------------------
@@ -234,7 +235,7 @@ class StreamStorage:
 
     def write(self, td: TensorDictBase) -> int:
         """Write ``td`` at the cursor; returns the number of time steps written per stream."""
-        writer = self._writers.get(td.batch_size)  # validated layouts only (plain TensorDicts)
+        writer = self.fast_writers.get(td.batch_size)  # validated layouts only (plain TensorDicts)
         if writer is not None and _fast.enabled():
             steps = writer(td)
             if steps is not None:
@@ -287,6 +288,8 @@ class StreamStorage:
             x = td.get(_spell(k))
             if not isinstance(x, Tensor):
                 raise TypeError(f"key {_spell(k)!r}: expected a tensor, got {type(x).__name__}")
+            if x.is_meta:
+                raise ValueError(f"key {_spell(k)!r}: a meta tensor has no data to store")
             if x.shape[bdims:] != leaf.shape[2:]:
                 raise ValueError(
                     f"key {_spell(k)!r}: feature shape {tuple(x.shape[bdims:])} differs from the "

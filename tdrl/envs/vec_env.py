@@ -28,6 +28,7 @@ from tdrl.envs.specs import Leaf, action_spec, observation_leaves, observation_s
 # gymnasium's info entries for same-step autoreset (gymnasium/vector/vector_env.py, _add_info):
 # "final_obs" is an object array over envs, "_final_obs" the boolean mask of envs that ended.
 _FINAL_OBS, _FINAL_OBS_MASK = "final_obs", "_final_obs"
+_CPU = torch.device("cpu")
 
 EnvFactory = Callable[[], gym.Env]
 
@@ -423,7 +424,9 @@ class VecEnv:
         return out
 
     def _observation_td(self, observation: list[np.ndarray]) -> TensorDict:
-        td = TensorDict({}, batch_size=(self.num_envs,))
+        # device="cpu", as TorchRL's envs say: env I/O is on the CPU, and a replay buffer then
+        # checks the device once per batch instead of once per leaf.
+        td = TensorDict({}, batch_size=(self.num_envs,), device=_CPU)
         for leaf, value in zip(self.obs_leaves, observation, strict=True):
             # torch.tensor copies: the sync vector env reuses its arrays (copy=False).
             td.set(leaf.key, torch.tensor(value, dtype=leaf.dtype))

@@ -148,6 +148,25 @@ def test_other_tensordict_types_and_a_wrapping_time_batch(fast_mode):
     assert one.stream_storage.cursor == 4
 
 
+def test_cpu_device_batches_take_the_fast_path_and_meta_ones_are_refused(monkeypatch, fast_mode):
+    # device="cpu" (what VecEnv.step returns) lets the fast path read the device once per batch
+    # instead of per leaf; a batch on another device must still reach the checked path.
+    rb = ReplayBuffer(40, num_streams=4)
+    rb.extend(batch(0.0).to("cpu"))
+    storage = rb.stream_storage
+    checked = storage.write_checked
+    calls = []
+    monkeypatch.setattr(storage, "write_checked", lambda td: calls.append(1) or checked(td))
+    b = batch(1.0).to("cpu")
+    assert b.device == torch.device("cpu") and b["next"].device == torch.device("cpu")
+    rb.extend(b)
+    assert_last_step_is(rb, b)
+    assert len(calls) == (0 if fast_mode else 1)
+    with pytest.raises(ValueError, match="'action': a meta tensor has no data"):
+        rb.extend(batch(2.0).to("meta"))
+    assert len(calls) == (1 if fast_mode else 2) and len(rb) == 8  # checked, nothing written
+
+
 def test_prioritized_buffer_takes_the_fast_path_and_sets_new_priorities():
     rb = PrioritizedReplayBuffer(40, num_streams=4, alpha=1.0, eps=1e-12, generator=0)
     warm(rb)
