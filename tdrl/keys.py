@@ -58,6 +58,9 @@ COLLECTOR_TRAJ_IDS = (COLLECTOR, TRAJ_IDS)
 # Steps with a NaN or infinite observation, reward or action (Collector(on_nonfinite="flag")).
 NONFINITE = "nonfinite"
 COLLECTOR_NONFINITE = (COLLECTOR, NONFINITE)
+# RayCollector: the version of the policy weights that acted, and the worker that collected.
+COLLECTOR_POLICY_VERSION = (COLLECTOR, "policy_version")
+COLLECTOR_WORKER = (COLLECTOR, "worker")
 EPISODE_RETURN = "episode_return"
 EPISODE_LENGTH = "episode_length"
 # Name of the time dimension of a ``[num_envs, T]`` rollout (``TensorDict.names``).

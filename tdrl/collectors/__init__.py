@@ -2,5 +2,6 @@
 
 from tdrl.collectors.collector import Collector
 from tdrl.collectors.evaluate import evaluate
+from tdrl.collectors.ray_collector import RayCollector
 
-__all__ = ["Collector", "evaluate"]
+__all__ = ["Collector", "RayCollector", "evaluate"]

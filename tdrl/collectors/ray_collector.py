@@ -1,0 +1,369 @@
+"""Collection on Ray: the ``Collector`` interface over worker processes, on one machine or a
+cluster (the ``ray`` extra).
+
+Each worker is a Ray actor that owns a tdrl ``VecEnv`` and a copy of the policy, and runs a
+local :class:`~tdrl.collectors.Collector` over them; the learner's weights go out versioned, one
+``ray.put`` per update shared by every worker (not one copy per worker), and each worker loads
+them before its next rollout. Batches come back in tdrl's layout with two more entries:
+``("collector", "policy_version")`` (the version of the weights that acted) and
+``("collector", "worker")``; ``("collector", "traj_ids")`` are made unique across workers (worker
+``w`` of ``W`` keeps the ids ``≡ w (mod W)``, and a restarted worker continues above its old ones).
+
+- ``sync=True``: every batch is one rollout of every worker with the same weights, concatenated
+  along the env dim: with ``env`` an id and ``seed`` given, worker ``w`` steps the envs
+  ``w * num_envs ... (w + 1) * num_envs - 1`` of ``make_vec_env(env, W * num_envs, seed=seed)``,
+  so a deterministic policy gives the batches of a local collector over that env (traj ids aside).
+- ``sync=False``: whichever worker finishes first is yielded (stragglers do not hold the learner
+  back) and at once sent its next rollout with the newest weights. A batch whose weights are more
+  than ``max_policy_lag`` updates old when it arrives is not yielded: it is counted in
+  ``dropped_batches`` (its frames are not counted) and a warning says so the first time.
+
+A worker that dies (its process killed, its node lost) is restarted with a fresh env (new
+episodes) and its rollout asked again, up to ``max_restarts`` times in all; with
+``on_worker_failure="raise"`` the collector raises an error naming the worker instead. A rollout
+that raises inside a live worker (a bad action, a broken env) is raised here with the worker's
+index: that is a bug to see, not a failure to retry. No batch is counted twice: frames count
+only batches that reached the caller.
+
+Ray starts a local instance on first use (``ray.init()``, nothing to set up) unless one is
+running; ``address="host:port"`` (or ``"auto"``) joins a running cluster (``ray start --head``).
+"""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDict
+
+from tdrl import keys
+from tdrl.collectors.collector import Collector
+from tdrl.envs import VecEnv, make_vec_env
+
+__all__ = ["RayCollector"]
+
+EnvSource = str | Callable[[int], VecEnv]
+
+
+class _Worker:
+    """One Ray actor: a VecEnv, a policy copy and a local Collector over them."""
+
+    def __init__(
+        self,
+        index: int,
+        env: EnvSource,
+        num_envs: int,
+        seed: int | None,
+        env_kwargs: dict[str, Any],
+        policy: Any,
+        frames_per_batch: int,
+        init_random_frames: int,
+        deterministic: bool,
+    ) -> None:
+        torch.set_num_threads(1)  # one core per worker: the worker count sets the parallelism
+        first = None if seed is None else seed + index * num_envs
+        self.policy = policy
+        # An error here (an unknown env id, a bad factory) is kept and raised by the first
+        # rollout: a bug to report, where a failed actor start would look like a dead worker.
+        self.error: Exception | None = None
+        try:
+            vec = (
+                make_vec_env(env, num_envs, seed=first, **env_kwargs)
+                if isinstance(env, str)
+                else env(index)
+            )
+            self.collector = Collector(
+                vec,
+                policy,
+                frames_per_batch,
+                init_random_frames=init_random_frames,
+                deterministic=deterministic,
+                seed=first,
+            )
+        except Exception as err:
+            self.error = err
+
+    def rollout(self, weights: dict[str, torch.Tensor] | None, version: int) -> tuple[Any, ...]:
+        if self.error is not None:
+            raise self.error
+        if weights is not None and self.policy is not None:
+            self.policy.load_state_dict(weights)
+        batch = self.collector.rollout()
+        return batch, self.collector.episodes, version
+
+
+class RayCollector:
+    """Iterates over rollouts collected by ``num_workers`` Ray actors (see the module docstring).
+
+    Args:
+        env: an env id (worker ``w`` makes ``make_vec_env(env, num_envs, seed=seed + w *
+            num_envs, **env_kwargs)``) or a function ``worker_index -> VecEnv`` run in the worker.
+        policy: a TensorDictModule (sent to each worker once), or None for random actions. The
+            collector keeps a reference: :meth:`update_policy_weights_` sends its current weights.
+        frames_per_batch: frames per yielded batch. Sync: split evenly over the workers (a
+            multiple of ``num_workers * num_envs``); async: one worker's rollout (a multiple of
+            ``num_envs``).
+        total_frames: stop after this many frames (whole batches); -1: never.
+        num_workers: Ray actors, each with ``num_envs`` envs.
+        sync: see the module docstring. ``max_policy_lag``: async only, in policy updates.
+        init_random_frames: frames of random actions before the policy acts (shared out over the
+            workers).
+        address: a running Ray cluster to join; default: the running instance, or a local one.
+        on_worker_failure: ``"restart"`` (at most ``max_restarts`` restarts in all) or ``"raise"``.
+        num_cpus_per_worker: Ray's CPU reservation per actor (a local instance gets enough CPUs
+            for all workers).
+
+    Shapes:
+        batch ``[num_workers * num_envs, T]`` (sync) or ``[num_envs, T]`` (async).
+    """
+
+    def __init__(
+        self,
+        env: EnvSource,
+        policy: Any,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        *,
+        num_workers: int = 2,
+        num_envs: int = 1,
+        seed: int | None = None,
+        sync: bool = True,
+        max_policy_lag: int = 1,
+        init_random_frames: int = 0,
+        deterministic: bool = False,
+        env_kwargs: dict[str, Any] | None = None,
+        address: str | None = None,
+        on_worker_failure: Literal["restart", "raise"] = "restart",
+        max_restarts: int = 3,
+        num_cpus_per_worker: float = 1.0,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        per = num_workers * num_envs if sync else num_envs
+        if frames_per_batch <= 0 or frames_per_batch % per:
+            raise ValueError(
+                f"frames_per_batch={frames_per_batch} must be a positive multiple of {per} "
+                + ("(num_workers * num_envs)" if sync else "(num_envs)")
+            )
+        if max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be >= 0, got {max_policy_lag}")
+        if on_worker_failure not in ("restart", "raise"):
+            raise ValueError(
+                f"on_worker_failure must be 'restart' or 'raise', got {on_worker_failure!r}"
+            )
+        self.ray = _start_ray(address, num_workers * num_cpus_per_worker)
+        self.policy = policy
+        self.num_workers, self.num_envs, self.sync = num_workers, num_envs, sync
+        self.frames_per_batch, self.total_frames = frames_per_batch, total_frames
+        self.max_policy_lag, self.max_restarts = max_policy_lag, max_restarts
+        self.on_worker_failure = on_worker_failure
+        self.frames = 0
+        self.version = 0
+        self.restarts = 0
+        self.dropped_batches = 0
+        self.episodes = TensorDict({}, batch_size=[0])
+        try:
+            policy_ref = self.ray.put(policy)
+        except Exception as err:  # pickling errors come as TypeError, PicklingError, ...
+            raise TypeError(
+                f"the policy cannot be sent to Ray workers ({type(err).__name__}: {err}); it "
+                "must pickle (a module defined at import level of an installed package)"
+            ) from err
+        worker_frames = frames_per_batch // num_workers if sync else frames_per_batch
+        self._worker_args = (
+            env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames,
+            -(-init_random_frames // num_workers), deterministic,
+        )  # fmt: skip
+        self._actor = self.ray.remote(num_cpus=num_cpus_per_worker)(_Worker)
+        self.workers = [self._start(w) for w in range(num_workers)]
+        # traj id offset per worker (a multiple of W, raised past the old ids on a restart)
+        self._offsets = [0] * num_workers
+        self._max_id = [-1] * num_workers
+        self._weights_ref: Any = None  # the newest weights (None: the workers' initial copy)
+        self._sent = [0] * num_workers  # version each worker holds
+        self._pending: dict[Any, int] = {}  # async: in-flight rollout -> worker
+        self._warned_drop = False
+
+    # --- weights ---------------------------------------------------------------------------
+    def update_policy_weights_(self, weights: dict[str, torch.Tensor] | None = None) -> None:
+        """Send new weights (default: the policy's current ``state_dict``): one ``ray.put``,
+        loaded by each worker before its next rollout. Increments ``version``."""
+        if weights is None:
+            if self.policy is None:
+                raise ValueError("update_policy_weights_() without weights needs a policy")
+            weights = self.policy.state_dict()
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+        self.version += 1
+        self._weights_ref = self.ray.put(weights)
+
+    # --- iteration -------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[TensorDict]:
+        while self.total_frames < 0 or self.frames < self.total_frames:
+            yield self.rollout()
+
+    def rollout(self) -> TensorDict:
+        """One batch: every worker's rollout (sync) or the first one done (async)."""
+        if self.sync:
+            refs = [self._submit(w) for w in range(self.num_workers)]
+            parts = [self._result(w, ref) for w, ref in enumerate(refs)]
+            batch = torch.cat([p[0] for p in parts], dim=0)
+            self.episodes = torch.cat([p[1] for p in parts], dim=0)
+        else:
+            batch, self.episodes = self._next_async()
+        self.frames += batch.numel()
+        return batch
+
+    def _next_async(self) -> tuple[TensorDict, TensorDict]:
+        for w in range(self.num_workers):
+            if w not in self._pending.values():
+                self._pending[self._submit(w)] = w
+        while True:
+            ready, _ = self.ray.wait(list(self._pending), num_returns=1)
+            w = self._pending.pop(ready[0])
+            try:
+                batch, episodes, version = self._result(w, ready[0])
+            finally:
+                self._pending[self._submit(w)] = w  # keep every worker busy
+            if self.version - version <= self.max_policy_lag:
+                return batch, episodes
+            self.dropped_batches += 1
+            if not self._warned_drop:
+                self._warned_drop = True
+                warnings.warn(
+                    f"RayCollector dropped a batch of worker {w} acted by policy version "
+                    f"{version}, {self.version - version} updates old (max_policy_lag="
+                    f"{self.max_policy_lag}); dropped batches are counted in dropped_batches",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+
+    def _submit(self, w: int) -> Any:
+        fresh = self._weights_ref is not None and self._sent[w] != self.version
+        self._sent[w] = self.version
+        return self.workers[w].rollout.remote(self._weights_ref if fresh else None, self.version)
+
+    def _result(self, w: int, ref: Any) -> tuple[TensorDict, TensorDict, int]:
+        """The rollout ``ref`` of worker ``w``, asked again of a restarted worker if it died."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        while True:
+            try:
+                batch, episodes, version = self.ray.get(ref)
+                break
+            except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+                if self.on_worker_failure == "raise" or self.restarts >= self.max_restarts:
+                    raise RuntimeError(
+                        f"Ray worker {w} of {self.num_workers} died ({type(err).__name__}); "
+                        f"{self.restarts} restart(s) so far (on_worker_failure="
+                        f"{self.on_worker_failure!r}, max_restarts={self.max_restarts})"
+                    ) from err
+                self._restart(w, err)
+                ref = self._submit(w)
+            except Exception as err:
+                cause = getattr(err, "cause", None) or err  # RayTaskError: the worker's error
+                raise RuntimeError(
+                    f"rollout failed in Ray worker {w}: {type(cause).__name__}: {cause}"
+                ) from err
+        return self._tag(w, batch, version), self._tag_episodes(w, episodes), version
+
+    def _start(self, w: int) -> Any:
+        return self._actor.remote(w, *self._worker_args)
+
+    def _restart(self, w: int, err: Exception) -> None:
+        warnings.warn(
+            f"Ray worker {w} died ({type(err).__name__}); restarting it with fresh envs",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        self.restarts += 1
+        try:
+            self.ray.kill(self.workers[w])
+        except Exception:  # already gone
+            pass
+        self.workers[w] = self._start(w)
+        self._sent[w] = 0  # the new actor holds the initial weights: send the newest again
+        W = self.num_workers
+        self._offsets[w] = (self._max_id[w] // W + 1) * W  # above every id it gave out
+
+    def _global_ids(self, w: int, ids: torch.Tensor) -> torch.Tensor:
+        out = ids * self.num_workers + w + self._offsets[w]
+        if out.numel():
+            self._max_id[w] = max(self._max_id[w], int(out.max()))
+        return out
+
+    def _tag(self, w: int, batch: TensorDict, version: int) -> TensorDict:
+        batch.set(keys.COLLECTOR_TRAJ_IDS, self._global_ids(w, batch.get(keys.COLLECTOR_TRAJ_IDS)))
+        batch.set(keys.COLLECTOR_POLICY_VERSION, torch.full(batch.shape, version))
+        batch.set(keys.COLLECTOR_WORKER, torch.full(batch.shape, w))
+        return batch
+
+    def _tag_episodes(self, w: int, episodes: TensorDict) -> TensorDict:
+        if keys.TRAJ_IDS in episodes.keys():
+            episodes.set(keys.TRAJ_IDS, self._global_ids(w, episodes.get(keys.TRAJ_IDS)))
+        return episodes
+
+    # --- lifetime --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the workers (their envs are closed)."""
+        for worker in self.workers:
+            try:
+                self.ray.kill(worker)
+            except Exception:  # already gone
+                pass
+        self.workers = []
+        self._pending = {}
+
+    def __enter__(self) -> RayCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _start_ray(address: str | None, cpus: float) -> Any:
+    """The ``ray`` module, initialised: joined to ``address``, or a local instance."""
+    try:
+        import ray
+    except ImportError as err:
+        raise ImportError(
+            "RayCollector needs Ray: pip install -c constraints.txt -e '.[ray]'"
+        ) from err
+    if address is not None and address not in ("auto", "local"):
+        _check_reachable(address)
+    if ray.is_initialized():
+        return ray
+    if address is None or address == "local":
+        import os
+
+        ray.init(
+            num_cpus=max(os.cpu_count() or 1, int(cpus + 0.999)),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    else:
+        ray.init(address=address, log_to_driver=False)
+    return ray
+
+
+def _check_reachable(address: str, timeout: float = 3.0) -> None:
+    """A clear error within seconds when nothing listens at ``address`` (``ray.init`` itself
+    would retry for a long time)."""
+    host_port = address.removeprefix("ray://")
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(
+            f"Ray address {address!r}: expected 'host:port', 'ray://host:port' or 'auto'"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ConnectionError(
+            f"Ray address {address!r}: nothing answers at {host}:{port} within {timeout:.0f} s "
+            f"({err}); start a cluster there with `ray start --head` or leave address unset "
+            "for a local Ray"
+        ) from err

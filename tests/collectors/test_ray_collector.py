@@ -1,0 +1,141 @@
+"""RayCollector on a local Ray with 2 workers: the same batches as a local collector, versioned
+weights, the async lag bound, a killed worker, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from tdrl import keys
+from tdrl.collectors import Collector, RayCollector
+from tdrl.envs import make_vec_env
+from tdrl.modules import CategoricalActor
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def policy(seed: int = 0) -> CategoricalActor:
+    torch.manual_seed(seed)
+    return CategoricalActor(nn.Linear(4, 2))
+
+
+def same_but_ids(local, remote) -> bool:
+    return all(
+        torch.equal(local[k], remote[k])
+        for k in local.keys(True, True)
+        if k != keys.COLLECTOR_TRAJ_IDS
+    )
+
+
+def episode_ids(batch) -> list[list[int]]:
+    """Per env row, the trajectory id at each step, renumbered 0, 1, ... by first appearance."""
+    out = []
+    for row in batch[keys.COLLECTOR_TRAJ_IDS].tolist():
+        names: dict[int, int] = {}
+        out.append([names.setdefault(i, len(names)) for i in row])
+    return out
+
+
+def test_sync_batches_equal_the_local_collector_over_the_same_envs():
+    actor = policy()
+    local = Collector(make_vec_env("CartPole-v1", 4, seed=3), actor, 120, deterministic=True)
+    with RayCollector(
+        "CartPole-v1", actor, 120, num_workers=2, num_envs=2, seed=3, deterministic=True
+    ) as remote:
+        for step in range(4):
+            if step == 2:  # new weights reach the workers, versioned
+                with torch.no_grad():
+                    actor.net.weight.mul_(-1.0)
+                remote.update_policy_weights_()
+            mine, theirs = local.rollout(), remote.rollout()
+            assert theirs.shape == mine.shape == (4, 30)
+            assert same_but_ids(mine, theirs)
+            assert episode_ids(mine) == episode_ids(theirs)  # the same episode boundaries
+            version = theirs[keys.COLLECTOR_POLICY_VERSION]
+            assert (version == (1 if step >= 2 else 0)).all()
+            assert theirs[keys.COLLECTOR_WORKER][:, 0].tolist() == [0, 0, 1, 1]
+        ids = theirs[keys.COLLECTOR_TRAJ_IDS]
+        assert (ids[:2] % 2 == 0).all() and (ids[2:] % 2 == 1).all()  # unique across workers
+        assert remote.frames == local.frames == 480
+
+
+def test_async_batches_carry_their_version_within_the_lag_bound():
+    actor = policy()
+    with RayCollector(
+        "CartPole-v1", actor, 20, num_workers=2, num_envs=2, seed=0, sync=False,
+        max_policy_lag=1,
+    ) as remote:  # fmt: skip
+        lags, workers = [], set()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i, batch in enumerate(remote):
+                version = batch[keys.COLLECTOR_POLICY_VERSION].unique().tolist()
+                assert len(version) == 1  # one policy acted the whole batch
+                lags.append(remote.version - version[0])
+                workers.add(int(batch[keys.COLLECTOR_WORKER][0, 0]))
+                remote.update_policy_weights_()
+                if i % 3 == 2:  # two updates: the batch in flight becomes 2 versions old
+                    remote.update_policy_weights_()
+                if i == 8:
+                    break
+        assert max(lags) <= 1 and workers <= {0, 1}  # which worker is first is up to timing
+        assert remote.dropped_batches >= 1  # the too-old batches were not yielded, but counted
+        assert any("dropped a batch" in str(w.message) for w in caught)
+        assert remote.frames == 9 * 20  # only the yielded batches count
+
+
+def test_a_killed_worker_is_restarted_and_its_ids_stay_unique():
+    with RayCollector("CartPole-v1", policy(), 80, num_workers=2, num_envs=2, seed=1) as remote:
+        before = remote.rollout()
+        ray.kill(remote.workers[0])
+        with pytest.warns(RuntimeWarning, match="worker 0 died"):
+            after = remote.rollout()
+        assert remote.restarts == 1 and after.shape == before.shape
+        old_ids = set(before[keys.COLLECTOR_TRAJ_IDS][:2].flatten().tolist())
+        new_ids = set(after[keys.COLLECTOR_TRAJ_IDS][:2].flatten().tolist())
+        assert min(new_ids) > max(old_ids) and all(i % 2 == 0 for i in new_ids)
+        assert remote.frames == 160  # the lost rollout is not counted
+
+
+def test_a_killed_worker_raises_when_asked_to():
+    with RayCollector(
+        "CartPole-v1", policy(), 40, num_workers=2, num_envs=1, on_worker_failure="raise"
+    ) as remote:
+        remote.rollout()
+        ray.kill(remote.workers[1])
+        with pytest.raises(RuntimeError, match="Ray worker 1 of 2 died"):
+            remote.rollout()
+
+
+def test_bad_input_is_named_quickly():
+    with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
+        RayCollector("CartPole-v1", policy(), 40, num_workers=0)
+    with pytest.raises(ValueError, match=r"frames_per_batch=30 .* multiple of 4"):
+        RayCollector("CartPole-v1", policy(), 30, num_workers=2, num_envs=2)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="nothing answers at 127.0.0.1:9"):
+        RayCollector("CartPole-v1", policy(), 40, address="127.0.0.1:9")
+    assert time.monotonic() - start < 10
+    locked = policy()
+    locked.lock = threading.Lock()  # cannot be pickled
+    with pytest.raises(TypeError, match="cannot be sent to Ray workers"):
+        RayCollector("CartPole-v1", locked, 40)
+    with RayCollector("NoSuchEnv-v0", policy(), 40, num_workers=1) as remote:
+        with pytest.raises(RuntimeError, match="rollout failed in Ray worker 0: .*NoSuchEnv"):
+            remote.rollout()
