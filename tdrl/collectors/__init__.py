@@ -4,4 +4,7 @@ from tdrl.collectors.collector import Collector
 from tdrl.collectors.evaluate import evaluate
 from tdrl.collectors.ray_collector import RayCollector
 
-__all__ = ["Collector", "RayCollector", "evaluate"]
+# What the trainers' loops take: a local collector or one over Ray workers.
+AnyCollector = Collector | RayCollector
+
+__all__ = ["AnyCollector", "Collector", "RayCollector", "evaluate"]

@@ -242,6 +242,10 @@ class Collector:
             batch = batch.to(self.storing_device, non_blocking=True)
         return batch
 
+    def shutdown(self) -> None:
+        """Close the env (TorchRL's collectors' name; :class:`RayCollector` stops its workers)."""
+        self.env.close()
+
     # --- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Counters, the pending observation and its ``"is_init"`` flags, running episode

@@ -307,6 +307,32 @@ class RayCollector:
             episodes.set(keys.TRAJ_IDS, self._global_ids(w, episodes.get(keys.TRAJ_IDS)))
         return episodes
 
+    # --- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Counters (frames, policy version, restarts, dropped batches) and the traj-id state,
+        for a checkpoint. The workers' envs are not saved (they are elsewhere)."""
+        return {
+            "frames": self.frames,
+            "version": self.version,
+            "restarts": self.restarts,
+            "dropped_batches": self.dropped_batches,
+            "max_id": list(self._max_id),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore :meth:`state_dict`; returns False: the workers go on with fresh episodes
+        (new traj ids above the saved ones), so a resumed run is not identical."""
+        self.frames, self.version = int(state["frames"]), int(state["version"])
+        self.restarts, self.dropped_batches = int(state["restarts"]), int(state["dropped_batches"])
+        W = self.num_workers
+        self._max_id = [int(i) for i in state["max_id"]]
+        self._offsets = [(i // W + 1) * W for i in self._max_id]
+        if self.policy is not None:
+            self.update_policy_weights_()  # the loaded weights reach the workers
+            self.version = int(state["version"])
+            self._sent = [-1] * W  # every worker is sent them with its next rollout
+        return False
+
     # --- lifetime --------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Stop the workers (their envs are closed)."""

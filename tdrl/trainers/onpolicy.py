@@ -21,7 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl.modules import set_recurrent_mode
 
-from tdrl.collectors import Collector
+from tdrl.collectors import AnyCollector, Collector
 from tdrl.envs import VecEnv
 from tdrl.modules import RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
@@ -254,7 +254,7 @@ def natural_gradient_update(
 
 
 def train_on_policy(
-    collector: Collector,
+    collector: AnyCollector,
     update: Callable[[TensorDictBase], dict[str, float]],
     *,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
@@ -300,16 +300,19 @@ def run_on_policy(
     update: Callable[[TensorDictBase], dict[str, float]],
     *,
     extra_state: Mapping[str, Any] | None = None,
+    collector: AnyCollector | None = None,
 ) -> dict[str, float]:
-    """A recipe's on-policy run, from start to report: a :class:`Collector` of
-    ``cfg.frames_per_batch`` steps over ``parts.env`` acting with ``parts.actor``, the optimizer's
+    """A recipe's on-policy run, from start to report: ``collector`` (default: a
+    :class:`Collector` of ``cfg.frames_per_batch`` steps over ``parts.env`` acting with
+    ``parts.actor``; IMPALA passes a :class:`RayCollector`), the optimizer's
     :func:`lr_schedule`, and :func:`train_on_policy` inside a :class:`Run` (``--resume``
     continues one) that counts the gradient steps (the metrics' ``"updates"``), logs, evaluates
     and checkpoints (actor, critic, optimizer, schedule and ``extra_state``) after every batch
     (:meth:`Run.end_batch`), and at the end reports (final evaluation, ``curve.png``, CSV,
     TensorBoard) and closes the envs; returns :meth:`Run.finish`'s metrics."""
     actor = parts.actor
-    collector = Collector(parts.env, actor, cfg.frames_per_batch, total_frames=cfg.total_frames)
+    if collector is None:
+        collector = Collector(parts.env, actor, cfg.frames_per_batch, cfg.total_frames)
     scheduler = lr_schedule(optimizer, cfg)
     state = {"actor": actor, "critic": parts.critic, "optimizer": optimizer, "scheduler": scheduler}
     state.update(extra_state or {})

@@ -23,7 +23,7 @@ from torchrl.data import Bounded
 from tqdm import tqdm
 
 from tdrl import keys
-from tdrl.collectors import Collector, evaluate
+from tdrl.collectors import AnyCollector, evaluate
 from tdrl.data import ReplayBuffer
 from tdrl.envs import VecEnv, from_torchrl, make_vec_env
 from tdrl.trainers.checkpoint import (
@@ -179,7 +179,7 @@ def evaluate_and_log(
 
 def save_run(
     root: Path,
-    collector: Collector,
+    collector: AnyCollector,
     counters: Mapping[str, Any],
     buffer: ReplayBuffer | None = None,
     **objects: Any,
@@ -207,7 +207,7 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def resume_run(
-    root: Path, collector: Collector, buffer: ReplayBuffer | None = None, **objects: Any
+    root: Path, collector: AnyCollector, buffer: ReplayBuffer | None = None, **objects: Any
 ) -> dict[str, Any] | None:
     """Load the newest complete checkpoint of the run folder ``root`` into fresh objects;
     returns its counters (None when there is no checkpoint).
@@ -354,7 +354,7 @@ class Run:
         self.last_eval: dict[str, float] = {}
         self.metrics: dict[str, Any] = {}
         self.frames = 0
-        self.collector: Collector | None = None
+        self.collector: AnyCollector | None = None
         self._logger: Logger | None = None
         self._bar: tqdm | None = None
         self._start = 0.0
@@ -400,7 +400,7 @@ class Run:
     def updates(self, value: int) -> None:
         self.counters["updates"] = value
 
-    def start(self, collector: Collector, *, resume: bool | None = None) -> None:
+    def start(self, collector: AnyCollector, *, resume: bool | None = None) -> None:
         """Resume from the folder's checkpoint (when ``resume``, default the constructor's, and
         one exists); open the logs, flush subnormals if asked and start the clock."""
         self.collector = collector
@@ -417,7 +417,7 @@ class Run:
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]
 
-    def end_batch(self, collector: Collector, metrics: Any = None) -> bool:
+    def end_batch(self, collector: AnyCollector, metrics: Any = None) -> bool:
         """Log, evaluate and checkpoint after a batch's updates; returns True to stop.
 
         ``metrics`` (a mapping or a flat TensorDict of floats or one-element tensors, e.g. a loss
@@ -520,7 +520,7 @@ class Run:
         if logger is not None:
             logger.close()
         if self.collector is not None:
-            self.collector.env.close()
+            self.collector.shutdown()
         self.eval_env.close()
 
     def finish(self) -> dict[str, float]:
@@ -563,7 +563,7 @@ def start_run(
     cfg: RunConfig,
     algo: str,
     state: Mapping[str, Any],
-    collector: Collector,
+    collector: AnyCollector,
     *,
     eval_env: VecEnv,
     policy: Callable[[TensorDictBase], TensorDictBase],

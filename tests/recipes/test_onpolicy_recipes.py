@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes import a2c, ppo, reinforce, trpo
+from recipes import a2c, impala, ppo, reinforce, trpo
 from tdrl.trainers import latest_checkpoint, read_csv
 
 # NPG is trpo.py with --algo npg (one recipe for both natural-gradient methods).
 RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
 # Recurrent actors: ppo.py / a2c.py with --recurrent.
 RECIPES |= {"ppo_lstm": ppo, "a2c_gru": a2c}
+# IMPALA with tdrl's local Collector here; on Ray workers in tests/recipes/test_impala.py.
+RECIPES |= {"impala": impala}
 
 # Small enough for seconds, large enough for episode ends, resets and several batches.
 TINY = dict(
@@ -36,6 +38,7 @@ TINY_EXTRA = {
     "npg": dict(algo="npg"),
     "ppo_lstm": dict(epochs=2, minibatch_size=32, recurrent="lstm", seq_len=8),
     "a2c_gru": dict(log_every=1, recurrent="gru", seq_len=16),
+    "impala": dict(collector="local"),
 }
 
 
@@ -84,6 +87,7 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("ppo", "CartPole-v1"),
         ("trpo", "Pendulum-v1"),
         ("a2c", "Hopper-v5"),
+        ("impala", "Hopper-v5"),
         ("ppo_lstm", "CartPoleNoVel-v1"),  # the LSTM state is in the checkpoint
         ("ppo_lstm", "HopperNoVel-v5"),
     ],
@@ -171,3 +175,20 @@ def test_device_flag_runs_on_cpu_and_refuses_a_missing_gpu(tmp_path: Path) -> No
             tiny("ppo", tmp_path, device="cuda")
     with pytest.raises(ValueError, match="--device must be cpu, cuda"):
         tiny("ppo", tmp_path, device="meta")
+
+
+@pytest.mark.ray
+def test_impala_on_ray_workers_sees_ratios_away_from_one_only_when_stale(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    for collector in ("ray", "local"):
+        cfg = tiny("impala", tmp_path / collector, env_id="CartPole-v1", collector=collector)
+        result = impala.main(dataclasses.replace(cfg, total_frames=1_600, log_every=1))
+        assert result["frames"] == 1_600
+        rows = read_csv(tmp_path / collector / "train.csv")
+        deviation = [row["rho_deviation"] for row in rows]
+        if collector == "ray":
+            # Two workers act while the learner steps: after the first update every rollout was
+            # acted by weights at least one update old, and V-trace's pi/mu differs from 1.
+            assert deviation[0] < 1e-5 and min(deviation[1:]) > 1e-4
+        else:  # tdrl's own Collector: the learner's weights acted every rollout
+            assert max(deviation) < 1e-5
