@@ -13,6 +13,7 @@ those steps are not counted (on Hopper with a random policy, about one step in t
 
     python benchmarks/collector.py            # full run (about 8 minutes on 2 shared cores)
     python benchmarks/collector.py --quick    # smoke run (under a minute)
+    python benchmarks/collector.py --ray      # Ray scaling: 1 and 2 workers, and a projection
 """
 
 from __future__ import annotations
@@ -309,6 +310,141 @@ RUNNERS: dict[str, Runner] = {
 }
 
 
+# ------------------------------------------------------------------------------ Ray scaling
+def _torchrl_env(env_id: str, num_envs: int) -> Callable[[], Any]:
+    def make() -> Any:
+        from torchrl.envs import DoubleToFloat, GymEnv, SerialEnv, TransformedEnv
+
+        return TransformedEnv(SerialEnv(num_envs, lambda: GymEnv(env_id)), DoubleToFloat())
+
+    return make
+
+
+def _batches_rate(collector: Any, batches: int) -> float:
+    """Frames per second over ``batches`` batches, after one warm-up batch."""
+    iterator = iter(collector)
+    next(iterator)
+    start, frames = time.perf_counter(), 0
+    for _ in range(batches):
+        frames += next(iterator).numel()
+    return _rate(frames, start)
+
+
+def ray_scaling(env_id: str, num_envs: int, steps: int, batches: int) -> None:
+    """Env steps per second with 1 and 2 Ray workers (tdrl's RayCollector, sync and async, and
+    TorchRL's Ray collector) against the local collector, then the measured cost of each part of
+    a Ray batch and what they project for 8, 32 and 128 workers."""
+    import ray
+    from torchrl.collectors.distributed import RayCollector as TorchRLRayCollector
+
+    from tdrl.collectors import RayCollector
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    obs_dim, act_dim = _dims(env_id)
+    out_keys = [keys.ACTION, keys.LOC, keys.SCALE, keys.ACTION_LOG_PROB]
+    policy = TensorDictModule(GaussianMLP(obs_dim, act_dim), [keys.OBSERVATION], out_keys)
+    per_worker = num_envs * steps
+    rows: dict[str, float] = {}
+    env = make_vec_env(env_id, num_envs, seed=0)
+    rows[f"tdrl Collector, local, {num_envs} envs"] = _batches_rate(
+        Collector(env, policy, per_worker), batches
+    )
+    env.close()
+    env = make_vec_env(env_id, 2 * num_envs, seed=0)
+    rows[f"tdrl Collector, local, {2 * num_envs} envs"] = _batches_rate(
+        Collector(env, policy, 2 * per_worker), batches
+    )
+    env.close()
+    for workers in (1, 2):
+        for sync in (True, False):
+            frames = per_worker * workers if sync else per_worker
+            with RayCollector(
+                env_id, policy, frames, num_workers=workers, num_envs=num_envs, seed=0, sync=sync
+            ) as collector:
+                name = f"tdrl RayCollector, {workers} worker(s), {'sync' if sync else 'async'}"
+                rows[name] = _batches_rate(collector, batches if sync else batches * workers)
+        frames = per_worker * workers
+        theirs = TorchRLRayCollector(
+            [_torchrl_env(env_id, num_envs)] * workers, policy, frames_per_batch=frames,
+            total_frames=frames * (batches + 2), sync=True, remote_configs={"num_cpus": 1},
+        )  # fmt: skip
+        rows[f"TorchRL RayCollector, {workers} worker(s), sync"] = _batches_rate(theirs, batches)
+        theirs.shutdown()
+    local = rows[f"tdrl Collector, local, {num_envs} envs"]
+    print(f"\nRay scaling, {env_id}, MLP policy, {num_envs} envs per worker, {steps} steps each:")
+    for name, rate in rows.items():
+        print(f"  {name:46s} {rate:8.0f} env steps/s ({rate / local:.2f}x local {num_envs} envs)")
+
+    # Parts of one async Ray batch, measured here (one machine: the object store is local memory)
+    with RayCollector(env_id, policy, per_worker, num_workers=1, num_envs=num_envs, seed=0) as rc:
+        batch = rc.rollout()
+        rollout_s = per_worker / local  # a worker's collection time for its batch
+        echo = ray.remote(num_cpus=1)(_Echo).remote(batch)
+        ray.get(echo.batch.remote())
+        start = time.perf_counter()
+        for _ in range(20):
+            ray.get(echo.batch.remote())
+        call_s = (time.perf_counter() - start) / 20  # ask, serialize, move, deserialize
+        ready = echo.batch.remote()
+        ray.wait([ready])
+        start = time.perf_counter()
+        ray.get(ready)
+        get_s = time.perf_counter() - start  # the driver's share: deserialize a ready batch
+        parts = [batch.clone() for _ in range(2)]
+        start = time.perf_counter()
+        for _ in range(20):
+            for part in parts:
+                rc._tag(0, part, 0)
+        tag_s = (time.perf_counter() - start) / 40
+        weights = dict(policy.state_dict())
+        start = time.perf_counter()
+        for _ in range(20):
+            ref = ray.put(weights)
+        put_s = (time.perf_counter() - start) / 20
+        ray.get(echo.load.remote(ref))
+        start = time.perf_counter()
+        for _ in range(20):
+            ray.get(echo.load.remote(ray.put(weights)))
+        load_s = (time.perf_counter() - start) / 20 - put_s
+        ray.kill(echo)
+    driver_s = get_s + tag_s
+    print(
+        f"\nper-batch parts ({per_worker} frames, {batch.bytes() / 1e6:.2f} MB; weights "
+        f"{sum(v.numel() * v.element_size() for v in weights.values()) / 1e3:.1f} kB):\n"
+        f"  worker: collect {rollout_s * 1e3:.1f} ms, weight load {load_s * 1e3:.2f} ms; "
+        f"call round trip (serialize + move) {call_s * 1e3:.2f} ms\n"
+        f"  driver: deserialize {get_s * 1e3:.2f} ms + tag {tag_s * 1e3:.2f} ms per batch; "
+        f"weight put {put_s * 1e3:.2f} ms per update (once, any number of workers)"
+    )
+    print("projection, async, one machine per worker's cores, no learner time:")
+    for workers in (8, 32, 128):
+        produced = workers * per_worker / (rollout_s + load_s + call_s)
+        consumed = per_worker / driver_s
+        bound = "driver" if consumed < produced else "workers"
+        print(
+            f"  {workers:4d} workers: {min(produced, consumed):10.0f} env steps/s "
+            f"(workers make {produced:.0f}, the driver takes {consumed:.0f}: {bound}-bound)"
+        )
+    print(
+        "  (a cluster adds the network: a batch and each worker's weight copy cross it once; "
+        "the weights go out in one put, so their cost on the driver does not grow with workers)"
+    )
+
+
+class _Echo:
+    """A Ray actor that returns a stored batch, and loads weights: the transfer costs alone."""
+
+    def __init__(self, batch: Any) -> None:
+        self._batch = batch
+
+    def batch(self) -> Any:
+        return self._batch
+
+    def load(self, weights: dict[str, torch.Tensor]) -> int:
+        return len(weights)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run, one round")
@@ -316,7 +452,15 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None, help="frames per measurement")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
+    parser.add_argument(
+        "--ray", action="store_true", help="only the Ray scaling table (the ray extra)"
+    )
     args = parser.parse_args()
+    if args.ray:
+        torch.set_num_threads(1)
+        warnings.filterwarnings("ignore")
+        ray_scaling(args.envs[0], num_envs=4, steps=200, batches=3 if args.quick else 10)
+        return
     frames = args.frames or (1_600 if args.quick else 8_000)
     rounds = args.rounds or (1 if args.quick else 2)
     torch.set_num_threads(1)  # every library runs its policy on one thread
