@@ -12,7 +12,8 @@ order they arrive, takes one RMSprop step on the whole rollout with the A2C loss
 targets and advantages (``VTrace``: the clipped importance ratio of the current policy to the
 behaviour policy's stored ``"action_log_prob"``), and sends its new weights (one ``ray.put``).
 A batch acted by weights more than ``max_policy_lag`` updates old is dropped (counted).
-``"rho_deviation"`` in the logs is the mean |pi/mu - 1| of a batch: 0 without staleness.
+``"rho_deviation"`` in the logs is the mean |pi/mu - 1| of a batch (0 without staleness) and
+``"policy_lag"`` the number of updates between the weights that acted and the learner's.
 
 Defaults follow the paper's single-learner setting where it carries over (RMSprop with alpha
 0.99; entropy 0.01; baseline 0.5; gradient norm 40; rho_bar = c_bar = 1; unroll 20), with a
@@ -29,7 +30,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys, trainers
-from tdrl.collectors import AnyCollector, Collector, RayCollector
+from tdrl.collectors import RayCollector
 from tdrl.estimators import VTrace
 from tdrl.objectives import A2CLoss
 
@@ -53,14 +54,11 @@ class Config(trainers.AdvantageConfig):
     max_grad_norm: float = 40.0
     eval_every: int = 20_000
     checkpoint_every: int = 100_000
-    collector: Literal["ray", "local"] = "ray"
-    """ray: rollouts from Ray actors, first done first used; local: tdrl's Collector."""
-    num_workers: int = 2
-    """Ray actors collecting in parallel."""
+    collector: Literal["local", "ray"] = "ray"
+    """ray: rollouts from num_workers Ray actors, first done first used; local: tdrl's Collector
+    (no staleness)."""
     max_policy_lag: int = 4
     """drop a rollout acted by weights more than this many updates old."""
-    ray_address: str = ""
-    """a running Ray cluster to join ('auto', 'host:port'); empty: a local Ray."""
     rho_thresh: float = 1.0
     """V-trace rho_bar (clip of the importance ratio in the targets and the advantage)."""
     c_thresh: float = 1.0
@@ -69,18 +67,13 @@ class Config(trainers.AdvantageConfig):
 
 def main(cfg: Config) -> dict[str, float]:
     """Train IMPALA as configured; returns the last evaluation and the last update's metrics."""
-    # 1-2. envs and networks (the local training envs give the specs; Ray workers make their own)
+    # 1-2. envs and networks (with Ray, the workers make their own envs)
     parts = trainers.on_policy_setup(cfg)
-    collector: AnyCollector
-    if cfg.collector == "ray":
-        parts.env.close()
-        collector = RayCollector(
-            cfg.env_id, parts.actor, cfg.frames_per_batch, cfg.total_frames,
-            num_workers=cfg.num_workers, num_envs=cfg.num_envs, seed=cfg.seed, sync=False,
-            max_policy_lag=cfg.max_policy_lag, address=cfg.ray_address or None,
-        )  # fmt: skip
-    else:
-        collector = Collector(parts.env, parts.actor, cfg.frames_per_batch, cfg.total_frames)
+    # first finished rollout first (sync=False): the workers act with stale weights
+    collector = trainers.make_collector(
+        cfg, parts.env, parts.actor, cfg.frames_per_batch, sync=False,
+        max_policy_lag=cfg.max_policy_lag,
+    )  # fmt: skip
     # 3. loss on V-trace targets; the estimator scores the taken actions with the current actor
     loss = A2CLoss(
         parts.actor,
@@ -106,10 +99,11 @@ def main(cfg: Config) -> dict[str, float]:
         metrics = trainers.on_policy_update(
             batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
         )
-        if isinstance(collector, RayCollector):
-            collector.update_policy_weights_()  # one ray.put; each worker loads it once
+        if isinstance(collector, RayCollector):  # updates between acting and learning
+            acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
+            metrics["policy_lag"] = float(collector.version - acted)
             metrics["dropped_batches"] = float(collector.dropped_batches)
-        return {**metrics, "rho_deviation": deviation}
+        return {**metrics, "rho_deviation": deviation}  # the loop then sends the new weights
 
     # 4. loop: first finished rollout -> V-trace update -> weights out -> log, evaluate,
     #    checkpoint; 5. report (trainers.run_on_policy)

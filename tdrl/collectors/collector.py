@@ -242,6 +242,10 @@ class Collector:
             batch = batch.to(self.storing_device, non_blocking=True)
         return batch
 
+    def update_policy_weights_(self) -> None:
+        """Nothing to do: this collector acts with the learner's own module (TorchRL's collectors
+        have the method too; :class:`RayCollector` sends the weights to its workers)."""
+
     def shutdown(self) -> None:
         """Close the env (TorchRL's collectors' name; :class:`RayCollector` stops its workers)."""
         self.env.close()

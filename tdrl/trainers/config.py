@@ -24,7 +24,8 @@ _POSITIVE = {
     "total_frames", "num_envs", "eval_episodes", "eval_envs", "threads", "frames_per_batch",
     "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
-    "target_update_interval", "recurrent_size", "seq_len", "slice_len",
+    "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
+    "steps_per_batch",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
@@ -101,6 +102,13 @@ class RunConfig:
     env_backend: Literal["gymnasium", "envpool", "torchrl"] = "gymnasium"
     """who runs the training envs: gymnasium vector envs, envpool's C++ threads (sync only), or
     TorchRL's GymEnv (a SerialEnv of num_envs) through tdrl.envs.from_torchrl."""
+    collector: Literal["local", "ray"] = "local"
+    """local: tdrl's Collector in this process; ray: a RayCollector of num_workers Ray actors
+    with num_envs envs each (the ray extra), weights sent after every update."""
+    num_workers: int = 2
+    """collector=ray: Ray workers."""
+    ray_address: str = ""
+    """collector=ray: a running Ray cluster to join ('auto', 'host:port'); empty: a local Ray."""
     eval_every: int = 20_000
     """env steps between deterministic evaluations (0: only at the end)."""
     eval_episodes: int = 10
@@ -182,6 +190,9 @@ class OffPolicyConfig(RunConfig):
     """uniform random steps before the policy acts and learning starts."""
     utd_ratio: float = 1.0
     """gradient steps per env step (the update-to-data ratio)."""
+    steps_per_batch: int = 1
+    """env steps of each env per collected batch, stored before its gradient steps (1: SB3's
+    and Tianshou's default; with collector=ray, e.g. 50: fewer round trips to the workers)."""
     batch_size: int = 256
     """transitions per gradient step."""
     buffer_size: int = 1_000_000

@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys
-from tdrl.collectors import Collector
+from tdrl.collectors import AnyCollector
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
 from tdrl.envs import VecEnv
 from tdrl.objectives import HardUpdate, SoftUpdate, total_loss
@@ -237,7 +237,7 @@ def train_off_policy(
     cfg: OffPolicyConfig,
     algo: str,
     state: Mapping[str, Any],
-    collector: Collector,
+    collector: AnyCollector,
     buffer: ReplayBuffer,
     step: Step,
     *,
@@ -270,6 +270,7 @@ def train_off_policy(
                 run.updates += 1
                 metrics = step(buffer.sample(cfg.batch_size), run.updates)
                 out = out if metrics is None else metrics
+            collector.update_policy_weights_()  # Ray workers act with the new weights next
             if run.end_batch(collector, out):
                 break
         return run.finish()
@@ -307,7 +308,10 @@ def run_actor_critic(
     buffer = make_replay_buffer(
         cfg.buffer_size, n_steps=n_steps, gamma=cfg.gamma, seed=cfg.seed, device=cfg.torch_device
     )
-    collector = Collector(env, policy, cfg.num_envs, cfg.total_frames, cfg.init_random_frames)
+    from tdrl.trainers.run import make_collector  # run.py imports this module
+
+    frames = cfg.num_envs * cfg.steps_per_batch * (cfg.num_workers if cfg.collector == "ray" else 1)
+    collector = make_collector(cfg, env, policy, frames, init_random_frames=cfg.init_random_frames)
     step = actor_critic_step(
         loss, optimizer, target_updater, actor_every=actor_every,
         targets_with_actor=targets_with_actor,

@@ -21,13 +21,13 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl.modules import set_recurrent_mode
 
-from tdrl.collectors import AnyCollector, Collector
+from tdrl.collectors import AnyCollector
 from tdrl.envs import VecEnv
 from tdrl.modules import RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
 from tdrl.trainers.config import OnPolicyConfig
 from tdrl.trainers.optim import optimizer_step
-from tdrl.trainers.run import episode_metrics, setup, start_run
+from tdrl.trainers.run import episode_metrics, make_collector, setup, start_run
 
 # The metric that on_policy_update and natural_gradient_update count their gradient steps in.
 UPDATES = "updates"
@@ -284,6 +284,7 @@ def train_on_policy(
             scheduler.step()
         if obs_norm is not None:
             obs_norm.update(batch.get(obs_norm.in_keys[0]))
+        collector.update_policy_weights_()  # Ray workers act with the new weights next
         history.append(
             {**metrics, "frames": float(collector.frames), **episode_metrics(collector.episodes)}
         )
@@ -312,7 +313,7 @@ def run_on_policy(
     TensorBoard) and closes the envs; returns :meth:`Run.finish`'s metrics."""
     actor = parts.actor
     if collector is None:
-        collector = Collector(parts.env, actor, cfg.frames_per_batch, cfg.total_frames)
+        collector = make_collector(cfg, parts.env, actor, cfg.frames_per_batch)
     scheduler = lr_schedule(optimizer, cfg)
     state = {"actor": actor, "critic": parts.critic, "optimizer": optimizer, "scheduler": scheduler}
     state.update(extra_state or {})

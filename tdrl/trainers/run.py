@@ -23,7 +23,7 @@ from torchrl.data import Bounded
 from tqdm import tqdm
 
 from tdrl import keys
-from tdrl.collectors import AnyCollector, evaluate
+from tdrl.collectors import AnyCollector, Collector, RayCollector, evaluate
 from tdrl.data import ReplayBuffer
 from tdrl.envs import VecEnv, from_torchrl, make_vec_env
 from tdrl.trainers.checkpoint import (
@@ -104,6 +104,34 @@ def _make_envs(
             )
     env = training_envs(cfg)
     return env, eval_env
+
+
+def make_collector(
+    cfg: RunConfig,
+    env: VecEnv,
+    policy: Any,
+    frames_per_batch: int,
+    *,
+    init_random_frames: int = 0,
+    sync: bool = True,
+    max_policy_lag: int = 1,
+) -> AnyCollector:
+    """``cfg.collector``'s collector: tdrl's :class:`Collector` over ``env``, or (``"ray"``) a
+    :class:`RayCollector` of ``cfg.num_workers`` actors with ``cfg.num_envs`` envs each, seeded
+    like ``env`` (which is then closed: the workers make their own)."""
+    if cfg.collector == "local":
+        return Collector(env, policy, frames_per_batch, cfg.total_frames, init_random_frames)
+    if cfg.env_backend != "gymnasium":
+        raise ValueError(
+            f"collector='ray' makes gymnasium envs, not env_backend={cfg.env_backend!r}"
+        )
+    env.close()
+    return RayCollector(
+        cfg.env_id, policy, frames_per_batch, cfg.total_frames, num_workers=cfg.num_workers,
+        num_envs=cfg.num_envs, seed=cfg.seed, sync=sync, max_policy_lag=max_policy_lag,
+        init_random_frames=init_random_frames, address=cfg.ray_address or None,
+        env_kwargs={"mode": cfg.mode},
+    )  # fmt: skip
 
 
 def training_envs(cfg: RunConfig) -> VecEnv:

@@ -233,3 +233,17 @@ def test_mujoco_warnings_reach_the_run_log(tmp_path):
     log = (Path(cfg.log_dir) / "warnings.log").read_text()
     assert "MuJoCoWarning: MuJoCo: " in log and "settotalmass" in log
     assert "after the run" not in log
+
+
+@pytest.mark.ray
+def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
+    pytest.importorskip("ray")
+    module, cfg = config(
+        "sac", tmp_path, collector="ray", num_workers=2, steps_per_batch=10, checkpoint_every=0
+    )  # 2 workers x 1 env x 10 steps = 20 frames a batch, stored as 2 streams
+    result = module.main(cfg)
+    assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
+    # each batch's gradient steps after it, at the update-to-data ratio after the warm-up
+    expected = math.floor(cfg.utd_ratio * (cfg.total_frames - cfg.init_random_frames + 1) + 1e-9)
+    assert result["updates"] == expected
+    assert math.isfinite(result["loss_actor"])

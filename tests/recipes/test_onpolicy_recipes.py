@@ -187,8 +187,20 @@ def test_impala_on_ray_workers_sees_ratios_away_from_one_only_when_stale(tmp_pat
         rows = read_csv(tmp_path / collector / "train.csv")
         deviation = [row["rho_deviation"] for row in rows]
         if collector == "ray":
-            # Two workers act while the learner steps: after the first update every rollout was
-            # acted by weights at least one update old, and V-trace's pi/mu differs from 1.
-            assert deviation[0] < 1e-5 and min(deviation[1:]) > 1e-4
+            # Two workers act while the learner steps: a rollout acted by older weights (lag > 0)
+            # has V-trace ratios pi/mu away from 1; one acted by the learner's own, exactly 1.
+            lag = [row["policy_lag"] for row in rows]
+            assert sum(a > 0 for a in lag) >= len(rows) // 2 and max(lag) <= cfg.max_policy_lag
+            assert all((d > 1e-4) == (a > 0) for d, a in zip(deviation, lag, strict=True))
+            assert all(d < 1e-5 for d, a in zip(deviation, lag, strict=True) if a == 0)
         else:  # tdrl's own Collector: the learner's weights acted every rollout
             assert max(deviation) < 1e-5
+
+
+@pytest.mark.ray
+def test_ppo_collects_on_ray_workers(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    cfg = tiny("ppo", tmp_path, env_id="CartPole-v1", collector="ray", num_workers=2)
+    result = ppo.main(cfg)  # 64 frames a batch: 2 workers x 2 envs x 16 steps
+    assert result["frames"] == cfg.total_frames and result["updates"] == 6 * 2 * 2
+    assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [192, 384]
