@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys, trainers
-from tdrl.collectors import RayCollector
+from tdrl.collectors import WorkerCollector
 from tdrl.estimators import VTrace
 from tdrl.objectives import A2CLoss
 
@@ -54,9 +54,9 @@ class Config(trainers.AdvantageConfig):
     max_grad_norm: float = 40.0
     eval_every: int = 20_000
     checkpoint_every: int = 100_000
-    collector: Literal["local", "ray"] = "ray"
-    """ray: rollouts from num_workers Ray actors, first done first used; local: tdrl's Collector
-    (no staleness)."""
+    collector: Literal["local", "ray", "process"] = "ray"
+    """ray: rollouts from num_workers Ray actors, first done first used; process: the same on
+    local subprocesses; local: tdrl's Collector (no staleness)."""
     max_policy_lag: int = 4
     """drop a rollout acted by weights more than this many updates old."""
     rho_thresh: float = 1.0
@@ -99,7 +99,7 @@ def main(cfg: Config) -> dict[str, float]:
         metrics = trainers.on_policy_update(
             batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
         )
-        if isinstance(collector, RayCollector):  # updates between acting and learning
+        if isinstance(collector, WorkerCollector):  # updates between acting and learning
             acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
             metrics["policy_lag"] = float(collector.version - acted)
             metrics["dropped_batches"] = float(collector.dropped_batches)

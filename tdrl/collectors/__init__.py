@@ -2,9 +2,16 @@
 
 from tdrl.collectors.collector import Collector
 from tdrl.collectors.evaluate import evaluate
-from tdrl.collectors.ray_collector import RayCollector
+from tdrl.collectors.workers import ProcessCollector, RayCollector, WorkerCollector
 
 # What the trainers' loops take: a local collector or one over Ray workers.
-AnyCollector = Collector | RayCollector
+AnyCollector = Collector | WorkerCollector
 
-__all__ = ["AnyCollector", "Collector", "RayCollector", "evaluate"]
+__all__ = [
+    "AnyCollector",
+    "Collector",
+    "ProcessCollector",
+    "RayCollector",
+    "WorkerCollector",
+    "evaluate",
+]

@@ -102,11 +102,12 @@ class RunConfig:
     env_backend: Literal["gymnasium", "envpool", "torchrl"] = "gymnasium"
     """who runs the training envs: gymnasium vector envs, envpool's C++ threads (sync only), or
     TorchRL's GymEnv (a SerialEnv of num_envs) through tdrl.envs.from_torchrl."""
-    collector: Literal["local", "ray"] = "local"
+    collector: Literal["local", "ray", "process"] = "local"
     """local: tdrl's Collector in this process; ray: a RayCollector of num_workers Ray actors
-    with num_envs envs each (the ray extra), weights sent after every update."""
+    with num_envs envs each (the ray extra); process: the same on local subprocesses. Weights
+    are sent after every update."""
     num_workers: int = 2
-    """collector=ray: Ray workers."""
+    """collector=ray|process: worker count."""
     ray_address: str = ""
     """collector=ray: a running Ray cluster to join ('auto', 'host:port'); empty: a local Ray."""
     eval_every: int = 20_000

@@ -310,7 +310,8 @@ def run_actor_critic(
     )
     from tdrl.trainers.run import make_collector  # run.py imports this module
 
-    frames = cfg.num_envs * cfg.steps_per_batch * (cfg.num_workers if cfg.collector == "ray" else 1)
+    workers = 1 if cfg.collector == "local" else cfg.num_workers
+    frames = cfg.num_envs * cfg.steps_per_batch * workers
     collector = make_collector(cfg, env, policy, frames, init_random_frames=cfg.init_random_frames)
     step = actor_critic_step(
         loss, optimizer, target_updater, actor_every=actor_every,

@@ -23,7 +23,7 @@ from torchrl.data import Bounded
 from tqdm import tqdm
 
 from tdrl import keys
-from tdrl.collectors import AnyCollector, Collector, RayCollector, evaluate
+from tdrl.collectors import AnyCollector, Collector, ProcessCollector, RayCollector, evaluate
 from tdrl.data import ReplayBuffer
 from tdrl.envs import VecEnv, from_torchrl, make_vec_env
 from tdrl.trainers.checkpoint import (
@@ -116,21 +116,28 @@ def make_collector(
     sync: bool = True,
     max_policy_lag: int = 1,
 ) -> AnyCollector:
-    """``cfg.collector``'s collector: tdrl's :class:`Collector` over ``env``, or (``"ray"``) a
-    :class:`RayCollector` of ``cfg.num_workers`` actors with ``cfg.num_envs`` envs each, seeded
-    like ``env`` (which is then closed: the workers make their own)."""
+    """``cfg.collector``'s collector: tdrl's :class:`Collector` over ``env``, or a
+    :class:`RayCollector` (``"ray"``) or :class:`ProcessCollector` (``"process"``) of
+    ``cfg.num_workers`` workers with ``cfg.num_envs`` envs each, seeded like ``env`` (which is
+    then closed: the workers make their own)."""
     if cfg.collector == "local":
         return Collector(env, policy, frames_per_batch, cfg.total_frames, init_random_frames)
     if cfg.env_backend != "gymnasium":
         raise ValueError(
-            f"collector='ray' makes gymnasium envs, not env_backend={cfg.env_backend!r}"
+            f"--collector {cfg.collector} makes gymnasium envs in its workers, not "
+            f"--env-backend {cfg.env_backend}"
         )
     env.close()
-    return RayCollector(
-        cfg.env_id, policy, frames_per_batch, cfg.total_frames, num_workers=cfg.num_workers,
-        num_envs=cfg.num_envs, seed=cfg.seed, sync=sync, max_policy_lag=max_policy_lag,
-        init_random_frames=init_random_frames, address=cfg.ray_address or None,
+    kwargs: dict[str, Any] = dict(
+        num_workers=cfg.num_workers, num_envs=cfg.num_envs, seed=cfg.seed, sync=sync,
+        max_policy_lag=max_policy_lag, init_random_frames=init_random_frames,
         env_kwargs={"mode": cfg.mode},
+    )  # fmt: skip
+    if cfg.collector == "process":
+        return ProcessCollector(cfg.env_id, policy, frames_per_batch, cfg.total_frames, **kwargs)
+    return RayCollector(
+        cfg.env_id, policy, frames_per_batch, cfg.total_frames,
+        address=cfg.ray_address or None, **kwargs,
     )  # fmt: skip
 
 

@@ -197,10 +197,11 @@ def test_impala_on_ray_workers_sees_ratios_away_from_one_only_when_stale(tmp_pat
             assert max(deviation) < 1e-5
 
 
-@pytest.mark.ray
-def test_ppo_collects_on_ray_workers(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    cfg = tiny("ppo", tmp_path, env_id="CartPole-v1", collector="ray", num_workers=2)
+@pytest.mark.parametrize("collector", [pytest.param("ray", marks=pytest.mark.ray), "process"])
+def test_ppo_collects_on_workers(collector: str, tmp_path: Path) -> None:
+    if collector == "ray":
+        pytest.importorskip("ray")
+    cfg = tiny("ppo", tmp_path, env_id="CartPole-v1", collector=collector, num_workers=2)
     result = ppo.main(cfg)  # 64 frames a batch: 2 workers x 2 envs x 16 steps
     assert result["frames"] == cfg.total_frames and result["updates"] == 6 * 2 * 2
     assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [192, 384]

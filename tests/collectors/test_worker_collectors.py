@@ -1,8 +1,12 @@
-"""RayCollector on a local Ray with 2 workers: the same batches as a local collector, versioned
-weights, the async lag bound, a killed worker, and clear errors for bad input."""
+"""RayCollector (a local Ray) and ProcessCollector (local subprocesses) with 2 workers: the same
+batches as a local collector, versioned weights, the async lag bound, a killed worker, and clear
+errors for bad input."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import signal
 import threading
 import time
 import warnings
@@ -12,22 +16,43 @@ import torch
 from torch import nn
 
 from tdrl import keys
-from tdrl.collectors import Collector, RayCollector
+from tdrl.collectors import Collector, ProcessCollector, RayCollector, WorkerCollector
 from tdrl.envs import make_vec_env
 from tdrl.modules import CategoricalActor
 
-ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+HAS_RAY = importlib.util.find_spec("ray") is not None
+BACKENDS = [
+    pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.skipif(not HAS_RAY, reason="no ray")]),
+    "process",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
+    if not HAS_RAY:
+        yield
+        return
+    import ray
+
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()
+
+
+def collector(backend: str, *args, **kwargs) -> WorkerCollector:
+    cls = RayCollector if backend == "ray" else ProcessCollector
+    return cls(*args, **kwargs)
+
+
+def kill(remote: WorkerCollector, w: int) -> None:
+    if isinstance(remote, RayCollector):
+        remote.ray.kill(remote.workers[w])
+    else:
+        assert isinstance(remote, ProcessCollector)
+        os.kill(remote.pids[w], signal.SIGKILL)
 
 
 def policy(seed: int = 0) -> CategoricalActor:
@@ -52,11 +77,12 @@ def episode_ids(batch) -> list[list[int]]:
     return out
 
 
-def test_sync_batches_equal_the_local_collector_over_the_same_envs():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sync_batches_equal_the_local_collector_over_the_same_envs(backend):
     actor = policy()
     local = Collector(make_vec_env("CartPole-v1", 4, seed=3), actor, 120, deterministic=True)
-    with RayCollector(
-        "CartPole-v1", actor, 120, num_workers=2, num_envs=2, seed=3, deterministic=True
+    with collector(
+        backend, "CartPole-v1", actor, 120, num_workers=2, num_envs=2, seed=3, deterministic=True
     ) as remote:
         for step in range(4):
             if step == 2:  # new weights reach the workers, versioned
@@ -75,10 +101,11 @@ def test_sync_batches_equal_the_local_collector_over_the_same_envs():
         assert remote.frames == local.frames == 480
 
 
-def test_async_batches_carry_their_version_within_the_lag_bound():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_async_batches_carry_their_version_within_the_lag_bound(backend):
     actor = policy()
-    with RayCollector(
-        "CartPole-v1", actor, 20, num_workers=2, num_envs=2, seed=0, sync=False,
+    with collector(
+        backend, "CartPole-v1", actor, 20, num_workers=2, num_envs=2, seed=0, sync=False,
         max_policy_lag=1,
     ) as remote:  # fmt: skip
         lags, workers = [], set()
@@ -100,11 +127,14 @@ def test_async_batches_carry_their_version_within_the_lag_bound():
         assert remote.frames == 9 * 20  # only the yielded batches count
 
 
-def test_a_killed_worker_is_restarted_and_its_ids_stay_unique():
-    with RayCollector("CartPole-v1", policy(), 80, num_workers=2, num_envs=2, seed=1) as remote:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_killed_worker_is_restarted_and_its_ids_stay_unique(backend):
+    with collector(
+        backend, "CartPole-v1", policy(), 80, num_workers=2, num_envs=2, seed=1
+    ) as remote:
         before = remote.rollout()
-        ray.kill(remote.workers[0])
-        with pytest.warns(RuntimeWarning, match="worker 0 died"):
+        kill(remote, 0)
+        with pytest.warns(RuntimeWarning, match="0 died"):
             after = remote.rollout()
         assert remote.restarts == 1 and after.shape == before.shape
         old_ids = set(before[keys.COLLECTOR_TRAJ_IDS][:2].flatten().tolist())
@@ -113,29 +143,37 @@ def test_a_killed_worker_is_restarted_and_its_ids_stay_unique():
         assert remote.frames == 160  # the lost rollout is not counted
 
 
-def test_a_killed_worker_raises_when_asked_to():
-    with RayCollector(
-        "CartPole-v1", policy(), 40, num_workers=2, num_envs=1, on_worker_failure="raise"
-    ) as remote:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_killed_worker_raises_when_asked_to(backend):
+    with collector(
+        backend, "CartPole-v1", policy(), 40, num_workers=2, num_envs=1,
+        on_worker_failure="raise",
+    ) as remote:  # fmt: skip
         remote.rollout()
-        ray.kill(remote.workers[1])
-        with pytest.raises(RuntimeError, match="Ray worker 1 of 2 died"):
+        kill(remote, 1)
+        with pytest.raises(RuntimeError, match="worker.* 1 of 2 died"):
             remote.rollout()
 
 
-def test_bad_input_is_named_quickly():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_input_is_named_quickly(backend):
     with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
-        RayCollector("CartPole-v1", policy(), 40, num_workers=0)
+        collector(backend, "CartPole-v1", policy(), 40, num_workers=0)
     with pytest.raises(ValueError, match=r"frames_per_batch=30 .* multiple of 4"):
-        RayCollector("CartPole-v1", policy(), 30, num_workers=2, num_envs=2)
+        collector(backend, "CartPole-v1", policy(), 30, num_workers=2, num_envs=2)
+    locked = policy()
+    locked.lock = threading.Lock()  # cannot be pickled
+    with pytest.raises(TypeError, match="cannot be sent to"):
+        collector(backend, "CartPole-v1", locked, 40)
+    with collector(backend, "NoSuchEnv-v0", policy(), 40, num_workers=1) as remote:
+        with pytest.raises(RuntimeError, match="rollout failed in .* 0: .*NoSuchEnv"):
+            remote.rollout()
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not HAS_RAY, reason="no ray")
+def test_an_unreachable_ray_address_is_an_error_within_seconds():
     start = time.monotonic()
     with pytest.raises(ConnectionError, match="nothing answers at 127.0.0.1:9"):
         RayCollector("CartPole-v1", policy(), 40, address="127.0.0.1:9")
     assert time.monotonic() - start < 10
-    locked = policy()
-    locked.lock = threading.Lock()  # cannot be pickled
-    with pytest.raises(TypeError, match="cannot be sent to Ray workers"):
-        RayCollector("CartPole-v1", locked, 40)
-    with RayCollector("NoSuchEnv-v0", policy(), 40, num_workers=1) as remote:
-        with pytest.raises(RuntimeError, match="rollout failed in Ray worker 0: .*NoSuchEnv"):
-            remote.rollout()

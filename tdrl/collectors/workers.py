@@ -1,5 +1,6 @@
-"""Collection on Ray: the ``Collector`` interface over worker processes, on one machine or a
-cluster (the ``ray`` extra).
+"""Collection on worker processes: the ``Collector`` interface over Ray actors, on one machine or a
+cluster (:class:`RayCollector`, the ``ray`` extra), or over local subprocesses
+(:class:`ProcessCollector`).
 
 Each worker is a Ray actor that owns a tdrl ``VecEnv`` and a copy of the policy, and runs a
 local :class:`~tdrl.collectors.Collector` over them; the learner's weights go out versioned, one
@@ -27,6 +28,9 @@ only batches that reached the caller.
 
 Ray starts a local instance on first use (``ray.init()``, nothing to set up) unless one is
 running; ``address="host:port"`` (or ``"auto"``) joins a running cluster (``ray start --head``).
+:class:`ProcessCollector` is the same collector on local subprocesses without Ray (the same
+sync and straggler-tolerant async modes, restarts and tags; weights go to each worker through
+its pipe).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from tdrl import keys
 from tdrl.collectors.collector import Collector
 from tdrl.envs import VecEnv, make_vec_env
 
-__all__ = ["RayCollector"]
+__all__ = ["ProcessCollector", "RayCollector", "WorkerCollector"]
 
 EnvSource = str | Callable[[int], VecEnv]
 
@@ -95,8 +99,139 @@ class _Worker:
         return batch, self.collector.episodes, version
 
 
-class RayCollector:
-    """Iterates over rollouts collected by ``num_workers`` Ray actors (see the module docstring).
+class _WorkerDied(Exception):
+    """A worker process is gone (killed, crashed, its node lost)."""
+
+
+class _RayPool:
+    """Workers as Ray actors; a rollout is an ObjectRef."""
+
+    name = "Ray worker"
+
+    def __init__(self, address: str | None, num_workers: int, num_cpus: float) -> None:
+        self.ray = _start_ray(address, num_workers * num_cpus)
+        self.actor = self.ray.remote(num_cpus=num_cpus)(_Worker)
+
+    def share(self, value: Any, what: str) -> Any:
+        try:
+            return self.ray.put(value)
+        except Exception as err:  # pickling errors come as TypeError, PicklingError, ...
+            raise TypeError(
+                f"the {what} cannot be sent to Ray workers ({type(err).__name__}: {err}); it "
+                "must pickle (a module defined at import level of an installed package)"
+            ) from err
+
+    def start(self, index: int, args: tuple[Any, ...]) -> Any:
+        return self.actor.remote(index, *args)
+
+    def submit(self, worker: Any, weights: Any, version: int) -> Any:
+        return worker.rollout.remote(weights, version)
+
+    def first_done(self, handles: list[Any]) -> Any:
+        ready, _ = self.ray.wait(handles, num_returns=1)
+        return ready[0]
+
+    def get(self, worker: Any, handle: Any) -> tuple[Any, ...]:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        try:
+            return tuple(self.ray.get(handle))
+        except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+            raise _WorkerDied(type(err).__name__) from err
+        except Exception as err:
+            cause = getattr(err, "cause", None) or err  # RayTaskError: the worker's error
+            raise RuntimeError(f"{type(cause).__name__}: {cause}") from err
+
+    def kill(self, worker: Any) -> None:
+        try:
+            self.ray.kill(worker)
+        except Exception:  # already gone
+            pass
+
+
+class _Process:
+    """A local worker process and the parent's end of its pipe."""
+
+    def __init__(self, process: Any, conn: Any) -> None:
+        self.process, self.conn = process, conn
+
+
+def _process_main(conn: Any, index: int, args: tuple[Any, ...]) -> None:
+    """A worker process: rollouts on request until told to stop (None) or the pipe closes."""
+    worker = _Worker(index, *args)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        try:
+            conn.send(("ok", worker.rollout(*request)))
+        except Exception as err:
+            conn.send(("error", f"{type(err).__name__}: {err}"))
+
+
+class _ProcessPool:
+    """Workers as local subprocesses; a rollout's handle is its worker's pipe."""
+
+    name = "worker process"
+
+    def __init__(self, context: str) -> None:
+        import multiprocessing
+
+        self.context: Any = multiprocessing.get_context(context)
+
+    def share(self, value: Any, what: str) -> Any:
+        import pickle
+
+        try:
+            pickle.dumps(value)
+        except Exception as err:
+            raise TypeError(
+                f"the {what} cannot be sent to worker processes ({type(err).__name__}: {err}); "
+                "it must pickle"
+            ) from err
+        return value
+
+    def start(self, index: int, args: tuple[Any, ...]) -> _Process:
+        parent, child = self.context.Pipe()
+        process = self.context.Process(target=_process_main, args=(child, index, args), daemon=True)
+        process.start()
+        child.close()
+        return _Process(process, parent)
+
+    def submit(self, worker: _Process, weights: Any, version: int) -> Any:
+        try:
+            worker.conn.send((weights, version))
+        except (BrokenPipeError, OSError):
+            pass  # a dead worker: get() reports it
+        return worker.conn
+
+    def first_done(self, handles: list[Any]) -> Any:
+        from multiprocessing.connection import wait
+
+        return wait(handles)[0]
+
+    def get(self, worker: _Process, handle: Any) -> tuple[Any, ...]:
+        try:
+            status, payload = worker.conn.recv()
+        except (EOFError, OSError) as err:
+            raise _WorkerDied(f"exit code {worker.process.exitcode}") from err
+        if status == "error":
+            raise RuntimeError(payload)
+        return tuple(payload)
+
+    def kill(self, worker: _Process) -> None:
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(timeout=5)
+        worker.conn.close()
+
+
+class WorkerCollector:
+    """Iterates over rollouts collected by ``num_workers`` workers (see the module docstring):
+    use :class:`RayCollector` (Ray actors) or :class:`ProcessCollector` (local processes).
 
     Args:
         env: an env id (worker ``w`` makes ``make_vec_env(env, num_envs, seed=seed + w *
@@ -111,14 +246,14 @@ class RayCollector:
         sync: see the module docstring. ``max_policy_lag``: async only, in policy updates.
         init_random_frames: frames of random actions before the policy acts (shared out over the
             workers).
-        address: a running Ray cluster to join; default: the running instance, or a local one.
         on_worker_failure: ``"restart"`` (at most ``max_restarts`` restarts in all) or ``"raise"``.
-        num_cpus_per_worker: Ray's CPU reservation per actor (a local instance gets enough CPUs
-            for all workers).
+        pool: the transport (given by the subclasses).
 
     Shapes:
         batch ``[num_workers * num_envs, T]`` (sync) or ``[num_envs, T]`` (async).
     """
+
+    DEFAULT_WORKERS = 2
 
     def __init__(
         self,
@@ -127,7 +262,7 @@ class RayCollector:
         frames_per_batch: int,
         total_frames: int = -1,
         *,
-        num_workers: int = 2,
+        num_workers: int = DEFAULT_WORKERS,
         num_envs: int = 1,
         seed: int | None = None,
         sync: bool = True,
@@ -135,10 +270,9 @@ class RayCollector:
         init_random_frames: int = 0,
         deterministic: bool = False,
         env_kwargs: dict[str, Any] | None = None,
-        address: str | None = None,
         on_worker_failure: Literal["restart", "raise"] = "restart",
         max_restarts: int = 3,
-        num_cpus_per_worker: float = 1.0,
+        pool: Any,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -156,7 +290,7 @@ class RayCollector:
             raise ValueError(
                 f"on_worker_failure must be 'restart' or 'raise', got {on_worker_failure!r}"
             )
-        self.ray = _start_ray(address, num_workers * num_cpus_per_worker)
+        self.pool = pool
         self.policy = policy
         self.num_workers, self.num_envs, self.sync = num_workers, num_envs, sync
         self.frames_per_batch, self.total_frames = frames_per_batch, total_frames
@@ -167,20 +301,13 @@ class RayCollector:
         self.restarts = 0
         self.dropped_batches = 0
         self.episodes = TensorDict({}, batch_size=[0])
-        try:
-            policy_ref = self.ray.put(policy)
-        except Exception as err:  # pickling errors come as TypeError, PicklingError, ...
-            raise TypeError(
-                f"the policy cannot be sent to Ray workers ({type(err).__name__}: {err}); it "
-                "must pickle (a module defined at import level of an installed package)"
-            ) from err
+        policy_ref = pool.share(policy, "policy")
         worker_frames = frames_per_batch // num_workers if sync else frames_per_batch
         self._worker_args = (
             env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames,
             -(-init_random_frames // num_workers), deterministic,
         )  # fmt: skip
-        self._actor = self.ray.remote(num_cpus=num_cpus_per_worker)(_Worker)
-        self.workers = [self._start(w) for w in range(num_workers)]
+        self.workers = [pool.start(w, self._worker_args) for w in range(num_workers)]
         # traj id offset per worker (a multiple of W, raised past the old ids on a restart)
         self._offsets = [0] * num_workers
         self._max_id = [-1] * num_workers
@@ -191,15 +318,16 @@ class RayCollector:
 
     # --- weights ---------------------------------------------------------------------------
     def update_policy_weights_(self, weights: dict[str, torch.Tensor] | None = None) -> None:
-        """Send new weights (default: the policy's current ``state_dict``): one ``ray.put``,
-        loaded by each worker before its next rollout. Increments ``version``."""
+        """Send new weights (default: the policy's current ``state_dict``), loaded by each
+        worker before its next rollout (Ray: one ``ray.put`` shared by all). Increments
+        ``version``."""
         if weights is None:
             if self.policy is None:
                 raise ValueError("update_policy_weights_() without weights needs a policy")
             weights = self.policy.state_dict()
         weights = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
         self.version += 1
-        self._weights_ref = self.ray.put(weights)
+        self._weights_ref = self.pool.share(weights, "weights")
 
     # --- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[TensorDict]:
@@ -223,10 +351,10 @@ class RayCollector:
             if w not in self._pending.values():
                 self._pending[self._submit(w)] = w
         while True:
-            ready, _ = self.ray.wait(list(self._pending), num_returns=1)
-            w = self._pending.pop(ready[0])
+            ready = self.pool.first_done(list(self._pending))
+            w = self._pending.pop(ready)
             try:
-                batch, episodes, version = self._result(w, ready[0])
+                batch, episodes, version = self._result(w, ready)
             finally:
                 self._pending[self._submit(w)] = w  # keep every worker busy
             if self.version - version <= self.max_policy_lag:
@@ -235,7 +363,7 @@ class RayCollector:
             if not self._warned_drop:
                 self._warned_drop = True
                 warnings.warn(
-                    f"RayCollector dropped a batch of worker {w} acted by policy version "
+                    f"{type(self).__name__} dropped a batch of worker {w} acted by policy version "
                     f"{version}, {self.version - version} updates old (max_policy_lag="
                     f"{self.max_policy_lag}); dropped batches are counted in dropped_batches",
                     RuntimeWarning,
@@ -245,48 +373,39 @@ class RayCollector:
     def _submit(self, w: int) -> Any:
         fresh = self._weights_ref is not None and self._sent[w] != self.version
         self._sent[w] = self.version
-        return self.workers[w].rollout.remote(self._weights_ref if fresh else None, self.version)
+        weights = self._weights_ref if fresh else None
+        return self.pool.submit(self.workers[w], weights, self.version)
 
     def _result(self, w: int, ref: Any) -> tuple[TensorDict, TensorDict, int]:
         """The rollout ``ref`` of worker ``w``, asked again of a restarted worker if it died."""
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
-
+        name = self.pool.name
         while True:
             try:
-                batch, episodes, version = self.ray.get(ref)
+                batch, episodes, version = self.pool.get(self.workers[w], ref)
                 break
-            except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+            except _WorkerDied as err:
                 if self.on_worker_failure == "raise" or self.restarts >= self.max_restarts:
                     raise RuntimeError(
-                        f"Ray worker {w} of {self.num_workers} died ({type(err).__name__}); "
-                        f"{self.restarts} restart(s) so far (on_worker_failure="
-                        f"{self.on_worker_failure!r}, max_restarts={self.max_restarts})"
+                        f"{name} {w} of {self.num_workers} died ({err}); {self.restarts} "
+                        f"restart(s) so far (on_worker_failure={self.on_worker_failure!r}, "
+                        f"max_restarts={self.max_restarts})"
                     ) from err
                 self._restart(w, err)
                 ref = self._submit(w)
-            except Exception as err:
-                cause = getattr(err, "cause", None) or err  # RayTaskError: the worker's error
-                raise RuntimeError(
-                    f"rollout failed in Ray worker {w}: {type(cause).__name__}: {cause}"
-                ) from err
+            except RuntimeError as err:
+                raise RuntimeError(f"rollout failed in {name} {w}: {err}") from err
         return self._tag(w, batch, version), self._tag_episodes(w, episodes), version
-
-    def _start(self, w: int) -> Any:
-        return self._actor.remote(w, *self._worker_args)
 
     def _restart(self, w: int, err: Exception) -> None:
         warnings.warn(
-            f"Ray worker {w} died ({type(err).__name__}); restarting it with fresh envs",
+            f"{self.pool.name} {w} died ({err}); restarting it with fresh envs",
             RuntimeWarning,
             stacklevel=4,
         )
         self.restarts += 1
-        try:
-            self.ray.kill(self.workers[w])
-        except Exception:  # already gone
-            pass
-        self.workers[w] = self._start(w)
-        self._sent[w] = 0  # the new actor holds the initial weights: send the newest again
+        self.pool.kill(self.workers[w])
+        self.workers[w] = self.pool.start(w, self._worker_args)
+        self._sent[w] = -1  # the new worker holds the initial weights: send the newest again
         W = self.num_workers
         self._offsets[w] = (self._max_id[w] // W + 1) * W  # above every id it gave out
 
@@ -337,18 +456,57 @@ class RayCollector:
     def shutdown(self) -> None:
         """Stop the workers (their envs are closed)."""
         for worker in self.workers:
-            try:
-                self.ray.kill(worker)
-            except Exception:  # already gone
-                pass
+            self.pool.kill(worker)
         self.workers = []
         self._pending = {}
 
-    def __enter__(self) -> RayCollector:
+    def __enter__(self) -> WorkerCollector:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+class RayCollector(WorkerCollector):
+    """:class:`WorkerCollector` on Ray actors (the ``ray`` extra).
+
+    Args: :class:`WorkerCollector`'s, and
+        address: a running Ray cluster to join; default: the running instance, or a local one.
+        num_cpus_per_worker: Ray's CPU reservation per actor (a local instance gets enough CPUs
+            for all workers).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        address: str | None = None,
+        num_cpus_per_worker: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        workers = kwargs.get("num_workers", WorkerCollector.DEFAULT_WORKERS)
+        if workers < 1:  # before Ray starts
+            raise ValueError(f"num_workers must be >= 1, got {workers}")
+        pool = _RayPool(address, workers, num_cpus_per_worker)
+        super().__init__(*args, pool=pool, **kwargs)
+        self.ray = pool.ray
+
+
+class ProcessCollector(WorkerCollector):
+    """:class:`WorkerCollector` on local subprocesses, without Ray.
+
+    Args: :class:`WorkerCollector`'s, and
+        context: multiprocessing start method; ``"spawn"`` (default) starts clean interpreters
+            (safe with torch's threads), so ``env`` must be an id or a picklable function, and a
+            script needs the ``if __name__ == "__main__":`` guard.
+    """
+
+    def __init__(self, *args: Any, context: str = "spawn", **kwargs: Any) -> None:
+        super().__init__(*args, pool=_ProcessPool(context), **kwargs)
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids."""
+        return [int(w.process.pid) for w in self.workers]
 
 
 def _start_ray(address: str | None, cpus: float) -> Any:
