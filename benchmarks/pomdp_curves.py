@@ -53,7 +53,13 @@ def main() -> None:
     plot(curves, args)
 
 
-def plot(curves: dict[str, list[list[dict[str, float]]]], args: argparse.Namespace) -> None:
+def plot(
+    curves: dict[str, list[list[dict[str, float]]]],
+    args: argparse.Namespace,
+    stem: str = "",
+    title: str = "recurrent vs MLP PPO",
+) -> None:
+    """Mean (and per-seed) eval-return curves to ``<out>/<stem>.png``, figures to ``.txt``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,7 +67,7 @@ def plot(curves: dict[str, list[list[dict[str, float]]]], args: argparse.Namespa
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"pomdp_{args.env_id}"
+    stem = stem or f"pomdp_{args.env_id}"
     fig, ax = plt.subplots(figsize=(6, 4))
     lines = [f"{args.env_id}, {args.total_frames} steps, seeds {args.seeds}: "
              "deterministic eval return (10 episodes) at each step"]  # fmt: skip
@@ -79,7 +85,7 @@ def plot(curves: dict[str, list[list[dict[str, float]]]], args: argparse.Namespa
                      f"{', '.join(f'{m:.0f}' for m in mean)}")  # fmt: skip
     ax.set_xlabel("env steps")
     ax.set_ylabel("eval return")
-    ax.set_title(f"{args.env_id}: recurrent vs MLP PPO (mean of {len(args.seeds)} seeds)")
+    ax.set_title(f"{args.env_id}: {title} (mean of {len(args.seeds)} seeds)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / f"{stem}.png", dpi=100)
