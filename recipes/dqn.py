@@ -19,23 +19,29 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here). Adding 3-st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from typing import Any, Literal
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 
 from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
 from tdrl.modules import (
+    CategoricalQValueActor,
     EpsilonGreedy,
+    QuantileQValueActor,
     QValueActor,
+    ResampleNoise,
     flat_dims,
     linear_schedule,
     q_mlp,
+    reset_noise,
+    to_noisy,
     torch_default_init_,
 )
-from tdrl.objectives import DQNLoss, HardUpdate, update_priority
+from tdrl.objectives import C51Loss, DQNLoss, HardUpdate, QRDQNLoss, update_priority
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,43 @@ class Config(trainers.OffPolicyConfig):
     128 gradient steps, since SB3 trains in bursts every 256 env steps)."""
     max_grad_norm: float = 10.0
     """gradient norm clip."""
+    algo: Literal["dqn", "c51", "qrdqn"] = "dqn"
+    """what the network learns: the expected return (dqn), a categorical distribution over
+    num_atoms fixed returns in [v_min, v_max] (c51), or num_quantiles quantiles (qrdqn)."""
+    num_atoms: int = 51
+    """c51: atoms of the support."""
+    v_min: float = 0.0
+    """c51: lowest return of the support (CartPole's discounted returns lie in [0, 100])."""
+    v_max: float = 100.0
+    """c51: highest return of the support."""
+    num_quantiles: int = 200
+    """qrdqn: quantiles per action."""
+    noisy: bool = False
+    """noisy linear layers (new noise every env and gradient step) explore instead of epsilon;
+    with --algo c51 --prioritized --n-steps 3 --double-dqn it is Rainbow without dueling."""
+
+
+def q_network_and_loss(cfg: Config, obs_dim: int, num_actions: int) -> tuple[Any, DQNLoss]:
+    """The greedy Q actor of ``cfg.algo`` (SB3's init, which the zoo tuned) and its loss."""
+    outputs = {"dqn": 1, "c51": cfg.num_atoms, "qrdqn": cfg.num_quantiles}[cfg.algo]
+    if cfg.dueling and cfg.algo != "dqn":
+        raise ValueError("--dueling is for --algo dqn only (a per-atom dueling head: not yet)")
+    body = torch_default_init_(
+        q_mlp(obs_dim, num_actions * outputs, cfg.hidden_sizes, dueling=cfg.dueling)
+    )
+    if cfg.noisy:
+        to_noisy(body)
+    common = dict(double_dqn=cfg.double_dqn, gamma=cfg.gamma)
+    if cfg.algo == "c51":
+        actor = CategoricalQValueActor(
+            body, num_actions, v_min=cfg.v_min, v_max=cfg.v_max, num_atoms=cfg.num_atoms
+        )
+        return actor, C51Loss(actor, **common)
+    if cfg.algo == "qrdqn":
+        actor = QuantileQValueActor(body, num_actions, num_quantiles=cfg.num_quantiles)
+        return actor, QRDQNLoss(actor, **common)
+    qnet = QValueActor(body)
+    return qnet, DQNLoss(qnet, loss_function="smooth_l1", **common)
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -86,15 +129,16 @@ def main(cfg: Config) -> dict[str, float]:
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
-    qnet_body = q_mlp(obs_dim, num_actions, cfg.hidden_sizes, dueling=cfg.dueling)
-    qnet = QValueActor(torch_default_init_(qnet_body))  # SB3's init, which the zoo tuned
+    qnet, loss = q_network_and_loss(cfg, obs_dim, num_actions)
+    eps = (0.0, 0.0) if cfg.noisy else (cfg.eps_init, cfg.eps_end)  # noisy nets explore alone
     exploration = EpsilonGreedy(
-        num_actions, eps_init=cfg.eps_init, eps_end=cfg.eps_end, annealing_num_steps=cfg.eps_frames
+        num_actions, eps_init=eps[0], eps_end=eps[1], annealing_num_steps=cfg.eps_frames
     )
     policy = TensorDictSequential(qnet, exploration)
+    if cfg.noisy:
+        policy = TensorDictSequential(ResampleNoise(qnet), qnet, exploration)
 
-    # 3. loss, target update, optimiser, buffer
-    loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=cfg.double_dqn, gamma=cfg.gamma)
+    # 3. loss (above), target update, optimiser, buffer
     target_updater = HardUpdate(loss, value_network_update_interval=cfg.target_update_interval)
     trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
     optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr, fused=True)
@@ -112,9 +156,16 @@ def main(cfg: Config) -> dict[str, float]:
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames
     )
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    run = trainers.Run.from_config(cfg, "DQN", state, eval_env=eval_env, policy=qnet, buffer=buffer)
+    title = {"dqn": "DQN", "c51": "C51", "qrdqn": "QR-DQN"}[cfg.algo]
+    run = trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=qnet, buffer=buffer)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     target_updater.counter = run.updates
+
+    def after_step(sample: TensorDictBase, out: TensorDictBase) -> None:
+        if cfg.prioritized:
+            update_priority(buffer, sample, out)  # the loss's own per-sample priorities
+        if cfg.noisy:
+            reset_noise(loss)  # new noise for the next gradient step, online and target nets
 
     # 4. loop: collect a batch -> store -> gradient steps (PER priorities) -> log, eval, save
     previous = collector.frames
@@ -128,8 +179,7 @@ def main(cfg: Config) -> dict[str, float]:
                 buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, previous)
             metrics = trainers.q_learning_steps(
                 due, lambda: buffer.sample(cfg.batch_size), loss, optimizer, target_updater, run,
-                max_grad_norm=cfg.max_grad_norm,
-                after_step=partial(update_priority, buffer) if cfg.prioritized else None,
+                max_grad_norm=cfg.max_grad_norm, after_step=after_step,
             )  # fmt: skip
             if metrics is not None:
                 metrics["epsilon"] = exploration.eps

@@ -10,6 +10,14 @@ from tdrl.modules.actors import (
 )
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
+from tdrl.modules.distributional import (
+    CategoricalQValueActor,
+    NoisyLinear,
+    QuantileQValueActor,
+    ResampleNoise,
+    reset_noise,
+    to_noisy,
+)
 from tdrl.modules.distributions import (
     Categorical,
     IndependentBernoulli,
@@ -63,6 +71,10 @@ __all__ = [
     "NormalizedInput",
     "OrnsteinUhlenbeckNoise",
     "QValueActor",
+    "QuantileQValueActor",
+    "CategoricalQValueActor",
+    "NoisyLinear",
+    "ResampleNoise",
     "RewardScaling",
     "RunningObservationNorm",
     "StateActionCritic",
@@ -78,6 +90,8 @@ __all__ = [
     "orthogonal_init_",
     "q_ensemble",
     "q_mlp",
+    "reset_noise",
+    "to_noisy",
     "tanh_gaussian_actor",
     "torch_default_init_",
 ]

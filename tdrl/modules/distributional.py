@@ -1,0 +1,228 @@
+"""Distributional Q actors (C51, QR-DQN) and noisy linear layers (Rainbow's exploration).
+
+``CategoricalQValueActor`` and ``QuantileQValueActor`` write what ``QValueActor`` writes
+(``"action_value"``: the expected return of each action, ``"action"``, ``"chosen_action_value"``),
+so ``EpsilonGreedy``, the collector and evaluation take them unchanged; the losses read the whole
+distribution through :meth:`log_probs` / :meth:`quantiles`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase
+from tensordict.nn.probabilistic import interaction_type
+from tensordict.utils import NestedKey
+from torch import nn
+
+from tdrl.keyed import require
+from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
+from tdrl.modules.actors import _apply
+from tdrl.ops.distributional import check_support, support
+
+__all__ = [
+    "CategoricalQValueActor",
+    "NoisyLinear",
+    "QuantileQValueActor",
+    "ResampleNoise",
+    "reset_noise",
+    "to_noisy",
+]
+
+
+class NoisyLinear(nn.Module):
+    """Linear layer with factorized Gaussian noise (Fortunato et al. 2017, arXiv 1706.10295):
+
+        y = (mu_w + sigma_w * (f(e_out) f(e_in)^T)) x + mu_b + sigma_b * f(e_out),
+        f(e) = sign(e) sqrt(|e|)
+
+    The noise is drawn by :meth:`reset_noise` (:func:`reset_noise` for a whole network: once per
+    environment step and per gradient step) and held until the next draw. Under
+    ``InteractionType.DETERMINISTIC`` (greedy evaluation) the layer uses ``mu`` alone.
+
+    Shapes:
+        ``[*B, in_features] -> [*B, out_features]``.
+    """
+
+    eps_in: torch.Tensor
+    eps_out: torch.Tensor
+
+    def __init__(self, in_features: int, out_features: int, sigma_init: float = 0.5) -> None:
+        super().__init__()
+        if sigma_init < 0:
+            raise ValueError(f"sigma_init must be >= 0, got {sigma_init}")
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)  # the paper's factorized initialization
+        self.weight_mu = nn.Parameter(
+            torch.empty(out_features, in_features).uniform_(-bound, bound)
+        )
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(
+            torch.full((out_features, in_features), sigma_init * bound)
+        )
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma_init * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features))
+        self.register_buffer("eps_out", torch.zeros(out_features))
+        self.reset_noise()
+
+    @staticmethod
+    def _scaled(n: int, like: torch.Tensor) -> torch.Tensor:
+        e = torch.randn(n, dtype=like.dtype, device=like.device)
+        return e.sign() * e.abs().sqrt()
+
+    @torch.no_grad()
+    def reset_noise(self) -> None:
+        """Draw new noise (held until the next call)."""
+        self.eps_in.copy_(self._scaled(self.in_features, self.eps_in))
+        self.eps_out.copy_(self._scaled(self.out_features, self.eps_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if interaction_type() == InteractionType.DETERMINISTIC:
+            return nn.functional.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        bias = self.bias_mu + self.bias_sigma * self.eps_out
+        return nn.functional.linear(x, weight, bias)
+
+
+def to_noisy(module: nn.Module, sigma_init: float = 0.5) -> nn.Module:
+    """``module`` with every ``nn.Linear`` replaced by a :class:`NoisyLinear` of the same shape
+    (Rainbow's noisy value network); returns the module."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.Linear):
+            setattr(module, name, NoisyLinear(child.in_features, child.out_features, sigma_init))
+        else:
+            to_noisy(child, sigma_init)
+    return module
+
+
+class ResampleNoise(TensorDictModuleBase):
+    """A policy's first module that draws new noise in ``net`` at every call (every env step
+    of a collector), reading and writing nothing."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.in_keys: list[NestedKey] = []
+        self.out_keys: list[NestedKey] = []
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        reset_noise(self.net)
+        return tensordict
+
+
+def reset_noise(module: nn.Module) -> int:
+    """Draw new noise in every :class:`NoisyLinear` of ``module``; returns how many there are."""
+    layers = [m for m in module.modules() if isinstance(m, NoisyLinear)]
+    for layer in layers:
+        layer.reset_noise()
+    return len(layers)
+
+
+class _DistributionalQValueActor(TensorDictModuleBase):
+    """Greedy actor over a network of ``num_actions x size`` outputs per observation."""
+
+    def __init__(self, net: nn.Module, num_actions: int, size: int, in_key: NestedKey) -> None:
+        super().__init__()
+        if num_actions < 1:
+            raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+        self.net, self.num_actions, self.size = net, num_actions, size
+        self.in_keys = [in_key]
+        self.out_keys = [ACTION_VALUE, ACTION, CHOSEN_ACTION_VALUE]
+
+    def _outputs(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The network's output as ``[*B, num_actions, size]``."""
+        name = type(self).__name__
+        observation = require(tensordict, self.in_keys[0], name)
+        out = _apply(self.net, observation, self.in_keys[0], name)
+        expected = self.num_actions * self.size
+        if out.shape[-1] != expected:
+            raise ValueError(
+                f"{name}: the network gives {out.shape[-1]} outputs per observation, expected "
+                f"num_actions x {self.size} = {expected}"
+            )
+        return out.unflatten(-1, (self.num_actions, self.size))
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """Expected returns ``[*B, num_actions]``; nothing is written."""
+        raise NotImplementedError
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action_value = self.action_values(tensordict)
+        chosen, action = action_value.max(dim=-1, keepdim=True)
+        tensordict.set(ACTION_VALUE, action_value)
+        tensordict.set(ACTION, action.squeeze(-1))
+        tensordict.set(CHOSEN_ACTION_VALUE, chosen)
+        return tensordict
+
+
+class CategoricalQValueActor(_DistributionalQValueActor):
+    """C51's network: a distribution over ``num_atoms`` fixed returns for each action.
+
+    Args:
+        net: maps observations to ``[*B, num_actions * num_atoms]`` logits (e.g. ``q_mlp`` with
+            ``num_actions * num_atoms`` outputs; dueling heads work per atom).
+        num_actions: discrete actions.
+        v_min, v_max, num_atoms: the support (Bellemare et al.: -10, 10, 51).
+
+    Shapes:
+        reads ``[*B, obs]``; :meth:`log_probs` ``[*B, n, K]``; writes ``action_value`` ``[*B, n]``
+        (``sum_j p_j z_j``), ``action`` ``[*B]``, ``chosen_action_value`` ``[*B, 1]``.
+    """
+
+    atoms: torch.Tensor
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_actions: int,
+        *,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        num_atoms: int = 51,
+        in_key: NestedKey = OBSERVATION,
+    ) -> None:
+        check_support(v_min, v_max, num_atoms)
+        super().__init__(net, num_actions, num_atoms, in_key)
+        self.register_buffer("atoms", support(v_min, v_max, num_atoms))
+
+    def log_probs(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``log p_j(s, a)`` ``[*B, num_actions, num_atoms]``."""
+        return torch.log_softmax(self._outputs(tensordict), dim=-1)
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        return (self.log_probs(tensordict).exp() * self.atoms).sum(-1)
+
+
+class QuantileQValueActor(_DistributionalQValueActor):
+    """QR-DQN's network: ``num_quantiles`` return quantiles at the fractions
+    ``tau_i = (2i + 1) / (2N)`` for each action (Dabney et al. 2017).
+
+    Shapes:
+        reads ``[*B, obs]``; :meth:`quantiles` ``[*B, n, N]``; writes ``action_value``
+        ``[*B, n]`` (the quantiles' mean), ``action`` ``[*B]``, ``chosen_action_value``.
+    """
+
+    taus: torch.Tensor
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_actions: int,
+        *,
+        num_quantiles: int = 200,
+        in_key: NestedKey = OBSERVATION,
+    ) -> None:
+        if num_quantiles < 1:
+            raise ValueError(f"num_quantiles must be >= 1, got {num_quantiles}")
+        super().__init__(net, num_actions, num_quantiles, in_key)
+        taus = (torch.arange(num_quantiles, dtype=torch.float32) + 0.5) / num_quantiles
+        self.register_buffer("taus", taus)
+
+    def quantiles(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``theta_i(s, a)`` ``[*B, num_actions, num_quantiles]``."""
+        return self._outputs(tensordict)
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        return self.quantiles(tensordict).mean(-1)

@@ -1,0 +1,157 @@
+"""Distributional Q-learning losses: C51 (Bellemare et al. 2017, arXiv 1707.06887) and QR-DQN
+(Dabney et al. 2017, arXiv 1710.10044), on DQN's transitions, targets and options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
+from tdrl.objectives.dqn import DQNLoss
+from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
+
+__all__ = ["C51Loss", "QRDQNLoss"]
+
+
+class _DistributionalLoss(DQNLoss):
+    """DQNLoss's construction, transitions and target network; the distribution per action
+    comes from ``_distribution(network, td)`` ``[B, n, K]``."""
+
+    def __init__(
+        self,
+        value_network: TensorDictModuleBase,  # a distributional Q actor
+        *,
+        delay_value: bool = True,
+        double_dqn: bool = False,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(value_network, delay_value=delay_value, double_dqn=double_dqn, gamma=gamma)
+
+    def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _next_action(self, next_td: TensorDictBase, next_target: torch.Tensor) -> torch.Tensor:
+        """``a*`` ``[B]``: the greedy action of the online (double) or target network."""
+        if self.double_dqn:
+            return self.value_network.action_values(next_td).argmax(-1)
+        return self._expected(next_target).argmax(-1)
+
+    def _expected(self, distribution: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _pick(self, distribution: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``distribution[b, action[b]]``: ``[B, n, K]``, ``[B]`` -> ``[B, K]``."""
+        index = action.view(-1, 1, 1).expand(-1, 1, distribution.shape[-1])
+        return distribution.gather(1, index).squeeze(1)
+
+
+class C51Loss(_DistributionalLoss):
+    """Categorical DQN: cross-entropy to the projected target distribution.
+
+    ::
+
+        m    = Phi(r + discount (1 - terminated) z, p'(s', a*))   (tdrl.ops.categorical_projection)
+        loss = mean_B w (- sum_j m_j log p_j(s, a))
+
+    ``a*`` maximizes the target network's expected return (or the online one's, ``double_dqn``:
+    Rainbow's choice). The per-sample cross-entropy is ``"td_error"`` (Rainbow's priority).
+    Reads and returns what :class:`DQNLoss` does (``value_target``: the mean expected target).
+
+    Args:
+        value_network: a :class:`~tdrl.modules.CategoricalQValueActor`.
+        delay_value, double_dqn, gamma: as :class:`DQNLoss`.
+    """
+
+    def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
+        return network.log_probs(td)
+
+    def _expected(self, distribution: torch.Tensor) -> torch.Tensor:
+        return (distribution.exp() * self.value_network.atoms).sum(-1)
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        reward, terminated, discount = self._transition(batch)
+        atoms = self.value_network.atoms
+        with torch.no_grad():
+            next_td = self._get(batch, NEXT)
+            next_target = self._distribution(self.target_value_network, next_td)  # log p'
+            best = self._next_action(next_td, next_target)
+            next_probs = self._pick(next_target, best).exp()
+            target = categorical_projection(
+                next_probs, reward, terminated, atoms, discount=discount
+            )
+        log_probs = self._distribution(self.value_network, batch)
+        index = self._action_index(batch, log_probs.shape[-2])
+        chosen = self._pick(log_probs, index)  # [B, K]
+        cross_entropy = -(target * chosen).sum(-1)
+        loss = self._mean(cross_entropy, self._weights(batch))
+        out = {
+            LOSS: loss,
+            self.tensor_keys.priority: cross_entropy.detach(),
+            CHOSEN_ACTION_VALUE: (chosen.detach().exp() * atoms).sum(-1).mean(),
+            VALUE_TARGET: (target * atoms).sum(-1).mean(),
+        }
+        return self._output(out)
+
+
+class QRDQNLoss(_DistributionalLoss):
+    """Quantile regression DQN: the quantile Huber loss to the target's quantiles.
+
+    ::
+
+        T theta_j = r + discount (1 - terminated) theta'_j(s', a*)
+        loss      = mean_B w sum_i mean_j rho^kappa_{tau_i}(T theta_j - theta_i(s, a))
+
+    (tdrl.ops.quantile_huber_loss). The per-sample loss is ``"td_error"`` (PER's priority).
+
+    Args:
+        value_network: a :class:`~tdrl.modules.QuantileQValueActor`.
+        kappa: Huber threshold (1 in the paper; 0 is the plain quantile loss).
+        delay_value, double_dqn, gamma: as :class:`DQNLoss`.
+    """
+
+    def __init__(
+        self,
+        value_network: TensorDictModuleBase,
+        *,
+        kappa: float = 1.0,
+        delay_value: bool = True,
+        double_dqn: bool = False,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(value_network, delay_value=delay_value, double_dqn=double_dqn, gamma=gamma)
+        if kappa < 0:
+            raise ValueError(f"kappa must be >= 0, got {kappa}")
+        self.kappa = kappa
+
+    def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
+        return network.quantiles(td)
+
+    def _expected(self, distribution: torch.Tensor) -> torch.Tensor:
+        return distribution.mean(-1)
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        reward, terminated, discount = self._transition(batch)
+        with torch.no_grad():
+            next_td = self._get(batch, NEXT)
+            next_target = self._distribution(self.target_value_network, next_td)
+            best = self._next_action(next_td, next_target)
+            next_quantiles = self._pick(next_target, best)  # [B, N]
+            keep = torch.where(terminated, 0.0, 1.0).to(next_quantiles.dtype) * discount
+            # a terminated step's theta'(s') is replaced by 0, not multiplied by 0 (no NaN leak)
+            bootstrap = torch.where(terminated.unsqueeze(-1), 0.0, next_quantiles)
+            target = reward.unsqueeze(-1) + keep.unsqueeze(-1) * bootstrap
+        quantiles = self._distribution(self.value_network, batch)
+        index = self._action_index(batch, quantiles.shape[-2])
+        chosen = self._pick(quantiles, index)  # [B, N]
+        per_sample = quantile_huber_loss(chosen, target, self.value_network.taus, kappa=self.kappa)
+        loss = self._mean(per_sample, self._weights(batch))
+        out = {
+            LOSS: loss,
+            self.tensor_keys.priority: per_sample.detach(),
+            CHOSEN_ACTION_VALUE: chosen.detach().mean(),
+            VALUE_TARGET: target.mean(),
+        }
+        return self._output(out)

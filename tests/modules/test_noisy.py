@@ -1,0 +1,60 @@
+"""NoisyLinear: output changes only through its noise, none in greedy (deterministic) mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict.nn import InteractionType, set_interaction_type
+from torch import nn
+
+from tdrl.modules import NoisyLinear, reset_noise
+
+
+def test_noise_is_held_until_reset_and_off_in_deterministic_mode():
+    torch.manual_seed(0)
+    layer = NoisyLinear(4, 3)
+    x = torch.randn(5, 4)
+    first, again = layer(x), layer(x)
+    torch.testing.assert_close(first, again)  # the same noise until the next draw
+    layer.reset_noise()
+    assert not torch.allclose(layer(x), first)
+    mean = nn.functional.linear(x, layer.weight_mu, layer.bias_mu)
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        torch.testing.assert_close(layer(x), mean)
+        layer.reset_noise()
+        torch.testing.assert_close(layer(x), mean)  # greedy evaluation: no noise at all
+    # the noise is the only difference: zero sigmas give the mean output in any mode
+    with torch.no_grad():
+        layer.weight_sigma.zero_()
+        layer.bias_sigma.zero_()
+    torch.testing.assert_close(layer(x), mean)
+
+
+def test_gradients_reach_mean_and_scale_and_reset_counts_layers():
+    torch.manual_seed(0)
+    net = nn.Sequential(NoisyLinear(4, 8), nn.ReLU(), NoisyLinear(8, 2))
+    net(torch.randn(6, 4)).sum().backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert reset_noise(net) == 2 and reset_noise(nn.Linear(2, 2)) == 0
+    with pytest.raises(ValueError, match="sigma_init must be >= 0"):
+        NoisyLinear(2, 2, sigma_init=-0.1)
+
+
+def test_to_noisy_swaps_every_linear_and_the_policy_draws_noise_each_step():
+    from tensordict import TensorDict
+
+    from tdrl.modules import QValueActor, ResampleNoise, q_mlp, to_noisy
+
+    torch.manual_seed(0)
+    body = to_noisy(q_mlp(3, 2, (8, 8)))
+    assert not any(type(m) is nn.Linear for m in body.modules())
+    assert sum(isinstance(m, NoisyLinear) for m in body.modules()) == 3
+    qnet = QValueActor(body)
+    step = ResampleNoise(qnet)
+    td = TensorDict({"observation": torch.ones(1, 3)}, batch_size=[1])
+    values = []
+    for _ in range(3):
+        step(td)
+        values.append(qnet(td.clone())["action_value"])
+    assert not torch.allclose(values[0], values[1]) and not torch.allclose(values[1], values[2])
