@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
+from torch import nn
 
 from tdrl import trainers
 from tdrl.collectors import Collector
@@ -31,6 +32,7 @@ from tdrl.data import PrioritizedReplayBuffer
 from tdrl.modules import (
     CategoricalQValueActor,
     EpsilonGreedy,
+    IQNQValueActor,
     QuantileQValueActor,
     QValueActor,
     ResampleNoise,
@@ -41,7 +43,7 @@ from tdrl.modules import (
     to_noisy,
     torch_default_init_,
 )
-from tdrl.objectives import C51Loss, DQNLoss, HardUpdate, QRDQNLoss, update_priority
+from tdrl.objectives import C51Loss, DQNLoss, HardUpdate, IQNLoss, QRDQNLoss, update_priority
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,10 @@ class Config(trainers.OffPolicyConfig):
     128 gradient steps, since SB3 trains in bursts every 256 env steps)."""
     max_grad_norm: float = 10.0
     """gradient norm clip."""
-    algo: Literal["dqn", "c51", "qrdqn"] = "dqn"
+    algo: Literal["dqn", "c51", "qrdqn", "iqn"] = "dqn"
     """what the network learns: the expected return (dqn), a categorical distribution over
-    num_atoms fixed returns in [v_min, v_max] (c51), or num_quantiles quantiles (qrdqn)."""
+    num_atoms fixed returns in [v_min, v_max] (c51), num_quantiles quantiles (qrdqn), or the
+    quantile function at sampled fractions (iqn: 8 online and 8 target fractions a sample)."""
     num_atoms: int = 51
     """c51: atoms of the support."""
     v_min: float = 0.0
@@ -101,15 +104,23 @@ class Config(trainers.OffPolicyConfig):
 
 def q_network_and_loss(cfg: Config, obs_dim: int, num_actions: int) -> tuple[Any, DQNLoss]:
     """The greedy Q actor of ``cfg.algo`` (SB3's init, which the zoo tuned) and its loss."""
-    outputs = {"dqn": 1, "c51": cfg.num_atoms, "qrdqn": cfg.num_quantiles}[cfg.algo]
     if cfg.dueling and cfg.algo != "dqn":
         raise ValueError("--dueling is for --algo dqn only (a per-atom dueling head: not yet)")
+    common = dict(double_dqn=cfg.double_dqn, gamma=cfg.gamma)
+    if cfg.algo == "iqn":  # features of the last hidden width, times the fraction embedding
+        *hidden, width = cfg.hidden_sizes
+        features = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
+        head = q_mlp(width, num_actions, ())
+        for part in (features, head):
+            torch_default_init_(to_noisy(part) if cfg.noisy else part)
+        iqn = IQNQValueActor(features, head, num_actions, width)
+        return iqn, IQNLoss(iqn, **common)
+    outputs = {"dqn": 1, "c51": cfg.num_atoms, "qrdqn": cfg.num_quantiles}[cfg.algo]
     body = torch_default_init_(
         q_mlp(obs_dim, num_actions * outputs, cfg.hidden_sizes, dueling=cfg.dueling)
     )
     if cfg.noisy:
         to_noisy(body)
-    common = dict(double_dqn=cfg.double_dqn, gamma=cfg.gamma)
     if cfg.algo == "c51":
         actor = CategoricalQValueActor(
             body, num_actions, v_min=cfg.v_min, v_max=cfg.v_max, num_atoms=cfg.num_atoms
@@ -156,7 +167,7 @@ def main(cfg: Config) -> dict[str, float]:
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames
     )
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    title = {"dqn": "DQN", "c51": "C51", "qrdqn": "QR-DQN"}[cfg.algo]
+    title = {"dqn": "DQN", "c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN"}[cfg.algo]
     run = trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=qnet, buffer=buffer)
     run.start(collector)  # resumes from the run folder's checkpoint with --resume
     target_updater.counter = run.updates

@@ -12,6 +12,7 @@ from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import (
     CategoricalQValueActor,
+    IQNQValueActor,
     NoisyLinear,
     QuantileQValueActor,
     ResampleNoise,
@@ -73,6 +74,7 @@ __all__ = [
     "QValueActor",
     "QuantileQValueActor",
     "CategoricalQValueActor",
+    "IQNQValueActor",
     "NoisyLinear",
     "ResampleNoise",
     "RewardScaling",

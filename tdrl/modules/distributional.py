@@ -24,6 +24,7 @@ from tdrl.ops.distributional import check_support, support
 
 __all__ = [
     "CategoricalQValueActor",
+    "IQNQValueActor",
     "NoisyLinear",
     "QuantileQValueActor",
     "ResampleNoise",
@@ -120,7 +121,23 @@ def reset_noise(module: nn.Module) -> int:
     return len(layers)
 
 
-class _DistributionalQValueActor(TensorDictModuleBase):
+class _GreedyQActor(TensorDictModuleBase):
+    """Writes ``action_values`` (the expected returns), the greedy action and its value."""
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """Expected returns ``[*B, num_actions]``; nothing is written."""
+        raise NotImplementedError
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action_value = self.action_values(tensordict)
+        chosen, action = action_value.max(dim=-1, keepdim=True)
+        tensordict.set(ACTION_VALUE, action_value)
+        tensordict.set(ACTION, action.squeeze(-1))
+        tensordict.set(CHOSEN_ACTION_VALUE, chosen)
+        return tensordict
+
+
+class _DistributionalQValueActor(_GreedyQActor):
     """Greedy actor over a network of ``num_actions x size`` outputs per observation."""
 
     def __init__(self, net: nn.Module, num_actions: int, size: int, in_key: NestedKey) -> None:
@@ -143,18 +160,6 @@ class _DistributionalQValueActor(TensorDictModuleBase):
                 f"num_actions x {self.size} = {expected}"
             )
         return out.unflatten(-1, (self.num_actions, self.size))
-
-    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """Expected returns ``[*B, num_actions]``; nothing is written."""
-        raise NotImplementedError
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action_value = self.action_values(tensordict)
-        chosen, action = action_value.max(dim=-1, keepdim=True)
-        tensordict.set(ACTION_VALUE, action_value)
-        tensordict.set(ACTION, action.squeeze(-1))
-        tensordict.set(CHOSEN_ACTION_VALUE, chosen)
-        return tensordict
 
 
 class CategoricalQValueActor(_DistributionalQValueActor):
@@ -226,3 +231,79 @@ class QuantileQValueActor(_DistributionalQValueActor):
 
     def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
         return self.quantiles(tensordict).mean(-1)
+
+
+class IQNQValueActor(_GreedyQActor):
+    """IQN's network (Dabney et al. 2018, arXiv 1806.06923): return quantiles at any fractions
+    ``tau``, ``Z_tau(s, a) = head(psi(s) * phi(tau))`` with the cosine embedding
+    ``phi(tau) = ReLU(Linear(cos(pi i tau), i = 0..num_cosines-1))``.
+
+    The greedy action maximizes the mean of ``num_policy_taus`` quantiles: fractions drawn
+    uniformly while collecting and training, evenly spaced (``(i + 1/2) / K``) under
+    ``InteractionType.DETERMINISTIC`` so that evaluation is repeatable.
+
+    Args:
+        feature_net: ``psi``, observations ``[*B, obs]`` to features ``[*B, F]``.
+        head: ``[*B, N, F]`` to ``[*B, N, num_actions]``.
+        num_actions: discrete actions.
+        features: ``F``. ``num_cosines``: size of the cosine basis (64 in the paper).
+
+    Shapes:
+        :meth:`quantiles` ``(td, taus [B, N]) -> [B, num_actions, N]``; writes what
+        ``QValueActor`` writes.
+    """
+
+    def __init__(
+        self,
+        feature_net: nn.Module,
+        head: nn.Module,
+        num_actions: int,
+        features: int,
+        *,
+        num_cosines: int = 64,
+        num_policy_taus: int = 32,
+        in_key: NestedKey = OBSERVATION,
+    ) -> None:
+        super().__init__()
+        if num_cosines < 1 or num_policy_taus < 1:
+            raise ValueError(
+                f"num_cosines and num_policy_taus must be >= 1, got {num_cosines}, "
+                f"{num_policy_taus}"
+            )
+        self.feature_net, self.head = feature_net, head
+        self.embedding = nn.Linear(num_cosines, features)
+        self.num_actions, self.num_policy_taus = num_actions, num_policy_taus
+        self.register_buffer("frequencies", torch.arange(num_cosines) * math.pi)
+        self.in_keys = [in_key]
+        self.out_keys = [ACTION_VALUE, ACTION, CHOSEN_ACTION_VALUE]
+
+    frequencies: torch.Tensor
+
+    def quantiles(self, tensordict: TensorDictBase, taus: torch.Tensor) -> torch.Tensor:
+        """``Z_tau(s, .)`` at ``taus`` ``[B, N]``: ``[B, num_actions, N]``."""
+        observation = require(tensordict, self.in_keys[0], "IQNQValueActor")
+        psi = self.feature_net(observation)  # [B, F]
+        phi = torch.relu(self.embedding(torch.cos(taus.unsqueeze(-1) * self.frequencies)))
+        out = self.head(psi.unsqueeze(-2) * phi)  # [B, N, A]
+        if out.shape[-1] != self.num_actions:
+            raise ValueError(
+                f"IQNQValueActor: the head gives {out.shape[-1]} outputs, expected num_actions "
+                f"= {self.num_actions}"
+            )
+        return out.transpose(-1, -2)
+
+    def policy_taus(self, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """The fractions the greedy action averages over, ``[batch, num_policy_taus]``."""
+        K = self.num_policy_taus
+        if interaction_type() == InteractionType.DETERMINISTIC:
+            even = (torch.arange(K, dtype=like.dtype, device=like.device) + 0.5) / K
+            return even.expand(batch, K)
+        return torch.rand(batch, K, dtype=like.dtype, device=like.device)
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """Mean of :meth:`quantiles` at :meth:`policy_taus` ``[B, num_actions]``."""
+        observation = require(tensordict, self.in_keys[0], "IQNQValueActor")
+        batch_shape = observation.shape[:-1]
+        flat = tensordict.reshape(-1) if len(batch_shape) != 1 else tensordict
+        taus = self.policy_taus(flat.shape[0], observation)
+        return self.quantiles(flat, taus).mean(-1).reshape(*batch_shape, self.num_actions)

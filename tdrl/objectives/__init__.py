@@ -5,7 +5,7 @@ from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.common import total_loss
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
-from tdrl.objectives.distributional import C51Loss, QRDQNLoss
+from tdrl.objectives.distributional import C51Loss, IQNLoss, QRDQNLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.drqn import DRQNLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
@@ -34,6 +34,7 @@ __all__ = [
     "DRQNLoss",
     "DiscreteSACLoss",
     "HardUpdate",
+    "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",
     "QRDQNLoss",

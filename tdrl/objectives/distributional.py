@@ -1,5 +1,6 @@
-"""Distributional Q-learning losses: C51 (Bellemare et al. 2017, arXiv 1707.06887) and QR-DQN
-(Dabney et al. 2017, arXiv 1710.10044), on DQN's transitions, targets and options."""
+"""Distributional Q-learning losses: C51 (Bellemare et al. 2017, arXiv 1707.06887), QR-DQN
+(Dabney et al. 2017, arXiv 1710.10044) and IQN (Dabney et al. 2018, arXiv 1806.06923), on DQN's
+transitions, targets and options."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
 
-__all__ = ["C51Loss", "QRDQNLoss"]
+__all__ = ["C51Loss", "IQNLoss", "QRDQNLoss"]
 
 
 class _DistributionalLoss(DQNLoss):
@@ -133,20 +134,32 @@ class QRDQNLoss(_DistributionalLoss):
         return distribution.mean(-1)
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        taus = self.value_network.taus
+        return self._quantile_loss(batch, self._distribution, taus, self._distribution)
+
+    def _quantile_loss(
+        self,
+        batch: TensorDictBase,
+        target_quantiles: Any,
+        taus: torch.Tensor,
+        online_quantiles: Any,
+    ) -> TensorDictBase:
+        """The quantile Huber loss of ``online_quantiles(net, td)`` (at ``taus``) against
+        ``r + discount (1 - terminated) target_quantiles(target_net, next_td)[a*]``."""
         reward, terminated, discount = self._transition(batch)
         with torch.no_grad():
             next_td = self._get(batch, NEXT)
-            next_target = self._distribution(self.target_value_network, next_td)
+            next_target = target_quantiles(self.target_value_network, next_td)  # [B, n, N']
             best = self._next_action(next_td, next_target)
-            next_quantiles = self._pick(next_target, best)  # [B, N]
+            next_quantiles = self._pick(next_target, best)  # [B, N']
             keep = torch.where(terminated, 0.0, 1.0).to(next_quantiles.dtype) * discount
             # a terminated step's theta'(s') is replaced by 0, not multiplied by 0 (no NaN leak)
             bootstrap = torch.where(terminated.unsqueeze(-1), 0.0, next_quantiles)
             target = reward.unsqueeze(-1) + keep.unsqueeze(-1) * bootstrap
-        quantiles = self._distribution(self.value_network, batch)
+        quantiles = online_quantiles(self.value_network, batch)
         index = self._action_index(batch, quantiles.shape[-2])
         chosen = self._pick(quantiles, index)  # [B, N]
-        per_sample = quantile_huber_loss(chosen, target, self.value_network.taus, kappa=self.kappa)
+        per_sample = quantile_huber_loss(chosen, target, taus, kappa=self.kappa)
         loss = self._mean(per_sample, self._weights(batch))
         out = {
             LOSS: loss,
@@ -155,3 +168,50 @@ class QRDQNLoss(_DistributionalLoss):
             VALUE_TARGET: target.mean(),
         }
         return self._output(out)
+
+
+class IQNLoss(QRDQNLoss):
+    """Implicit quantile networks: QR-DQN's loss at fractions drawn anew for every sample,
+    ``num_taus`` for the online quantiles and ``num_target_taus`` for the target ones
+    (``tau ~ U(0, 1)``; 8 and 8 in the paper). ``a*`` maximizes the mean of the target
+    quantiles (online ones with ``double_dqn``), each at its own fractions.
+
+    Args:
+        value_network: an :class:`~tdrl.modules.IQNQValueActor`.
+        num_taus, num_target_taus: fractions per sample; ``kappa`` and the rest as
+            :class:`QRDQNLoss`.
+    """
+
+    def __init__(
+        self,
+        value_network: TensorDictModuleBase,
+        *,
+        num_taus: int = 8,
+        num_target_taus: int = 8,
+        kappa: float = 1.0,
+        delay_value: bool = True,
+        double_dqn: bool = False,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(
+            value_network, kappa=kappa, delay_value=delay_value, double_dqn=double_dqn,
+            gamma=gamma,
+        )  # fmt: skip
+        if num_taus < 1 or num_target_taus < 1:
+            raise ValueError(
+                f"num_taus and num_target_taus must be >= 1, got {num_taus}, {num_target_taus}"
+            )
+        self.num_taus, self.num_target_taus = num_taus, num_target_taus
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        # Draw order: target fractions, then online ones (tests replay it).
+        B = batch.shape[0]
+        like = self.value_network.frequencies
+        target_taus = torch.rand(B, self.num_target_taus, dtype=like.dtype, device=like.device)
+        taus = torch.rand(B, self.num_taus, dtype=like.dtype, device=like.device)
+        return self._quantile_loss(
+            batch,
+            lambda net, td: net.quantiles(td, target_taus),
+            taus,
+            lambda net, td: net.quantiles(td, taus),
+        )

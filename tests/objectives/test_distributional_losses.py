@@ -3,13 +3,15 @@ definitions; terminated vs truncated rows; double selection; frozen targets; PER
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
 
-from tdrl.modules import CategoricalQValueActor, QuantileQValueActor
-from tdrl.objectives import C51Loss, QRDQNLoss
+from tdrl.modules import CategoricalQValueActor, IQNQValueActor, QuantileQValueActor
+from tdrl.objectives import C51Loss, IQNLoss, QRDQNLoss
 
 GAMMA = 0.9
 A, K, N = 2, 5, 4  # actions, atoms, quantiles
@@ -157,3 +159,63 @@ def test_actor_writes_expected_values_and_names_a_wrong_network():
         CategoricalQValueActor(nn.Linear(3, 4), 2, v_min=1.0, v_max=-1.0, num_atoms=2)
     with pytest.raises(ValueError, match="num_quantiles must be >= 1"):
         QuantileQValueActor(nn.Linear(3, 4), 2, num_quantiles=0)
+
+
+def iqn_actor(features=6, cosines=4) -> IQNQValueActor:
+    torch.manual_seed(2)
+    return IQNQValueActor(
+        nn.Linear(3, features), nn.Linear(features, A), A, features, num_cosines=cosines
+    )
+
+
+def test_iqn_quantiles_follow_the_cosine_embedding():
+    actor = iqn_actor()
+    td = TensorDict({"observation": torch.randn(2, 3)}, batch_size=[2])
+    taus = torch.tensor([[0.1, 0.7, 0.9], [0.5, 0.2, 0.3]])
+    out = actor.quantiles(td, taus)  # [B, A, N]
+    for b in range(2):
+        psi = actor.feature_net(td["observation"][b])
+        for n in range(3):
+            basis = torch.tensor([math.cos(math.pi * i * taus[b, n].item()) for i in range(4)])
+            phi = torch.relu(actor.embedding(basis))
+            torch.testing.assert_close(out[b, :, n], actor.head(psi * phi))
+
+
+def test_iqn_loss_matches_the_reference_with_its_drawn_fractions():
+    actor = iqn_actor()
+    loss = IQNLoss(actor, gamma=GAMMA, num_taus=3, num_target_taus=5)
+    td = batch([False, True, False], [False, False, True], seed=4)
+    torch.manual_seed(11)
+    out = loss(td)
+    torch.manual_seed(11)  # the loss draws the target fractions first, then the online ones
+    target_taus, taus = torch.rand(3, 5), torch.rand(3, 3)
+    expected = []
+    for b in range(3):
+        one = td[b : b + 1]
+        with torch.no_grad():
+            next_q = loss.target_value_network.quantiles(one["next"], target_taus[b : b + 1])[0]
+        best = int(next_q.mean(-1).argmax())
+        r, done = td["next", "reward"][b].item(), td["next", "terminated"][b].item()
+        target = [r + (0.0 if done else GAMMA * next_q[best, j].item()) for j in range(5)]
+        theta = actor.quantiles(one, taus[b : b + 1])[0, td["action"][b]]
+        total = 0.0
+        for i in range(3):
+            for j in range(5):
+                u = target[j] - theta[i]
+                huber = 0.5 * u**2 if abs(u.item()) <= 1 else abs(u) - 0.5
+                total = total + abs(taus[b, i].item() - float(u.item() < 0)) * huber / 5
+        expected.append(total)
+    torch.testing.assert_close(out["td_error"], torch.stack(expected).detach())
+    out["loss"].backward()
+    assert actor.embedding.weight.grad is not None and actor.embedding.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in loss.target_value_network.parameters())
+
+
+def test_iqn_greedy_evaluation_is_repeatable():
+    from tensordict.nn import InteractionType, set_interaction_type
+
+    actor = iqn_actor()
+    td = TensorDict({"observation": torch.randn(4, 3)}, batch_size=[4])
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        torch.testing.assert_close(actor.action_values(td), actor.action_values(td))
+    assert not torch.allclose(actor.action_values(td), actor.action_values(td))  # sampled taus

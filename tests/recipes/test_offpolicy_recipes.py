@@ -85,6 +85,7 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
         ("dqn", {"prioritized": True, "n_steps": 3, "dueling": True, "double_dqn": False}),
         ("dqn", {"algo": "c51", "noisy": True, "prioritized": True, "n_steps": 3}),  # Rainbow-
         ("dqn", {"algo": "qrdqn", "num_quantiles": 8}),
+        ("dqn", {"algo": "iqn", "noisy": True}),
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
