@@ -1,8 +1,17 @@
-"""tdrl.data: replay buffers on preallocated TensorDict storage."""
+"""tdrl.data: replay buffers on preallocated TensorDict storage; Minari datasets."""
 
+from tdrl.data.datasets import load_minari, save_minari, split_episodes
 from tdrl.data.prioritized import PrioritizedReplayBuffer
 from tdrl.data.replay_buffer import ReplayBuffer
 from tdrl.data.storage import StreamStorage
 from tdrl.data.sum_tree import SumTree
 
-__all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "StreamStorage", "SumTree"]
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "ReplayBuffer",
+    "StreamStorage",
+    "SumTree",
+    "load_minari",
+    "save_minari",
+    "split_episodes",
+]
