@@ -89,6 +89,8 @@ LOSS_ACTOR = "loss_actor"
 LOSS_VALUE = "loss_value"
 LOSS_QVALUE = "loss_qvalue"
 LOSS_ALPHA = "loss_alpha"
+# Behaviour cloning: the mean squared error of the actor's action to the data's (a diagnostic).
+ACTION_ERROR = "action_error"
 ENTROPY = "entropy"
 KL_APPROX = "kl_approx"
 CLIP_FRACTION = "clip_fraction"

@@ -2,6 +2,7 @@
 
 from tdrl.ensembles import ModuleEnsemble, as_ensemble
 from tdrl.objectives.a2c import A2CLoss
+from tdrl.objectives.bc import BCLoss
 from tdrl.objectives.common import total_loss
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
@@ -23,10 +24,12 @@ from tdrl.objectives.target import (
     update_priority,
 )
 from tdrl.objectives.td3 import TD3Loss
+from tdrl.objectives.td3_bc import TD3BCLoss
 from tdrl.objectives.trpo import TRPOLoss
 
 __all__ = [
     "A2CLoss",
+    "BCLoss",
     "C51Loss",
     "ClipPPOLoss",
     "DDPGLoss",
@@ -42,6 +45,7 @@ __all__ = [
     "ReinforceLoss",
     "SACLoss",
     "SoftUpdate",
+    "TD3BCLoss",
     "TD3Loss",
     "TRPOLoss",
     "as_ensemble",

@@ -1,0 +1,65 @@
+"""Offline losses by hand: behaviour cloning (deterministic, log-likelihood) and TD3+BC's
+normalized actor objective."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from offpolicy_data import linear, no_param_has_grad, transitions
+from test_td3 import OBS, critic, linear_actor
+
+from tdrl.modules import DeterministicActor, GaussianActor
+from tdrl.objectives import BCLoss, TD3BCLoss, TD3Loss
+
+
+def test_bc_deterministic_by_hand():
+    actor = linear_actor()  # mu(s) = 2 tanh(s_0)
+    td = transitions(4, OBS, 1)
+    out = BCLoss(actor)(td)
+    mu = 2 * torch.tanh(td["observation"][:, 0])
+    expected = ((mu - td["action"][:, 0]) ** 2).mean()
+    torch.testing.assert_close(out["loss_actor"], expected)
+    torch.testing.assert_close(out["action_error"], expected)
+    td["priority_weight"] = torch.tensor([1.0, 0.0, 2.0, 1.0])
+    weighted = ((mu - td["action"][:, 0]) ** 2 * td["priority_weight"]).mean()
+    torch.testing.assert_close(BCLoss(actor)(td)["loss_actor"], weighted)
+
+
+def test_bc_log_likelihood_by_hand():
+    torch.manual_seed(0)
+    actor = GaussianActor(linear([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), 2, init_log_std=-0.5)
+    td = transitions(5, OBS, 2)
+    out = BCLoss(actor, kind="log_prob")(td)
+    loc, std = td["observation"][:, :2], math.exp(-0.5)
+    log_prob = (
+        -0.5 * ((td["action"] - loc) / std) ** 2 - math.log(std) - 0.5 * math.log(2 * math.pi)
+    ).sum(-1)
+    torch.testing.assert_close(out["loss_actor"], -log_prob.mean())
+    out["loss_actor"].backward()
+    assert all(p.grad is not None for p in actor.parameters())
+    with pytest.raises(TypeError, match="needs an actor with get_dist"):
+        BCLoss(DeterministicActor(linear([[1.0, 0.0, 0.0]]), 1), kind="log_prob")
+
+
+def test_td3_bc_actor_objective_by_hand_and_the_critic_loss_is_td3s():
+    actor = linear_actor()
+    q = critic((1.5, 0.5), (-1.0, 0.0))  # Q_0(s, a) = 1.5 a + 0.5
+    td = transitions(6, OBS, 1, terminated=[False, True, False, False, False, False],
+                     truncated=[False, False, True, False, False, False])  # fmt: skip
+    loss = TD3BCLoss(actor, q, alpha=2.5, gamma=0.9)
+    mu = 2 * torch.tanh(td["observation"][:, 0])
+    q0 = 1.5 * mu + 0.5
+    lmbda = 2.5 / q0.abs().mean()
+    expected = (-lmbda * q0 + (mu - td["action"][:, 0]) ** 2).mean()
+    torch.testing.assert_close(loss.actor_loss(td), expected)
+    loss.actor_loss(td).backward()
+    assert no_param_has_grad(q)  # the critic is frozen in the actor's loss
+    torch.manual_seed(3)
+    ours = loss.qvalue_loss(td)[0]
+    torch.manual_seed(3)
+    td3 = TD3Loss(actor, q, gamma=0.9).qvalue_loss(td)[0]
+    torch.testing.assert_close(ours, td3)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        TD3BCLoss(actor, q, alpha=0.0)
