@@ -9,6 +9,7 @@ from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.distributional import C51Loss, IQNLoss, QRDQNLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.drqn import DRQNLoss
+from tdrl.objectives.iql import IQLLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
 from tdrl.objectives.ppo import ClipPPOLoss
@@ -37,6 +38,7 @@ __all__ = [
     "DRQNLoss",
     "DiscreteSACLoss",
     "HardUpdate",
+    "IQLLoss",
     "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",

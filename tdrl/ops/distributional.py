@@ -14,7 +14,13 @@ from torch import Tensor
 
 from tdrl.ops._common import InputError
 
-__all__ = ["categorical_projection", "check_support", "quantile_huber_loss", "support"]
+__all__ = [
+    "categorical_projection",
+    "check_support",
+    "expectile_loss",
+    "quantile_huber_loss",
+    "support",
+]
 
 
 def check_support(v_min: float, v_max: float, num_atoms: int) -> None:
@@ -133,3 +139,18 @@ def quantile_huber_loss(
         huber = huber / kappa
     weight = (taus.unsqueeze(-1) - (u.detach() < 0).to(u.dtype)).abs()  # [B or 1, N, M]
     return (weight * huber).mean(dim=-1).sum(dim=-1)
+
+
+def expectile_loss(diff: Tensor, expectile: float) -> Tensor:
+    r"""Asymmetric squared loss ``|expectile - 1{diff < 0}| diff^2`` elementwise (IQL's value
+    loss, Kostrikov et al. 2021, arXiv 2110.06169, eq. 5, with ``diff = Q(s, a) - V(s)``):
+    minimizing its mean over samples of ``Q`` puts ``V`` at their ``expectile``-expectile
+    (0.5: the mean; towards 1: the maximum over the data's actions).
+
+    Shapes:
+        any; returns the same shape.
+    """
+    if not 0.0 < expectile < 1.0:
+        raise InputError("expectile", f"must lie in (0, 1), got {expectile}")
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    return weight * diff.pow(2)

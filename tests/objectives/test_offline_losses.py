@@ -63,3 +63,53 @@ def test_td3_bc_actor_objective_by_hand_and_the_critic_loss_is_td3s():
     torch.testing.assert_close(ours, td3)
     with pytest.raises(ValueError, match="alpha must be > 0"):
         TD3BCLoss(actor, q, alpha=0.0)
+
+
+def test_expectile_loss_by_hand():
+    from tdrl.ops.distributional import expectile_loss
+
+    out = expectile_loss(torch.tensor([-1.0, 2.0, 0.0]), 0.7)
+    torch.testing.assert_close(out, torch.tensor([0.3, 2.8, 0.0]))
+    with pytest.raises(ValueError, match="expectile"):
+        expectile_loss(torch.zeros(2), 1.0)
+
+
+def test_iql_losses_by_hand_and_gradients_stay_in_their_network():
+    from tdrl.modules import ValueCritic
+    from tdrl.objectives import IQLLoss
+
+    actor = GaussianActor(linear([[1.0, 0.0, 0.0]]), 1, init_log_std=-0.5)  # mu(s) = s_0
+    q = critic((1.5, 0.5), (-1.0, 0.2))  # Q_0 = 1.5 a + 0.5, Q_1 = -a + 0.2
+    value = ValueCritic(linear([[0.0, 1.0, 0.0]]))  # V(s) = s_1
+    td = transitions(6, OBS, 1, terminated=[False, True, False, False, False, False],
+                     truncated=[False, False, True, False, False, False])  # fmt: skip
+    loss = IQLLoss(actor, q, value, expectile=0.7, beta=3.0, gamma=0.9)
+    out = loss(td)
+    a = td["action"][:, 0]
+    q_min = torch.minimum(1.5 * a + 0.5, -a + 0.2)
+    v = td["observation"][:, 1]
+    u = q_min - v
+    expected_value = (torch.where(u < 0, 0.3, 0.7) * u**2).mean()
+    keep = (~td["next", "terminated"][:, 0]).float()  # truncated rows bootstrap
+    y = td["next", "reward"][:, 0] + 0.9 * keep * td["next", "observation"][:, 1]
+    expected_q = ((1.5 * a + 0.5 - y) ** 2 + (-a + 0.2 - y) ** 2).mean()
+    std = math.exp(-0.5)
+    log_prob = (
+        -0.5 * ((a - td["observation"][:, 0]) / std) ** 2
+        - math.log(std)
+        - 0.5 * math.log(2 * math.pi)
+    )
+    weight = torch.exp(3.0 * u).clamp(max=100.0)
+    expected_actor = -(weight * log_prob).mean()
+    torch.testing.assert_close(out["loss_value"], expected_value)
+    torch.testing.assert_close(out["loss_qvalue"], expected_q)
+    torch.testing.assert_close(out["loss_actor"], expected_actor)
+    for name, owner in (("loss_value", value), ("loss_qvalue", q), ("loss_actor", actor)):
+        loss.zero_grad(set_to_none=True)
+        loss(td)[name].backward()
+        for module in (value, q, actor):
+            touched = any(
+                p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters()
+            )
+            assert touched == (module is owner), (name, type(module).__name__)
+    assert no_param_has_grad(loss.target_qvalue_network)
