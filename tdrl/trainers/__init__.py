@@ -12,6 +12,7 @@ from tdrl.trainers.config import (
     parse,
 )
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
+from tdrl.trainers.offline import OfflineSteps, train_offline
 from tdrl.trainers.offpolicy import (
     actor_critic_optimizer,
     actor_critic_step,
@@ -59,6 +60,8 @@ from tdrl.trainers.run import (
 )
 
 __all__ = [
+    "OfflineSteps",
+    "train_offline",
     "ActorCriticConfig",
     "AdvantageConfig",
     "EntropyConfig",

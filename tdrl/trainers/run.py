@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -65,6 +65,20 @@ def _recording_warnings() -> Iterator[None]:
         for w in caught:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
             _setup_warnings.append(_warning_line(w.message, w.category, w.filename, w.lineno))
+
+
+class CollectorLike(Protocol):
+    """What a :class:`Run` reads of its collector: tdrl's ``Collector``, a ``WorkerCollector``,
+    or ``tdrl.trainers.offline.OfflineSteps`` (gradient steps as ``frames``)."""
+
+    frames: int
+    episodes: TensorDictBase
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool: ...
+
+    def shutdown(self) -> None: ...
 
 
 def seed_everything(seed: int) -> None:
@@ -214,7 +228,7 @@ def evaluate_and_log(
 
 def save_run(
     root: Path,
-    collector: AnyCollector,
+    collector: CollectorLike,
     counters: Mapping[str, Any],
     buffer: ReplayBuffer | None = None,
     **objects: Any,
@@ -242,7 +256,7 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def resume_run(
-    root: Path, collector: AnyCollector, buffer: ReplayBuffer | None = None, **objects: Any
+    root: Path, collector: CollectorLike, buffer: ReplayBuffer | None = None, **objects: Any
 ) -> dict[str, Any] | None:
     """Load the newest complete checkpoint of the run folder ``root`` into fresh objects;
     returns its counters (None when there is no checkpoint).
@@ -389,7 +403,7 @@ class Run:
         self.last_eval: dict[str, float] = {}
         self.metrics: dict[str, Any] = {}
         self.frames = 0
-        self.collector: AnyCollector | None = None
+        self.collector: CollectorLike | None = None
         self._logger: Logger | None = None
         self._bar: tqdm | None = None
         self._start = 0.0
@@ -435,7 +449,7 @@ class Run:
     def updates(self, value: int) -> None:
         self.counters["updates"] = value
 
-    def start(self, collector: AnyCollector, *, resume: bool | None = None) -> None:
+    def start(self, collector: CollectorLike, *, resume: bool | None = None) -> None:
         """Resume from the folder's checkpoint (when ``resume``, default the constructor's, and
         one exists); open the logs, flush subnormals if asked and start the clock."""
         self.collector = collector
@@ -452,7 +466,7 @@ class Run:
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]
 
-    def end_batch(self, collector: AnyCollector, metrics: Any = None) -> bool:
+    def end_batch(self, collector: CollectorLike, metrics: Any = None) -> bool:
         """Log, evaluate and checkpoint after a batch's updates; returns True to stop.
 
         ``metrics`` (a mapping or a flat TensorDict of floats or one-element tensors, e.g. a loss
@@ -598,7 +612,7 @@ def start_run(
     cfg: RunConfig,
     algo: str,
     state: Mapping[str, Any],
-    collector: AnyCollector,
+    collector: CollectorLike,
     *,
     eval_env: VecEnv,
     policy: Callable[[TensorDictBase], TensorDictBase],
