@@ -95,8 +95,10 @@ class Config(trainers.OffPolicyConfig):
     """c51: lowest return of the support (CartPole's discounted returns lie in [0, 100])."""
     v_max: float = 100.0
     """c51: highest return of the support."""
-    num_quantiles: int = 200
-    """qrdqn: quantiles per action."""
+    num_quantiles: int = 25
+    """qrdqn: quantiles per action (200 in the paper, on Atari; the loss compares N x N pairs
+    per sample, and 25 solved CartPole-v1 on tuning seed 100 in 102 s where 200 took 6 min for
+    13k steps)."""
     noisy: bool = False
     """noisy linear layers (new noise every env and gradient step) explore instead of epsilon;
     with --algo c51 --prioritized --n-steps 3 --double-dqn it is Rainbow without dueling."""

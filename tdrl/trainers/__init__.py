@@ -42,6 +42,7 @@ from tdrl.trainers.onpolicy import (
 from tdrl.trainers.optim import adam, clip_grad_norm_, optimizer_step
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.run import (
+    BUFFER_DIR,
     CHECKPOINT,
     Run,
     drop_rows_after,
@@ -65,6 +66,7 @@ __all__ = [
     "ActorCriticConfig",
     "AdvantageConfig",
     "EntropyConfig",
+    "BUFFER_DIR",
     "CHECKPOINT",
     "Logger",
     "OffPolicyConfig",

@@ -278,3 +278,24 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(algo, tmp
         {**r, "time": rows[0][i]["time"], "eval_time": rows[0][i]["eval_time"]}
         for i, r in enumerate(rows[1])
     ]  # the same returns: an exact resume
+
+
+def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeypatch):
+    minari = pytest.importorskip("minari")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    make = importlib.import_module("make_dataset")
+    sac, cfg = config("sac", tmp_path, env_id="Hopper-v5", total_frames=300, checkpoint_every=300)
+    sac.main(cfg)  # a (tiny) agent whose checkpoint holds the actor and the replay buffer
+    common = dict(env_id="Hopper-v5", steps=64, num_envs=2, hidden_sizes=cfg.hidden_sizes)
+    ids = [
+        make.main(make.Config(kind="random", **common, ref_min_score=-20.0, ref_max_score=3000.0)),
+        make.main(make.Config(kind="policy", run=cfg.log_dir, **common)),
+        make.main(make.Config(kind="replay", run=cfg.log_dir, **common)),
+    ]
+    assert ids == ["tdrl/hopper-random-v0", "tdrl/hopper-policy-v0", "tdrl/hopper-replay-v0"]
+    steps = [minari.load_dataset(i).total_steps for i in ids]
+    assert steps == [64, 64, 300]  # the replay dataset: every transition the run stored
+    random = minari.load_dataset(ids[0])
+    assert minari.get_normalized_score(random, 1490.0) == pytest.approx(0.5)  # (1490+20)/3020
+    with pytest.raises(FileNotFoundError, match="needs --run"):
+        make.main(make.Config(kind="policy", run=str(tmp_path / "nothing"), **common))
