@@ -1,5 +1,6 @@
 """Offline RL on a Minari dataset: behaviour cloning, TD3+BC (Fujimoto & Gu 2021, arXiv
-2106.06860) or IQL (Kostrikov et al. 2021, arXiv 2110.06169), evaluated in the real env.
+2106.06860), IQL (Kostrikov et al. 2021, arXiv 2110.06169) or CQL (Kumar et al. 2020, arXiv
+2006.04779), evaluated in the real env.
 
 python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo iql
 python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-frames 200000
@@ -8,7 +9,9 @@ python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-f
 Minari dataset id under ``MINARI_DATASETS_PATH`` (``tdrl.data.save_minari`` writes one). The
 settings are the papers' MuJoCo ones: batch 256, 256x256 ReLU networks, Adam 3e-4, tau 0.005,
 gamma 0.99; TD3+BC alpha 2.5 with TD3's policy noise and actor delay 2; IQL expectile 0.7,
-beta 3.0, a Gaussian actor with a state-independent std. Where tdrl differs: no state
+beta 3.0, a Gaussian actor with a state-independent std; CQL(H) on SAC with weight 5 and 10
+sampled actions per kind (the fixed-weight variant here; ``CQLLoss(with_lagrange=True)`` is the
+automatic one). Where tdrl differs: no state
 normalization by the dataset's statistics (TD3+BC normalizes), no cosine learning-rate decay of
 IQL's actor; BC regresses the deterministic actor's action (its MSE).
 """
@@ -22,18 +25,18 @@ import torch
 
 from tdrl import trainers
 from tdrl.data import load_minari
-from tdrl.modules import actor_critic, deterministic_actor, q_ensemble
-from tdrl.objectives import BCLoss, IQLLoss, TD3BCLoss, total_loss
+from tdrl.modules import actor_critic, deterministic_actor, q_ensemble, tanh_gaussian_actor
+from tdrl.objectives import BCLoss, CQLLoss, IQLLoss, TD3BCLoss, total_loss
 
 
 @dataclass(frozen=True)
-class Config(trainers.ActorCriticConfig):
-    """Fields beyond tdrl.trainers.ActorCriticConfig's (--help lists all, with defaults)."""
+class Config(trainers.EntropyConfig):
+    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
 
     env_id: str = "Hopper-v5"
     dataset: str = "tdrl/hopper-medium-v0"
     """Minari dataset id (under MINARI_DATASETS_PATH)."""
-    algo: Literal["bc", "td3bc", "iql"] = "iql"
+    algo: Literal["bc", "td3bc", "iql", "cql"] = "iql"
     """the offline algorithm."""
     total_frames: int = 100_000
     """gradient steps in total (1M in the papers)."""
@@ -50,6 +53,8 @@ class Config(trainers.ActorCriticConfig):
     """iql: expectile of the value loss."""
     beta: float = 3.0
     """iql: inverse temperature of the advantage weights."""
+    cql_weight: float = 5.0
+    """cql: weight of the conservative term."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -86,6 +91,14 @@ def main(cfg: Config) -> dict[str, float]:
             critic: Any = q_ensemble(obs_spec, act_spec, hidden)
             loss = TD3BCLoss(actor, critic, alpha=cfg.alpha, gamma=cfg.gamma)
             every, with_actor = cfg.policy_delay, True
+        elif cfg.algo == "cql":  # SAC's actor, critics and entropy tuning
+            actor = tanh_gaussian_actor(obs_spec, act_spec, hidden)
+            critic = q_ensemble(obs_spec, act_spec, hidden)
+            loss = CQLLoss(
+                actor, critic, weight=cfg.cql_weight, alpha_init=cfg.alpha_init,
+                target_entropy=cfg.target_entropy, gamma=cfg.gamma,
+            )  # fmt: skip
+            every, with_actor = 1, False
         else:  # iql: a Gaussian actor (tanh mean, state-independent std) and V(s)
             actor, value, _ = actor_critic(
                 obs_spec, act_spec, hidden_sizes=hidden, normalize_observations=False,
@@ -97,7 +110,10 @@ def main(cfg: Config) -> dict[str, float]:
             )
             critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
             every, with_actor = 1, False
-        optimizer, target_updater = trainers.actor_critic_optimizer(cfg, loss, actor, critic)
+        log_alpha = loss.log_alpha if cfg.algo == "cql" else None
+        optimizer, target_updater = trainers.actor_critic_optimizer(
+            cfg, loss, actor, critic, log_alpha=log_alpha
+        )
         step = trainers.actor_critic_step(
             loss, optimizer, target_updater, actor_every=every, targets_with_actor=with_actor
         )
@@ -105,7 +121,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4-5. loop: gradient steps -> log, evaluate, checkpoint; report
     state = {"loss": loss, "optimizer": optimizer, **extra}
-    title = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL"}[cfg.algo]
+    title = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL"}[cfg.algo]
     return trainers.train_offline(cfg, title, state, buffer, step, eval_env=eval_env, policy=actor)
 
 

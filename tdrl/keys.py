@@ -89,6 +89,8 @@ LOSS_ACTOR = "loss_actor"
 LOSS_VALUE = "loss_value"
 LOSS_QVALUE = "loss_qvalue"
 LOSS_ALPHA = "loss_alpha"
+# CQL's Lagrange multiplier of the conservative term (TorchRL's name).
+LOSS_ALPHA_PRIME = "loss_alpha_prime"
 # Behaviour cloning: the mean squared error of the actor's action to the data's (a diagnostic).
 ACTION_ERROR = "action_error"
 ENTROPY = "entropy"

@@ -4,6 +4,7 @@ from tdrl.ensembles import ModuleEnsemble, as_ensemble
 from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.bc import BCLoss
 from tdrl.objectives.common import total_loss
+from tdrl.objectives.cql import CQLLoss, conservative_gap
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.distributional import C51Loss, IQNLoss, QRDQNLoss
@@ -32,6 +33,7 @@ __all__ = [
     "A2CLoss",
     "BCLoss",
     "C51Loss",
+    "CQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",
@@ -52,6 +54,7 @@ __all__ = [
     "TRPOLoss",
     "as_ensemble",
     "conjugate_gradient",
+    "conservative_gap",
     "flat_grad",
     "hard_update_",
     "make_target",

@@ -113,3 +113,68 @@ def test_iql_losses_by_hand_and_gradients_stay_in_their_network():
             )
             assert touched == (module is owner), (name, type(module).__name__)
     assert no_param_has_grad(loss.target_qvalue_network)
+
+
+def test_conservative_gap_by_hand():
+    from tdrl.objectives import conservative_gap
+
+    q_data = torch.tensor([[1.0]])  # [E=1, B=1]
+    q_sampled = torch.tensor([[[0.0], [math.log(3.0)]]])  # [1, K=2, 1]
+    log_density = torch.tensor([[0.0], [0.0]])
+    # log(e^0 + e^log 3) - 1 = log 4 - 1
+    torch.testing.assert_close(
+        conservative_gap(q_data, q_sampled, log_density), torch.tensor([[math.log(4.0) - 1.0]])
+    )
+    # a density of 1/2 counts its sample twice: log(2 e^0 + 2 * 3) - 1 = log 8 - 1
+    half = torch.full((2, 1), math.log(0.5))
+    torch.testing.assert_close(
+        conservative_gap(q_data, q_sampled, half), torch.tensor([[math.log(8.0) - 1.0]])
+    )
+
+
+@pytest.mark.parametrize("with_lagrange", [False, True])
+def test_cql_adds_the_gap_to_the_critic_loss_and_learns_its_multiplier(with_lagrange):
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor
+    from tdrl.objectives import CQLLoss, SACLoss
+
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(linear([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), 1)
+    q = EnsembleCritic(EnsembleMLP(OBS + 1, 1, (8,), num_members=2))
+    td = transitions(
+        8, OBS, 1, terminated=[True] + [False] * 7, truncated=[False, True] + [False] * 6
+    )
+    loss = CQLLoss(
+        actor,
+        q,
+        weight=2.0,
+        num_random=4,
+        with_lagrange=with_lagrange,
+        target_action_gap=1.0,
+        lagrange_init=0.5,
+        gamma=0.9,
+    )
+    sac = SACLoss(actor, q, gamma=0.9)
+    torch.manual_seed(1)
+    out = loss(td)
+    torch.manual_seed(1)  # replay the loss's draws: SAC's target sample, then the gap's actions
+    base = sac(td)
+    gap = loss.gap(td).detach()
+    if with_lagrange:
+        expected_extra = 2.0 * 0.5 * (gap - 1.0).sum(0).mean()
+    else:
+        expected_extra = 2.0 * gap.sum(0).mean()
+    torch.testing.assert_close(
+        out["loss_qvalue"], base["loss_qvalue"] + expected_extra.detach(), rtol=1e-5, atol=1e-5
+    )
+    assert "loss_alpha_prime" in loss.out_keys
+    loss.zero_grad(set_to_none=True)
+    out["loss_qvalue"].backward(retain_graph=True)
+    assert all(p.grad is not None for p in q.parameters())
+    if with_lagrange:
+        assert loss.log_alpha_prime.grad is None  # alpha' is detached in the critic's loss
+        out["loss_alpha_prime"].backward()
+        # gradient ascent on alpha' * (gap - target): a gap above the target raises alpha'
+        gap_minus = float((gap - 1.0).sum(0).mean())
+        assert float(loss.log_alpha_prime.grad) * gap_minus < 0
+    else:
+        assert float(out["loss_alpha_prime"]) == 0.0

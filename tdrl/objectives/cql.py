@@ -1,0 +1,143 @@
+"""CQL (Kumar et al. 2020, arXiv 2006.04779): conservative Q-learning on SAC, for offline data."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from tdrl.keys import LOSS_ALPHA_PRIME, LOSS_QVALUE, NEXT
+from tdrl.objectives.offpolicy import critic_values
+from tdrl.objectives.sac import SACLoss
+
+__all__ = ["CQLLoss", "conservative_gap"]
+
+
+def conservative_gap(
+    q_data: torch.Tensor, q_sampled: torch.Tensor, log_density: torch.Tensor
+) -> torch.Tensor:
+    """CQL(H)'s regularizer per critic and sample (Kumar et al., eq. 4, with importance
+    sampling as in the authors' code):
+
+        gap = log sum_i exp(Q(s, a_i) - log rho(a_i)) - Q(s, a_data)
+
+    over sampled actions ``a_i`` of densities ``rho`` (uniform, the policy at ``s`` and at ``s'``).
+
+    Shapes:
+        q_data ``[E, B]``; q_sampled and log_density ``[E, K, B]`` (``K`` sampled actions, the
+        density broadcastable); returns ``[E, B]``.
+    """
+    return torch.logsumexp(q_sampled - log_density, dim=-2) - q_data
+
+
+class CQLLoss(SACLoss):
+    """SAC with CQL's conservative critic term:
+
+    ::
+
+        loss_qvalue = SAC's + weight * alpha' * sum_e mean_B w (gap_e - target_action_gap)
+                      (alpha' = 1 and no target_action_gap without the Lagrange variant)
+        gap_e       = conservative_gap over num_random uniform actions, and num_random policy
+                      actions at s and at s' (each weighed by its density, log pi detached)
+
+    With ``with_lagrange`` the multiplier ``alpha' = exp(log_alpha_prime)`` (clamped to [0, 1e6])
+    is learned by ``loss_alpha_prime = -alpha' * mean(gap - target_action_gap)`` (the gap
+    detached there, ``alpha'`` detached in ``loss_qvalue``: each term trains its own parameter);
+    without it ``alpha' = 1`` and ``target_action_gap`` does not matter.
+
+    Args:
+        weight: CQL's alpha (5.0 for the D4RL MuJoCo tasks in the authors' code).
+        num_random: sampled actions per kind and state (10).
+        with_lagrange, target_action_gap, lagrange_init: the automatic variant (Kumar et al.,
+            eq. 30; ``tau`` there).
+        **kwargs: :class:`SACLoss`'s.
+    """
+
+    _outputs = (*SACLoss._outputs, LOSS_ALPHA_PRIME)  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        *,
+        weight: float = 5.0,
+        num_random: int = 10,
+        with_lagrange: bool = False,
+        target_action_gap: float = 10.0,
+        lagrange_init: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(actor_network, qvalue_network, **kwargs)
+        if weight < 0 or num_random < 1 or lagrange_init <= 0:
+            raise ValueError(
+                f"need weight >= 0, num_random >= 1 and lagrange_init > 0; got {weight}, "
+                f"{num_random}, {lagrange_init}"
+            )
+        self.weight, self.num_random = weight, num_random
+        self.with_lagrange, self.target_action_gap = with_lagrange, target_action_gap
+        log_init = torch.tensor(math.log(lagrange_init))
+        if with_lagrange:
+            self.log_alpha_prime = torch.nn.Parameter(log_init)
+        else:
+            self.register_buffer("log_alpha_prime", torch.zeros(()))
+
+    def _bounds(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        low = getattr(self.actor_network, "action_low", None)
+        high = getattr(self.actor_network, "action_high", None)
+        if low is None or high is None:
+            return -torch.ones_like(like[0]), torch.ones_like(like[0])
+        return low.to(like), high.to(like)
+
+    def _policy_q(
+        self, td: TensorDictBase, at: TensorDictBase
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``Q_e(s, a_i)`` ``[E, K, B]`` of ``K`` policy actions at ``at``'s states, and their
+        ``log pi`` ``[K, B]`` (no gradient to the actor)."""
+        K, B = self.num_random, td.shape[0]
+        states = at.select(*self.actor_network.in_keys, strict=False)
+        repeated = states.unsqueeze(0).expand(K, B).reshape(K * B)
+        with torch.no_grad():
+            action, log_prob = self._sample(repeated)
+        critic: Any = self.qvalue_network
+        inputs = td.select(*critic.in_keys, strict=False)
+        inputs = inputs.unsqueeze(0).expand(K, B).reshape(K * B)
+        q = critic_values(self.qvalue_network, inputs, action, self.tensor_keys.action)
+        return q.view(-1, K, B), log_prob.view(K, B)
+
+    def gap(self, batch: TensorDictBase) -> torch.Tensor:
+        """``gap_e`` ``[E, B]`` of the current critics on ``batch``."""
+        action_key = self.tensor_keys.action
+        data_action = self._get(batch, action_key)
+        K, B = self.num_random, batch.shape[0]
+        q_data = critic_values(self.qvalue_network, batch, None, action_key)
+        low, high = self._bounds(data_action)
+        uniform = low + (high - low) * torch.rand(K * B, *data_action.shape[1:]).to(data_action)
+        critic: Any = self.qvalue_network
+        inputs = batch.select(*critic.in_keys, strict=False)
+        inputs = inputs.unsqueeze(0).expand(K, B).reshape(K * B)
+        q_random = critic_values(self.qvalue_network, inputs, uniform, action_key).view(-1, K, B)
+        log_uniform = -torch.log(high - low).sum().expand(K, B)
+        q_current, logp_current = self._policy_q(batch, batch)
+        q_next, logp_next = self._policy_q(batch, self._get(batch, NEXT))
+        q_sampled = torch.cat([q_random, q_current, q_next], dim=1)
+        log_density = torch.cat([log_uniform, logp_current, logp_next], dim=0)
+        return conservative_gap(q_data, q_sampled, log_density)
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        out = super().forward(batch)
+        gap = self.gap(batch)  # [E, B]
+        if self.with_lagrange:
+            gap = gap - self.target_action_gap
+        weights = self._weights(batch)
+        per_sample = gap.sum(0)
+        alpha_prime = self.log_alpha_prime.exp().clamp(0.0, 1e6)
+        conservative = self.weight * alpha_prime.detach() * self._mean(per_sample, weights)
+        out[LOSS_QVALUE] = out[LOSS_QVALUE] + conservative
+        if self.with_lagrange:
+            lagrange = -alpha_prime * self.weight * self._mean(per_sample.detach(), weights)
+        else:
+            lagrange = torch.zeros((), device=per_sample.device)
+        out[LOSS_ALPHA_PRIME] = lagrange
+        return out
