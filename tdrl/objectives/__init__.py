@@ -4,7 +4,7 @@ from tdrl.ensembles import ModuleEnsemble, as_ensemble
 from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.bc import BCLoss
 from tdrl.objectives.common import total_loss
-from tdrl.objectives.cql import CQLLoss, conservative_gap
+from tdrl.objectives.cql import CQLLoss, DiscreteCQLLoss, conservative_gap
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.distributional import C51Loss, IQNLoss, QRDQNLoss
@@ -38,6 +38,7 @@ __all__ = [
     "DDPGLoss",
     "DQNLoss",
     "DRQNLoss",
+    "DiscreteCQLLoss",
     "DiscreteSACLoss",
     "HardUpdate",
     "IQLLoss",

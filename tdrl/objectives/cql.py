@@ -1,4 +1,5 @@
-"""CQL (Kumar et al. 2020, arXiv 2006.04779): conservative Q-learning on SAC, for offline data."""
+"""CQL (Kumar et al. 2020, arXiv 2006.04779): conservative Q-learning for offline data, on SAC
+(continuous actions) and on DQN (discrete)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.keys import LOSS_ALPHA_PRIME, LOSS_QVALUE, NEXT
+from tdrl.keys import LOSS, LOSS_ALPHA_PRIME, LOSS_QVALUE, NEXT
+from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.offpolicy import critic_values
 from tdrl.objectives.sac import SACLoss
 
-__all__ = ["CQLLoss", "conservative_gap"]
+__all__ = ["CQLLoss", "DiscreteCQLLoss", "conservative_gap"]
 
 
 def conservative_gap(
@@ -140,4 +142,32 @@ class CQLLoss(SACLoss):
         else:
             lagrange = torch.zeros((), device=per_sample.device)
         out[LOSS_ALPHA_PRIME] = lagrange
+        return out
+
+
+class DiscreteCQLLoss(DQNLoss):
+    """DQN with CQL(H)'s conservative term for discrete actions (Kumar et al. 2020, eq. 4, the
+    logsumexp over all actions exactly):
+
+    ::
+
+        loss = DQN's + weight * mean_B w (log sum_a exp Q(s, a) - Q(s, a_data))
+
+    Everything else (double Q, n-step, PER, the episode ends of the target) is
+    :class:`DQNLoss`'s. ``weight``: CQL's alpha (1.0 for Atari in the paper, 4.0 in some
+    follow-ups).
+    """
+
+    def __init__(self, value_network: Any, *, weight: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(value_network, **kwargs)
+        if weight < 0:
+            raise ValueError(f"weight must be >= 0, got {weight}")
+        self.weight = weight
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        out = super().forward(batch)
+        action_value = self._action_values(self.value_network, batch)
+        index = self._action_index(batch, action_value.shape[-1])
+        gap = torch.logsumexp(action_value, dim=-1) - self._gather_action(action_value, index)
+        out[LOSS] = out[LOSS] + self.weight * self._mean(gap, self._weights(batch))
         return out

@@ -178,3 +178,21 @@ def test_cql_adds_the_gap_to_the_critic_loss_and_learns_its_multiplier(with_lagr
         assert float(loss.log_alpha_prime.grad) * gap_minus < 0
     else:
         assert float(out["loss_alpha_prime"]) == 0.0
+
+
+def test_discrete_cql_adds_the_logsumexp_gap_by_hand():
+    from tdrl.modules import QValueActor
+    from tdrl.objectives import DiscreteCQLLoss, DQNLoss
+
+    q = QValueActor(linear([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))  # Q(s, .) = s[:2]
+    td = transitions(5, OBS, num_actions=2, terminated=[False, True, False, False, False])
+    td["priority_weight"] = torch.tensor([1.0, 2.0, 0.5, 1.0, 0.0])
+    out = DiscreteCQLLoss(q, weight=3.0, gamma=0.9)(td)
+    base = DQNLoss(q, gamma=0.9)(td)
+    s = td["observation"][:, :2]
+    gap = torch.log(s.exp().sum(-1)) - s.gather(1, td["action"].view(-1, 1)).squeeze(1)
+    expected = base["loss"] + 3.0 * (gap * td["priority_weight"]).mean()
+    torch.testing.assert_close(out["loss"], expected)
+    torch.testing.assert_close(out["td_error"], base["td_error"])  # priorities: DQN's
+    with pytest.raises(ValueError, match="weight must be >= 0"):
+        DiscreteCQLLoss(q, weight=-1.0)
