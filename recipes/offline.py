@@ -1,6 +1,6 @@
 """Offline RL on a Minari dataset: behaviour cloning, TD3+BC (Fujimoto & Gu 2021, arXiv
-2106.06860), IQL (Kostrikov et al. 2021, arXiv 2110.06169) or CQL (Kumar et al. 2020, arXiv
-2006.04779), evaluated in the real env.
+2106.06860), IQL (Kostrikov et al. 2021, arXiv 2110.06169), CQL (Kumar et al. 2020, arXiv
+2006.04779) or CRR (Wang et al. 2020, arXiv 2006.15134), evaluated in the real env.
 
 python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo iql
 python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-frames 200000
@@ -26,7 +26,7 @@ import torch
 from tdrl import trainers
 from tdrl.data import load_minari
 from tdrl.modules import actor_critic, deterministic_actor, q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import BCLoss, CQLLoss, IQLLoss, TD3BCLoss, total_loss
+from tdrl.objectives import BCLoss, CQLLoss, CRRLoss, IQLLoss, TD3BCLoss, total_loss
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Config(trainers.EntropyConfig):
     env_id: str = "Hopper-v5"
     dataset: str = "tdrl/hopper-medium-v0"
     """Minari dataset id (under MINARI_DATASETS_PATH)."""
-    algo: Literal["bc", "td3bc", "iql", "cql"] = "iql"
+    algo: Literal["bc", "td3bc", "iql", "cql", "crr"] = "iql"
     """the offline algorithm."""
     total_frames: int = 100_000
     """gradient steps in total (1M in the papers)."""
@@ -55,6 +55,8 @@ class Config(trainers.EntropyConfig):
     """iql: inverse temperature of the advantage weights."""
     cql_weight: float = 5.0
     """cql: weight of the conservative term."""
+    crr_mode: Literal["binary", "exp"] = "binary"
+    """crr: the advantage filter."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -99,16 +101,19 @@ def main(cfg: Config) -> dict[str, float]:
                 target_entropy=cfg.target_entropy, gamma=cfg.gamma,
             )  # fmt: skip
             every, with_actor = 1, False
-        else:  # iql: a Gaussian actor (tanh mean, state-independent std) and V(s)
+        else:  # iql, crr: a Gaussian actor (tanh mean, state-independent std); iql: V(s)
             actor, value, _ = actor_critic(
                 obs_spec, act_spec, hidden_sizes=hidden, normalize_observations=False,
                 activation=torch.nn.ReLU,
             )  # fmt: skip
             critic = q_ensemble(obs_spec, act_spec, hidden)
-            loss = IQLLoss(
-                actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=cfg.gamma
-            )
-            critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
+            if cfg.algo == "crr":
+                loss = CRRLoss(actor, critic, mode=cfg.crr_mode, gamma=cfg.gamma)
+            else:
+                loss = IQLLoss(
+                    actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=cfg.gamma
+                )
+                critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
             every, with_actor = 1, False
         log_alpha = loss.log_alpha if cfg.algo == "cql" else None
         optimizer, target_updater = trainers.actor_critic_optimizer(
@@ -121,7 +126,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4-5. loop: gradient steps -> log, evaluate, checkpoint; report
     state = {"loss": loss, "optimizer": optimizer, **extra}
-    title = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL"}[cfg.algo]
+    title = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR"}[cfg.algo]
     return trainers.train_offline(cfg, title, state, buffer, step, eval_env=eval_env, policy=actor)
 
 

@@ -5,6 +5,7 @@ from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.bc import BCLoss
 from tdrl.objectives.common import total_loss
 from tdrl.objectives.cql import CQLLoss, DiscreteCQLLoss, conservative_gap
+from tdrl.objectives.crr import CRRLoss
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.distributional import C51Loss, IQNLoss, QRDQNLoss
@@ -34,6 +35,7 @@ __all__ = [
     "BCLoss",
     "C51Loss",
     "CQLLoss",
+    "CRRLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",

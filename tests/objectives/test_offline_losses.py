@@ -196,3 +196,42 @@ def test_discrete_cql_adds_the_logsumexp_gap_by_hand():
     torch.testing.assert_close(out["td_error"], base["td_error"])  # priorities: DQN's
     with pytest.raises(ValueError, match="weight must be >= 0"):
         DiscreteCQLLoss(q, weight=-1.0)
+
+
+@pytest.mark.parametrize("mode", ["binary", "exp"])
+def test_crr_losses_by_hand(mode):
+    from tdrl.objectives import CRRLoss
+
+    actor = GaussianActor(linear([[1.0, 0.0, 0.0]]), 1, init_log_std=-0.5)  # mu(s) = s_0
+    q = critic((1.5, 0.5), (-1.0, 0.2))  # min_e Q_e(s, a) = min(1.5 a + 0.5, 0.2 - a)
+    td = transitions(5, OBS, 1, terminated=[False, True, False, False, False],
+                     truncated=[False, False, True, False, False])  # fmt: skip
+    loss = CRRLoss(actor, q, mode=mode, beta=0.5, num_samples=3, gamma=0.9)
+    torch.manual_seed(4)
+    out = loss(td)
+
+    def q_min(a):
+        return torch.minimum(1.5 * a + 0.5, 0.2 - a)
+
+    def sampled_value(states):  # the loss's draws, replayed: 3 actions per state
+        repeated = states.select("observation").unsqueeze(0).expand(3, 5).reshape(15)
+        a = actor.get_dist(repeated).sample().view(3, 5)
+        return q_min(a).mean(0)
+
+    torch.manual_seed(4)
+    next_value = sampled_value(td["next"])  # the target first, then the baseline
+    baseline = sampled_value(td)
+    keep = (~td["next", "terminated"][:, 0]).float()
+    y = td["next", "reward"][:, 0] + 0.9 * keep * next_value
+    a = td["action"][:, 0]
+    expected_q = ((1.5 * a + 0.5 - y) ** 2 + (0.2 - a - y) ** 2).mean()
+    advantage = q_min(a) - baseline
+    f = (advantage > 0).float() if mode == "binary" else torch.exp(advantage / 0.5).clamp(max=20.0)
+    std = math.exp(-0.5)
+    log_prob = (
+        -0.5 * ((a - td["observation"][:, 0]) / std) ** 2
+        - math.log(std)
+        - 0.5 * math.log(2 * math.pi)
+    )
+    torch.testing.assert_close(out["loss_qvalue"], expected_q)
+    torch.testing.assert_close(out["loss_actor"], -(f * log_prob).mean())

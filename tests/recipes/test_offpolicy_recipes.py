@@ -252,7 +252,7 @@ def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
     assert math.isfinite(result["loss_actor"])
 
 
-@pytest.mark.parametrize("algo", ["bc", "td3bc", "iql", "cql"])
+@pytest.mark.parametrize("algo", ["bc", "td3bc", "iql", "cql", "crr"])
 def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(algo, tmp_path, monkeypatch):
     pytest.importorskip("minari")
     from tdrl.collectors import Collector
