@@ -40,13 +40,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
     parts = trainers.on_policy_setup(cfg)
     # 3. loss, estimator (run on the whole rollout), optimizer
-    loss = A2CLoss(
-        parts.actor,
-        parts.critic,
-        entropy_coeff=cfg.entropy_coeff,
-        critic_coeff=cfg.critic_coeff,
-        normalize_advantage=cfg.normalize_advantage,
-    )
+    loss = A2CLoss(parts.actor, parts.critic, **cfg.loss_terms)
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.RMSprop(

@@ -47,8 +47,8 @@ from tdrl.objectives import C51Loss, DQNLoss, HardUpdate, IQNLoss, QRDQNLoss, up
 
 
 @dataclass(frozen=True)
-class Config(trainers.OffPolicyConfig):
-    """Fields beyond tdrl.trainers.OffPolicyConfig's (--help lists all, with defaults)."""
+class Config(trainers.QLearningConfig):
+    """Fields beyond tdrl.trainers.QLearningConfig's (--help lists all, with defaults)."""
 
     env_id: str = "CartPole-v1"
     total_frames: int = 50_000
@@ -58,8 +58,6 @@ class Config(trainers.OffPolicyConfig):
     buffer_size: int = 100_000
     eval_every: int = 5_000
     checkpoint_every: int = 25_000
-    frames_per_batch: int = 256
-    """env steps per collected batch (SB3's train_freq)."""
     dueling: bool = False
     """dueling value/advantage head."""
     double_dqn: bool = True
@@ -73,18 +71,11 @@ class Config(trainers.OffPolicyConfig):
     per_beta: float = 0.4
     """PER importance-weight exponent at the start, annealed to 1 by the end."""
     lr: float = 2.3e-3
-    """Adam learning rate."""
-    eps_init: float = 1.0
-    """initial exploration epsilon."""
     eps_end: float = 0.04
-    """final exploration epsilon."""
     eps_frames: int = 8_000
-    """env steps over which epsilon decays."""
     target_update_interval: int = 128
     """gradient steps between hard target copies (zoo: every 10 env steps, i.e. once per burst of
     128 gradient steps, since SB3 trains in bursts every 256 env steps)."""
-    max_grad_norm: float = 10.0
-    """gradient norm clip."""
     algo: Literal["dqn", "c51", "qrdqn", "iqn"] = "dqn"
     """what the network learns: the expected return (dqn), a categorical distribution over
     num_atoms fixed returns in [v_min, v_max] (c51), num_quantiles quantiles (qrdqn), or the
@@ -170,9 +161,6 @@ def main(cfg: Config) -> dict[str, float]:
     )
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
     title = {"dqn": "DQN", "c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN"}[cfg.algo]
-    run = trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=qnet, buffer=buffer)
-    run.start(collector)  # resumes from the run folder's checkpoint with --resume
-    target_updater.counter = run.updates
 
     def after_step(sample: TensorDictBase, out: TensorDictBase) -> None:
         if cfg.prioritized:
@@ -180,27 +168,23 @@ def main(cfg: Config) -> dict[str, float]:
         if cfg.noisy:
             reset_noise(loss)  # new noise for the next gradient step, online and target nets
 
-    # 4. loop: collect a batch -> store -> gradient steps (PER priorities) -> log, eval, save
-    previous = collector.frames
-    with run:
-        for batch in collector:
-            due = trainers.store(buffer, batch, run, cfg)
-            exploration.step(collector.frames - previous)
-            previous = collector.frames
-            if isinstance(buffer, PrioritizedReplayBuffer):
-                # Anneal the importance-weight exponent to 1 by the end (Schaul et al., 3.4).
-                buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, previous)
-            metrics = trainers.q_learning_steps(
-                due, lambda: buffer.sample(cfg.batch_size), loss, optimizer, target_updater, run,
-                max_grad_norm=cfg.max_grad_norm, after_step=after_step,
-            )  # fmt: skip
-            if metrics is not None:
-                metrics["epsilon"] = exploration.eps
-            if run.end_batch(collector, metrics):
-                break
+    def on_batch(frames: int) -> None:  # after each stored batch, before its gradient steps
+        exploration.step(frames - int(exploration.frames))  # epsilon follows the env steps
+        if isinstance(buffer, PrioritizedReplayBuffer):
+            # Anneal the importance-weight exponent to 1 by the end (Schaul et al., 3.4).
+            buffer.beta = linear_schedule(cfg.per_beta, 1.0, cfg.total_frames, frames)
 
-        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
-        return run.finish()
+    step = trainers.q_learning_step(
+        loss, optimizer, target_updater, exploration=exploration,
+        max_grad_norm=cfg.max_grad_norm, after_step=after_step,
+    )  # fmt: skip
+    # 4. loop: collect a batch -> store -> schedules -> gradient steps (PER priorities) -> log,
+    #    evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
+    # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+    return trainers.train_off_policy(
+        cfg, title, state, collector, buffer, step, eval_env=eval_env, policy=qnet,
+        on_batch=on_batch,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

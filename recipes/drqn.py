@@ -37,8 +37,8 @@ from tdrl.objectives import DRQNLoss, HardUpdate
 
 
 @dataclass(frozen=True)
-class Config(trainers.OffPolicyConfig):
-    """Fields beyond tdrl.trainers.OffPolicyConfig's (--help lists all, with defaults)."""
+class Config(trainers.QLearningConfig):
+    """Fields beyond tdrl.trainers.QLearningConfig's (--help lists all, with defaults)."""
 
     env_id: str = "CartPoleNoVel-v1"
     total_frames: int = 100_000
@@ -51,25 +51,13 @@ class Config(trainers.OffPolicyConfig):
     eval_every: int = 5_000
     checkpoint_every: int = 50_000
     frames_per_batch: int = 64
-    """env steps per collected batch."""
     slice_len: int = 8
     """steps per replayed sequence."""
     burn_in: int = 2
     """steps at the start of each sequence that only warm the state up."""
     recurrent_size: int = 64
     """LSTM width."""
-    lr: float = 1e-3
-    """Adam learning rate."""
-    eps_init: float = 1.0
-    """initial exploration epsilon."""
-    eps_end: float = 0.05
-    """final exploration epsilon."""
     eps_frames: int = 20_000
-    """env steps over which epsilon decays."""
-    target_update_interval: int = 200
-    """gradient steps between hard target copies."""
-    max_grad_norm: float = 10.0
-    """gradient norm clip."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -96,27 +84,17 @@ def main(cfg: Config) -> dict[str, float]:
     # The policy acts from the first step (epsilon starts at 1): no uniform-random warm-up.
     collector = Collector(env, policy, cfg.frames_per_batch, cfg.total_frames)
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    with trainers.start_run(cfg, "DRQN", state, collector, eval_env=eval_env, policy=qnet,
-                            buffer=buffer) as run:  # fmt: skip
-        target_updater.counter = run.updates
-        previous = collector.frames
-
-        # 4. loop: collect -> store -> gradient steps on replayed slices -> log, eval, save
-        for batch in collector:
-            due = trainers.store(buffer, batch, run, cfg)  # learning starts at init_random_frames
-            exploration.step(collector.frames - previous)
-            previous = collector.frames
-            metrics = trainers.q_learning_steps(
-                due, lambda: buffer.sample_slices(cfg.batch_size, cfg.slice_len), loss,
-                optimizer, target_updater, run, max_grad_norm=cfg.max_grad_norm,
-            )  # fmt: skip
-            if metrics is not None:
-                metrics["epsilon"] = exploration.eps
-            if run.end_batch(collector, metrics):
-                break
-
-        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
-        return run.finish()
+    step = trainers.q_learning_step(
+        loss, optimizer, target_updater, exploration=exploration, max_grad_norm=cfg.max_grad_norm
+    )
+    # 4. loop: collect -> store -> gradient steps on replayed slices -> log, evaluate, checkpoint
+    #    (trainers.train_off_policy; --resume continues a run)
+    # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+    return trainers.train_off_policy(
+        cfg, "DRQN", state, collector, buffer, step, eval_env=eval_env, policy=qnet,
+        sample=lambda: buffer.sample_slices(cfg.batch_size, cfg.slice_len),
+        on_batch=lambda frames: exploration.step(frames - int(exploration.frames)),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

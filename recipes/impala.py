@@ -75,13 +75,7 @@ def main(cfg: Config) -> dict[str, float]:
         max_policy_lag=cfg.max_policy_lag,
     )  # fmt: skip
     # 3. loss on V-trace targets; the estimator scores the taken actions with the current actor
-    loss = A2CLoss(
-        parts.actor,
-        parts.critic,
-        entropy_coeff=cfg.entropy_coeff,
-        critic_coeff=cfg.critic_coeff,
-        normalize_advantage=cfg.normalize_advantage,
-    )
+    loss = A2CLoss(parts.actor, parts.critic, **cfg.loss_terms)
     estimator = VTrace(
         gamma=cfg.gamma, actor_network=parts.actor, value_network=parts.critic,
         rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh,

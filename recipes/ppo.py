@@ -59,14 +59,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
     parts = trainers.on_policy_setup(cfg)
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer
-    loss = ClipPPOLoss(
-        parts.actor,
-        parts.critic,
-        clip_epsilon=cfg.clip_epsilon,
-        entropy_coeff=cfg.entropy_coeff,
-        critic_coeff=cfg.critic_coeff,
-        normalize_advantage=cfg.normalize_advantage,
-    )
+    loss = ClipPPOLoss(parts.actor, parts.critic, clip_epsilon=cfg.clip_epsilon, **cfg.loss_terms)
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
     trainers.to_device(cfg, loss, estimator, reward_scaler)  # --device: networks, statistics

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -205,6 +205,27 @@ class OffPolicyConfig(RunConfig):
 
 
 @dataclass(frozen=True)
+class QLearningConfig(OffPolicyConfig):
+    """:class:`OffPolicyConfig` plus an epsilon-greedy Q network with a hard-copied target
+    (DQN and its distributional variants, DRQN)."""
+
+    frames_per_batch: int = 256
+    """env steps per collected batch (SB3's train_freq)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    eps_init: float = 1.0
+    """initial exploration epsilon."""
+    eps_end: float = 0.05
+    """final exploration epsilon."""
+    eps_frames: int = 10_000
+    """env steps over which epsilon decays."""
+    target_update_interval: int = 200
+    """gradient steps between hard target copies."""
+    max_grad_norm: float = 10.0
+    """gradient norm clip."""
+
+
+@dataclass(frozen=True)
 class ActorCriticConfig(OffPolicyConfig):
     """:class:`OffPolicyConfig` plus an actor, critics and Polyak targets (DDPG, TD3, SAC, REDQ,
     discrete SAC)."""
@@ -268,6 +289,15 @@ class AdvantageConfig(OnPolicyConfig):
     seq_len: int = 16
     """recurrent actor: steps per training sequence (must divide frames_per_batch / num_envs);
     minibatches hold whole sequences."""
+
+    @property
+    def loss_terms(self) -> dict[str, Any]:
+        """The loss weights every advantage loss takes (A2C, PPO, IMPALA's A2C on V-trace)."""
+        return dict(
+            entropy_coeff=self.entropy_coeff,
+            critic_coeff=self.critic_coeff,
+            normalize_advantage=self.normalize_advantage,
+        )
 
     @property
     def sequence_length(self) -> int | None:

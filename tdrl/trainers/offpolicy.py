@@ -205,32 +205,35 @@ def actor_critic_step(
     return step
 
 
-def q_learning_steps(
-    n: int,
-    sample: Callable[[], TensorDictBase],
+def q_learning_step(
     loss: Callable[[TensorDictBase], TensorDictBase],
     optimizer: torch.optim.Optimizer,
-    target_updater: SoftUpdate | HardUpdate,
-    run: Run,
+    target_updater: HardUpdate,
     *,
+    exploration: Any = None,
     max_grad_norm: float | None = None,
     after_step: Callable[[TensorDictBase, TensorDictBase], None] | None = None,
-) -> dict[str, torch.Tensor] | None:
-    """``n`` gradient steps of the Q-learning family (DQN, DRQN): ``loss(sample())``, one
-    optimizer step on its ``"loss"`` (clipped at ``max_grad_norm``), ``after_step(batch, out)``
-    (e.g. PER's priority update), the target update; ``run.updates`` counts them. Returns the
-    last step's ``loss`` and ``q`` (chosen action value) for :meth:`Run.end_batch`, or None."""
-    metrics = None
-    for _ in range(n):
-        batch = sample()
-        out = loss(batch)
+) -> Step:
+    """The gradient step of the Q-learning family (DQN and its distributional variants, DRQN),
+    for :func:`train_off_policy`: ``loss(sample)``, one optimizer step on its ``"loss"``
+    (clipped at ``max_grad_norm``), ``after_step(sample, out)`` (e.g. PER's priority update),
+    then the target update, counted from the run's gradient steps (so a resumed run copies its
+    targets when an uninterrupted one would). Returns ``loss``, ``q`` (the chosen action's
+    value) and the ``exploration`` module's current ``epsilon``."""
+
+    def step(sample: TensorDictBase, k: int) -> dict[str, object]:
+        out = loss(sample)
         optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=max_grad_norm)
         if after_step is not None:
-            after_step(batch, out)
+            after_step(sample, out)
+        target_updater.counter = k - 1
         target_updater.step()
-        run.updates += 1
-        metrics = {keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]}
-    return metrics
+        metrics: dict[str, object] = {keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]}
+        if exploration is not None:
+            metrics["epsilon"] = exploration.eps
+        return metrics
+
+    return step
 
 
 def train_off_policy(
@@ -243,32 +246,41 @@ def train_off_policy(
     *,
     eval_env: VecEnv,
     policy: Callable[[TensorDictBase], TensorDictBase],
+    sample: Callable[[], TensorDictBase] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """The off-policy loop of a recipe, from start to report::
 
         with start_run(cfg, algo, state, collector, ...) as run:  # --resume picks up here
             for batch in collector:        # one step per env (random until learning starts)
-                for _ in range(store(buffer, batch, run, cfg)):   # steps due at cfg.utd_ratio
+                due = store(buffer, batch, run, cfg)   # gradient steps due at cfg.utd_ratio
+                on_batch(collector.frames)             # schedules: epsilon, PER's beta
+                for _ in range(due):
                     run.updates += 1
-                    out = step(buffer.sample(cfg.batch_size), run.updates) or out  # None: keep
+                    out = step(sample(), run.updates) or out  # None: keep the last metrics
                 if run.end_batch(collector, out):   # log, evaluate, checkpoint; True: stop
                     break
             return run.finish()            # final evaluation, curve.png, logs; closes the envs
 
     ``step(sample, k)`` takes the ``k``-th gradient step (k counts from 1 over the whole run,
     resumes included) and returns metrics to log (a loss output) or None (the previous
-    metrics stay).
+    metrics stay). ``sample`` defaults to ``buffer.sample(cfg.batch_size)``.
     """
     from tdrl.trainers.run import start_run  # run.py imports this module
 
+    if sample is None:
+        sample = lambda: buffer.sample(cfg.batch_size)  # noqa: E731
     with start_run(
         cfg, algo, state, collector, eval_env=eval_env, policy=policy, buffer=buffer
     ) as run:
         for batch in collector:
             out = None
-            for _ in range(store(buffer, batch, run, cfg)):
+            due = store(buffer, batch, run, cfg)
+            if on_batch is not None:
+                on_batch(collector.frames)
+            for _ in range(due):
                 run.updates += 1
-                metrics = step(buffer.sample(cfg.batch_size), run.updates)
+                metrics = step(sample(), run.updates)
                 out = out if metrics is None else metrics
             collector.update_policy_weights_()  # Ray workers act with the new weights next
             if run.end_batch(collector, out):
