@@ -70,6 +70,22 @@ def plain(bench: Callable[..., float]) -> Callable[..., float]:
     return run
 
 
+def peers(
+    tdrl_bench: Callable[..., float],
+    sb3: Callable[..., float],
+    tianshou: Callable[..., float],
+    torchrl: Callable[..., float],
+) -> dict[str, Callable[..., float]]:
+    """One section's libraries in table order; "tdrl plain" runs tdrl with its fast paths off."""
+    return {
+        "tdrl": tdrl_bench,
+        "tdrl plain": plain(tdrl_bench),
+        "SB3": sb3,
+        "Tianshou": tianshou,
+        "TorchRL": torchrl,
+    }
+
+
 def ppo_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """A synthetic rollout: actions from N(0, 1), whose log-prob is the behaviour log-prob."""
     g = torch.Generator().manual_seed(seed)
@@ -252,13 +268,7 @@ def bench_torchrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) ->
     return time.perf_counter() - start
 
 
-PPO_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int, int], float]] = {
-    "tdrl": bench_tdrl,
-    "tdrl plain": lambda *a: plain(bench_tdrl)(*a),
-    "SB3": bench_sb3,
-    "Tianshou": bench_tianshou,
-    "TorchRL": bench_torchrl,
-}
+PPO_PEERS = peers(bench_tdrl, bench_sb3, bench_tianshou, bench_torchrl)
 
 
 def section_ppo(quick: bool) -> None:
@@ -557,9 +567,30 @@ def sac_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
     return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
 
 
+def _torchrl_updates(  # noqa: ANN202
+    loss, optimizer, updater, data, steps: int, batch_size: int, max_grad_norm: float = 0.0
+) -> float:
+    """Seconds for ``steps`` gradient steps of a TorchRL loss (its ``loss_*`` terms summed) on
+    samples from TorchRL's own replay buffer, as a TorchRL user writes them."""
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(SAC_BUFFER), batch_size=batch_size)
+    buffer.extend(data)
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = loss(buffer.sample())
+        total = sum(v for k, v in out.items() if k.startswith("loss"))
+        optimizer.zero_grad()
+        total.backward()
+        if max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(loss.parameters(), max_grad_norm)
+        optimizer.step()
+        updater.step()
+    return time.perf_counter() - start
+
+
 def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
     from tensordict.nn import NormalParamExtractor, TensorDictModule
-    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
     from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
     from torchrl.objectives import SACLoss, SoftUpdate
 
@@ -600,26 +631,10 @@ def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
             {"params": [loss.log_alpha], "lr": 3e-4},
         ]
     )
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(SAC_BUFFER), batch_size=SAC_BATCH)
-    buffer.extend(_td(data))
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = loss(buffer.sample())
-        total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
-        optimizer.zero_grad()
-        total.backward()
-        optimizer.step()
-        updater.step()
-    return time.perf_counter() - start
+    return _torchrl_updates(loss, optimizer, updater, _td(data), steps, SAC_BATCH)
 
 
-SAC_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int], float]] = {
-    "tdrl": sac_tdrl,
-    "tdrl plain": lambda *a: plain(sac_tdrl)(*a),
-    "SB3": sac_sb3,
-    "Tianshou": sac_tianshou,
-    "TorchRL": sac_torchrl,
-}
+SAC_PEERS = peers(sac_tdrl, sac_sb3, sac_tianshou, sac_torchrl)
 
 
 # --- DQN: gradient steps on CartPole shapes ---------------------------------------------------
@@ -707,7 +722,7 @@ def dqn_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
 
 
 def dqn_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    from torchrl.data import LazyTensorStorage, OneHot, TensorDictReplayBuffer
+    from torchrl.data import OneHot
     from torchrl.modules import MLP, QValueActor
     from torchrl.objectives import DQNLoss, HardUpdate
 
@@ -718,28 +733,12 @@ def dqn_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
     loss.make_value_estimator(gamma=0.99)
     updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
     optimizer = torch.optim.Adam(loss.parameters(), lr=2.3e-3)
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(SAC_BUFFER), batch_size=DQN_BATCH)
     td = _td(data)
     td["action"] = torch.nn.functional.one_hot(data["action"], DQN_ACTIONS)
-    buffer.extend(td)
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = loss(buffer.sample())
-        optimizer.zero_grad()
-        out["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(loss.parameters(), 10.0)
-        optimizer.step()
-        updater.step()
-    return time.perf_counter() - start
+    return _torchrl_updates(loss, optimizer, updater, td, steps, DQN_BATCH, max_grad_norm=10.0)
 
 
-DQN_PEERS: dict[str, Callable[[dict[str, torch.Tensor], int], float]] = {
-    "tdrl": dqn_tdrl,
-    "tdrl plain": lambda *a: plain(dqn_tdrl)(*a),
-    "SB3": dqn_sb3,
-    "Tianshou": dqn_tianshou,
-    "TorchRL": dqn_torchrl,
-}
+DQN_PEERS = peers(dqn_tdrl, dqn_sb3, dqn_tianshou, dqn_torchrl)
 
 
 def _steps_table(
@@ -772,26 +771,29 @@ def _steps_table(
         )
 
 
-def section_sac(quick: bool) -> None:
-    steps = 30 if quick else 300
-    _steps_table(
-        f"SAC gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
-        f"twin critics, auto alpha, {steps} steps, 1 thread",
-        SAC_PEERS,
-        sac_data(10_000),
-        steps,
-    )
+def steps_section(
+    title: str, peers: dict[str, Callable[..., float]], data: Callable[[int], Any], full: int
+) -> Callable[[bool], None]:
+    """A section timing gradient steps of every library on the same ``data(10_000)``: ``full``
+    steps a round (a tenth with --quick; the title's ``{steps}`` says how many)."""
+
+    def section(quick: bool) -> None:
+        steps = full // 10 if quick else full
+        _steps_table(title.format(steps=steps), peers, data(10_000), steps)
+
+    return section
 
 
-def section_dqn(quick: bool) -> None:
-    steps = 100 if quick else 2000
-    _steps_table(
-        f"DQN gradient steps: batch {DQN_BATCH}, 256x256 MLP, obs {DQN_OBS}, {DQN_ACTIONS} "
-        f"actions, Huber, target copy every {DQN_TARGET_EVERY}, {steps} steps, 1 thread",
-        DQN_PEERS,
-        dqn_data(10_000),
-        steps,
-    )
+section_sac = steps_section(
+    f"SAC gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
+    "twin critics, auto alpha, {steps} steps, 1 thread",
+    SAC_PEERS, sac_data, 300,
+)  # fmt: skip
+section_dqn = steps_section(
+    f"DQN gradient steps: batch {DQN_BATCH}, 256x256 MLP, obs {DQN_OBS}, {DQN_ACTIONS} actions, "
+    f"Huber, target copy every {DQN_TARGET_EVERY}, {{steps}} steps, 1 thread",
+    DQN_PEERS, dqn_data, 2000,
+)  # fmt: skip
 
 
 SECTIONS: dict[str, Callable[[bool], None]] = {

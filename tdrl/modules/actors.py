@@ -55,10 +55,11 @@ def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> t
         ) from error
 
 
-def _bounds(
-    low: float | Sequence[float] | torch.Tensor | None,
-    high: float | Sequence[float] | torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+# An action bound: one number for every dim, one per dim, or None (the default, -1 or 1).
+Bound = float | Sequence[float] | torch.Tensor | None
+
+
+def _bounds(low: Bound, high: Bound) -> tuple[torch.Tensor, torch.Tensor]:
     low_t = torch.as_tensor(-1.0 if low is None else low, dtype=torch.get_default_dtype())
     high_t = torch.as_tensor(1.0 if high is None else high, dtype=torch.get_default_dtype())
     if not bool((high_t > low_t).all()) or not bool(torch.isfinite(high_t - low_t).all()):
@@ -140,8 +141,8 @@ class GaussianActor(_ProbabilisticActor):
         *,
         in_key: NestedKey = OBSERVATION,
         init_log_std: float = 0.0,
-        action_low: float | Sequence[float] | torch.Tensor | None = None,
-        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_low: Bound = None,
+        action_high: Bound = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
         super().__init__(in_key, [LOC, SCALE], default_interaction_type)
@@ -200,8 +201,8 @@ class TanhGaussianActor(_ProbabilisticActor):
         init_log_std: float = 0.0,
         log_std_min: float = -5.0,
         log_std_max: float = 2.0,
-        action_low: float | Sequence[float] | torch.Tensor | None = None,
-        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_low: Bound = None,
+        action_high: Bound = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
         super().__init__(in_key, [LOC, SCALE], default_interaction_type)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -12,7 +10,7 @@ from torch import nn
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION
-from tdrl.modules.actors import _apply, _bounds
+from tdrl.modules.actors import Bound, _apply, _bounds
 
 
 class DeterministicActor(TensorDictModuleBase):
@@ -39,8 +37,8 @@ class DeterministicActor(TensorDictModuleBase):
         action_dim: int,
         *,
         in_key: NestedKey = OBSERVATION,
-        action_low: float | Sequence[float] | torch.Tensor | None = None,
-        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_low: Bound = None,
+        action_high: Bound = None,
     ) -> None:
         super().__init__()
         self.net = net

@@ -13,8 +13,6 @@ them by ``n`` env frames.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase
@@ -23,7 +21,7 @@ from tensordict.utils import NestedKey
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, IS_INIT
-from tdrl.modules.actors import _bounds, masked_logits
+from tdrl.modules.actors import Bound, _bounds, masked_logits
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float:
@@ -126,8 +124,8 @@ class _ActionNoise(_Exploration):
     def __init__(
         self,
         action_dim: int,
-        action_low: float | Sequence[float] | torch.Tensor | None,
-        action_high: float | Sequence[float] | torch.Tensor | None,
+        action_low: Bound,
+        action_high: Bound,
         action_key: NestedKey,
         default_interaction_type: InteractionType,
     ) -> None:
@@ -181,8 +179,8 @@ class AdditiveGaussianNoise(_ActionNoise):
         sigma_init: float = 0.1,
         sigma_end: float | None = None,
         annealing_num_steps: int = 1,
-        action_low: float | Sequence[float] | torch.Tensor | None = None,
-        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_low: Bound = None,
+        action_high: Bound = None,
         action_key: NestedKey = ACTION,
         default_interaction_type: InteractionType = InteractionType.RANDOM,
     ) -> None:
@@ -246,8 +244,8 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         sigma: float = 0.2,
         dt: float = 1e-2,
         x0: float = 0.0,
-        action_low: float | Sequence[float] | torch.Tensor | None = None,
-        action_high: float | Sequence[float] | torch.Tensor | None = None,
+        action_low: Bound = None,
+        action_high: Bound = None,
         action_key: NestedKey = ACTION,
         default_interaction_type: InteractionType = InteractionType.RANDOM,
     ) -> None:

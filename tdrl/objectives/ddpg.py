@@ -64,6 +64,15 @@ class _DeterministicActorCritic(OffPolicyLoss):
         td_error = (q.detach() - target).abs().max(dim=0).values
         return self._mean(per_sample, self._weights(batch)), td_error
 
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        loss_critic, td_error = self.qvalue_loss(batch)
+        out = {
+            LOSS_ACTOR: self.actor_loss(batch),
+            self._outputs[1]: loss_critic,  # DDPG's "loss_value", TD3's "loss_qvalue" (TorchRL)
+            self.tensor_keys.priority: td_error,
+        }
+        return self._output(out)
+
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
         """``-mean_B w Q_0(s, mu(s))``: the first critic, gradients to the actor only."""
         action = self._act(self.actor_network, batch)
@@ -116,12 +125,3 @@ class DDPGLoss(_DeterministicActorCritic):
             delay_qvalue=delay_value,
             gamma=gamma,
         )
-
-    def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        loss_value, td_error = self.qvalue_loss(batch)
-        out = {
-            LOSS_ACTOR: self.actor_loss(batch),
-            LOSS_VALUE: loss_value,
-            self.tensor_keys.priority: td_error,
-        }
-        return self._output(out)

@@ -94,12 +94,3 @@ class TD3Loss(_DeterministicActorCritic):
             -self.noise_clip, self.noise_clip
         )
         return torch.maximum(torch.minimum(action + noise * half, self.max_action), self.min_action)
-
-    def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        loss_qvalue, td_error = self.qvalue_loss(batch)
-        out = {
-            LOSS_ACTOR: self.actor_loss(batch),
-            LOSS_QVALUE: loss_qvalue,
-            self.tensor_keys.priority: td_error,
-        }
-        return self._output(out)
