@@ -26,28 +26,47 @@ from tdrl.modules.mlp import mlp
 class Dueling(nn.Module):
     """Dueling head ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)`` (Wang et al. 2016, 1511.06581).
 
-    Subtracting the mean advantage (their eq. 9) makes ``V`` and ``A`` identifiable.
+    Subtracting the mean advantage (their eq. 9) makes ``V`` and ``A`` identifiable. With
+    ``atoms > 1`` the same holds per atom, as Rainbow's distributional dueling network (Hessel et
+    al. 2017, arXiv 1710.02298, eq. in sec. 3): ``logits_j(s, a) = V_j(s) + A_j(s, a) -
+    mean_a A_j(s, a)`` for each of ``atoms`` outputs (C51's atoms, QR-DQN's quantiles).
 
     Args:
         trunk: shared features ``[*B, obs] -> [*B, F]``.
-        value_head: ``[*B, F] -> [*B, 1]``.
-        advantage_head: ``[*B, F] -> [*B, n]``.
+        value_head: ``[*B, F] -> [*B, atoms]``.
+        advantage_head: ``[*B, F] -> [*B, n * atoms]`` (action-major: action ``a``'s atoms are
+            outputs ``a * atoms ... a * atoms + atoms - 1``).
+        atoms: outputs per action (1: plain Q values).
 
     Shapes:
-        ``[*B, obs] -> [*B, n]``.
+        ``[*B, obs] -> [*B, n * atoms]``.
     """
 
-    def __init__(self, trunk: nn.Module, value_head: nn.Module, advantage_head: nn.Module) -> None:
+    def __init__(
+        self,
+        trunk: nn.Module,
+        value_head: nn.Module,
+        advantage_head: nn.Module,
+        *,
+        atoms: int = 1,
+    ) -> None:
         super().__init__()
+        if atoms < 1:
+            raise ValueError(f"atoms must be >= 1, got {atoms}")
         self.trunk = trunk
         self.value_head = value_head
         self.advantage_head = advantage_head
+        self.atoms = atoms
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.trunk(x)
         advantage = self.advantage_head(features)
         value = self.value_head(features)
-        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+        if self.atoms == 1:
+            return value + advantage - advantage.mean(dim=-1, keepdim=True)
+        per_action = advantage.unflatten(-1, (-1, self.atoms))  # [*B, n, atoms]
+        out = value.unsqueeze(-2) + per_action - per_action.mean(dim=-2, keepdim=True)
+        return out.flatten(-2)
 
 
 def q_mlp(
@@ -56,18 +75,20 @@ def q_mlp(
     hidden_sizes: Sequence[int] = (128, 128),
     *,
     dueling: bool = False,
+    atoms: int = 1,
     activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Module:
-    """A Q network over ``num_actions`` discrete actions, plain or dueling.
+    """A Q network over ``num_actions`` discrete actions, plain or dueling, with ``atoms``
+    outputs per action (1: Q values; C51's atoms or QR-DQN's quantiles otherwise).
 
     The dueling variant shares all hidden layers but the last; the value and advantage streams
     each get their own last hidden layer of the same width (as in Wang et al., Fig. 1).
 
     Shapes:
-        ``[*B, in_features] -> [*B, num_actions]``.
+        ``[*B, in_features] -> [*B, num_actions * atoms]``.
     """
     if not dueling:
-        return mlp(in_features, num_actions, hidden_sizes, activation=activation)
+        return mlp(in_features, num_actions * atoms, hidden_sizes, activation=activation)
     if not hidden_sizes:
         raise ValueError("a dueling Q network needs at least one hidden layer")
     *shared, last = hidden_sizes
@@ -82,7 +103,7 @@ def q_mlp(
     def stream(out: int) -> nn.Module:
         return mlp(width, out, (last,), activation=activation)
 
-    return Dueling(trunk, stream(1), stream(num_actions))
+    return Dueling(trunk, stream(atoms), stream(num_actions * atoms), atoms=atoms)
 
 
 class QValueActor(TensorDictModuleBase):

@@ -6,7 +6,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tdrl.modules import Dueling, QValueActor, StateActionCritic, mlp, q_mlp
+from tdrl.modules import (
+    CategoricalQValueActor,
+    Dueling,
+    QValueActor,
+    StateActionCritic,
+    mlp,
+    q_mlp,
+)
 
 
 def test_q_actor_writes_greedy_action_and_values():
@@ -34,6 +41,33 @@ def test_dueling_is_value_plus_centred_advantage():
     torch.testing.assert_close(q.mean(-1, keepdim=True), value)
     q.sum().backward()
     assert all(p.grad is not None for p in net.parameters())
+
+
+def test_distributional_dueling_centres_the_advantage_per_atom():
+    # Rainbow's head: logits[a, j] = V[j] + A[a, j] - mean_a A[a, j], checked element by element.
+    torch.manual_seed(0)
+    n, atoms = 3, 5
+    net = q_mlp(4, n, (16, 16), dueling=True, atoms=atoms)
+    x = torch.randn(7, 4)
+    features = net.trunk(x)
+    value, advantage = net.value_head(features), net.advantage_head(features)
+    assert value.shape == (7, atoms) and advantage.shape == (7, n * atoms)
+    logits = net(x)
+    assert logits.shape == (7, n * atoms)
+    for a in range(n):
+        for j in range(atoms):
+            mean_adv = sum(advantage[:, b * atoms + j] for b in range(n)) / n
+            expected = value[:, j] + advantage[:, a * atoms + j] - mean_adv
+            torch.testing.assert_close(logits[:, a * atoms + j], expected)
+    # In a C51 actor every action's atoms form a distribution, and every parameter learns.
+    actor = CategoricalQValueActor(net, n, v_min=0.0, v_max=10.0, num_atoms=atoms)
+    td = TensorDict(observation=x, batch_size=[7])
+    probs = actor.log_probs(td).exp()
+    torch.testing.assert_close(probs.sum(-1), torch.ones(7, n))
+    actor(td)["chosen_action_value"].sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+    with pytest.raises(ValueError, match="atoms must be >= 1, got 0"):
+        Dueling(torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity(), atoms=0)
 
 
 def test_state_action_critic_concatenates_inputs():
