@@ -82,6 +82,7 @@ GAMMA = "gamma"
 # backward; the others are detached diagnostics.
 LOSS_PREFIX = "loss_"
 LOSS = "loss"  # DQN's single term (TorchRL's DQNLoss)
+FRACTION_ENTROPY = "fraction_entropy"  # FQF: entropy of the proposed fractions (diagnostic)
 LOSS_OBJECTIVE = "loss_objective"
 LOSS_CRITIC = "loss_critic"
 LOSS_ENTROPY = "loss_entropy"

@@ -12,6 +12,7 @@ from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import (
     CategoricalQValueActor,
+    FQFQValueActor,
     IQNQValueActor,
     NoisyLinear,
     QuantileQValueActor,
@@ -74,6 +75,7 @@ __all__ = [
     "QValueActor",
     "QuantileQValueActor",
     "CategoricalQValueActor",
+    "FQFQValueActor",
     "IQNQValueActor",
     "NoisyLinear",
     "ResampleNoise",

@@ -1,4 +1,4 @@
-"""Distributional Q actors (C51, QR-DQN) and noisy linear layers (Rainbow's exploration).
+"""Distributional Q actors (C51, QR-DQN, IQN, FQF) and noisy linear layers (Rainbow's exploration).
 
 ``CategoricalQValueActor`` and ``QuantileQValueActor`` write what ``QValueActor`` writes
 (``"action_value"``: the expected return of each action, ``"action"``, ``"chosen_action_value"``),
@@ -24,6 +24,7 @@ from tdrl.ops.distributional import check_support, support
 
 __all__ = [
     "CategoricalQValueActor",
+    "FQFQValueActor",
     "IQNQValueActor",
     "NoisyLinear",
     "QuantileQValueActor",
@@ -279,10 +280,16 @@ class IQNQValueActor(_GreedyQActor):
 
     frequencies: torch.Tensor
 
+    def features(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``psi(s)`` ``[B, F]``."""
+        return self.feature_net(require(tensordict, self.in_keys[0], type(self).__name__))
+
     def quantiles(self, tensordict: TensorDictBase, taus: torch.Tensor) -> torch.Tensor:
         """``Z_tau(s, .)`` at ``taus`` ``[B, N]``: ``[B, num_actions, N]``."""
-        observation = require(tensordict, self.in_keys[0], "IQNQValueActor")
-        psi = self.feature_net(observation)  # [B, F]
+        return self.quantiles_of(self.features(tensordict), taus)
+
+    def quantiles_of(self, psi: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+        """:meth:`quantiles` from features ``psi`` ``[B, F]`` already computed."""
         phi = torch.relu(self.embedding(torch.cos(taus.unsqueeze(-1) * self.frequencies)))
         out = self.head(psi.unsqueeze(-2) * phi)  # [B, N, A]
         if out.shape[-1] != self.num_actions:
@@ -307,3 +314,68 @@ class IQNQValueActor(_GreedyQActor):
         flat = tensordict.reshape(-1) if len(batch_shape) != 1 else tensordict
         taus = self.policy_taus(flat.shape[0], observation)
         return self.quantiles(flat, taus).mean(-1).reshape(*batch_shape, self.num_actions)
+
+
+class FQFQValueActor(IQNQValueActor):
+    """FQF's network (Yang et al. 2019, arXiv 1911.02140): IQN's quantile function evaluated at
+    fractions that a fraction proposal network chooses for each state.
+
+    ``q = softmax(W psi(s))`` (``psi`` detached: the proposal does not shape the features),
+    ``tau_0 = 0, tau_i = q_1 + ... + q_i`` (so ``tau_N = 1``), ``tau_hat_i = (tau_i +
+    tau_{i+1}) / 2``, and ``Q(s, a) = sum_i (tau_{i+1} - tau_i) Z_{tau_hat_i}(s, a)`` (eq. 5):
+    deterministic, so greedy evaluation needs no fixed fractions.
+
+    Args:
+        feature_net, head, num_actions, features, num_cosines: as :class:`IQNQValueActor`.
+        num_fractions: ``N`` (32 in the paper).
+
+    Shapes:
+        :meth:`fractions` ``[B, F] -> (tau [B, N+1], tau_hat [B, N], entropy [B])``; writes what
+        ``QValueActor`` writes.
+    """
+
+    def __init__(
+        self,
+        feature_net: nn.Module,
+        head: nn.Module,
+        num_actions: int,
+        features: int,
+        *,
+        num_fractions: int = 32,
+        num_cosines: int = 64,
+        in_key: NestedKey = OBSERVATION,
+    ) -> None:
+        if num_fractions < 1:
+            raise ValueError(f"num_fractions must be >= 1, got {num_fractions}")
+        super().__init__(
+            feature_net, head, num_actions, features, num_cosines=num_cosines, in_key=in_key
+        )
+        self.fraction_net = nn.Linear(features, num_fractions)
+        # The paper's initialization: Xavier uniform with gain 0.01, so the first proposals are
+        # nearly even.
+        nn.init.xavier_uniform_(self.fraction_net.weight, gain=0.01)
+        nn.init.zeros_(self.fraction_net.bias)
+        self.num_fractions = num_fractions
+
+    def fractions(self, psi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(tau, tau_hat, entropy)`` of the proposal for features ``psi`` ``[B, F]``."""
+        log_q = torch.log_softmax(self.fraction_net(psi.detach()), dim=-1)  # [B, N]
+        q = log_q.exp()
+        inner = torch.cumsum(q, dim=-1)[..., :-1]
+        tau = torch.cat([torch.zeros_like(q[..., :1]), inner, torch.ones_like(q[..., :1])], dim=-1)
+        tau_hat = (tau[..., :-1] + tau[..., 1:]) / 2
+        return tau, tau_hat, -(q * log_q).sum(-1)
+
+    def expected(self, quantiles: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """``sum_i (tau_{i+1} - tau_i) Z_i``: ``[B, n, N]``, ``[B, N+1]`` -> ``[B, n]``."""
+        return (quantiles * (tau[..., 1:] - tau[..., :-1]).unsqueeze(-2)).sum(-1)
+
+    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """``Q(s, .)`` at the proposed fractions ``[*B, num_actions]``."""
+        observation = require(tensordict, self.in_keys[0], "FQFQValueActor")
+        batch_shape = observation.shape[:-1]
+        flat = tensordict.reshape(-1) if len(batch_shape) != 1 else tensordict
+        psi = self.features(flat)
+        tau, tau_hat, _ = self.fractions(psi)
+        q = self.expected(self.quantiles_of(psi, tau_hat), tau)
+        return q.reshape(*batch_shape, self.num_actions)

@@ -8,7 +8,7 @@ from tdrl.objectives.cql import CQLLoss, DiscreteCQLLoss, conservative_gap
 from tdrl.objectives.crr import CRRLoss
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
-from tdrl.objectives.distributional import C51Loss, IQNLoss, QRDQNLoss
+from tdrl.objectives.distributional import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.drqn import DRQNLoss
 from tdrl.objectives.iql import IQLLoss
@@ -44,6 +44,7 @@ __all__ = [
     "DiscreteSACLoss",
     "HardUpdate",
     "IQLLoss",
+    "FQFLoss",
     "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",

@@ -1,6 +1,6 @@
 """Distributional Q-learning losses: C51 (Bellemare et al. 2017, arXiv 1707.06887), QR-DQN
-(Dabney et al. 2017, arXiv 1710.10044) and IQN (Dabney et al. 2018, arXiv 1806.06923), on DQN's
-transitions, targets and options."""
+(Dabney et al. 2017, arXiv 1710.10044), IQN (Dabney et al. 2018, arXiv 1806.06923) and FQF (Yang
+et al. 2019, arXiv 1911.02140), on DQN's transitions, targets and options."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
 
-from tdrl.keys import CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
+from tdrl.keys import CHOSEN_ACTION_VALUE, FRACTION_ENTROPY, LOSS, NEXT, VALUE_TARGET
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
 
-__all__ = ["C51Loss", "IQNLoss", "QRDQNLoss"]
+__all__ = ["C51Loss", "FQFLoss", "IQNLoss", "QRDQNLoss"]
 
 
 class _DistributionalLoss(DQNLoss):
@@ -215,3 +216,92 @@ class IQNLoss(QRDQNLoss):
             taus,
             lambda net, td: net.quantiles(td, taus),
         )
+
+
+class FQFLoss(QRDQNLoss):
+    """Fully parameterized quantile function: QR-DQN's loss at the fractions the network
+    proposes, plus the fraction proposal's own loss (Yang et al. 2019, Algorithm 1).
+
+    ::
+
+        tau, tau_hat   = P(s);  tau', tau_hat' = P(s')        (online proposal, no gradient)
+        a*             = argmax_a sum_i (tau'_{i+1} - tau'_i) Z'_{tau_hat'_i}(s', a)
+        T Z_j          = r + discount (1 - terminated) Z'_{tau_hat'_j}(s', a*)
+        loss_quantile  = mean_B w sum_i mean_j rho^kappa_{tau_hat_i}(T Z_j - Z_{tau_hat_i}(s, a))
+        g_i            = 2 Z_{tau_i}(s, a) - Z_{tau_hat_i}(s, a) - Z_{tau_hat_{i-1}}(s, a)
+        loss_fraction  = mean_B w sum_{i=1}^{N-1} g_i tau_i - entropy_coeff H(q)
+
+    ``g_i`` is the derivative of the 1-Wasserstein error of the proposal with respect to
+    ``tau_i`` (their Proposition 1), held fixed: ``loss_fraction``'s gradient reaches only the
+    fraction proposal network, ``loss_quantile``'s only the rest. ``"loss"`` is their sum (one
+    backward; give the fraction network its own learning rate in the optimizer, as the paper
+    does). ``Z'`` comes from the target network (the online one picks ``a*`` with
+    ``double_dqn``). The per-sample quantile loss is ``"td_error"`` (PER's priority).
+
+    Args:
+        value_network: an :class:`~tdrl.modules.FQFQValueActor`.
+        entropy_coeff: weight of the proposal's entropy bonus (0 in the paper's Atari runs).
+        kappa, delay_value, double_dqn, gamma: as :class:`QRDQNLoss`.
+
+    Returns ``loss``, ``chosen_action_value``, ``value_target``, ``td_error`` ``[B]`` and the
+    detached ``fraction_entropy``.
+    """
+
+    _outputs: tuple[NestedKey, ...] = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET, FRACTION_ENTROPY)
+
+    def __init__(
+        self,
+        value_network: TensorDictModuleBase,
+        *,
+        entropy_coeff: float = 0.0,
+        kappa: float = 1.0,
+        delay_value: bool = True,
+        double_dqn: bool = False,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__(
+            value_network, kappa=kappa, delay_value=delay_value, double_dqn=double_dqn,
+            gamma=gamma,
+        )  # fmt: skip
+        if entropy_coeff < 0:
+            raise ValueError(f"entropy_coeff must be >= 0, got {entropy_coeff}")
+        self.entropy_coeff = entropy_coeff
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        net: Any = self.value_network  # an FQFQValueActor
+        target_net: Any = self.target_value_network
+        reward, terminated, discount = self._transition(batch)
+        with torch.no_grad():
+            next_td = self._get(batch, NEXT)
+            next_psi = net.features(next_td)
+            next_tau, next_tau_hat, _ = net.fractions(next_psi)
+            next_target = target_net.quantiles(next_td, next_tau_hat)  # [B, n, N]
+            chooser = net.quantiles_of(next_psi, next_tau_hat) if self.double_dqn else next_target
+            best = net.expected(chooser, next_tau).argmax(-1)
+            next_quantiles = self._pick(next_target, best)  # [B, N]
+            keep = torch.where(terminated, 0.0, 1.0).to(next_quantiles.dtype) * discount
+            # a terminated step's Z'(s') is replaced by 0, not multiplied by 0 (no NaN leak)
+            bootstrap = torch.where(terminated.unsqueeze(-1), 0.0, next_quantiles)
+            target = reward.unsqueeze(-1) + keep.unsqueeze(-1) * bootstrap
+        psi = net.features(batch)
+        tau, tau_hat, entropy = net.fractions(psi)
+        quantiles = net.quantiles_of(psi, tau_hat.detach())  # [B, n, N]
+        index = self._action_index(batch, quantiles.shape[-2])
+        chosen = self._pick(quantiles, index)  # [B, N]
+        per_sample = quantile_huber_loss(chosen, target, tau_hat.detach(), kappa=self.kappa)
+        weights = self._weights(batch)
+        inner = tau[:, 1:-1]  # tau_1 .. tau_{N-1}: what the fraction term differentiates
+        with torch.no_grad():  # the W1 derivative there, held fixed
+            at_inner = self._pick(net.quantiles_of(psi, inner), index)  # [B, N-1]
+            hat = chosen.detach()
+            grad = 2 * at_inner - hat[:, :-1] - hat[:, 1:]
+        fraction = (grad * inner).sum(-1) - self.entropy_coeff * entropy
+        loss = self._mean(per_sample, weights) + self._mean(fraction, weights)
+        out = {
+            LOSS: loss,
+            self.tensor_keys.priority: per_sample.detach(),
+            CHOSEN_ACTION_VALUE: net.expected(chosen.detach().unsqueeze(1), tau.detach()).mean(),
+            VALUE_TARGET: target.mean(),
+            FRACTION_ENTROPY: entropy.detach().mean(),
+        }
+        return self._output(out)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
 from torch import nn
 
 from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
@@ -48,7 +49,7 @@ class DQNLoss(OffPolicyLoss):
         batch ``[B]``; reward and flags ``[B, 1]``.
     """
 
-    _outputs = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET)
+    _outputs: tuple[NestedKey, ...] = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET)
 
     def __init__(
         self,

@@ -10,8 +10,13 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from tdrl.modules import CategoricalQValueActor, IQNQValueActor, QuantileQValueActor
-from tdrl.objectives import C51Loss, IQNLoss, QRDQNLoss
+from tdrl.modules import (
+    CategoricalQValueActor,
+    FQFQValueActor,
+    IQNQValueActor,
+    QuantileQValueActor,
+)
+from tdrl.objectives import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
 
 GAMMA = 0.9
 A, K, N = 2, 5, 4  # actions, atoms, quantiles
@@ -219,3 +224,122 @@ def test_iqn_greedy_evaluation_is_repeatable():
     with set_interaction_type(InteractionType.DETERMINISTIC):
         torch.testing.assert_close(actor.action_values(td), actor.action_values(td))
     assert not torch.allclose(actor.action_values(td), actor.action_values(td))  # sampled taus
+
+
+def fqf_actor(features=6, cosines=4, fractions=4) -> FQFQValueActor:
+    torch.manual_seed(3)
+    actor = FQFQValueActor(
+        nn.Linear(3, features), nn.Linear(features, A), A, features, num_cosines=cosines,
+        num_fractions=fractions,
+    )  # fmt: skip
+    nn.init.normal_(actor.fraction_net.weight)  # uneven proposals, so the test can tell them apart
+    return actor
+
+
+def test_fqf_fractions_partition_the_unit_interval_and_weigh_the_quantiles():
+    actor = fqf_actor()
+    td = TensorDict({"observation": torch.randn(3, 3)}, batch_size=[3])
+    psi = actor.features(td)
+    tau, tau_hat, entropy = actor.fractions(psi)
+    for b in range(3):
+        logits = actor.fraction_net(psi[b]).tolist()
+        q = [math.exp(x) / sum(math.exp(y) for y in logits) for x in logits]
+        edges = [0.0] + [sum(q[: i + 1]) for i in range(3)] + [1.0]
+        torch.testing.assert_close(tau[b], torch.tensor(edges))
+        hats = [(edges[i] + edges[i + 1]) / 2 for i in range(4)]
+        torch.testing.assert_close(tau_hat[b], torch.tensor(hats))
+        torch.testing.assert_close(entropy[b], torch.tensor(-sum(p * math.log(p) for p in q)))
+        z = actor.quantiles(td[b : b + 1], tau_hat[b : b + 1])[0]  # [A, N]
+        expected = [sum((edges[i + 1] - edges[i]) * z[a, i] for i in range(4)) for a in range(A)]
+        torch.testing.assert_close(actor.action_values(td)[b], torch.stack(expected))
+    assert (tau[:, 1:] > tau[:, :-1]).all()
+
+
+def fqf_reference(loss: FQFLoss, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample quantile loss and fraction term, one sample at a time (Algorithm 1)."""
+    actor, target_net = loss.value_network, loss.target_value_network
+    quantile_terms, fraction_terms = [], []
+    for b in range(td.shape[0]):
+        one = td[b : b + 1]
+        with torch.no_grad():
+            next_tau, next_hat, _ = actor.fractions(actor.features(one["next"]))
+            z_next = target_net.quantiles(one["next"], next_hat)[0]  # [A, N]
+            widths = (next_tau[0, 1:] - next_tau[0, :-1]).tolist()
+            q_next = [sum(widths[i] * z_next[a, i].item() for i in range(4)) for a in range(A)]
+            best = max(range(A), key=lambda a: q_next[a])
+        r, done = td["next", "reward"][b].item(), td["next", "terminated"][b].item()
+        target = [r + (0.0 if done else GAMMA * z_next[best, j].item()) for j in range(4)]
+        tau, hat, _ = actor.fractions(actor.features(one))
+        a = int(td["action"][b])
+        theta = actor.quantiles(one, hat.detach())[0, a]
+        total = 0.0
+        for i in range(4):
+            for j in range(4):
+                u = target[j] - theta[i]
+                huber = 0.5 * u**2 if abs(u.item()) <= 1 else abs(u) - 0.5
+                total = total + abs(hat[0, i].item() - float(u.item() < 0)) * huber / 4
+        quantile_terms.append(total)
+        with torch.no_grad():  # Proposition 1: dW1/dtau_i = 2 Z(tau_i) - Z(hat_i) - Z(hat_{i-1})
+            z_tau = actor.quantiles(one, tau[:, 1:-1])[0, a]
+            g = [2 * z_tau[i - 1] - theta[i] - theta[i - 1] for i in range(1, 4)]
+        fraction_terms.append(sum(g[i - 1].detach() * tau[0, i] for i in range(1, 4)))
+    return torch.stack(quantile_terms), torch.stack(fraction_terms)
+
+
+def test_fqf_loss_matches_algorithm_one_and_splits_its_gradients():
+    actor = fqf_actor()
+    loss = FQFLoss(actor, gamma=GAMMA)
+    td = batch([False, True, False], [False, False, True], seed=5)  # terminated, truncated rows
+    out = loss(td)
+    quantile, fraction = fqf_reference(loss, td)
+    torch.testing.assert_close(out["td_error"], quantile.detach())
+    torch.testing.assert_close(out["loss"], quantile.mean() + fraction.mean())
+    out["loss"].backward()
+    got = {n: p.grad.clone() for n, p in actor.named_parameters()}
+    actor.zero_grad()
+    # The fraction term alone moves the proposal network and nothing else ...
+    fraction.mean().backward()
+    for name, p in actor.named_parameters():
+        if name.startswith("fraction_net"):
+            torch.testing.assert_close(got[name], p.grad)
+            assert p.grad.abs().sum() > 0
+        else:
+            assert p.grad is None or p.grad.abs().sum() == 0
+    # ... and the quantile term moves everything but it; the target network stays frozen.
+    actor.zero_grad()
+    quantile.mean().backward()
+    for name, p in actor.named_parameters():
+        if not name.startswith("fraction_net"):
+            torch.testing.assert_close(got[name], p.grad)
+    assert all(p.grad is None for p in loss.target_value_network.parameters())
+
+
+def test_fqf_fraction_gradient_is_the_w1_derivative():
+    # Proposition 1 on a known quantile function F^-1(w) = w^3: the finite-difference derivative
+    # of W1(tau) = sum_i int_{tau_i}^{tau_{i+1}} |F^-1(w) - F^-1(hat_i)| dw matches 2 F^-1(tau_i)
+    # - F^-1(hat_i) - F^-1(hat_{i-1}), the g_i that FQFLoss multiplies tau_i by.
+    def inv(w: float) -> float:
+        return w**3
+
+    def w1(tau: list[float]) -> float:
+        total, steps = 0.0, 4000
+        for lo, hi in zip(tau[:-1], tau[1:], strict=True):
+            hat, width = (lo + hi) / 2, (hi - lo) / steps
+            total += sum(abs(inv(lo + (k + 0.5) * width) - inv(hat)) * width for k in range(steps))
+        return total
+
+    tau = [0.0, 0.2, 0.45, 0.8, 1.0]
+    for i in (1, 2, 3):
+        up, down = list(tau), list(tau)
+        up[i] += 1e-4
+        down[i] -= 1e-4
+        numeric = (w1(up) - w1(down)) / 2e-4
+        hat_i, hat_prev = (tau[i] + tau[i + 1]) / 2, (tau[i - 1] + tau[i]) / 2
+        assert numeric == pytest.approx(2 * inv(tau[i]) - inv(hat_i) - inv(hat_prev), abs=1e-4)
+
+
+def test_fqf_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="num_fractions must be >= 1, got 0"):
+        FQFQValueActor(nn.Linear(3, 4), nn.Linear(4, A), A, 4, num_fractions=0)
+    with pytest.raises(ValueError, match="entropy_coeff must be >= 0"):
+        FQFLoss(fqf_actor(), entropy_coeff=-1.0)
