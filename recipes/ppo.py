@@ -40,16 +40,9 @@ from tdrl.objectives import ClipPPOLoss
 
 
 @dataclass(frozen=True)
-class Config(trainers.AdvantageConfig):
-    """Fields beyond tdrl.trainers.AdvantageConfig's (--help lists all, with defaults)."""
+class Config(trainers.PPOConfig):
+    """Fields beyond tdrl.trainers.PPOConfig's (--help lists all, with defaults)."""
 
-    critic_coeff: float = 0.25
-    epochs: int = 10
-    """passes over each rollout."""
-    minibatch_size: int = 64
-    """samples per gradient step."""
-    clip_epsilon: float = 0.2
-    """ratio clip range."""
     scale_rewards: bool = False
     """divide rewards by the running std of the discounted return (SB3/CleanRL style)."""
 

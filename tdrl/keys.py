@@ -92,6 +92,14 @@ LOSS_QVALUE = "loss_qvalue"
 LOSS_ALPHA = "loss_alpha"
 # CQL's Lagrange multiplier of the conservative term (TorchRL's name).
 LOSS_ALPHA_PRIME = "loss_alpha_prime"
+# GAIL (TorchRL's GAILLoss names): the policy's pairs beside the expert's, the discriminator's
+# logit, and diagnostics (the gradient penalty, the mean D on each side).
+COLLECTOR_OBSERVATION = "collector_observation"
+COLLECTOR_ACTION = "collector_action"
+D_LOGITS = "d_logits"
+GP_LOSS = "gp_loss"
+DISCRIMINATOR_EXPERT = "discriminator_expert"
+DISCRIMINATOR_POLICY = "discriminator_policy"
 # Behaviour cloning: the mean squared error of the actor's action to the data's (a diagnostic).
 ACTION_ERROR = "action_error"
 ENTROPY = "entropy"

@@ -11,6 +11,7 @@ from tdrl.objectives.discrete_sac import DiscreteSACLoss
 from tdrl.objectives.distributional import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.drqn import DRQNLoss
+from tdrl.objectives.gail import GAILLoss, gail_reward
 from tdrl.objectives.iql import IQLLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
@@ -45,6 +46,7 @@ __all__ = [
     "HardUpdate",
     "IQLLoss",
     "FQFLoss",
+    "GAILLoss",
     "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",
@@ -60,6 +62,7 @@ __all__ = [
     "conjugate_gradient",
     "conservative_gap",
     "flat_grad",
+    "gail_reward",
     "hard_update_",
     "make_target",
     "total_loss",

@@ -25,11 +25,11 @@ _POSITIVE = {
     "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
-    "steps_per_batch",
+    "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
-    "eps_frames", "max_backtracks", "burn_in",
+    "eps_frames", "max_backtracks", "burn_in", "gp_lambda",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
 
@@ -37,7 +37,7 @@ _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
 def _check_field(name: str, value: object) -> None:
     flag = "--" + name.replace("_", "-")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if name == "hidden_sizes" and any(int(h) < 1 for h in value):  # type: ignore[attr-defined]
+        if name.endswith("hidden_sizes") and any(int(h) < 1 for h in value):  # type: ignore[attr-defined]
             raise ValueError(f"{flag}: every width must be >= 1, got {value}")
         return
     if name in _POSITIVE and value < 1:
@@ -303,3 +303,17 @@ class AdvantageConfig(OnPolicyConfig):
     def sequence_length(self) -> int | None:
         """``seq_len`` for a recurrent actor, else None (minibatches of single steps)."""
         return None if self.recurrent == "none" else self.seq_len
+
+
+@dataclass(frozen=True)
+class PPOConfig(AdvantageConfig):
+    """:class:`AdvantageConfig` plus PPO's clipped minibatch epochs (PPO, and GAIL's generator),
+    at Tianshou's MuJoCo PPO settings."""
+
+    critic_coeff: float = 0.25
+    epochs: int = 10
+    """passes over each rollout."""
+    minibatch_size: int = 64
+    """samples per gradient step."""
+    clip_epsilon: float = 0.2
+    """ratio clip range."""

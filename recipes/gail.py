@@ -1,0 +1,128 @@
+"""GAIL (Ho & Ermon 2016, arXiv 1606.03476): PPO on a discriminator's reward, from expert
+demonstrations in a Minari dataset (recipes/make_dataset.py makes them from a trained agent).
+
+python recipes/make_dataset.py --kind policy --run runs/sac/Hopper-v5/seed0   # the expert
+python recipes/gail.py --dataset tdrl/hopper-policy-v0 --expert-episodes 10 --total-frames 1000000
+
+Each batch: the discriminator takes ``disc_steps`` Adam steps on expert pairs (10 episodes by
+default) against the batch's own pairs (GAILLoss: expert 1, policy 0), the batch's rewards are
+replaced by ``-log(1 - D(s, a))`` (gail_reward), then PPO's update runs on them as in
+recipes/ppo.py (whose defaults, Tianshou's MuJoCo PPO, the generator keeps). The logged and
+evaluated returns are the env's own. The discriminator (two 100-unit tanh layers, Adam 3e-4,
+one step per batch of 2048) follows the paper's MuJoCo setup loosely; no setting here has been
+tuned yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from tdrl import keys, trainers
+from tdrl.data import load_minari
+from tdrl.estimators import GAE
+from tdrl.modules import StateActionCritic, flat_dims, mlp
+from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward
+
+
+@dataclass(frozen=True)
+class Config(trainers.PPOConfig):
+    """Fields beyond tdrl.trainers.PPOConfig's (--help lists all, with defaults)."""
+
+    dataset: str = "tdrl/hopper-policy-v0"
+    """Minari dataset id of the expert's demonstrations (under MINARI_DATASETS_PATH)."""
+    expert_episodes: int = 10
+    """expert episodes used (the dataset's first ones)."""
+    disc_hidden_sizes: tuple[int, ...] = (100, 100)
+    """hidden layer widths of the discriminator (tanh)."""
+    disc_lr: float = 3e-4
+    """discriminator learning rate (Adam)."""
+    disc_steps: int = 1
+    """discriminator steps per batch."""
+    disc_batch_size: int = 2048
+    """pairs of each kind per discriminator step (at most the batch's own)."""
+    use_grad_penalty: bool = False
+    """gradient penalty on the discriminator (WGAN-GP's, on mixed pairs)."""
+    gp_lambda: float = 10.0
+    """weight of the gradient penalty."""
+
+
+def expert_pairs(dataset: str, episodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The observations and actions ``[n, *]`` of the dataset's first ``episodes`` episodes."""
+    if episodes < 1:
+        raise ValueError(f"expert_episodes must be >= 1, got {episodes}")
+    data = load_minari(dataset).storage[:, 0]  # one stream, episode after episode
+    ids = data[keys.COLLECTOR_TRAJ_IDS]
+    first = torch.unique_consecutive(ids)[:episodes]
+    if len(first) < episodes:
+        raise ValueError(f"dataset {dataset!r} holds {len(first)} episodes, {episodes} asked for")
+    keep = torch.isin(ids, first)
+    return data[keys.OBSERVATION][keep], data[keys.ACTION][keep]
+
+
+def main(cfg: Config) -> dict[str, float]:
+    """Train GAIL as configured; returns the last evaluation and the last update's metrics."""
+    # 1-2. envs, the PPO generator's networks, the expert's pairs and the discriminator
+    parts = trainers.on_policy_setup(cfg)
+    expert_obs, expert_action = expert_pairs(cfg.dataset, cfg.expert_episodes)
+    obs_dim, action_dim = flat_dims(parts.env.observation_spec, parts.env.action_spec)
+    if expert_obs.shape[1:] != (obs_dim,) or expert_action.shape[1:] != (action_dim,):
+        raise ValueError(
+            f"dataset {cfg.dataset!r}: pairs of shape {tuple(expert_obs.shape[1:])} and "
+            f"{tuple(expert_action.shape[1:])} do not fit {cfg.env_id}'s ({obs_dim},) and "
+            f"({action_dim},)"
+        )
+    net = mlp(obs_dim + action_dim, 1, cfg.disc_hidden_sizes, activation=nn.Tanh)
+    discriminator = StateActionCritic(net, out_key=keys.D_LOGITS)
+    # 3. losses (PPO's and the discriminator's), estimator, optimizers
+    loss = ClipPPOLoss(parts.actor, parts.critic, clip_epsilon=cfg.clip_epsilon, **cfg.loss_terms)
+    disc_loss = GAILLoss(
+        discriminator, use_grad_penalty=cfg.use_grad_penalty, gp_lambda=cfg.gp_lambda
+    )
+    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
+    trainers.to_device(cfg, loss, estimator, disc_loss)
+    expert_obs, expert_action = expert_obs.to(cfg.torch_device), expert_action.to(cfg.torch_device)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
+    disc_optimizer = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
+
+    def update(batch: TensorDictBase) -> dict[str, float]:
+        obs = batch.get(keys.OBSERVATION).reshape(-1, obs_dim)
+        action = batch.get(keys.ACTION).reshape(-1, action_dim)
+        # torch's global generator draws the pairs: checkpoints hold its state (exact resume)
+        n = min(cfg.disc_batch_size, obs.shape[0])
+        for _ in range(cfg.disc_steps):
+            e = torch.randint(expert_obs.shape[0], (n,)).to(expert_obs.device)
+            p = torch.randperm(obs.shape[0])[:n].to(obs.device)
+            pairs = TensorDict(
+                {keys.OBSERVATION: expert_obs[e], keys.ACTION: expert_action[e],
+                 keys.COLLECTOR_OBSERVATION: obs[p], keys.COLLECTOR_ACTION: action[p]},
+                batch_size=[],
+            )  # fmt: skip
+            disc_out = disc_loss(pairs)
+            trainers.optimizer_step(disc_out[keys.LOSS], disc_optimizer)
+        # the policy learns from the discriminator's reward, not the env's
+        reward = gail_reward(discriminator, batch.get(keys.OBSERVATION), batch.get(keys.ACTION))
+        batch.set((keys.NEXT, keys.REWARD), reward)
+        metrics = trainers.on_policy_update(
+            batch, loss, estimator, optimizer, epochs=cfg.epochs,
+            minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.max_grad_norm,
+        )  # fmt: skip
+        return {
+            **metrics,
+            "disc_loss": disc_out[keys.LOSS].item(),
+            "disc_expert": float(disc_out[keys.DISCRIMINATOR_EXPERT]),
+            "disc_policy": float(disc_out[keys.DISCRIMINATOR_POLICY]),
+            "gail_reward": float(reward.mean()),
+        }
+
+    # 4. loop: collect a rollout -> discriminator step -> relabel -> PPO update -> log, evaluate
+    #    (the env's returns), checkpoint; 5. report (trainers.run_on_policy)
+    extra_state = {"discriminator": discriminator, "disc_optimizer": disc_optimizer}
+    return trainers.run_on_policy(cfg, "GAIL", parts, optimizer, update, extra_state=extra_state)
+
+
+if __name__ == "__main__":
+    main(trainers.parse(Config))
