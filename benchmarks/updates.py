@@ -33,7 +33,12 @@ Recurrent PPO section (``ppo_lstm``): one update phase on CartPoleNoVel shapes w
 actor, tdrl ``ppo_update(seq_len=...)`` against sb3-contrib ``RecurrentPPO.train()`` on the same
 filled rollout (see ``section_ppo_lstm``), median of 3 interleaved rounds.
 
-Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn]``.
+CQL and IQL sections (offline): the SAC section's shapes and data, each library's own loss
+(tdrl ``CQLLoss`` / ``IQLLoss`` as recipes/offline.py steps them, TorchRL's ``CQLLoss`` /
+``IQLLoss``, Tianshou's ``CQL``; SB3 has neither, Tianshou no IQL) at one set of settings (see
+``_offline_tdrl``), 3 interleaved rounds, median.
+
+Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn cql iql]``.
 """
 
 from __future__ import annotations
@@ -72,18 +77,15 @@ def plain(bench: Callable[..., float]) -> Callable[..., float]:
 
 def peers(
     tdrl_bench: Callable[..., float],
-    sb3: Callable[..., float],
-    tianshou: Callable[..., float],
-    torchrl: Callable[..., float],
+    sb3: Callable[..., float] | None,
+    tianshou: Callable[..., float] | None,
+    torchrl: Callable[..., float] | None,
 ) -> dict[str, Callable[..., float]]:
-    """One section's libraries in table order; "tdrl plain" runs tdrl with its fast paths off."""
-    return {
-        "tdrl": tdrl_bench,
-        "tdrl plain": plain(tdrl_bench),
-        "SB3": sb3,
-        "Tianshou": tianshou,
-        "TorchRL": torchrl,
-    }
+    """One section's libraries in table order; "tdrl plain" runs tdrl with its fast paths off;
+    a library without the algorithm (None) has no row."""
+    table = {"tdrl": tdrl_bench, "tdrl plain": plain(tdrl_bench)}
+    others = {"SB3": sb3, "Tianshou": tianshou, "TorchRL": torchrl}
+    return {**table, **{name: bench for name, bench in others.items() if bench is not None}}
 
 
 def ppo_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -796,11 +798,146 @@ section_dqn = steps_section(
 )  # fmt: skip
 
 
+# --- CQL and IQL (offline): gradient steps on HalfCheetah shapes ----------------------------------
+# Each library's own CQL / IQL on the SAC section's shapes and data (batch 256, 256x256 MLPs, twin
+# critics), at the same settings: CQL with 10 random and 10 policy actions per state, conservative
+# weight 5, no Lagrange tuning, automatic entropy; IQL with expectile 0.7 and inverse temperature
+# 3. SB3 has neither; Tianshou has CQL (its Cal-QL calibration off), not IQL.
+OFFLINE_LR = 3e-4
+
+
+def _offline_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def run(data: dict[str, torch.Tensor], steps: int) -> float:
+        """The gradient step of recipes/offline.py --algo cql|iql."""
+        from tdrl.data import ReplayBuffer
+        from tdrl.modules import (
+            EnsembleCritic,
+            EnsembleMLP,
+            GaussianActor,
+            TanhGaussianActor,
+            ValueCritic,
+            mlp,
+        )
+        from tdrl.objectives import CQLLoss, IQLLoss, SoftUpdate, total_loss
+        from tdrl.trainers import optimizer_step
+
+        critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, SAC_HIDDEN, num_members=2))
+        if algo == "cql":
+            net = mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU)
+            actor: Any = TanhGaussianActor(net, SAC_ACT)
+            loss: Any = CQLLoss(actor, critic, weight=5.0, num_random=10)
+            extra = [loss.log_alpha]
+        else:
+            actor = GaussianActor(mlp(SAC_OBS, SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)
+            value = ValueCritic(mlp(SAC_OBS, 1, SAC_HIDDEN, activation=nn.ReLU))
+            loss = IQLLoss(actor, critic, value, expectile=0.7, beta=3.0)
+            extra = list(value.parameters())
+        updater = SoftUpdate(loss, tau=0.005)
+        params = [*actor.parameters(), *critic.parameters(), *extra]
+        optimizer = torch.optim.Adam(params, lr=OFFLINE_LR, fused=True)
+        buffer = ReplayBuffer(SAC_BUFFER, generator=0)
+        buffer.extend(_td(data))
+        start = time.perf_counter()
+        for _ in range(steps):
+            out = loss(buffer.sample(SAC_BATCH))
+            optimizer_step(total_loss(out), optimizer)
+            updater.step()
+        return time.perf_counter() - start
+
+    return run
+
+
+def _offline_torchrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def run(data: dict[str, torch.Tensor], steps: int) -> float:
+        from tensordict.nn import NormalParamExtractor, TensorDictModule
+        from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        from torchrl.objectives import CQLLoss, IQLLoss, SoftUpdate
+
+        def net(inputs: int, outputs: int) -> nn.Module:
+            return MLP(in_features=inputs, out_features=outputs, num_cells=SAC_HIDDEN,
+                       activation_class=nn.ReLU)  # fmt: skip
+
+        actor = ProbabilisticActor(
+            TensorDictModule(
+                nn.Sequential(net(SAC_OBS, 2 * SAC_ACT), NormalParamExtractor()),
+                in_keys=["observation"],
+                out_keys=["loc", "scale"],
+            ),  # fmt: skip
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": -1.0, "high": 1.0},
+        )
+        qvalue = ValueOperator(net(SAC_OBS + SAC_ACT, 1), in_keys=["observation", "action"])
+        if algo == "cql":
+            loss: Any = CQLLoss(actor, qvalue, num_random=10, min_q_weight=5.0,
+                                with_lagrange=False, target_entropy=-float(SAC_ACT))  # fmt: skip
+        else:
+            value = ValueOperator(net(SAC_OBS, 1), in_keys=["observation"])
+            loss = IQLLoss(actor, qvalue, value, expectile=0.7, temperature=3.0)
+        loss.make_value_estimator(gamma=0.99)
+        updater = SoftUpdate(loss, eps=0.995)
+        optimizer = torch.optim.Adam(loss.parameters(), lr=OFFLINE_LR)
+        return _torchrl_updates(loss, optimizer, updater, _td(data), steps, SAC_BATCH)
+
+    return run
+
+
+def cql_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from tianshou.algorithm import CQL
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+
+    # As in Tianshou's examples/offline/d4rl_cql.py, at the settings above.
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=Net(state_shape=SAC_OBS, hidden_sizes=SAC_HIDDEN), action_shape=SAC_ACT,
+        unbounded=True, conditioned_sigma=True,
+    )  # fmt: skip
+
+    def critic() -> ContinuousCritic:
+        net = Net(state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=SAC_HIDDEN, concat=True)
+        return ContinuousCritic(preprocess_net=net)
+
+    space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+    algorithm = CQL(
+        policy=SACPolicy(actor=actor, action_space=space),
+        policy_optim=AdamOptimizerFactory(lr=OFFLINE_LR),
+        critic=critic(),
+        critic_optim=AdamOptimizerFactory(lr=OFFLINE_LR),
+        critic2=critic(),
+        critic2_optim=AdamOptimizerFactory(lr=OFFLINE_LR),
+        cql_weight=5.0,
+        with_lagrange=False,
+        calibrated=False,
+        num_repeat_actions=10,
+        alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=OFFLINE_LR)),
+    )
+    return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
+
+
+CQL_PEERS = peers(_offline_tdrl("cql"), None, cql_tianshou, _offline_torchrl("cql"))
+IQL_PEERS = peers(_offline_tdrl("iql"), None, None, _offline_torchrl("iql"))
+section_cql = steps_section(
+    f"CQL gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, twin "
+    "critics, 10 random + 10 policy actions, weight 5, auto alpha, {steps} steps, 1 thread",
+    CQL_PEERS, sac_data, 200,
+)  # fmt: skip
+section_iql = steps_section(
+    f"IQL gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, twin "
+    "critics + V, expectile 0.7, beta 3, {steps} steps, 1 thread",
+    IQL_PEERS, sac_data, 300,
+)  # fmt: skip
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "ppo": section_ppo,
     "ppo_lstm": section_ppo_lstm,
     "sac": section_sac,
     "dqn": section_dqn,
+    "cql": section_cql,
+    "iql": section_iql,
 }
 
 
