@@ -47,6 +47,7 @@ from tdrl.modules.networks import (
 from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
+from tdrl.modules.sde import GSDEActor
 
 __all__ = [
     "GRUModule",
@@ -65,6 +66,7 @@ __all__ = [
     "EnsembleLinear",
     "EnsembleMLP",
     "EpsilonGreedy",
+    "GSDEActor",
     "GaussianActor",
     "IndependentBernoulli",
     "IndependentNormal",

@@ -12,11 +12,12 @@ update per step instead; the difference is a one-batch lag of the statistics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Binary as BinarySpec
 from torchrl.data import Categorical as CategoricalSpec
@@ -34,9 +35,10 @@ from tdrl.modules.actors import (
 )
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
-from tdrl.modules.mlp import POLICY_GAIN, VALUE_GAIN, mlp
+from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
+from tdrl.modules.sde import GSDEActor
 
 # The recurrent actor's intermediate keys: the normalized observation and the RNN's output.
 NORMALIZED, EMBED = keys.NORMALIZED_OBSERVATION, keys.EMBED
@@ -94,6 +96,7 @@ def actor_critic(
     activation: type[nn.Module] = nn.Tanh,
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 64,
+    sde_sample_freq: int = 0,
 ) -> tuple[TensorDictModuleBase, ValueCritic, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
@@ -101,6 +104,10 @@ def actor_critic(
     Continuous actions: ``GaussianActor`` (state-independent log-std, initial ``init_log_std``,
     Tianshou's -0.5) rescaled to the env's bounds; discrete actions: ``CategoricalActor``. Both
     networks are ``hidden_sizes`` MLPs with orthogonal init (policy head gain 0.01, value head 1).
+
+    With ``sde_sample_freq > 0`` a continuous policy is a :class:`~tdrl.modules.GSDEActor`
+    (gSDE: exploration noise linear in the last hidden layer's features, new weights every
+    ``sde_sample_freq`` steps; SB3's ``use_sde``), ``init_log_std`` its initial log-std.
 
     With ``recurrent`` the actor is a :class:`~tdrl.modules.recurrent.RecurrentActor`: an LSTM
     or GRU of ``recurrent_size`` on the (normalized) observation, then the ``hidden_sizes`` head
@@ -127,7 +134,7 @@ def actor_critic(
     if recurrent is not None:
         actor = _recurrent_actor(
             obs_dim, spec, recurrent, recurrent_size, hidden_sizes, activation, init_log_std,
-            obs_norm,
+            obs_norm, sde_sample_freq,
         )  # fmt: skip
         return actor, ValueCritic(trunk(1, VALUE_GAIN)), obs_norm
     # An env-provided action mask (an "action_mask" observation entry) is honoured.
@@ -140,15 +147,10 @@ def actor_critic(
     elif isinstance(spec, CategoricalSpec):
         actor = CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), mask_key=mask_key)
     else:
-        action_dim = int(spec.shape[-1])
-        low, high = action_bounds(spec)
-        actor = GaussianActor(
-            trunk(action_dim, POLICY_GAIN),
-            action_dim,
-            init_log_std=init_log_std,
-            action_low=low,
-            action_high=high,
-        )
+        actor = _gaussian(
+            spec, lambda: trunk(int(spec.shape[-1]), POLICY_GAIN), init_log_std, sde_sample_freq,
+            keys.OBSERVATION, lambda: _features(obs_dim, hidden_sizes, activation, obs_norm),
+        )  # fmt: skip
     critic = ValueCritic(trunk(1, VALUE_GAIN))
     return actor, critic, obs_norm
 
@@ -162,6 +164,7 @@ def _recurrent_actor(
     activation: type[nn.Module],
     init_log_std: float,
     obs_norm: RunningObservationNorm | None,
+    sde_sample_freq: int = 0,
 ) -> RecurrentActor:
     body: list[TensorDictModuleBase] = []
     source: str = keys.OBSERVATION
@@ -182,13 +185,56 @@ def _recurrent_actor(
     elif isinstance(spec, (CategoricalSpec, BinarySpec)):
         raise ValueError(f"recurrent actors are Categorical or Gaussian; got {type(spec).__name__}")
     else:
-        action_dim = int(spec.shape[-1])
-        low, high = action_bounds(spec)
-        actor = GaussianActor(
-            head(action_dim), action_dim, in_key=EMBED, init_log_std=init_log_std,
-            action_low=low, action_high=high,
+        actor = _gaussian(
+            spec, lambda: head(int(spec.shape[-1])), init_log_std, sde_sample_freq, EMBED,
+            lambda: _features(size, hidden_sizes, activation, None),
         )  # fmt: skip
     return RecurrentActor(*body, actor)
+
+
+def _features(
+    in_features: int,
+    hidden_sizes: Sequence[int],
+    activation: type[nn.Module],
+    obs_norm: RunningObservationNorm | None,
+) -> tuple[nn.Module, int]:
+    """A policy's hidden layers without its output layer, ending in the activation (the
+    features gSDE's noise reads), and their width."""
+    if not hidden_sizes:
+        layers: nn.Module = nn.Identity()
+        width = in_features
+    else:
+        *inner, width = hidden_sizes
+        layers = nn.Sequential(
+            mlp(in_features, width, inner, activation=activation, output_gain=HIDDEN_GAIN),
+            activation(),
+        )
+    net = layers if obs_norm is None else nn.Sequential(NormalizedInput(obs_norm), layers)
+    return net, width
+
+
+def _gaussian(
+    spec: TensorSpec,
+    net: Callable[[], nn.Module],
+    init_log_std: float,
+    sde_sample_freq: int,
+    in_key: NestedKey,
+    sde_features: Callable[[], tuple[nn.Module, int]],
+) -> TensorDictModuleBase:
+    """A Gaussian policy for a Box ``spec``: ``net()``'s mean with a state-independent log-std,
+    or, with ``sde_sample_freq > 0``, gSDE on ``sde_features()`` (its own layers)."""
+    action_dim = int(spec.shape[-1])
+    low, high = action_bounds(spec)
+    if sde_sample_freq > 0:
+        body, width = sde_features()
+        return GSDEActor(
+            body, width, action_dim, init_log_std=init_log_std, sample_freq=sde_sample_freq,
+            in_key=in_key, action_low=low, action_high=high,
+        )  # fmt: skip
+    return GaussianActor(
+        net(), action_dim, in_key=in_key, init_log_std=init_log_std, action_low=low,
+        action_high=high,
+    )  # fmt: skip
 
 
 def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int, int]:

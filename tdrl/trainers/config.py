@@ -29,7 +29,7 @@ _POSITIVE = {
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
-    "eps_frames", "max_backtracks", "burn_in", "gp_lambda",
+    "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
 
@@ -289,6 +289,9 @@ class AdvantageConfig(OnPolicyConfig):
     seq_len: int = 16
     """recurrent actor: steps per training sequence (must divide frames_per_batch / num_envs);
     minibatches hold whole sequences."""
+    sde_sample_freq: int = 0
+    """gSDE for continuous actions (SB3's use_sde): exploration noise linear in the policy's last
+    hidden features, new noise weights every this many steps; 0: a state-independent log-std."""
 
     @property
     def loss_terms(self) -> dict[str, Any]:

@@ -41,13 +41,15 @@ def on_policy_networks(
     env: VecEnv, cfg: OnPolicyConfig
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
     """``tdrl.modules.actor_critic`` for ``env`` with the config's networks options (and its
-    recurrent actor, for an :class:`AdvantageConfig` with ``recurrent``)."""
+    recurrent actor and gSDE, for an :class:`AdvantageConfig` with ``recurrent`` or
+    ``sde_sample_freq``)."""
     recurrent: Any = getattr(cfg, "recurrent", "none")
     return actor_critic(
         env.observation_spec, env.action_spec, hidden_sizes=cfg.hidden_sizes,
         init_log_std=cfg.init_log_std, normalize_observations=cfg.normalize_observations,
         recurrent=None if recurrent == "none" else recurrent,
         recurrent_size=getattr(cfg, "recurrent_size", 64),
+        sde_sample_freq=getattr(cfg, "sde_sample_freq", 0),
     )  # fmt: skip
 
 
