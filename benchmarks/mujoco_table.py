@@ -1,0 +1,912 @@
+"""The MuJoCo benchmark table (issue 19): tdrl's recipes and Stable-Baselines3, cell by cell.
+
+A cell is (library, algorithm, task, seed, env-step budget, evaluation protocol). Every finished
+cell appends one JSON line to ``docs/benchmarks/mujoco_table.jsonl`` (``--table``): the final
+deterministic evaluation (mean and std over the episodes), the best evaluation during training
+(the max over the periodic evaluations), the evaluation curve (steps, returns, stds, seconds),
+env steps, wall time, the git commit, the exact settings, library versions and how loaded the
+machine was (``os.getloadavg()`` at the start and end, ``--jobs`` and how many cells ran at
+once). A rerun skips the cells already in the file, so the table grows across sessions and
+survives interruptions: a line is written (flushed and fsynced) only once its cell has finished;
+a cell cut short starts over next time. ``--jobs N`` runs N cells at a time, each in its own
+subprocess with one torch thread (OMP/MKL threads 1); cells are ordered seed by seed, library by
+library, so with ``--jobs 2`` tdrl and SB3 of one seed run side by side.
+
+tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
+task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
+``recipes/trpo.py`` with ``algo="npg"``. The curve is the run's ``eval.csv``.
+
+SB3: PPO, A2C, SAC, TD3, DDPG and sb3-contrib's TRPO with rl-baselines3-zoo 2.9.2's
+hyperparameters for that algorithm and task (``ZOO``; the zoo's MuJoCo entries are v4 tasks, v2
+for Reacher and the pendulums, and the same values are used on v5), including its VecNormalize
+(observations and rewards) where an entry says ``normalize: true``. SB3 runs with torch's default
+float mode (tdrl's recipes flush subnormals: ``RunConfig.flush_denormal``).
+
+Evaluation, the same for both: deterministic, ``--eval-episodes`` (10) episodes on a separate env
+of min(5, episodes) copies reset with seed + 10,000 every time, every ``eval_every`` env steps
+(the tdrl recipe's default: 20k on-policy, 10k off-policy; SB3 evaluates at the first step that
+crosses each multiple, tdrl after the first batch that does) and once at the end; SB3's
+evaluation env reads the training env's normalization statistics (as SB3's EvalCallback does)
+and reports raw returns. Wall time runs from building the envs to the end of the final
+evaluation.
+
+    python benchmarks/mujoco_table.py --algos ppo a2c reinforce npg trpo --jobs 2   # 1M steps
+    python benchmarks/mujoco_table.py --algos sac td3 ddpg redq --jobs 2      # 100k; REDQ 30k
+    python benchmarks/mujoco_table.py --tasks Hopper-v5 --seeds 0 1 2 3 4 --dry-run
+    python benchmarks/mujoco_table.py --render    # mujoco_table.md and mujoco_<task>.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import importlib
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "docs" / "benchmarks" / "mujoco_table.jsonl"
+WORKDIR = Path("/tmp/tdrl_mujoco_table")
+RESULT = "result.json"  # a finished cell's line, in its run folder, before it is appended
+EVAL_EPISODES, EVAL_ENVS = 10, 5  # the table's protocol (tdrl's RunConfig defaults)
+LIBRARIES = ("tdrl", "SB3")
+TASKS = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5")  # the default selection
+ON_POLICY_STEPS, OFF_POLICY_STEPS, REDQ_STEPS = 1_000_000, 100_000, 30_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Algo:
+    recipe: str
+    """module of recipes/ that trains it."""
+    preset: tuple[tuple[str, Any], ...]
+    """Config fields that pick the algorithm inside its recipe (NPG in trpo.py)."""
+    steps: int
+    """default env-step budget."""
+    sb3: str | None
+    """the SB3 (or sb3-contrib) class of the same algorithm, if there is one."""
+
+
+ALGOS: dict[str, Algo] = {
+    "ppo": Algo("ppo", (), ON_POLICY_STEPS, "PPO"),
+    "a2c": Algo("a2c", (), ON_POLICY_STEPS, "A2C"),
+    "reinforce": Algo("reinforce", (), ON_POLICY_STEPS, None),
+    "npg": Algo("trpo", (("algo", "npg"),), ON_POLICY_STEPS, None),
+    "trpo": Algo("trpo", (("algo", "trpo"),), ON_POLICY_STEPS, "TRPO"),
+    "sac": Algo("sac", (), OFF_POLICY_STEPS, "SAC"),
+    "td3": Algo("td3", (), OFF_POLICY_STEPS, "TD3"),
+    "ddpg": Algo("ddpg", (), OFF_POLICY_STEPS, "DDPG"),
+    "redq": Algo("redq", (), REDQ_STEPS, None),
+}
+
+# rl-baselines3-zoo 2.9.2, rl_zoo3/hyperparams/<algo>.yml, key "<Task>-v4" (v2 for Reacher and
+# the pendulums); "n_timesteps" and "policy: MlpPolicy" are left out (the budget is --steps).
+# Keys not given are the SB3 class's defaults; the zoo's default n_envs is 1.
+# ppo.yml: the tuned entries share these policy_kwargs (activation_fn nn.ReLU).
+_PPO_NET = {
+    "log_std_init": -2,
+    "ortho_init": False,
+    "activation_fn": "ReLU",
+    "net_arch": {"pi": [256, 256], "vf": [256, 256]},
+}
+# trpo.yml "&mujoco-defaults" (Ant-v4) merges "&pybullet-defaults" (HalfCheetahBulletEnv-v0).
+_TRPO = dict(
+    normalize=True, n_envs=2, batch_size=128, n_steps=1024, gamma=0.99, gae_lambda=0.95,
+    sub_sampling_factor=1, cg_max_steps=25, cg_damping=0.1, n_critic_updates=20,
+    learning_rate=1e-3,
+)  # fmt: skip
+# td3.yml and ddpg.yml "&mujoco-defaults" (HalfCheetah-v4), the same in both files.
+_DETERMINISTIC = dict(
+    learning_starts=10_000, noise_type="normal", noise_std=0.1, train_freq=1, gradient_steps=1,
+    learning_rate=1e-3, batch_size=256, policy_kwargs={"net_arch": [400, 300]},
+)  # fmt: skip
+_LOCOMOTION = ("HalfCheetah", "Ant", "Hopper", "Walker2d", "Humanoid")
+ZOO: dict[tuple[str, str], dict[str, Any]] = {
+    # ppo.yml: Ant-v4 is "&mujoco-defaults" (normalize only); the others are tuned entries.
+    ("ppo", "Ant"): dict(normalize=True),
+    ("ppo", "Swimmer"): dict(
+        normalize=True, gamma=0.9999, n_envs=4, n_steps=1024, batch_size=256,
+        learning_rate=6e-4, gae_lambda=0.98,
+    ),
+    ("ppo", "HalfCheetah"): dict(
+        normalize=True, n_envs=1, batch_size=64, n_steps=512, gamma=0.98,
+        learning_rate=2.0633e-05, ent_coef=0.000401762, clip_range=0.1, n_epochs=20,
+        gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096, policy_kwargs=_PPO_NET,
+    ),
+    ("ppo", "Hopper"): dict(
+        normalize=True, n_envs=1, batch_size=32, n_steps=512, gamma=0.999,
+        learning_rate=9.80828e-05, ent_coef=0.00229519, clip_range=0.2, n_epochs=5,
+        gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671, policy_kwargs=_PPO_NET,
+    ),
+    ("ppo", "Humanoid"): dict(
+        normalize=True, n_envs=1, batch_size=256, n_steps=512, gamma=0.95,
+        learning_rate=3.56987e-05, ent_coef=0.00238306, clip_range=0.3, n_epochs=5,
+        gae_lambda=0.9, max_grad_norm=2, vf_coef=0.431892, policy_kwargs=_PPO_NET,
+    ),
+    ("ppo", "InvertedDoublePendulum"): dict(
+        normalize=True, n_envs=1, batch_size=512, n_steps=128, gamma=0.98,
+        learning_rate=0.000155454, ent_coef=1.05057e-06, clip_range=0.4, n_epochs=10,
+        gae_lambda=0.8, max_grad_norm=0.5, vf_coef=0.695929,
+    ),
+    ("ppo", "InvertedPendulum"): dict(
+        normalize=True, n_envs=1, batch_size=64, n_steps=32, gamma=0.999,
+        learning_rate=0.000222425, ent_coef=1.37976e-07, clip_range=0.4, n_epochs=5,
+        gae_lambda=0.9, max_grad_norm=0.3, vf_coef=0.19816,
+    ),
+    ("ppo", "Reacher"): dict(
+        normalize=True, n_envs=1, batch_size=32, n_steps=512, gamma=0.9,
+        learning_rate=0.000104019, ent_coef=7.52585e-08, clip_range=0.3, n_epochs=5,
+        gae_lambda=1.0, max_grad_norm=0.9, vf_coef=0.950368,
+    ),
+    ("ppo", "Walker2d"): dict(
+        normalize=True, n_envs=1, batch_size=32, n_steps=512, gamma=0.99,
+        learning_rate=5.05041e-05, ent_coef=0.000585045, clip_range=0.1, n_epochs=20,
+        gae_lambda=0.95, max_grad_norm=1, vf_coef=0.871923,
+    ),
+    # a2c.yml: "&mujoco-defaults" (HalfCheetah-v4): normalize, A2C's defaults otherwise.
+    **{("a2c", task): dict(normalize=True) for task in _LOCOMOTION},
+    ("a2c", "Swimmer"): dict(normalize=True, gamma=0.9999),
+    # trpo.yml: HalfCheetah-v4 adds target_kl 0.04, Swimmer-v4 gamma 0.9999.
+    **{("trpo", task): dict(_TRPO) for task in _LOCOMOTION},
+    ("trpo", "HalfCheetah"): dict(_TRPO, target_kl=0.04),
+    ("trpo", "Swimmer"): dict(_TRPO, gamma=0.9999),
+    # sac.yml: "&mujoco-defaults" (HalfCheetah-v4): learning_starts 10000; Swimmer gamma 0.999.
+    **{("sac", task): dict(learning_starts=10_000) for task in _LOCOMOTION},
+    ("sac", "Swimmer"): dict(learning_starts=10_000, gamma=0.999),
+    **{(algo, task): dict(_DETERMINISTIC) for algo in ("td3", "ddpg") for task in _LOCOMOTION},
+    **{(algo, "Swimmer"): dict(_DETERMINISTIC, gamma=0.9999) for algo in ("td3", "ddpg")},
+}  # fmt: skip
+
+# Tianshou's MuJoCo benchmark (thu-ml/tianshou examples/mujoco/README.md at f2402056b03a), the
+# "Tianshou (1M)" columns: the max over training of the mean over 10 seeds of the mean return of
+# 10 test episodes, ± one std over the seeds; gym 0.17.3 v3 tasks (v2 for Reacher and the
+# pendulums), 1M env steps. REINFORCE has only 3M and 10M figures there and REDQ none: n/a.
+TIANSHOU_1M: dict[str, dict[str, str]] = {
+    "ppo": {
+        "Ant": "3258.4±1079.3", "HalfCheetah": "5783.9±1244.0", "Hopper": "2609.3±700.8",
+        "Walker2d": "3588.5±756.6", "Swimmer": "66.7±99.1", "Humanoid": "787.1±193.5",
+        "Reacher": "-4.1±0.3", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "9231.3±270.4",
+    },
+    "a2c": {
+        "Ant": "3485.4±433.1", "HalfCheetah": "1829.9±1068.3", "Hopper": "1253.2±458.0",
+        "Walker2d": "1091.6±709.2", "Swimmer": "36.6±2.1", "Humanoid": "1726.0±1070.1",
+        "Reacher": "-6.7±2.3", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "9257.7±277.4",
+    },
+    "trpo": {
+        "Ant": "2866.7±707.9", "HalfCheetah": "4471.2±804.9", "Hopper": "2046.0±1037.9",
+        "Walker2d": "3826.7±782.7", "Swimmer": "40.9±19.6", "Humanoid": "810.1±126.1",
+        "Reacher": "-5.1±0.8", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "8435.2±1073.3",
+    },
+    "npg": {
+        "Ant": "2358.0±517.5", "HalfCheetah": "3485.2±716.6", "Hopper": "1915.2±550.5",
+        "Walker2d": "2503.2±963.3", "Swimmer": "31.5±8.0", "Humanoid": "765.1±91.3",
+        "Reacher": "-4.5±0.5", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "9243.2±276.0",
+    },
+    "sac": {
+        "Ant": "5850.2±475.7", "HalfCheetah": "12138.8±1049.3", "Hopper": "3542.2±51.5",
+        "Walker2d": "5007.0±251.5", "Swimmer": "44.4±0.5", "Humanoid": "5488.5±81.2",
+        "Reacher": "-2.6±0.2", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "9359.5±0.4",
+    },
+    "td3": {
+        "Ant": "5116.4±799.9", "HalfCheetah": "10201.2±772.8", "Hopper": "3472.2±116.8",
+        "Walker2d": "3982.4±274.5", "Swimmer": "104.2±34.2", "Humanoid": "5189.5±178.5",
+        "Reacher": "-2.7±0.2", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "9349.2±14.3",
+    },
+    "ddpg": {
+        "Ant": "990.4±4.3", "HalfCheetah": "11718.7±465.6", "Hopper": "2197.0±971.6",
+        "Walker2d": "1400.6±905.0", "Swimmer": "144.1±6.5", "Humanoid": "177.3±77.6",
+        "Reacher": "-3.3±0.3", "InvertedPendulum": "1000.0±0.0",
+        "InvertedDoublePendulum": "8364.3±2778.9",
+    },
+}  # fmt: skip
+
+
+def task_name(task: str) -> str:
+    """``"Hopper-v5"`` -> ``"Hopper"`` (the zoo and Tianshou tables are keyed by name)."""
+    return task.rsplit("-v", 1)[0]
+
+
+def zoo_hyperparameters(algorithm: str, task: str) -> dict[str, Any] | None:
+    """The zoo's entry for ``algorithm`` on ``task`` (a copy), or None where it has none."""
+    entry = ZOO.get((algorithm, task_name(task)))
+    return None if entry is None else json.loads(json.dumps(entry))
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of the table; its fields are its identity (a line with the same is a done cell)."""
+
+    library: str
+    algorithm: str
+    task: str
+    seed: int
+    steps: int
+    """env-step budget."""
+    eval_every: int
+    eval_episodes: int
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return dataclasses.astuple(self)
+
+    def folder(self, workdir: Path) -> Path:
+        """``<workdir>/<library>/<algorithm>/<task>/seed<seed>-<steps>-e<every>x<episodes>``."""
+        run = f"seed{self.seed}-{self.steps}-e{self.eval_every}x{self.eval_episodes}"
+        return workdir / self.library / self.algorithm / self.task / run
+
+
+CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell))
+
+
+def line_key(line: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(line[name] for name in CELL_FIELDS)
+
+
+def recipe_default(algorithm: str, name: str) -> Any:
+    """A field's default in the algorithm's recipe Config (no Config is built)."""
+    module = importlib.import_module(f"recipes.{ALGOS[algorithm].recipe}")
+    return {f.name: f.default for f in dataclasses.fields(module.Config)}[name]
+
+
+def build_cells(
+    algorithms: Iterable[str],
+    tasks: Iterable[str],
+    seeds: Iterable[int],
+    libraries: Iterable[str] = LIBRARIES,
+    *,
+    steps: int | None = None,
+    eval_every: int | None = None,
+    eval_episodes: int = EVAL_EPISODES,
+) -> list[Cell]:
+    """The cells of a selection, seed by seed and library by library within each (task,
+    algorithm). SB3 cells exist only where SB3 has the algorithm and the zoo has the task."""
+    cells = []
+    for task in tasks:
+        for algorithm in algorithms:
+            budget = steps or ALGOS[algorithm].steps
+            every = recipe_default(algorithm, "eval_every") if eval_every is None else eval_every
+            has_sb3 = ALGOS[algorithm].sb3 is not None
+            sb3_cells = has_sb3 and zoo_hyperparameters(algorithm, task) is not None
+            if "SB3" in libraries and not sb3_cells:
+                why = "no rl-baselines3-zoo entry" if has_sb3 else "no SB3 class"
+                print(f"{algorithm} {task}: {why}, tdrl only")
+            for seed in seeds:
+                for library in libraries:
+                    if library == "SB3" and not sb3_cells:
+                        continue
+                    cells.append(Cell(library, algorithm, task, seed, budget, every, eval_episodes))
+    return cells
+
+
+# ----------------------------------------------------------------------------- one cell (child)
+
+
+def machine() -> dict[str, Any]:
+    return {"load": list(os.getloadavg()), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def git_commit() -> dict[str, Any]:
+    """HEAD and whether tracked files differ from it (other work in the tree)."""
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": sys.version.split()[0]}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def curve_summary(curve: dict[str, list[float]]) -> dict[str, float]:
+    """Final and best evaluation of a curve (``steps``, ``returns``, ``stds``, ``wall_s``)."""
+    if not curve["returns"]:
+        raise RuntimeError("the run wrote no evaluation")
+    return {
+        "final_return": curve["returns"][-1],
+        "final_return_std": curve["stds"][-1],
+        "best_return": max(curve["returns"]),
+    }
+
+
+def run_tdrl(cell: Cell, folder: Path) -> dict[str, Any]:
+    """The recipe's ``main`` with its own defaults, the cell's task, seed, budget and
+    evaluation protocol, its run folder in ``folder``; the curve is its ``eval.csv``."""
+    from tdrl.trainers import read_csv
+
+    algo = ALGOS[cell.algorithm]
+    module = importlib.import_module(f"recipes.{algo.recipe}")
+    cfg = module.Config(
+        **dict(algo.preset), env_id=cell.task, seed=cell.seed, total_frames=cell.steps,
+        log_dir=str(folder), eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
+    )  # fmt: skip
+    start = time.perf_counter()
+    result = module.main(cfg)
+    wall = time.perf_counter() - start
+    rows = read_csv(folder / "eval.csv")
+    curve = {
+        "steps": [int(r["step"]) for r in rows],
+        "returns": [r["return_mean"] for r in rows],
+        "stds": [r["return_std"] for r in rows],
+        "wall_s": [r["time"] for r in rows],
+    }
+    summary = curve_summary(curve)
+    if not math.isclose(summary["final_return"], result["eval_return_mean"], rel_tol=1e-6):
+        raise RuntimeError(
+            f"eval.csv's last return {summary['final_return']} is not main()'s "
+            f"{result['eval_return_mean']}"
+        )
+    return {
+        **summary,
+        "env_steps": int(result["frames"]),
+        "wall_s": wall,
+        "curve": curve,
+        "settings": dataclasses.asdict(cfg),
+        "versions": versions("torch", "tensordict", "torchrl", "gymnasium", "mujoco"),
+    }
+
+
+def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
+    """SB3 (TRPO: sb3-contrib) with the zoo's hyperparameters, evaluated like the recipes."""
+    import numpy as np
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
+
+    from tdrl.trainers.run import EVAL_SEED_OFFSET
+
+    zoo = zoo_hyperparameters(cell.algorithm, cell.task)
+    if zoo is None:
+        raise ValueError(f"no rl-baselines3-zoo entry for {cell.algorithm} on {cell.task}")
+    kwargs = json.loads(json.dumps(zoo))
+    eval_seed = cell.seed + EVAL_SEED_OFFSET
+    start = time.perf_counter()
+    env = make_vec_env(cell.task, n_envs=kwargs.pop("n_envs", 1), seed=cell.seed)
+    n_eval = min(EVAL_ENVS, cell.eval_episodes)
+    eval_env = make_vec_env(cell.task, n_envs=n_eval, seed=eval_seed)
+    if kwargs.pop("normalize", False):
+        # The zoo's VecNormalize (observations and rewards, discounted with the entry's gamma);
+        # evaluation sees raw rewards and the training statistics, frozen (its _maybe_normalize).
+        norm = {"gamma": kwargs["gamma"]} if "gamma" in kwargs else {}
+        env = VecNormalize(env, **norm)
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False, **norm)
+    if kwargs.pop("noise_type", None) is not None:  # "normal" in every MuJoCo entry
+        sigma = kwargs.pop("noise_std") * np.ones(env.action_space.shape[-1])
+        kwargs["action_noise"] = NormalActionNoise(np.zeros_like(sigma), sigma)
+    if "policy_kwargs" in kwargs and "activation_fn" in kwargs["policy_kwargs"]:
+        policy_kwargs = kwargs["policy_kwargs"]
+        policy_kwargs["activation_fn"] = getattr(torch.nn, policy_kwargs["activation_fn"])
+    name = ALGOS[cell.algorithm].sb3
+    package = "sb3_contrib" if name == "TRPO" else "stable_baselines3"
+    algo_class = getattr(importlib.import_module(package), str(name))
+    model = algo_class("MlpPolicy", env, seed=cell.seed, device="cpu", verbose=0, **kwargs)
+    curve: dict[str, list[float]] = {"steps": [], "returns": [], "stds": [], "wall_s": []}
+
+    def evaluate(step: int) -> None:
+        sync_envs_normalization(model.get_env(), eval_env)
+        eval_env.seed(eval_seed)  # the same start states at every evaluation
+        mean, std = evaluate_policy(model, eval_env, cell.eval_episodes, deterministic=True)
+        for name, value in zip(curve, (step, mean, std, time.perf_counter() - start), strict=True):
+            curve[name].append(float(value))
+
+    class PeriodicEvaluation(BaseCallback):
+        """Evaluates at the first step that reaches each multiple of ``eval_every`` before the
+        budget (the last evaluation follows ``learn``)."""
+
+        next_eval = cell.eval_every if cell.eval_every > 0 else math.inf
+
+        def _on_step(self) -> bool:
+            if self.next_eval <= self.num_timesteps < cell.steps:
+                evaluate(self.num_timesteps)
+                self.next_eval = (self.num_timesteps // cell.eval_every + 1) * cell.eval_every
+            return True
+
+    model.learn(cell.steps, callback=PeriodicEvaluation())
+    evaluate(model.num_timesteps)
+    wall = time.perf_counter() - start
+    env.close()
+    eval_env.close()
+    curve["steps"] = [int(s) for s in curve["steps"]]
+    return {
+        **curve_summary(curve),
+        "env_steps": int(model.num_timesteps),
+        "wall_s": wall,
+        "curve": curve,
+        "settings": {
+            "class": f"{package}.{name}",
+            "source": f"rl_zoo3 2.9.2 hyperparams/{cell.algorithm}.yml "
+            f"{task_name(cell.task)}-v4 (v2 for Reacher and the pendulums)",
+            "hyperparameters": zoo,
+            "policy": "MlpPolicy",
+            "eval_envs": n_eval,
+        },
+        "versions": versions("torch", "stable_baselines3", "sb3_contrib", "gymnasium", "mujoco"),
+    }
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float written as a string (strict JSON has no inf and
+    no nan): ``"inf"``, ``"-inf"``, ``"nan"`` (a recipe's ``stop_at_return`` is inf)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def run_cell(cell: Cell, folder: Path, *, jobs: int = 1, running: int = 1) -> dict[str, Any]:
+    """Run ``cell`` in this process (one torch thread); returns its line, also written to
+    ``folder/result.json`` (atomically)."""
+    import torch
+
+    torch.set_num_threads(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    before = machine()
+    run = run_tdrl if cell.library == "tdrl" else run_sb3
+    result = run(cell, folder)
+    after = machine()
+    line = finite({
+        **dataclasses.asdict(cell),
+        **result,
+        **git_commit(),
+        "date": before["time"],
+        "load_start": before["load"],
+        "load_end": after["load"],
+        "jobs": jobs,
+        "running_at_start": running,
+        "cpus": os.cpu_count(),
+    })  # fmt: skip
+    partial = folder / (RESULT + ".part")
+    partial.write_text(json.dumps(line, allow_nan=False))
+    partial.replace(folder / RESULT)
+    return line
+
+
+def child(payload: str) -> None:
+    """``--child``: run one cell (the JSON of its fields plus the folder and the job counts)."""
+    raw = json.loads(payload)
+    folder, jobs, running = Path(raw.pop("folder")), raw.pop("jobs"), raw.pop("running")
+    sys.path.insert(0, str(ROOT))
+    line = run_cell(Cell(**raw), folder, jobs=jobs, running=running)
+    print(f"final return {line['final_return']:.1f}, {line['wall_s']:.0f} s")
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+Launch = Callable[[Cell, Path, int, int], dict[str, Any]]
+
+
+def launch_subprocess(cell: Cell, folder: Path, jobs: int, running: int) -> dict[str, Any]:
+    """Run ``cell`` in a fresh Python (log: ``folder/log.txt``); returns its line."""
+    payload = dataclasses.asdict(cell) | {"folder": str(folder), "jobs": jobs, "running": running}
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(payload)]
+    with (folder / "log.txt").open("w") as log:
+        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        tail = (folder / "log.txt").read_text()[-3000:]
+        raise RuntimeError(f"exit code {proc.returncode}; end of {folder / 'log.txt'}:\n{tail}")
+    return json.loads((folder / RESULT).read_text())
+
+
+def read_lines(table: Path) -> list[dict[str, Any]]:
+    """The table's lines; an unreadable one (a torn last line) is skipped with a message."""
+    if not table.exists():
+        return []
+    lines = []
+    for number, text in enumerate(table.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+            line_key(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            print(f"{table}:{number}: not a complete line, left out: {text[:80]!r}")
+            continue
+        lines.append(line)
+    return lines
+
+
+def append_line(table: Path, line: dict[str, Any]) -> None:
+    """Append one line, whole (under a lock, flushed and fsynced before the lock is let go),
+    on a line of its own after a torn last line (a writer killed mid-line)."""
+    table.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(finite(line), allow_nan=False) + "\n"
+    with table.open("a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    text = "\n" + text
+            f.write(text.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run_cells(
+    cells: Iterable[Cell],
+    table: Path,
+    workdir: Path,
+    jobs: int = 1,
+    launch: Launch = launch_subprocess,
+) -> int:
+    """Run the cells that are not in ``table`` yet, ``jobs`` at a time; returns the failures.
+
+    A cell's run folder is cleared before it starts (a run cut short starts over), except that a
+    ``result.json`` of the same cell (its line was lost: the driver was stopped after the run
+    ended) is appended without running again. A failed cell is reported and not recorded.
+    """
+    done = {line_key(line) for line in read_lines(table)}
+    todo = []
+    for cell in dict.fromkeys(cells):
+        if cell.key in done:
+            print(f"in the table, skipped: {cell}")
+            continue
+        saved = cell.folder(workdir) / RESULT
+        if saved.exists():
+            line = json.loads(saved.read_text())
+            if line_key(line) == cell.key:
+                append_line(table, line)
+                done.add(cell.key)
+                print(f"recovered from {saved}: {cell}")
+                continue
+        todo.append(cell)
+    lock, running, failures = threading.Lock(), [0], [0]
+
+    def one(cell: Cell) -> None:
+        folder = cell.folder(workdir)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        with lock:
+            running[0] += 1
+            now = running[0]
+        print(f"start {cell} ({now} running)", flush=True)
+        try:
+            line = launch(cell, folder, jobs, now)
+        except Exception as error:  # one failed cell must not stop the others
+            with lock:
+                failures[0] += 1
+            print(f"FAILED {cell}: {error}", flush=True)
+            return
+        finally:
+            with lock:
+                running[0] -= 1
+        append_line(table, line)
+        if cell.library == "tdrl":  # the run folder keeps its logs; checkpoints (buffers) go
+            from tdrl.trainers.checkpoint import CHECKPOINTS
+
+            shutil.rmtree(folder / CHECKPOINTS, ignore_errors=True)
+        print(
+            f"done {cell}: final {line['final_return']:.1f}, best {line['best_return']:.1f}, "
+            f"{line['wall_s']:.0f} s",
+            flush=True,
+        )
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        list(pool.map(one, todo))
+    return failures[0]
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation over seeds (nan for one seed)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def pm(values: list[float]) -> str:
+    """``mean ± std`` over seeds (the mean alone for one seed)."""
+    mean, std = mean_std(values)
+    return f"{mean:.1f}" if math.isnan(std) else f"{mean:.1f} ± {std:.1f}"
+
+
+def ratio(numerator: float, denominator: float, *, positive: bool) -> str:
+    """``numerator / denominator``; for returns only when the denominator is > 0 (a fraction of
+    a negative score means nothing)."""
+    if (positive and denominator <= 0) or denominator == 0:
+        return "n/a"
+    return f"{numerator / denominator:.2f}"
+
+
+Group = tuple[str, str, int]  # (task, algorithm, budget)
+
+
+def summarize(lines: list[dict[str, Any]]) -> dict[Group, dict[str, dict[int, dict[str, Any]]]]:
+    """(task, algorithm, budget) -> library -> seed -> line, in table order; lines of another
+    evaluation protocol than 10 episodes are left out; a cell appended twice counts once."""
+    groups: dict[Group, dict[str, dict[int, dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    for line in lines:
+        if line["eval_episodes"] == EVAL_EPISODES:
+            group = (line["task"], line["algorithm"], line["steps"])
+            groups[group][line["library"]][line["seed"]] = line
+    task_order = {task: i for i, task in enumerate(TASKS)}
+    algo_order = {algo: i for i, algo in enumerate(ALGOS)}
+
+    def order(group: Group) -> tuple[Any, ...]:
+        task, algorithm, steps = group
+        return task_order.get(task, len(TASKS)), task, algo_order.get(algorithm, 99), steps
+
+    return {group: groups[group] for group in sorted(groups, key=order)}
+
+
+def mean_curve(
+    runs: Iterable[dict[str, Any]],
+) -> tuple[list[int], list[float], list[float]]:
+    """The steps every run evaluated at, with the mean and std (sample; 0 for one run) over
+    the runs of the evaluation return there."""
+    curves = [dict(zip(r["curve"]["steps"], r["curve"]["returns"], strict=True)) for r in runs]
+    if not curves:
+        return [], [], []
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    means, stds = [], []
+    for step in steps:
+        mean, std = mean_std([c[step] for c in curves])
+        means.append(mean)
+        stds.append(0.0 if math.isnan(std) else std)
+    return steps, means, stds
+
+
+def peak_of_mean(runs: Iterable[dict[str, Any]]) -> str:
+    """Tianshou's figure: the max over the steps of the mean curve, ± the std over seeds there."""
+    runs = list(runs)
+    steps, means, stds = mean_curve(runs)
+    if not steps:
+        return "n/a"
+    best = max(range(len(steps)), key=means.__getitem__)
+    return f"{means[best]:.1f}" if len(runs) == 1 else f"{means[best]:.1f} ± {stds[best]:.1f}"
+
+
+def fmt_steps(steps: int) -> str:
+    if steps % 1_000_000 == 0:
+        return f"{steps // 1_000_000}M"
+    return f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
+
+
+HEADER = """\
+# MuJoCo benchmark table (issue 19)
+
+Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl` (one line per
+finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load);
+the table is being filled. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is
+`trpo.py --algo npg`); SB3 2.9.2 (TRPO: sb3-contrib): rl-baselines3-zoo 2.9.2's hyperparameters
+for the algorithm and task (its v4 entries, run on v5). Evaluation, both libraries: 10
+deterministic episodes on a separate env every `eval_every` env steps (the recipe's default:
+20k on-policy, 10k off-policy) and at the end; one torch thread per run.
+
+- final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's
+  max over its evaluations, mean ± std over seeds; wall: mean seconds per run (envs, training
+  and evaluations); ratios: tdrl mean / SB3 mean (returns: only where SB3's mean is > 0).
+- peak (Tianshou's metric): the max over evaluation steps of the mean over seeds, ± the std
+  over seeds at that step, from tdrl's curves.
+- Tianshou (1M): thu-ml/tianshou `examples/mujoco/README.md` (commit f2402056b03a), the
+  "Tianshou (1M)" columns: max over training of the mean over 10 seeds of 10 test episodes,
+  ± std over seeds, gym 0.17.3 v3 tasks, 1M env steps, so above the 100k (off-policy) and 30k
+  (REDQ) budgets here; n/a where it publishes no 1M figure (REINFORCE: 3M and 10M only; REDQ:
+  none).
+"""
+
+
+def markdown(lines: list[dict[str, Any]]) -> str:
+    """The table (one row per task, algorithm and budget) and the run conditions."""
+    groups = summarize(lines)
+    left_out = sum(1 for line in lines if line["eval_episodes"] != EVAL_EPISODES)
+    out = [HEADER]
+    if left_out:
+        out.append(f"{left_out} line(s) with another number of evaluation episodes left out.\n")
+    if not groups:
+        out.append("No cell has finished yet.\n")
+        return "\n".join(out)
+    out += [
+        "| task | algorithm | steps | tdrl final | tdrl best | tdrl seeds | tdrl wall s "
+        "| SB3 final | SB3 best | SB3 seeds | SB3 wall s | final tdrl/SB3 | wall tdrl/SB3 "
+        "| tdrl peak | Tianshou (1M) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (task, algorithm, steps), libraries in groups.items():
+        cells: list[str] = [task, algorithm.upper(), fmt_steps(steps)]
+        walls: dict[str, float] = {}
+        finals: dict[str, float] = {}
+        for library in LIBRARIES:
+            runs = list(libraries.get(library, {}).values())
+            if not runs:
+                cells += ["—"] * 4
+                continue
+            final = [r["final_return"] for r in runs]
+            finals[library] = statistics.fmean(final)
+            walls[library] = statistics.fmean(r["wall_s"] for r in runs)
+            cells += [
+                pm(final),
+                pm([r["best_return"] for r in runs]),
+                str(len(runs)),
+                f"{walls[library]:.0f}",
+            ]
+        both = len(finals) == 2
+        cells += [
+            ratio(finals["tdrl"], finals["SB3"], positive=True) if both else "—",
+            ratio(walls["tdrl"], walls["SB3"], positive=False) if both else "—",
+            peak_of_mean(libraries["tdrl"].values()) if "tdrl" in libraries else "—",
+            TIANSHOU_1M.get(algorithm, {}).get(task_name(task), "n/a"),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    out += [
+        "",
+        "Run conditions: seeds, commits (`+` when tracked files differed from it), cells run "
+        "at once (`--jobs`; most running when one started), mean 1-minute load average at the "
+        "start and end of the runs, CPUs, dates.",
+        "",
+        "| task | algorithm | steps | library | seeds | commits | jobs (most at once) "
+        "| load start → end | CPUs | dates |",
+        "|---|---|---:|---|---|---|---|---|---:|---|",
+    ]
+    for (task, algorithm, steps), libraries in groups.items():
+        for library, by_seed in libraries.items():
+            runs = [by_seed[s] for s in sorted(by_seed)]
+            commits = sorted({(r["commit"] or "?")[:8] + ("+" if r["dirty"] else "") for r in runs})
+            start = statistics.fmean(r["load_start"][0] for r in runs)
+            end = statistics.fmean(r["load_end"][0] for r in runs)
+            dates = sorted(r["date"][:10] for r in runs)
+            out.append(
+                f"| {task} | {algorithm.upper()} | {fmt_steps(steps)} | {library} "
+                f"| {','.join(map(str, sorted(by_seed)))} | {' '.join(commits)} "
+                f"| {max(r['jobs'] for r in runs)} ({max(r['running_at_start'] for r in runs)}) "
+                f"| {start:.2f} → {end:.2f} | {max(r['cpus'] or 0 for r in runs)} "
+                f"| {dates[0]}{' – ' + dates[-1] if dates[-1] != dates[0] else ''} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """``mujoco_<task>.png`` per task: evaluation return against env steps, the mean over seeds
+    ± one std, one line per library and algorithm; one panel per budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_task: dict[str, dict[Group, Any]] = defaultdict(dict)
+    for group, libraries in summarize(lines).items():
+        by_task[group[0]][group] = libraries
+    colors = {algo: f"C{i}" for i, algo in enumerate(ALGOS)}
+    pngs = []
+    for task, groups in by_task.items():
+        budgets = sorted({steps for _, _, steps in groups})
+        fig, axes = plt.subplots(1, len(budgets), figsize=(6.5 * len(budgets), 4.8), squeeze=False)
+        for ax, budget in zip(axes[0], budgets, strict=True):
+            for (_, algorithm, steps), libraries in groups.items():
+                if steps != budget:
+                    continue
+                for library, by_seed in libraries.items():
+                    x, mean, std = mean_curve(by_seed.values())
+                    if not x:
+                        continue
+                    n = len(by_seed)
+                    ax.plot(
+                        x, mean, color=colors.get(algorithm), ls="-" if library == "tdrl" else "--",
+                        label=f"{library} {algorithm.upper()} ({n} seed{'s' * (n > 1)})",
+                    )  # fmt: skip
+                    lo = [m - s for m, s in zip(mean, std, strict=True)]
+                    hi = [m + s for m, s in zip(mean, std, strict=True)]
+                    ax.fill_between(x, lo, hi, color=colors.get(algorithm), alpha=0.15)
+            ax.set_title(f"{task}, {fmt_steps(budget)} env steps")
+            ax.set_xlabel("env steps")
+            ax.set_ylabel(f"eval return ({EVAL_EPISODES} deterministic episodes)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize="small", loc="upper left")
+        fig.tight_layout()
+        png = folder / f"mujoco_{task}.png"
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=100)
+        plt.close(fig)
+        pngs.append(png)
+    return pngs
+
+
+def render(table: Path, out_dir: Path | None = None) -> tuple[Path, list[Path]]:
+    """Write ``<table stem>.md`` and the per-task PNGs next to ``table`` (or in ``out_dir``)."""
+    folder = table.parent if out_dir is None else out_dir
+    lines = read_lines(table)
+    md = folder / f"{table.stem}.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(markdown(lines))
+    return md, plot_tasks(lines, folder)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), help="gymnasium ids")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
+    parser.add_argument(
+        "--steps", type=int, help="env-step budget of every cell (default: 1M on-policy, "
+        "100k off-policy, 30k REDQ)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--eval-every", type=int, help="env steps between evaluations (default: the recipe's)"
+    )
+    parser.add_argument(
+        "--eval-episodes", type=int, default=EVAL_EPISODES,
+        help="episodes per evaluation (the table renders only cells of 10)",
+    )  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=1, help="cells at once, one core each")
+    parser.add_argument("--table", type=Path, default=TABLE, help="the JSON-lines file")
+    parser.add_argument(
+        "--workdir", type=Path, default=WORKDIR, help="run folders (outside the repository)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list the cells left to run")
+    parser.add_argument("--render", action="store_true", help="only write the .md and PNGs")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child)
+        return 0
+    if args.render:
+        md, pngs = render(args.table)
+        print(f"wrote {md}" + "".join(f"\nwrote {png}" for png in pngs))
+        return 0
+    sys.path.insert(0, str(ROOT))
+    cells = build_cells(
+        args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
+        eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+    )  # fmt: skip
+    if args.dry_run:
+        done = {line_key(line) for line in read_lines(args.table)}
+        todo = [cell for cell in cells if cell.key not in done]
+        print("\n".join(map(str, todo)) + f"\n{len(todo)} of {len(cells)} cells to run")
+        return 0
+    failures = run_cells(cells, args.table, args.workdir, args.jobs)
+    if failures:
+        print(f"{failures} cell(s) failed; the same command runs them again")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

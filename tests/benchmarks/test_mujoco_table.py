@@ -1,0 +1,304 @@
+"""benchmarks/mujoco_table.py: which cells run (skip, recovery, failures, --jobs), one tiny real
+cell per library, the zoo settings, and the table's arithmetic.
+
+The orchestration runs with a fake launcher (no training); the real cells are a few thousand env
+steps on Hopper-v5 with 2-episode evaluations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "mujoco_table", ROOT / "benchmarks" / "mujoco_table.py"
+)
+assert _spec is not None and _spec.loader is not None
+mt = importlib.util.module_from_spec(_spec)
+sys.modules["mujoco_table"] = mt  # dataclasses resolve the module by name
+_spec.loader.exec_module(mt)
+
+
+def cell(library: str = "tdrl", algorithm: str = "ppo", task: str = "Hopper-v5", **kw: Any) -> Any:
+    fields = dict(seed=0, steps=4096, eval_every=2048, eval_episodes=2) | kw
+    return mt.Cell(library, algorithm, task, **fields)
+
+
+def fake_line(c: Any, returns: list[float], wall: float = 1.0) -> dict[str, Any]:
+    """A line shaped like run_cell's, with a curve at every eval_every."""
+    steps = [c.eval_every * (i + 1) for i in range(len(returns))]
+    curve = {"steps": steps, "returns": returns, "stds": [1.0] * len(returns), "wall_s": steps}
+    return {
+        **dataclasses.asdict(c), **mt.curve_summary(curve), "env_steps": c.steps,
+        "wall_s": wall, "curve": curve, "settings": {}, "versions": {}, "commit": "0" * 40,
+        "dirty": False, "date": "2026-11-25T09:00:00", "load_start": [1.0, 1.0, 1.0],
+        "load_end": [2.0, 2.0, 2.0], "jobs": 1, "running_at_start": 1, "cpus": 2,
+    }  # fmt: skip
+
+
+class FakeLaunch:
+    """Records the cells it is asked to run and the running counts; can fail some cells."""
+
+    def __init__(self, fail: tuple[Any, ...] = (), pause: float = 0.0) -> None:
+        self.calls: list[Any] = []
+        self.running: list[int] = []
+        self.fail, self.pause = fail, pause
+        self.lock = threading.Lock()
+
+    def __call__(self, c: Any, folder: Path, jobs: int, running: int) -> dict[str, Any]:
+        assert list(folder.iterdir()) == [], "a cell must start in an empty run folder"
+        with self.lock:
+            self.calls.append(c)
+            self.running.append(running)
+        time.sleep(self.pause)
+        if c in self.fail:
+            raise RuntimeError("boom")
+        return fake_line(c, [float(c.seed)])
+
+
+def keys(table: Path) -> list[tuple[Any, ...]]:
+    return [mt.line_key(line) for line in mt.read_lines(table)]
+
+
+def test_a_cell_in_the_table_is_not_rerun(tmp_path: Path) -> None:
+    table, work = tmp_path / "table.jsonl", tmp_path / "work"
+    done, new = cell(seed=0), cell(seed=1)
+    mt.append_line(table, fake_line(done, [5.0]))
+    with table.open("a") as f:
+        f.write('{"library": "tdrl", "algori')  # a writer killed in the middle of a line
+    stale = new.folder(work)
+    stale.mkdir(parents=True)
+    (stale / "eval.csv").write_text("step,return_mean\n99,-1\n")  # a run cut short
+    launch = FakeLaunch()
+    assert mt.run_cells([done, new], table, work, launch=launch) == 0
+    assert launch.calls == [new]
+    assert keys(table) == [done.key, new.key]  # the torn line is left out, the new one whole
+    again = FakeLaunch()
+    assert mt.run_cells([done, new], table, work, launch=again) == 0
+    assert again.calls == []
+    # another budget or evaluation protocol is another cell
+    other = [dataclasses.replace(done, steps=8192), dataclasses.replace(done, eval_episodes=10)]
+    third = FakeLaunch()
+    mt.run_cells([done, *other], table, work, launch=third)
+    assert third.calls == other
+
+
+def test_a_failed_cell_is_not_recorded_and_runs_next_time(tmp_path: Path) -> None:
+    table, work = tmp_path / "table.jsonl", tmp_path / "work"
+    cells = [cell(seed=s) for s in range(3)]
+    assert mt.run_cells(cells, table, work, launch=FakeLaunch(fail=(cells[1],))) == 1
+    assert keys(table) == [cells[0].key, cells[2].key]
+    retry = FakeLaunch()
+    assert mt.run_cells(cells, table, work, launch=retry) == 0
+    assert retry.calls == [cells[1]]
+
+
+def test_a_finished_cell_whose_line_was_lost_is_recovered_not_rerun(tmp_path: Path) -> None:
+    table, work = tmp_path / "table.jsonl", tmp_path / "work"
+    finished, other = cell(seed=0), cell(seed=1)
+    for c, value in ((finished, 7.0), (other, 8.0)):
+        c.folder(work).mkdir(parents=True)
+        # other's folder holds the result of a different cell: it must run
+        saved = fake_line(c if c is finished else dataclasses.replace(c, steps=1), [value])
+        (c.folder(work) / mt.RESULT).write_text(json.dumps(saved))
+    launch = FakeLaunch()
+    mt.run_cells([finished, other], table, work, launch=launch)
+    assert launch.calls == [other]
+    lines = mt.read_lines(table)
+    assert [(mt.line_key(x), x["final_return"]) for x in lines] == [
+        (finished.key, 7.0),
+        (other.key, 1.0),
+    ]
+
+
+def test_jobs_bounds_the_cells_running_at_once(tmp_path: Path) -> None:
+    launch = FakeLaunch(pause=0.2)
+    cells = [cell(seed=s) for s in range(4)]
+    assert mt.run_cells(cells, tmp_path / "t.jsonl", tmp_path / "w", jobs=2, launch=launch) == 0
+    assert sorted(launch.calls, key=lambda c: c.seed) == cells
+    assert max(launch.running) == 2
+
+
+def test_cells_follow_the_selection_and_the_recipe_defaults(capsys: pytest.CaptureFixture) -> None:
+    cells = mt.build_cells(["ppo", "reinforce", "sac", "redq"], ["Hopper-v5", "Reacher-v5"], [0, 1])
+    hopper = [(c.library, c.algorithm, c.seed) for c in cells if c.task == "Hopper-v5"]
+    assert hopper == [
+        ("tdrl", "ppo", 0), ("SB3", "ppo", 0), ("tdrl", "ppo", 1), ("SB3", "ppo", 1),
+        ("tdrl", "reinforce", 0), ("tdrl", "reinforce", 1),
+        ("tdrl", "sac", 0), ("SB3", "sac", 0), ("tdrl", "sac", 1), ("SB3", "sac", 1),
+        ("tdrl", "redq", 0), ("tdrl", "redq", 1),
+    ]  # fmt: skip
+    # the zoo tuned PPO for Reacher-v2, but has no SAC entry for it: tdrl only
+    reacher = {(c.library, c.algorithm) for c in cells if c.task == "Reacher-v5"}
+    assert ("SB3", "ppo") in reacher and ("SB3", "sac") not in reacher
+    assert "sac Reacher-v5: no rl-baselines3-zoo entry" in capsys.readouterr().out
+    budget = {c.algorithm: (c.steps, c.eval_every, c.eval_episodes) for c in cells}
+    assert budget == {
+        "ppo": (1_000_000, 20_000, 10), "reinforce": (1_000_000, 20_000, 10),
+        "sac": (100_000, 10_000, 10), "redq": (30_000, 10_000, 10),
+    }  # fmt: skip
+    npg = mt.build_cells(["npg"], ["Hopper-v5"], [0], steps=5000, eval_every=0, eval_episodes=3)
+    assert [c.key for c in npg] == [("tdrl", "npg", "Hopper-v5", 0, 5000, 0, 3)]
+
+
+def test_dry_run_lists_only_the_cells_left(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    table = tmp_path / "t.jsonl"
+    done = mt.Cell("tdrl", "td3", "Hopper-v5", 1, 100_000, 10_000, 10)
+    mt.append_line(table, fake_line(done, [1.0]))
+    args = ["--algos", "td3", "--tasks", "Hopper-v5", "--seeds", "0", "1", "--table", str(table)]
+    assert mt.main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = [x for x in out if x.startswith("Cell(")]
+    assert len(listed) == 3 and str(done) not in listed and "3 of 4 cells to run" in out
+
+
+def test_zoo_entries_are_the_yml_values() -> None:
+    for algo in ("ppo", "a2c", "trpo", "sac", "td3", "ddpg"):
+        for task in mt.TASKS:
+            assert mt.zoo_hyperparameters(algo, task) is not None, (algo, task)
+    hopper = mt.zoo_hyperparameters("ppo", "Hopper-v5")
+    assert hopper["learning_rate"] == 9.80828e-05 and hopper["n_steps"] == 512
+    assert hopper["policy_kwargs"]["net_arch"] == {"pi": [256, 256], "vf": [256, 256]}
+    hopper["policy_kwargs"]["net_arch"]["pi"].append(1)  # a copy: the table is untouched
+    assert mt.ZOO[("ppo", "Hopper")]["policy_kwargs"]["net_arch"]["pi"] == [256, 256]
+    cheetah = mt.zoo_hyperparameters("trpo", "HalfCheetah-v5")
+    assert cheetah["target_kl"] == 0.04 and cheetah["n_critic_updates"] == 20
+    assert "target_kl" not in mt.zoo_hyperparameters("trpo", "Hopper-v5")
+    assert mt.zoo_hyperparameters("td3", "Ant-v5")["policy_kwargs"] == {"net_arch": [400, 300]}
+    assert mt.zoo_hyperparameters("a2c", "Walker2d-v5") == {"normalize": True}
+    assert mt.zoo_hyperparameters("sac", "Reacher-v5") is None
+
+
+def strict_json(text: str) -> dict[str, Any]:
+    def reject(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def test_a_tiny_tdrl_cell_writes_a_well_formed_line(tmp_path: Path) -> None:
+    """PPO, Hopper-v5, two 2,048-step batches, in a subprocess as the driver runs it."""
+    from recipes import ppo
+
+    table, work = tmp_path / "table.jsonl", tmp_path / "work"
+    c = cell("tdrl", "ppo", "Hopper-v5", seed=3)
+    assert mt.run_cells([c], table, work) == 0
+    (text,) = table.read_text().splitlines()
+    line = strict_json(text)
+    assert mt.line_key(line) == c.key
+    assert line["env_steps"] == 4096
+    assert line["curve"]["steps"] == [2048, 4096]
+    assert line["final_return"] == line["curve"]["returns"][-1]
+    assert line["final_return_std"] == line["curve"]["stds"][-1] >= 0
+    assert line["best_return"] == max(line["curve"]["returns"])
+    # the recipe's own defaults but for the task, seed, budget, run folder and protocol
+    expected = dataclasses.asdict(
+        ppo.Config(
+            env_id="Hopper-v5", seed=3, total_frames=4096, log_dir=str(c.folder(work)),
+            eval_every=2048, eval_episodes=2,
+        )
+    )  # fmt: skip
+    assert line["settings"] == mt.finite(expected)
+    assert line["settings"]["stop_at_return"] == "inf"  # strict JSON has no inf
+    assert re.fullmatch("[0-9a-f]{40}", line["commit"]) and isinstance(line["dirty"], bool)
+    assert len(line["load_start"]) == len(line["load_end"]) == 3
+    assert (line["jobs"], line["running_at_start"]) == (1, 1)
+    assert 0 < line["curve"]["wall_s"][-1] <= line["wall_s"]
+    assert "torch" in line["versions"]
+    assert (c.folder(work) / "eval.csv").exists()
+    assert not (c.folder(work) / "checkpoints").exists()  # replay buffers and weights go
+    rerun = FakeLaunch()
+    mt.run_cells([c], table, work, launch=rerun)
+    assert rerun.calls == [] and len(table.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "steps", "every", "evaluated"),
+    [
+        ("ppo", 1024, 512, [512, 1024]),  # 1 env x 512 steps per rollout, VecNormalize
+        ("td3", 300, 150, [150, 300]),  # action noise and a 400x300 net (random steps only)
+        ("trpo", 2048, 2048, [2048]),  # sb3-contrib: 2 envs x 1024 steps
+    ],
+)
+def test_a_tiny_sb3_cell_follows_the_zoo_and_the_protocol(
+    tmp_path: Path, algorithm: str, steps: int, every: int, evaluated: list[int]
+) -> None:
+    pytest.importorskip("stable_baselines3", reason="SB3 is the bench extra")
+    if algorithm == "trpo":
+        pytest.importorskip("sb3_contrib", reason="TRPO is sb3-contrib's (the bench extra)")
+    c = cell("SB3", algorithm, "Hopper-v5", seed=1, steps=steps, eval_every=every)
+    line = mt.run_cell(c, tmp_path / "run")
+    assert strict_json((tmp_path / "run" / mt.RESULT).read_text()) == line
+    assert mt.line_key(line) == c.key
+    assert line["env_steps"] == steps
+    assert line["curve"]["steps"] == evaluated
+    assert line["final_return"] == line["curve"]["returns"][-1]
+    assert line["best_return"] == max(line["curve"]["returns"])
+    assert line["settings"]["hyperparameters"] == mt.zoo_hyperparameters(algorithm, "Hopper-v5")
+    assert line["settings"]["eval_envs"] == 2
+    assert "stable_baselines3" in line["versions"]
+
+
+def table_line(library: str, algorithm: str, task: str, seed: int, **kw: Any) -> dict[str, Any]:
+    c = mt.Cell(library, algorithm, task, seed, 1_000_000, 10, kw.pop("episodes", 10))
+    return fake_line(c, kw.pop("returns"), kw.pop("wall", 1.0)) | kw
+
+
+def row_of(md: str, task: str, algorithm: str) -> list[str]:
+    main_table = md.split("Run conditions")[0]  # the conditions table repeats the first cells
+    (row,) = [x for x in main_table.splitlines() if x.startswith(f"| {task} | {algorithm} | 1M |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
+    lines = [
+        table_line("tdrl", "ppo", "Hopper-v5", 0, returns=[500.0, 400.0], wall=10.0),
+        table_line("tdrl", "ppo", "Hopper-v5", 1, returns=[100.0, 200.0], wall=20.0),
+        table_line("tdrl", "ppo", "Hopper-v5", 2, returns=[300.0, 600.0], wall=30.0),
+        table_line("SB3", "ppo", "Hopper-v5", 0, returns=[0.0, 100.0], wall=40.0),
+        table_line("SB3", "ppo", "Hopper-v5", 1, returns=[0.0, 400.0], wall=40.0),
+        # another protocol (2 episodes): left out of the table
+        table_line("tdrl", "ppo", "Hopper-v5", 3, returns=[1e6, 1e6], episodes=2),
+        table_line("tdrl", "reinforce", "Hopper-v5", 0, returns=[50.0]),
+        table_line("tdrl", "ppo", "Reacher-v5", 0, returns=[-5.0], wall=3.0),
+        table_line("SB3", "ppo", "Reacher-v5", 0, returns=[-10.0], wall=6.0),
+    ]
+    table = tmp_path / "docs" / "mujoco_table.jsonl"
+    for line in lines:
+        mt.append_line(table, line)
+    md_path, pngs = mt.render(table)
+    md = md_path.read_text()
+    assert md_path == tmp_path / "docs" / "mujoco_table.md"
+    assert "1 line(s) with another number of evaluation episodes left out" in md
+    # tdrl finals 400, 200, 600: 400 ± 200 (sample std); bests 500, 200, 600: 433.3 ± 208.2;
+    # SB3 finals 100, 400: 250 ± 212.1; returns 400 / 250 = 1.60; wall 20 / 40 = 0.50; the
+    # seed-mean curve is (300, 400): its peak 400 at the last step, std there 200.
+    assert row_of(md, "Hopper-v5", "PPO") == [
+        "Hopper-v5", "PPO", "1M", "400.0 ± 200.0", "433.3 ± 208.2", "3", "20",
+        "250.0 ± 212.1", "250.0 ± 212.1", "2", "40", "1.60", "0.50", "400.0 ± 200.0",
+        "2609.3±700.8",
+    ]  # fmt: skip
+    # one seed: the mean alone; a negative SB3 score gives no return ratio
+    assert row_of(md, "Reacher-v5", "PPO")[3:] == [
+        "-5.0", "-5.0", "1", "3", "-10.0", "-10.0", "1", "6", "n/a", "0.50", "-5.0",
+        "-4.1±0.3",
+    ]  # fmt: skip
+    # no SB3 class and no published 1M REINFORCE figure
+    assert row_of(md, "Hopper-v5", "REINFORCE")[7:] == ["—"] * 6 + ["50.0", "n/a"]
+    assert [p.name for p in pngs] == ["mujoco_Hopper-v5.png", "mujoco_Reacher-v5.png"]
+    assert all(p.stat().st_size > 10_000 for p in pngs)
+
+
+def test_an_empty_table_renders_a_page_that_says_so(tmp_path: Path) -> None:
+    md, pngs = mt.render(tmp_path / "none.jsonl")
+    assert "No cell has finished yet." in md.read_text() and pngs == []
