@@ -2,15 +2,31 @@
 
 from tdrl.envs.interop import from_torchrl, to_torchrl
 from tdrl.envs.mujoco_warnings import MuJoCoWarning, route_mujoco_warnings
+from tdrl.envs.pixels import (
+    ChannelsFirst,
+    EpisodicLife,
+    FireReset,
+    FrameStack,
+    RewardClipping,
+    make_atari,
+    make_minatar,
+    register_pixel_tasks,
+)
 from tdrl.envs.pomdp import NOVEL_TASKS, HideVelocity, register_novel_tasks
 from tdrl.envs.state import env_state, load_env_state
 from tdrl.envs.vec_env import DEFAULT_STEP_TIMEOUT, EnvWorkerError, StepArrays, VecEnv, make_vec_env
 
 route_mujoco_warnings()
 register_novel_tasks()
+register_pixel_tasks()
 
 __all__ = [
     "NOVEL_TASKS",
+    "ChannelsFirst",
+    "EpisodicLife",
+    "FireReset",
+    "FrameStack",
+    "RewardClipping",
     "DEFAULT_STEP_TIMEOUT",
     "EnvWorkerError",
     "HideVelocity",
@@ -20,6 +36,8 @@ __all__ = [
     "env_state",
     "load_env_state",
     "from_torchrl",
+    "make_atari",
+    "make_minatar",
     "make_vec_env",
     "to_torchrl",
 ]
