@@ -8,6 +8,7 @@ from tdrl.modules.actors import (
     MultiCategoricalActor,
     TanhGaussianActor,
 )
+from tdrl.modules.cnn import MinAtarCNN, NatureCNN, PixelInput
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import (
@@ -70,10 +71,13 @@ __all__ = [
     "GaussianActor",
     "IndependentBernoulli",
     "IndependentNormal",
+    "MinAtarCNN",
     "MultiCategorical",
     "MultiCategoricalActor",
+    "NatureCNN",
     "NormalizedInput",
     "OrnsteinUhlenbeckNoise",
+    "PixelInput",
     "QValueActor",
     "QuantileQValueActor",
     "CategoricalQValueActor",

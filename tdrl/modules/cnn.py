@@ -1,0 +1,172 @@
+"""Convolutional networks over uint8 frames: DQN's Nature CNN and MinAtar's small CNN.
+
+Both take the env's frames as they come, uint8 channels first ``[*B, C, H, W]``, and scale them
+inside (``x * scale``, 1/255 for Atari's 0..255 pixels, 1 for MinAtar's 0/1 channels), so a
+replay buffer stores 1 byte a pixel. A float input or a channels-last frame is an error that
+names the shape and dtype. They are the ``net`` of any actor that maps observations to a flat
+output: ``QValueActor(NatureCNN(4, n))``, ``CategoricalQValueActor(NatureCNN(4, n * atoms), n)``,
+``CategoricalActor(MinAtarCNN(4, n))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from tdrl.modules.qvalue import Dueling
+
+__all__ = ["MinAtarCNN", "NatureCNN", "PixelInput"]
+
+
+class PixelInput(nn.Module):
+    """Checks ``[*B, C, H, W]`` uint8 frames and returns ``[N, C, H, W]`` floats times ``scale``
+    (N: the batch dims flattened). ``owner`` names the network in errors."""
+
+    def __init__(
+        self, in_channels: int, frame_size: tuple[int, int], scale: float, owner: str
+    ) -> None:
+        super().__init__()
+        self.in_channels, self.frame_size, self.scale, self.owner = (
+            in_channels,
+            frame_size,
+            scale,
+            owner,
+        )
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        c, (h, w) = self.in_channels, self.frame_size
+        expected = f"uint8 frames [*B, {c}, {h}, {w}] (channels first)"
+        got = f"{observation.dtype} of shape {tuple(observation.shape)}"
+        if observation.dtype != torch.uint8:
+            raise TypeError(
+                f"{self.owner}: observation must be {expected}, got {got}; pass the env's "
+                f"uint8 frames, the network scales them by {self.scale:g} itself"
+            )
+        if observation.dim() < 3 or tuple(observation.shape[-3:]) != (c, h, w):
+            hint = ""
+            if observation.dim() >= 3 and observation.shape[-1] == c:
+                hint = "; this looks channels last (HWC): permute to [*B, C, H, W]"
+            raise ValueError(f"{self.owner}: observation must be {expected}, got {got}{hint}")
+        return observation.reshape(-1, c, h, w).float() * self.scale
+
+
+class _PixelNet(nn.Module):
+    """``PixelInput -> convolutions -> flatten`` (``features``), then ``head``."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_outputs: int | None,
+        convolutions: Sequence[tuple[int, int, int]],
+        hidden: int,
+        frame_size: int | tuple[int, int],
+        scale: float,
+        dueling: bool,
+        atoms: int,
+    ) -> None:
+        super().__init__()
+        size = (frame_size, frame_size) if isinstance(frame_size, int) else frame_size
+        size = (int(size[0]), int(size[1]))
+        layers: list[nn.Module] = [PixelInput(in_channels, size, scale, type(self).__name__)]
+        channels = in_channels
+        for out_channels, kernel, stride in convolutions:
+            layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.ReLU()]
+            channels = out_channels
+        layers.append(nn.Flatten())
+        self.features = nn.Sequential(*layers)
+        with torch.no_grad():  # the flattened width for this frame size
+            try:
+                probe = torch.zeros(1, in_channels, *size, dtype=torch.uint8)
+                width = self.features(probe).shape[-1]
+            except RuntimeError as err:
+                raise ValueError(
+                    f"{type(self).__name__}: frames of {size[0]}x{size[1]} are too small for "
+                    f"its convolutions {list(convolutions)} (out, kernel, stride): {err}"
+                ) from None
+        self.num_features = int(width)  # the flattened convolution output
+        self.hidden = hidden
+
+        def stream(out: int) -> nn.Sequential:
+            return nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, out))
+
+        self.head: nn.Module
+        if num_outputs is None:  # the hidden layer's output (IQN's psi, a custom head)
+            self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU())
+        elif dueling:  # value and advantage streams, each with its own hidden layer
+            self.head = Dueling(nn.Identity(), stream(atoms), stream(num_outputs), atoms=atoms)
+        else:
+            self.head = stream(num_outputs)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        out = self.head(self.features(observation))
+        return out.reshape(*observation.shape[:-3], out.shape[-1])
+
+
+class NatureCNN(_PixelNet):
+    """DQN's network (Mnih et al. 2015, Nature 518): 32 8x8 filters stride 4, 64 4x4 stride 2,
+    64 3x3 stride 1, each with ReLU, then a 512-unit ReLU layer and the output layer.
+
+    Args:
+        in_channels: stacked frames (4 in the paper).
+        num_outputs: actions (or actions x atoms for C51); None: the 512 hidden features.
+        hidden: width of the fully connected layer.
+        frame_size: H and W (84), at least 36.
+        scale: input factor (1/255 maps pixels to [0, 1]).
+        dueling: a value and an advantage stream, each with its own hidden layer
+            (Wang et al. 2016, arXiv 1511.06581).
+        atoms: dueling outputs per action (``num_outputs = actions x atoms``: Rainbow's
+            per-atom dueling head for C51); 1 for Q values.
+
+    Shapes:
+        ``[*B, in_channels, H, W]`` uint8 -> ``[*B, num_outputs]`` float.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_outputs: int | None,
+        *,
+        hidden: int = 512,
+        frame_size: int | tuple[int, int] = 84,
+        scale: float = 1 / 255,
+        dueling: bool = False,
+        atoms: int = 1,
+    ) -> None:
+        convolutions = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+        super().__init__(
+            in_channels, num_outputs, convolutions, hidden, frame_size, scale, dueling, atoms
+        )
+
+
+class MinAtarCNN(_PixelNet):
+    """MinAtar's network (Young & Tian 2019, arXiv 1903.03176): 16 3x3 filters stride 1 with
+    ReLU, then a 128-unit ReLU layer and the output layer.
+
+    Args:
+        in_channels: the game's channels (Breakout 4, Seaquest 10, ...).
+        num_outputs: actions (or actions x atoms); None: the 128 hidden features.
+        hidden: width of the fully connected layer.
+        frame_size: H and W (10).
+        scale: input factor (1: MinAtar's channels are already 0 or 1).
+        dueling, atoms: value and advantage streams (as :class:`NatureCNN`).
+
+    Shapes:
+        ``[*B, in_channels, H, W]`` uint8 -> ``[*B, num_outputs]`` float.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_outputs: int | None,
+        *,
+        hidden: int = 128,
+        frame_size: int | tuple[int, int] = 10,
+        scale: float = 1.0,
+        dueling: bool = False,
+        atoms: int = 1,
+    ) -> None:
+        super().__init__(
+            in_channels, num_outputs, ((16, 3, 1),), hidden, frame_size, scale, dueling, atoms
+        )

@@ -1,0 +1,130 @@
+"""NatureCNN and MinAtarCNN: shapes, the uint8 scaling inside, gradients, errors that name the
+shape and dtype, and the actors they serve as ``net``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from tdrl.modules import (
+    CategoricalActor,
+    CategoricalQValueActor,
+    MinAtarCNN,
+    NatureCNN,
+    QValueActor,
+)
+
+
+def frames(*shape: int, high: int = 256, seed: int = 0) -> torch.Tensor:
+    return torch.randint(
+        0, high, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+    )
+
+
+def test_nature_cnn_layers_and_shapes():
+    net = NatureCNN(4, 6)
+    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (32, (8, 8), (4, 4)),
+        (64, (4, 4), (2, 2)),
+        (64, (3, 3), (1, 1)),
+    ]
+    assert net.num_features == 64 * 7 * 7  # 84 -> 20 -> 9 -> 7
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(3136, 512), (512, 6)]
+    assert net(frames(3, 4, 84, 84)).shape == (3, 6)
+    assert net(frames(2, 5, 4, 84, 84)).shape == (2, 5, 6)  # any leading batch dims
+    assert net(frames(4, 84, 84)).shape == (6,)  # none
+    assert NatureCNN(4, None)(frames(3, 4, 84, 84)).shape == (3, 512)  # the hidden features
+
+
+def test_minatar_cnn_layers_and_shapes():
+    net = MinAtarCNN(7, 3)
+    (conv,) = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    assert (conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride) == (
+        7,
+        16,
+        (3, 3),
+        (1, 1),
+    )
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(16 * 8 * 8, 128), (128, 3)]
+    assert net(frames(5, 7, 10, 10, high=2)).shape == (5, 3)
+
+
+@pytest.mark.parametrize(
+    ("net", "shape", "scale"),
+    [(NatureCNN(4, 6), (3, 4, 84, 84), 1 / 255), (MinAtarCNN(4, 3), (3, 4, 10, 10), 1.0)],
+)
+def test_uint8_frames_are_scaled_inside(net, shape, scale):
+    x = frames(*shape)
+    # The same layers on floats scaled by hand.
+    layers = list(net.features)[1:]  # after the input check
+    by_hand = net.head(nn.Sequential(*layers)(x.float() * scale))
+    torch.testing.assert_close(net(x), by_hand)
+    assert net.features[0].scale == pytest.approx(scale)
+    # Scaling matters: a network without it gives other outputs on the same frames.
+    unscaled = NatureCNN(4, 6, scale=1.0) if isinstance(net, NatureCNN) else None
+    if unscaled is not None:
+        unscaled.load_state_dict(net.state_dict())
+        assert not torch.allclose(unscaled(x), net(x))
+
+
+@pytest.mark.parametrize(
+    ("net", "shape"),
+    [
+        (NatureCNN(4, 6), (8, 4, 84, 84)),
+        (NatureCNN(4, 6, dueling=True), (8, 4, 84, 84)),
+        (MinAtarCNN(4, 3), (8, 4, 10, 10)),
+    ],
+)
+def test_gradients_reach_every_parameter(net, shape):
+    net(frames(*shape, high=2 if shape[-1] == 10 else 256)).square().mean().backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_dueling_head_subtracts_the_mean_advantage():
+    net = NatureCNN(4, 6, dueling=True)
+    x = frames(2, 4, 84, 84)
+    features = net.features(x)
+    value = net.head.value_head(features)
+    advantage = net.head.advantage_head(features)
+    torch.testing.assert_close(net(x), value + advantage - advantage.mean(-1, keepdim=True))
+
+
+def test_float_input_is_an_error_naming_shape_and_dtype():
+    net = NatureCNN(4, 6)
+    x = frames(2, 4, 84, 84).float() / 255
+    with pytest.raises(
+        TypeError,
+        match=r"NatureCNN: observation must be uint8.*torch\.float32 of shape \(2, 4, 84, 84\)",
+    ):
+        net(x)
+
+
+def test_channels_last_is_an_error_that_says_so():
+    net = MinAtarCNN(4, 3)
+    with pytest.raises(ValueError, match=r"torch\.uint8 of shape \(2, 10, 10, 4\).*channels last"):
+        net(frames(2, 10, 10, 4, high=2))
+    with pytest.raises(ValueError, match=r"\[\*B, 4, 10, 10\].*shape \(2, 6, 10, 10\)$"):
+        net(frames(2, 6, 10, 10, high=2))  # wrong channel count, not HWC
+    with pytest.raises(ValueError, match="too small"):
+        NatureCNN(4, 6, frame_size=10)
+
+
+def test_cnns_are_the_net_of_the_discrete_actors():
+    obs = TensorDict({"observation": frames(5, 4, 84, 84)}, batch_size=[5])
+    out = QValueActor(NatureCNN(4, 6))(obs.clone())
+    assert out["action_value"].shape == (5, 6) and out["action"].dtype == torch.int64
+    assert torch.equal(out["action"], out["action_value"].argmax(-1))
+    c51 = CategoricalQValueActor(NatureCNN(4, 6 * 11), 6, num_atoms=11)
+    assert c51(obs.clone())["action_value"].shape == (5, 6)
+    small = TensorDict({"observation": frames(5, 4, 10, 10, high=2)}, batch_size=[5])
+    out = CategoricalActor(MinAtarCNN(4, 3))(small)
+    assert out["logits"].shape == (5, 3) and out["action"].shape == (5,)
+    # A float observation reaches the CNN's check through the actor unchanged.
+    with pytest.raises(TypeError, match="uint8"):
+        QValueActor(NatureCNN(4, 6))(obs.apply(lambda x: x.float()))
