@@ -14,25 +14,35 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here). Adding 3-st
 
     python recipes/dqn.py                                  # CartPole-v1
     python recipes/dqn.py --n-steps 3 --prioritized --no-double-dqn
+    python recipes/dqn.py --env-id MinAtar/Breakout-v1     # uint8 frames: a CNN Q network
+
+On uint8 frames ``[C, H, W]`` (``tdrl.envs.pixels``: MinAtar, Atari) the Q network is a CNN
+(--network auto): MinAtar's (Young & Tian 2019) on frames under 36 pixels, DQN's Nature CNN on
+larger ones; the CartPole defaults above were not tuned for them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torch import nn
+from torchrl.data import Composite, TensorSpec
 
-from tdrl import trainers
+from tdrl import keys, trainers
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
 from tdrl.modules import (
     CategoricalQValueActor,
     EpsilonGreedy,
     IQNQValueActor,
+    MinAtarCNN,
+    NatureCNN,
     QuantileQValueActor,
     QValueActor,
     ResampleNoise,
@@ -93,14 +103,47 @@ class Config(trainers.QLearningConfig):
     noisy: bool = False
     """noisy linear layers (new noise every env and gradient step) explore instead of epsilon;
     with --algo c51 --prioritized --n-steps 3 --double-dqn it is Rainbow without dueling."""
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    """Q network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
+    [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
 
 
-def q_network_and_loss(cfg: Config, obs_dim: int, num_actions: int) -> tuple[Any, DQNLoss]:
+def pixel_network(cfg: Config, observation_spec: Composite) -> Callable[..., nn.Module] | None:
+    """The CNN class for ``cfg.network``, its input set (channels, frame size, and the scale
+    1 / high: 1/255 for Atari's pixels, 1 for MinAtar's 0/1 channels), or None for the MLP."""
+    leaf = observation_spec.get(keys.OBSERVATION, None)
+    frames = (
+        leaf is not None
+        and leaf.dtype == torch.uint8
+        and len(leaf.shape) == len(observation_spec.shape) + 3
+    )
+    if cfg.network == "mlp" or (cfg.network == "auto" and not frames):
+        return None
+    if not frames:
+        raise ValueError(
+            f"--network cnn needs uint8 frames [C, H, W] under 'observation', got {leaf}"
+        )
+    channels, height, width = (int(d) for d in leaf.shape[-3:])
+    scale = 1.0 / max(float(leaf.space.high.max()), 1.0)
+    cnn = NatureCNN if min(height, width) >= 36 else MinAtarCNN
+    return partial(cnn, channels, frame_size=(height, width), scale=scale)
+
+
+def q_network_and_loss(
+    cfg: Config, observation_spec: Composite, action_spec: TensorSpec
+) -> tuple[Any, DQNLoss]:
     """The greedy Q actor of ``cfg.algo`` (SB3's init, which the zoo tuned) and its loss."""
     if cfg.dueling and cfg.algo != "dqn":
         raise ValueError("--dueling is for --algo dqn only (a per-atom dueling head: not yet)")
     common = dict(double_dqn=cfg.double_dqn, gamma=cfg.gamma)
+    cnn = pixel_network(cfg, observation_spec)
+    if cnn is None:
+        obs_dim, num_actions = flat_dims(observation_spec, action_spec)
+    else:
+        num_actions = int(action_spec.space.n)
     if cfg.algo == "iqn":  # features of the last hidden width, times the fraction embedding
+        if cnn is not None:  # IQNQValueActor reads [*B, obs] (its batch is obs.shape[:-1])
+            raise ValueError("--algo iqn takes flat observations; on frames: not yet")
         *hidden, width = cfg.hidden_sizes
         features = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
         head = q_mlp(width, num_actions, ())
@@ -109,9 +152,11 @@ def q_network_and_loss(cfg: Config, obs_dim: int, num_actions: int) -> tuple[Any
         iqn = IQNQValueActor(features, head, num_actions, width)
         return iqn, IQNLoss(iqn, **common)
     outputs = {"dqn": 1, "c51": cfg.num_atoms, "qrdqn": cfg.num_quantiles}[cfg.algo]
-    body = torch_default_init_(
-        q_mlp(obs_dim, num_actions * outputs, cfg.hidden_sizes, dueling=cfg.dueling)
-    )
+    if cnn is None:
+        body = q_mlp(obs_dim, num_actions * outputs, cfg.hidden_sizes, dueling=cfg.dueling)
+    else:
+        body = cnn(num_actions * outputs, dueling=cfg.dueling, atoms=outputs)
+    torch_default_init_(body)
     if cfg.noisy:
         to_noisy(body)
     if cfg.algo == "c51":
@@ -130,10 +175,10 @@ def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.setup(cfg, actions="discrete")
-    obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
-    qnet, loss = q_network_and_loss(cfg, obs_dim, num_actions)
+    qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+    num_actions = int(env.action_spec.space.n)
     eps = (0.0, 0.0) if cfg.noisy else (cfg.eps_init, cfg.eps_end)  # noisy nets explore alone
     exploration = EpsilonGreedy(
         num_actions, eps_init=eps[0], eps_end=eps[1], annealing_num_steps=cfg.eps_frames
