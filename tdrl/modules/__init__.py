@@ -8,6 +8,7 @@ from tdrl.modules.actors import (
     MultiCategoricalActor,
     TanhGaussianActor,
 )
+from tdrl.modules.bcq import BCQVAE, BCQPerturbation, bcq_perturbation, bcq_vae
 from tdrl.modules.cnn import MinAtarCNN, NatureCNN, PixelInput
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
@@ -58,6 +59,8 @@ __all__ = [
     "POLICY_GAIN",
     "VALUE_GAIN",
     "AdditiveGaussianNoise",
+    "BCQPerturbation",
+    "BCQVAE",
     "BernoulliActor",
     "Categorical",
     "CategoricalActor",
@@ -93,6 +96,8 @@ __all__ = [
     "ValueCritic",
     "action_bounds",
     "actor_critic",
+    "bcq_perturbation",
+    "bcq_vae",
     "deterministic_actor",
     "flat_dims",
     "linear_schedule",
