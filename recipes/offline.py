@@ -1,6 +1,7 @@
 """Offline RL on a Minari dataset: behaviour cloning, TD3+BC (Fujimoto & Gu 2021, arXiv
 2106.06860), IQL (Kostrikov et al. 2021, arXiv 2110.06169), CQL (Kumar et al. 2020, arXiv
-2006.04779) or CRR (Wang et al. 2020, arXiv 2006.15134), evaluated in the real env.
+2006.04779), CRR (Wang et al. 2020, arXiv 2006.15134) or BCQ (Fujimoto et al. 2019, arXiv
+1812.02900), evaluated in the real env.
 
 python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo iql
 python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-frames 200000
@@ -11,7 +12,9 @@ settings are the papers' MuJoCo ones: batch 256, 256x256 ReLU networks, Adam 3e-
 gamma 0.99; TD3+BC alpha 2.5 with TD3's policy noise and actor delay 2; IQL expectile 0.7,
 beta 3.0, a Gaussian actor with a state-independent std; CQL(H) on SAC with weight 5 and 10
 sampled actions per kind (the fixed-weight variant here; ``CQLLoss(with_lagrange=True)`` is the
-automatic one). Where tdrl differs: no state
+automatic one); BCQ's perturbation range 0.05, lambda 0.75 and 10 sampled actions, its VAE
+trained with the actor's optimizer group (the authors' 750x750 VAE and 400x300 perturbation model
+take --hidden-sizes here, and Adam 3e-4 for their 1e-3). Where tdrl differs: no state
 normalization by the dataset's statistics (TD3+BC normalizes), no cosine learning-rate decay of
 IQL's actor; BC regresses the deterministic actor's action (its MSE).
 """
@@ -25,8 +28,24 @@ import torch
 
 from tdrl import trainers
 from tdrl.data import load_minari
-from tdrl.modules import actor_critic, deterministic_actor, q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import BCLoss, CQLLoss, CRRLoss, IQLLoss, TD3BCLoss, total_loss
+from tdrl.modules import (
+    actor_critic,
+    bcq_perturbation,
+    bcq_vae,
+    deterministic_actor,
+    q_ensemble,
+    tanh_gaussian_actor,
+)
+from tdrl.objectives import (
+    BCLoss,
+    BCQActor,
+    BCQLoss,
+    CQLLoss,
+    CRRLoss,
+    IQLLoss,
+    TD3BCLoss,
+    total_loss,
+)
 
 
 @dataclass(frozen=True)
@@ -36,7 +55,7 @@ class Config(trainers.EntropyConfig):
     env_id: str = "Hopper-v5"
     dataset: str = "tdrl/hopper-medium-v0"
     """Minari dataset id (under MINARI_DATASETS_PATH)."""
-    algo: Literal["bc", "td3bc", "iql", "cql", "crr"] = "iql"
+    algo: Literal["bc", "td3bc", "iql", "cql", "crr", "bcq"] = "iql"
     """the offline algorithm."""
     total_frames: int = 100_000
     """gradient steps in total (1M in the papers)."""
@@ -57,6 +76,10 @@ class Config(trainers.EntropyConfig):
     """cql: weight of the conservative term."""
     crr_mode: Literal["binary", "exp"] = "binary"
     """crr: the advantage filter."""
+    bcq_phi: float = 0.05
+    """bcq: the perturbation range, a fraction of the half action range."""
+    bcq_lmbda: float = 0.75
+    """bcq: weight of the minimum over the critics in the soft clipped double-Q target."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -77,6 +100,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 2-3. networks, loss, optimizer and gradient step of the chosen algorithm
     hidden = cfg.hidden_sizes
     extra: dict[str, Any] = {}
+    policy: Any = None  # the evaluation policy, when it is not the actor
     if cfg.algo == "bc":
         actor = deterministic_actor(obs_spec, act_spec, hidden)
         loss: Any = BCLoss(actor)
@@ -100,6 +124,14 @@ def main(cfg: Config) -> dict[str, float]:
                 actor, critic, weight=cfg.cql_weight, alpha_init=cfg.alpha_init,
                 target_entropy=cfg.target_entropy, gamma=cfg.gamma,
             )  # fmt: skip
+            every, with_actor = 1, False
+        elif cfg.algo == "bcq":  # perturbation model, critics, and the VAE of the data's actions
+            actor = bcq_perturbation(obs_spec, act_spec, hidden, phi=cfg.bcq_phi)
+            critic = q_ensemble(obs_spec, act_spec, hidden)
+            vae = bcq_vae(obs_spec, act_spec, hidden)
+            loss = BCQLoss(actor, critic, vae, lmbda=cfg.bcq_lmbda, gamma=cfg.gamma)
+            policy = BCQActor(vae, actor, loss.qvalue_network)
+            actor = torch.nn.ModuleList([actor, vae])  # one optimizer group for both
             every, with_actor = 1, False
         else:  # iql, crr: a Gaussian actor (tanh mean, state-independent std); iql: V(s)
             actor, value, _ = actor_critic(
@@ -126,8 +158,11 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4-5. loop: gradient steps -> log, evaluate, checkpoint; report
     state = {"loss": loss, "optimizer": optimizer, **extra}
-    title = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR"}[cfg.algo]
-    return trainers.train_offline(cfg, title, state, buffer, step, eval_env=eval_env, policy=actor)
+    titles = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR", "bcq": "BCQ"}
+    policy = actor if policy is None else policy
+    return trainers.train_offline(
+        cfg, titles[cfg.algo], state, buffer, step, eval_env=eval_env, policy=policy
+    )
 
 
 if __name__ == "__main__":

@@ -92,6 +92,8 @@ LOSS_QVALUE = "loss_qvalue"
 LOSS_ALPHA = "loss_alpha"
 # CQL's Lagrange multiplier of the conservative term (TorchRL's name).
 LOSS_ALPHA_PRIME = "loss_alpha_prime"
+# BCQ's conditional VAE of the data's actions (its ELBO).
+LOSS_VAE = "loss_vae"
 # GAIL (TorchRL's GAILLoss names): the policy's pairs beside the expert's, the discriminator's
 # logit, and diagnostics (the gradient penalty, the mean D on each side).
 COLLECTOR_OBSERVATION = "collector_observation"

@@ -3,6 +3,13 @@
 from tdrl.ensembles import ModuleEnsemble, as_ensemble
 from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.bc import BCLoss
+from tdrl.objectives.bcq import (
+    BCQActor,
+    BCQLoss,
+    DiscreteBCQActor,
+    DiscreteBCQLoss,
+    imitation_mask,
+)
 from tdrl.objectives.common import total_loss
 from tdrl.objectives.cql import CQLLoss, DiscreteCQLLoss, conservative_gap
 from tdrl.objectives.crr import CRRLoss
@@ -34,6 +41,8 @@ from tdrl.objectives.trpo import TRPOLoss
 __all__ = [
     "A2CLoss",
     "BCLoss",
+    "BCQActor",
+    "BCQLoss",
     "C51Loss",
     "CQLLoss",
     "CRRLoss",
@@ -41,6 +50,8 @@ __all__ = [
     "DDPGLoss",
     "DQNLoss",
     "DRQNLoss",
+    "DiscreteBCQActor",
+    "DiscreteBCQLoss",
     "DiscreteCQLLoss",
     "DiscreteSACLoss",
     "HardUpdate",
@@ -64,6 +75,7 @@ __all__ = [
     "flat_grad",
     "gail_reward",
     "hard_update_",
+    "imitation_mask",
     "make_target",
     "total_loss",
     "soft_update_",
