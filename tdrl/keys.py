@@ -22,6 +22,12 @@ RECURRENT_STATE_H = "recurrent_state_h"
 RECURRENT_STATE_C = "recurrent_state_c"
 RECURRENT_STATE = "recurrent_state"
 EMBED = "embed"
+# A recurrent critic's own state and features (sb3-contrib's enable_critic_lstm), apart from the
+# actor's.
+CRITIC_RECURRENT_STATE_H = "recurrent_state_h_critic"
+CRITIC_RECURRENT_STATE_C = "recurrent_state_c_critic"
+CRITIC_RECURRENT_STATE = "recurrent_state_critic"
+CRITIC_EMBED = "embed_critic"
 NORMALIZED_OBSERVATION = "observation_normalized"
 # Which actions are valid in this state (bool, one per action; TorchRL's name). An observation
 # entry the env provides; categorical actors and DQN's choices honour it.

@@ -1,5 +1,6 @@
 """tdrl.collectors: a policy and a vector env -> rollout TensorDicts; policy evaluation."""
 
+from tdrl.collectors._policy import recurrent_state_specs
 from tdrl.collectors.collector import Collector
 from tdrl.collectors.evaluate import evaluate
 from tdrl.collectors.workers import ProcessCollector, RayCollector, WorkerCollector
@@ -14,4 +15,5 @@ __all__ = [
     "RayCollector",
     "WorkerCollector",
     "evaluate",
+    "recurrent_state_specs",
 ]

@@ -145,18 +145,16 @@ class ValueEstimator(TensorDictModuleBase):
         if target_params is None or target_params is params:
             # One call over root and next inputs stacked on a new leading dim.
             stacked = TensorDict(
-                {
-                    k: torch.stack([self._get(tensordict, k), self._get(tensordict, next_key(k))])
-                    for k in in_keys
-                },  # fmt: skip
+                {k: torch.stack([self._get(tensordict, k), self._next_input(tensordict, k)])
+                 for k in in_keys},
                 batch_size=[2, *tensordict.batch_size],
-            )
+            )  # fmt: skip
             with params.to_module(net) if params is not None else nullcontext():
                 both = net(stacked).get(key)
             value, next_value = both[0], both[1]
         else:
             root = tensordict.select(*in_keys)
-            nxt = TensorDict({k: self._get(tensordict, next_key(k)) for k in in_keys},
+            nxt = TensorDict({k: self._next_input(tensordict, k) for k in in_keys},
                              batch_size=tensordict.batch_size)  # fmt: skip
             with params.to_module(net) if params is not None else nullcontext():
                 value = net(root).get(key)
@@ -167,6 +165,15 @@ class ValueEstimator(TensorDictModuleBase):
         tensordict.set(key, value)
         tensordict.set(nkey, next_value)
         return value, next_value
+
+    def _next_input(self, tensordict: TensorDictBase, key: NestedKey) -> Tensor:
+        """The value network's input ``key`` at ``s_{t+1}``: ``("next", key)``. A recurrent
+        network's ``"is_init"`` there is False when the batch has none: ``s_{t+1}`` goes on the
+        episode of ``s_t`` (at an episode end it is the real final observation), so the state
+        after step ``t`` (``("next", state)``, stored by the collector) carries into it."""
+        if key == K.IS_INIT and tensordict.get(next_key(key), None) is None:
+            return torch.zeros_like(self._get(tensordict, key))
+        return self._get(tensordict, next_key(key))
 
     def _signals(
         self, tensordict: TensorDictBase

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
-from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Binary as BinarySpec
@@ -96,8 +96,9 @@ def actor_critic(
     activation: type[nn.Module] = nn.Tanh,
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 64,
+    recurrent_critic: bool = False,
     sde_sample_freq: int = 0,
-) -> tuple[TensorDictModuleBase, ValueCritic, RunningObservationNorm | None]:
+) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
 
@@ -113,7 +114,10 @@ def actor_critic(
     or GRU of ``recurrent_size`` on the (normalized) observation, then the ``hidden_sizes`` head
     on its output (``"embed"``); the critic stays a feed-forward network on the observation
     (sb3-contrib's ``RecurrentPPO`` with ``enable_critic_lstm=False``), so the value estimator
-    runs on the rollout as for any critic. Categorical and Gaussian policies only.
+    runs on the rollout as for any critic. Categorical and Gaussian policies only. With
+    ``recurrent_critic`` the critic has its own recurrent layer too (``enable_critic_lstm=True``;
+    its state under ``"recurrent_state_*_critic"``): the collector must then run it beside the
+    actor (``trainers.run_on_policy`` does) so that its state is stored for training.
 
     Returns:
         ``(actor, critic, obs_norm)``; ``obs_norm`` is ``None`` without normalization.
@@ -136,7 +140,14 @@ def actor_critic(
             obs_dim, spec, recurrent, recurrent_size, hidden_sizes, activation, init_log_std,
             obs_norm, sde_sample_freq,
         )  # fmt: skip
-        return actor, ValueCritic(trunk(1, VALUE_GAIN)), obs_norm
+        if not recurrent_critic:
+            return actor, ValueCritic(trunk(1, VALUE_GAIN)), obs_norm
+        critic = _recurrent_critic(
+            obs_dim, recurrent, recurrent_size, hidden_sizes, activation, obs_norm
+        )
+        return actor, critic, obs_norm
+    if recurrent_critic:
+        raise ValueError("recurrent_critic needs a recurrent actor (recurrent='lstm' or 'gru')")
     # An env-provided action mask (an "action_mask" observation entry) is honoured.
     mask_key = keys.ACTION_MASK if keys.ACTION_MASK in observation_spec.keys() else None
     if isinstance(spec, MultiCategoricalSpec):  # before Categorical: it is a subclass there
@@ -190,6 +201,31 @@ def _recurrent_actor(
             lambda: _features(size, hidden_sizes, activation, None),
         )  # fmt: skip
     return RecurrentActor(*body, actor)
+
+
+def _recurrent_critic(
+    obs_dim: int,
+    kind: str,
+    size: int,
+    hidden_sizes: Sequence[int],
+    activation: type[nn.Module],
+    obs_norm: RunningObservationNorm | None,
+) -> TensorDictSequential:
+    """A value network with its own LSTM or GRU (state under the critic's keys), then an MLP."""
+    body: list[TensorDictModuleBase] = []
+    source: str = keys.OBSERVATION
+    if obs_norm is not None:
+        body.append(TensorDictModule(NormalizedInput(obs_norm), [keys.OBSERVATION], [NORMALIZED]))
+        source = NORMALIZED
+    if kind == "lstm":
+        states = [keys.CRITIC_RECURRENT_STATE_H, keys.CRITIC_RECURRENT_STATE_C]
+        body.append(LSTMModule(obs_dim, size, in_key=source, out_key=keys.CRITIC_EMBED,
+                               state_keys=states))  # fmt: skip
+    else:
+        body.append(GRUModule(obs_dim, size, in_key=source, out_key=keys.CRITIC_EMBED,
+                              state_keys=[keys.CRITIC_RECURRENT_STATE]))  # fmt: skip
+    head = mlp(size, 1, hidden_sizes, activation=activation, output_gain=VALUE_GAIN)
+    return TensorDictSequential(*body, ValueCritic(head, in_key=keys.CRITIC_EMBED))
 
 
 def _features(

@@ -22,6 +22,7 @@ TorchRL's ``torchrl.modules.set_recurrent_mode`` context, which TorchRL's module
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -52,10 +53,17 @@ class _RecurrentModule(TensorDictModuleBase):
         num_layers: int = 1,
         in_key: NestedKey = EMBED,
         out_key: NestedKey = EMBED,
+        state_keys: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.rnn = self._rnn(input_size, hidden_size, num_layers, batch_first=True)
-        self.state_keys = list(self._state_names)
+        if state_keys is not None and len(state_keys) != len(self._state_names):
+            raise ValueError(
+                f"{type(self).__name__}: state_keys needs {len(self._state_names)} names (for "
+                f"{list(self._state_names)}), got {list(state_keys)}"
+            )
+        # TorchRL's names by default; others where two recurrent modules meet (actor, critic).
+        self.state_keys = list(self._state_names if state_keys is None else state_keys)
         self.in_keys = [in_key, *self.state_keys, IS_INIT]
         self.out_keys = [out_key, *[next_key(k) for k in self.state_keys]]
         self._mode: bool | None = None
@@ -175,6 +183,8 @@ class LSTMModule(_RecurrentModule):
         num_layers: stacked LSTM layers.
         in_key: input key.
         out_key: output key.
+        state_keys: the two state keys (default TorchRL's ``"recurrent_state_h"``,
+            ``"recurrent_state_c"``); a critic beside a recurrent actor needs its own.
 
     Shapes:
         step mode: ``in_key`` ``[*B, F]`` -> ``out_key`` ``[*B, H]``; states ``[*B, L, H]``.

@@ -289,6 +289,9 @@ class AdvantageConfig(OnPolicyConfig):
     seq_len: int = 16
     """recurrent actor: steps per training sequence (must divide frames_per_batch / num_envs);
     minibatches hold whole sequences."""
+    recurrent_critic: bool = False
+    """with --recurrent: the critic gets its own recurrent layer too (sb3-contrib's
+    enable_critic_lstm; the collector runs it beside the actor to store its state)."""
     sde_sample_freq: int = 0
     """gSDE for continuous actions (SB3's use_sde): exploration noise linear in the policy's last
     hidden features, new noise weights every this many steps; 0: a state-independent log-std."""

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torchrl.modules import set_recurrent_mode
 
-from tdrl.collectors import AnyCollector
+from tdrl.collectors import AnyCollector, recurrent_state_specs
 from tdrl.envs import VecEnv
 from tdrl.modules import RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
@@ -49,6 +49,7 @@ def on_policy_networks(
         init_log_std=cfg.init_log_std, normalize_observations=cfg.normalize_observations,
         recurrent=None if recurrent == "none" else recurrent,
         recurrent_size=getattr(cfg, "recurrent_size", 64),
+        recurrent_critic=getattr(cfg, "recurrent_critic", False),
         sde_sample_freq=getattr(cfg, "sde_sample_freq", 0),
     )  # fmt: skip
 
@@ -315,7 +316,11 @@ def run_on_policy(
     TensorBoard) and closes the envs; returns :meth:`Run.finish`'s metrics."""
     actor = parts.actor
     if collector is None:
-        collector = make_collector(cfg, parts.env, actor, cfg.frames_per_batch)
+        # A recurrent critic acts beside the actor, so the collector stores its state too.
+        acting = actor if not recurrent_state_specs(parts.critic) else (
+            TensorDictSequential(actor, parts.critic)
+        )  # fmt: skip
+        collector = make_collector(cfg, parts.env, acting, cfg.frames_per_batch)
     scheduler = lr_schedule(optimizer, cfg)
     state = {"actor": actor, "critic": parts.critic, "optimizer": optimizer, "scheduler": scheduler}
     state.update(extra_state or {})

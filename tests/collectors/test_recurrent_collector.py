@@ -82,3 +82,42 @@ def test_torchrl_lstm_module_runs_in_the_collector_and_resume_keeps_the_state():
     for key in ("recurrent_state_h", "recurrent_state_c"):
         torch.testing.assert_close(replayed[key][:, 0], after[key][:, 0])
         assert replayed[key][:, 0].abs().sum() > 0  # a real carried state, not zeros
+
+
+def test_a_recurrent_critic_beside_the_actor_gives_consistent_values_to_gae():
+    # sb3-contrib's enable_critic_lstm: the critic's own LSTM acts beside the actor, so the
+    # collector stores its state; GAE then recomputes V(s_t) exactly and V(s_{t+1}) from the
+    # state after step t, which equals V at t + 1 wherever the episode goes on.
+    from tdrl.estimators import GAE
+    from tdrl.modules import actor_critic
+
+    torch.manual_seed(0)
+    with envs() as env:
+        actor, critic, _ = actor_critic(
+            env.observation_spec, env.action_spec, recurrent="lstm", recurrent_size=HIDDEN,
+            recurrent_critic=True, hidden_sizes=(8,),
+        )  # fmt: skip
+        critic_keys = ["recurrent_state_h_critic", "recurrent_state_c_critic"]
+        assert set(critic_keys) <= set(critic.in_keys) and "recurrent_state_h" not in critic.in_keys
+        collector = Collector(env, TensorDictSequential(actor, critic), N * 8, total_frames=N * 16)
+        _, batch = list(collector)  # the second: states carried over the batch cut
+    collected = batch["state_value"].clone()
+    out = GAE(gamma=0.9, lmbda=0.8, value_network=critic)(batch.exclude("state_value"))
+    torch.testing.assert_close(out["state_value"], collected)
+    done = batch["next", "done"][:, :-1, 0]
+    nxt = out["next", "state_value"]
+    torch.testing.assert_close(nxt[:, :-1][~done], collected[:, 1:][~done])
+    assert not torch.allclose(nxt[:, :-1][done], collected[:, 1:][done])  # a reset follows
+    # Training replays chunks in sequence mode from the stored states: the same values.
+    with set_recurrent_mode(True):
+        replay = critic(batch.select(*critic.in_keys).clone())
+    torch.testing.assert_close(replay["state_value"], collected)
+
+
+def test_a_recurrent_critic_needs_a_recurrent_actor():
+    import pytest
+
+    from tdrl.modules import actor_critic
+
+    with envs() as env, pytest.raises(ValueError, match="recurrent_critic needs a recurrent"):
+        actor_critic(env.observation_spec, env.action_spec, recurrent_critic=True)

@@ -17,6 +17,8 @@ from tdrl.trainers import latest_checkpoint, read_csv
 RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
 # Recurrent actors: ppo.py / a2c.py with --recurrent.
 RECIPES |= {"ppo_lstm": ppo, "a2c_gru": a2c}
+# sb3-contrib's RecurrentPPO as the zoo sets it up: a critic LSTM too, and gSDE.
+RECIPES |= {"ppo_zoo": ppo}
 # IMPALA with tdrl's local Collector here; on Ray workers in tests/recipes/test_impala.py.
 RECIPES |= {"impala": impala}
 
@@ -38,6 +40,14 @@ TINY_EXTRA = {
     "npg": dict(algo="npg"),
     "ppo_lstm": dict(epochs=2, minibatch_size=32, recurrent="lstm", seq_len=8),
     "a2c_gru": dict(log_every=1, recurrent="gru", seq_len=16),
+    "ppo_zoo": dict(
+        epochs=2,
+        minibatch_size=32,
+        recurrent="lstm",
+        seq_len=8,
+        recurrent_critic=True,
+        sde_sample_freq=4,
+    ),
     "impala": dict(collector="local"),
 }
 
@@ -90,6 +100,7 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("impala", "Hopper-v5"),
         ("ppo_lstm", "CartPoleNoVel-v1"),  # the LSTM state is in the checkpoint
         ("ppo_lstm", "HopperNoVel-v5"),
+        ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too
     ],
 )
 def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path) -> None:
