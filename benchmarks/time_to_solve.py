@@ -26,9 +26,15 @@ Two comparisons per algorithm and task:
   * same settings: tdrl with SB3's zoo hyperparameters mapped onto the recipe's config
     (``sb3_settings``) against SB3: the library overhead alone.
 
+The distributional DQN variants (issue 16: ``c51``, ``qrdqn``, ``iqn``, ``rainbow``, and ``fqf``
+once recipes/dqn.py has it) run on CartPole-v1 with DQN's protocol and budget: recipes/dqn.py's
+defaults (``--algo``) against Tianshou's tests; sb3-contrib has only QR-DQN (with rl-zoo3's
+settings, so QR-DQN also gets the "same settings" pair).
+
     python benchmarks/time_to_solve.py                         # every algo and task, 5 seeds
     python benchmarks/time_to_solve.py --algos dqn --seeds 3
     python benchmarks/time_to_solve.py --algos ppo --tasks Pendulum-v1 --max-steps 100000
+    python benchmarks/time_to_solve.py --algos c51 qrdqn iqn rainbow --tasks CartPole-v1
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ import math
 import statistics
 import sys
 import time
+import typing
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from types import ModuleType
@@ -58,17 +66,53 @@ THRESHOLD = {
     "PendulumNoVel-v1": -250.0,
 }  # fmt: skip
 EVAL_EVERY, EVAL_EPISODES, EVAL_ENVS, EVAL_SEED_OFFSET = 2_000, 10, 5, 10_000
+
+
+def dqn_has(algo: str) -> bool:
+    """Whether recipes/dqn.py's ``--algo`` offers ``algo`` (FQF is being added to it)."""
+    return algo in typing.get_args(typing.get_type_hints(dqn.Config)["algo"])
+
+
+def c51_takes_dueling() -> bool:
+    """Whether recipes/dqn.py builds C51 with a dueling head (per atom, Rainbow's); until it
+    does, its network builder rejects ``--dueling`` with ``--algo c51`` (a ValueError)."""
+    from tdrl.envs import make_vec_env
+
+    env = make_vec_env("CartPole-v1", 1, seed=0)
+    try:
+        cfg = dqn.Config(algo="c51", dueling=True)
+        dqn.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+    except ValueError:
+        return False
+    finally:
+        env.close()
+    return True
+
+
+# The distributional variants of recipes/dqn.py (issue 16); "rainbow" is --algo c51 with noisy
+# nets, prioritized replay, 3-step returns, double Q and, where the recipe has it, dueling.
+DISTRIBUTIONAL = ["c51", "qrdqn", "iqn", "rainbow"] + (["fqf"] if dqn_has("fqf") else [])
+RAINBOW_DUELING = c51_takes_dueling()
+TITLE = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "rainbow": "Rainbow", "fqf": "FQF"}
 # "ppo_lstm": ppo.py with --recurrent lstm, on the velocity-free tasks (rl-baselines3-zoo's
 # definitions, registered by tdrl.envs), against sb3-contrib's RecurrentPPO.
-RECIPES: dict[str, ModuleType] = {"ppo": ppo, "dqn": dqn, "sac": sac, "ppo_lstm": ppo}
+RECIPES: dict[str, ModuleType] = {
+    "ppo": ppo, "dqn": dqn, "sac": sac, "ppo_lstm": ppo, **dict.fromkeys(DISTRIBUTIONAL, dqn),
+}  # fmt: skip
 TASKS = {
     "ppo": ["CartPole-v1", "Pendulum-v1"], "dqn": ["CartPole-v1"], "sac": ["Pendulum-v1"],
     "ppo_lstm": ["CartPoleNoVel-v1", "PendulumNoVel-v1"],
+    **{algo: ["CartPole-v1"] for algo in DISTRIBUTIONAL},
 }  # fmt: skip
 # Step budgets, at least each library's own: PPO 200k (the zoo: 100k for both tasks);
 # DQN 100k (Tianshou's example: 10 epochs of 10k; the zoo: 50k); SAC 50k (the zoo: 20k);
-# recurrent PPO 200k (the zoo's ppo_lstm: 100k for both velocity-free tasks).
-MAX_STEPS = {"ppo": 200_000, "dqn": 100_000, "sac": 50_000, "ppo_lstm": 200_000}
+# recurrent PPO 200k (the zoo's ppo_lstm: 100k for both velocity-free tasks); the
+# distributional variants DQN's 100k (Tianshou's tests: 10 epochs of 8k or 10k; the zoo's
+# QR-DQN: 50k).
+MAX_STEPS = {
+    "ppo": 200_000, "dqn": 100_000, "sac": 50_000, "ppo_lstm": 200_000,
+    **dict.fromkeys(DISTRIBUTIONAL, 100_000),
+}  # fmt: skip
 
 
 class Result(NamedTuple):
@@ -105,6 +149,15 @@ SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
     ("sac", "Pendulum-v1"): dict(
         learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256,
         tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, net_arch=[256, 256],
+    ),
+    # sb3-contrib's QR-DQN: rl_zoo3/hyperparams/qrdqn.yml, key CartPole-v1 (rl-zoo3 2.9.2 on
+    # PyPI): dqn.yml's CartPole-v1 entry plus policy_kwargs n_quantiles=10; no max_grad_norm
+    # there, and sb3-contrib's QRDQN clips no gradients by default.
+    ("qrdqn", "CartPole-v1"): dict(
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1_000,
+        gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+        exploration_fraction=0.16, exploration_final_eps=0.04, net_arch=[256, 256],
+        n_quantiles=10, n_timesteps=50_000,
     ),
     # hyperparams/ppo_lstm.yml, the "Tuned" entries (rl-baselines3-zoo at c94924e): sb3-contrib
     # RecurrentPPO, MlpLstmPolicy with an LSTM of 64 for the actor and one for the critic
@@ -158,7 +211,51 @@ TIANSHOU: dict[tuple[str, str], dict[str, Any]] = {
         hidden_sizes=[128, 128], actor_lr=1e-3, critic_lr=1e-3, alpha_lr=3e-4, gamma=0.99,
         tau=0.005, n_step=3, buffer_size=20_000,
     ),
+    # The distributional variants: the get_args() defaults of test/discrete/test_c51.py,
+    # test_qrdqn.py, test_iqn.py, test_rainbow.py and test_fqf.py (at f240205), and, as there,
+    # batch_size x num_envs steps collected before training (``prefill``; counted in the steps
+    # reported here) and their train_fn's epsilon schedule: eps_train until 10k env steps,
+    # then linearly to eps_train / 10 at 50k (``eps_decay``). Different here: the threshold
+    # 475 (theirs: 195), epochs of 2,000 steps (theirs: 8k or 10k; the epoch length only sets
+    # when they test), 10 greedy test episodes on 5 envs (theirs: 100 episodes with eps_test
+    # 0.05), and no test_in_training (which tests whenever the training episodes reach the
+    # threshold, off the 2,000-step grid). Rainbow: test_rainbow's defaults (uniform replay;
+    # its test_prainbow variant adds prioritized replay with gamma 0.95): C51 with a dueling
+    # head whose two output layers are noisy (std 0.1), the MLP below them plain, and
+    # epsilon-greedy on top.
+    ("c51", "CartPole-v1"): dict(
+        num_envs=8, collect_steps=8, updates_per_step=0.125, batch_size=64,
+        hidden_sizes=[128, 128, 128, 128], lr=1e-3, gamma=0.9, n_step=3,
+        target_update_freq=320, eps_train=0.1, eps_decay=(10_000, 50_000), prefill=True,
+        buffer_size=20_000, num_atoms=51, v_min=-10.0, v_max=10.0,
+    ),
+    ("qrdqn", "CartPole-v1"): dict(
+        num_envs=10, collect_steps=10, updates_per_step=0.1, batch_size=64,
+        hidden_sizes=[128, 128, 128, 128], lr=1e-3, gamma=0.9, n_step=3,
+        target_update_freq=320, eps_train=0.1, eps_decay=(10_000, 50_000), prefill=True,
+        buffer_size=20_000, num_quantiles=200,
+    ),
+    ("iqn", "CartPole-v1"): dict(
+        num_envs=10, collect_steps=10, updates_per_step=0.1, batch_size=64,
+        hidden_sizes=[64, 64, 64], lr=3e-3, gamma=0.9, n_step=3, target_update_freq=320,
+        eps_train=0.1, eps_decay=(10_000, 50_000), prefill=True, buffer_size=20_000,
+        sample_size=32, online_sample_size=8, target_sample_size=8, num_cosines=64,
+    ),
+    ("rainbow", "CartPole-v1"): dict(
+        num_envs=8, collect_steps=8, updates_per_step=0.125, batch_size=64,
+        hidden_sizes=[128, 128, 128, 128], lr=1e-3, gamma=0.9, n_step=3,
+        target_update_freq=320, eps_train=0.1, eps_decay=(10_000, 50_000), prefill=True,
+        buffer_size=20_000, num_atoms=51, v_min=-10.0, v_max=10.0, noisy_std=0.1,
+    ),
+    ("fqf", "CartPole-v1"): dict(
+        num_envs=10, collect_steps=10, updates_per_step=0.1, batch_size=64,
+        hidden_sizes=[64, 64, 64], lr=3e-3, gamma=0.9, n_step=3, target_update_freq=320,
+        eps_train=0.1, eps_decay=(10_000, 50_000), prefill=True, buffer_size=20_000,
+        fraction_lr=2.5e-9, num_fractions=32, num_cosines=64, ent_coef=10.0,
+    ),
 }  # fmt: skip
+if "fqf" not in DISTRIBUTIONAL:  # tdrl's row is the first of each table: no FQF without it
+    del TIANSHOU[("fqf", "CartPole-v1")]
 
 # tdrl's tuned settings: recipe fields (each one a command-line flag of the recipe).
 TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
@@ -199,6 +296,17 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
         utd_ratio=0.25,
         hidden_sizes=(128, 128),
         batch_size=128,
+    ),
+    # The distributional variants: recipes/dqn.py's defaults (the zoo's CartPole-v1 DQN settings
+    # above, double Q, 1-step returns) with --algo, not tuned on the seeds reported here (0-4):
+    # the C51 support [0, 100] and QR-DQN's 25 quantiles were set on seed 100 (the recipe's
+    # docstrings, docs/benchmarks/distributional_cartpole.txt); IQN takes 8 online and 8
+    # target fractions. Rainbow: --algo c51 --noisy --prioritized --n-steps 3 --double-dqn,
+    # plus --dueling where the recipe has a per-atom dueling head (``RAINBOW_DUELING``).
+    **{(algo, "CartPole-v1"): dict(algo=algo) for algo in DISTRIBUTIONAL if algo != "rainbow"},
+    ("rainbow", "CartPole-v1"): dict(
+        algo="c51", noisy=True, prioritized=True, n_steps=3, double_dqn=True,
+        dueling=RAINBOW_DUELING,
     ),
     # Recurrent PPO: an LSTM of 64 on the observation, the 64x64 head, a feed-forward critic;
     # chosen on seed 0 by one try of the CartPole PPO line with 128-step rollouts cut into
@@ -255,6 +363,15 @@ def sb3_settings_of_ppo(zoo: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sb3_settings_off_policy(algo: str, task: str, zoo: dict[str, Any]) -> dict[str, Any]:
+    if algo == "qrdqn":
+        # The zoo's QR-DQN entry is its DQN entry plus 10 quantiles, so the same mapping, with
+        # sb3-contrib's QRDQN: no gradient clip (max_grad_norm None; inf here) and a plain max
+        # over the target's mean quantiles. Its loss is tdrl's: quantile Huber (kappa 1),
+        # summed over the online quantiles, averaged over the target's and the batch.
+        return dict(
+            _sb3_settings_off_policy("dqn", task, zoo), algo="qrdqn",
+            num_quantiles=zoo["n_quantiles"], max_grad_norm=math.inf,
+        )  # fmt: skip
     if algo == "dqn":
         # SB3 trains in bursts of gradient_steps (128) after every train_freq (256) env steps,
         # the first at the first multiple of train_freq past learning_starts (1,024). tdrl keeps
@@ -310,8 +427,11 @@ def sb3_target_entropy(task: str) -> float:
 # --- tdrl -----------------------------------------------------------------------------------
 
 
-def tdrl_config(algo: str, task: str, seed: int, max_steps: int, log_dir: str, **settings: Any):
-    """The recipe's config for one time-to-solve run (no plots, checkpoints or TensorBoard)."""
+def tdrl_config(
+    algo: str, task: str, seed: int, max_steps: int, log_dir: str, /, **settings: Any
+) -> Any:
+    """The recipe's config for one time-to-solve run (no plots, checkpoints or TensorBoard).
+    ``algo`` names the benchmark row (positional only: dqn.py's settings have an ``algo`` too)."""
     return RECIPES[algo].Config(
         env_id=task, total_frames=max_steps, eval_every=EVAL_EVERY, eval_episodes=EVAL_EPISODES,
         eval_envs=EVAL_ENVS, stop_at_return=THRESHOLD[task], seed=seed, log_dir=log_dir,
@@ -319,7 +439,7 @@ def tdrl_config(algo: str, task: str, seed: int, max_steps: int, log_dir: str, *
     )  # fmt: skip
 
 
-def tdrl_run(algo: str, task: str, seed: int, max_steps: int, **settings: Any) -> Result:
+def tdrl_run(algo: str, task: str, seed: int, max_steps: int, /, **settings: Any) -> Result:
     with TemporaryDirectory() as log_dir:
         cfg = tdrl_config(algo, task, seed, max_steps, log_dir, **settings)
         start = time.perf_counter()
@@ -393,11 +513,16 @@ def sb3_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
             clip_range=(lambda f: f * clip) if clip_decay else clip,
             policy_kwargs=policy_kwargs, **common, **zoo,
         )  # fmt: skip
-    elif algo == "dqn":
+    elif algo in ("dqn", "qrdqn"):
         # The exploration schedule is a fraction of learn()'s budget: keep the zoo's 8,000 steps.
         fraction = zoo.pop("exploration_fraction") * zoo.pop("n_timesteps") / max_steps
         kwargs = dict(net_arch=zoo.pop("net_arch"))
-        model = DQN(
+        q_learning: Any = DQN
+        if algo == "qrdqn":
+            from sb3_contrib import QRDQN
+
+            q_learning, kwargs["n_quantiles"] = QRDQN, zoo.pop("n_quantiles")
+        model = q_learning(
             "MlpPolicy", env, exploration_fraction=fraction, policy_kwargs=kwargs, **common, **zoo
         )
     else:
@@ -419,6 +544,7 @@ def tianshou_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
     from tianshou.data import Collector, CollectStats, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
     from tianshou.trainer import OffPolicyTrainerParams, OnPolicyTrainerParams
+    from tianshou.utils.torch_utils import policy_within_training_step
 
     s = TIANSHOU[(algo, task)]
     start = time.perf_counter()
@@ -435,6 +561,11 @@ def tianshou_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
         algorithm, train_envs, buffer, exploration_noise=algo != "ppo"
     )
     test_collector = Collector[CollectStats](algorithm, test_envs)
+    prefill = s["batch_size"] * s["num_envs"] if s.get("prefill") else 0
+    if prefill:  # as the distributional tests: one batch per env before the trainer starts
+        with policy_within_training_step(algorithm.policy):
+            train_collector.reset()
+            train_collector.collect(n_step=prefill)
     epoch_steps = min(EVAL_EVERY, max_steps)
     common: dict[str, Any] = dict(
         training_collector=train_collector, test_collector=test_collector,
@@ -446,13 +577,31 @@ def tianshou_run(algo: str, task: str, seed: int, max_steps: int) -> Result:
     if algo == "ppo":
         params: Any = OnPolicyTrainerParams(update_step_num_repetitions=s["repeat"], **common)
     else:
+        schedule = None
+        if "eps_decay" in s:
+            schedule = tianshou_eps_schedule(algorithm.policy, s["eps_train"], *s["eps_decay"])
         params = OffPolicyTrainerParams(
-            update_step_num_gradient_steps_per_sample=s["updates_per_step"], **common
-        )
+            update_step_num_gradient_steps_per_sample=s["updates_per_step"],
+            training_fn=schedule, **common,
+        )  # fmt: skip
     result = algorithm.run_training(params)
     elapsed = time.perf_counter() - start
     solved = result.best_score >= THRESHOLD[task]
-    return Result(elapsed if solved else math.inf, int(result.train_step))
+    # The trainer resets the collector's step count: add the steps collected before it.
+    return Result(elapsed if solved else math.inf, int(result.train_step) + prefill)
+
+
+def tianshou_eps_schedule(
+    policy: Any, eps: float, start: int, end: int
+) -> Callable[[int, int], None]:
+    """The train_fn of Tianshou's distributional tests: epsilon ``eps`` until ``start`` env
+    steps, then linearly down to ``eps / 10`` at ``end``, then constant."""
+
+    def training_fn(epoch: int, env_step: int) -> None:
+        progress = min(max((env_step - start) / (end - start), 0.0), 1.0)
+        policy.set_eps_training(eps * (1.0 - 0.9 * progress))
+
+    return training_fn
 
 
 def _orthogonal_(module: torch.nn.Module) -> None:
@@ -558,8 +707,108 @@ def tianshou_sac(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
     )  # fmt: skip
 
 
+def tianshou_c51(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    """C51 as test_c51.py builds it, or Rainbow as test_rainbow.py (``noisy_std`` set)."""
+    from tianshou.algorithm import C51, RainbowDQN
+    from tianshou.algorithm.modelfree.c51 import C51Policy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.discrete import NoisyLinear
+
+    rainbow = "noisy_std" in s
+    dueling = None
+    if rainbow:  # one noisy layer for the advantages and one for the value, on the plain MLP
+        noisy = partial(NoisyLinear, noisy_std=s["noisy_std"])
+        dueling = ({"linear_layer": noisy}, {"linear_layer": noisy})
+    net = Net(
+        state_shape=obs_space.shape, action_shape=int(act_space.n),
+        hidden_sizes=s["hidden_sizes"], softmax=True, num_atoms=s["num_atoms"],
+        dueling_param=dueling,
+    )  # fmt: skip
+    policy = C51Policy(
+        model=net, action_space=act_space, num_atoms=s["num_atoms"], v_min=s["v_min"],
+        v_max=s["v_max"], eps_training=s["eps_train"], eps_inference=0.0,
+    )  # fmt: skip
+    return (RainbowDQN if rainbow else C51)(
+        policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+        n_step_return_horizon=s["n_step"], target_update_freq=s["target_update_freq"],
+    )  # fmt: skip
+
+
+def tianshou_qrdqn(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    from tianshou.algorithm import QRDQN
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+
+    net = Net(
+        state_shape=obs_space.shape, action_shape=int(act_space.n),
+        hidden_sizes=s["hidden_sizes"], num_atoms=s["num_quantiles"],
+    )  # fmt: skip
+    policy = QRDQNPolicy(
+        model=net, action_space=act_space, eps_training=s["eps_train"], eps_inference=0.0
+    )
+    return QRDQN(
+        policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+        num_quantiles=s["num_quantiles"], n_step_return_horizon=s["n_step"],
+        target_update_freq=s["target_update_freq"],
+    )  # fmt: skip
+
+
+def _tianshou_features(s: dict[str, Any], obs_space: Any) -> Any:
+    """IQN's and FQF's state features: an MLP whose last width is a linear output layer."""
+    from tianshou.utils.net.common import Net
+
+    *hidden, width = s["hidden_sizes"]
+    return Net(state_shape=obs_space.shape, action_shape=width, hidden_sizes=hidden)
+
+
+def tianshou_iqn(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    from tianshou.algorithm import IQN
+    from tianshou.algorithm.modelfree.iqn import IQNPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.discrete import ImplicitQuantileNetwork
+
+    net = ImplicitQuantileNetwork(
+        preprocess_net=_tianshou_features(s, obs_space), action_shape=int(act_space.n),
+        num_cosines=s["num_cosines"],
+    )  # fmt: skip
+    policy = IQNPolicy(
+        model=net, action_space=act_space, sample_size=s["sample_size"],
+        online_sample_size=s["online_sample_size"], target_sample_size=s["target_sample_size"],
+        eps_training=s["eps_train"], eps_inference=0.0,
+    )  # fmt: skip
+    return IQN(
+        policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]), gamma=s["gamma"],
+        n_step_return_horizon=s["n_step"], target_update_freq=s["target_update_freq"],
+    )  # fmt: skip
+
+
+def tianshou_fqf(s: dict[str, Any], obs_space: Any, act_space: Any) -> Any:
+    from tianshou.algorithm import FQF
+    from tianshou.algorithm.modelfree.fqf import FQFPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory, RMSpropOptimizerFactory
+    from tianshou.utils.net.discrete import FractionProposalNetwork, FullQuantileFunction
+
+    net = FullQuantileFunction(
+        preprocess_net=_tianshou_features(s, obs_space), action_shape=int(act_space.n),
+        hidden_sizes=s["hidden_sizes"], num_cosines=s["num_cosines"],
+    )  # fmt: skip
+    policy = FQFPolicy(
+        model=net, fraction_model=FractionProposalNetwork(s["num_fractions"], net.input_dim),
+        action_space=act_space, eps_training=s["eps_train"], eps_inference=0.0,
+    )  # fmt: skip
+    return FQF(
+        policy=policy, optim=AdamOptimizerFactory(lr=s["lr"]),
+        fraction_optim=RMSpropOptimizerFactory(lr=s["fraction_lr"]), gamma=s["gamma"],
+        num_fractions=s["num_fractions"], ent_coef=s["ent_coef"],
+        n_step_return_horizon=s["n_step"], target_update_freq=s["target_update_freq"],
+    )  # fmt: skip
+
+
 TIANSHOU_BUILDERS: dict[str, Callable[[dict[str, Any], Any, Any], Any]] = {
-    "ppo": tianshou_ppo, "dqn": tianshou_dqn, "sac": tianshou_sac,
+    "ppo": tianshou_ppo, "dqn": tianshou_dqn, "sac": tianshou_sac, "c51": tianshou_c51,
+    "qrdqn": tianshou_qrdqn, "iqn": tianshou_iqn, "rainbow": tianshou_c51, "fqf": tianshou_fqf,
 }  # fmt: skip
 
 
@@ -584,8 +833,7 @@ RUNNERS: dict[str, dict[str, list[tuple[str, Runner]]]] = {
             (f"SB3 {algo.upper()} (zoo)", sb3(algo)),
         ],
     }
-    for algo in RECIPES
-    if algo != "ppo_lstm"
+    for algo in ("ppo", "dqn", "sac")
 }
 # Recurrent PPO: sb3-contrib's RecurrentPPO instead of SB3/Tianshou, and MLP PPO with tdrl's
 # recurrent settings minus the LSTM, to show that memory is what solves the tasks.
@@ -606,6 +854,33 @@ RUNNERS["ppo_lstm"] = {
 }  # fmt: skip
 
 
+def distributional_runners(algo: str) -> dict[str, list[tuple[str, Runner]]]:
+    """tdrl's recipe against Tianshou's tests, and sb3-contrib's QR-DQN with the zoo's settings
+    (tuned, and mapped onto the recipe for the "same settings" pair)."""
+    tdrl_name = f"tdrl {TITLE[algo]} (recipe defaults)"
+    if algo == "rainbow":
+        tdrl_name = f"tdrl Rainbow ({'' if RAINBOW_DUELING else 'no '}dueling)"
+    if algo != "qrdqn":
+        return {
+            "tuned": [
+                (tdrl_name, tdrl_tuned(algo)),
+                (f"Tianshou {TITLE[algo]} (its tests)", tianshou(algo)),
+            ]
+        }
+    sb3_contrib = ("sb3-contrib QR-DQN (zoo)", sb3(algo))
+    return {
+        "tuned": [
+            (tdrl_name, tdrl_tuned(algo)),
+            sb3_contrib,
+            ("Tianshou QR-DQN (its tests)", tianshou(algo)),
+        ],
+        "same settings": [("tdrl QR-DQN (zoo settings)", tdrl_sb3(algo)), sb3_contrib],
+    }
+
+
+RUNNERS.update({algo: distributional_runners(algo) for algo in DISTRIBUTIONAL})
+
+
 def fmt(seconds: float) -> str:
     return f"{seconds:.1f}" if math.isfinite(seconds) else "inf"
 
@@ -621,8 +896,9 @@ def ratio(peer: float, tdrl: float) -> str:
 def report(algo: str, task: str, results: dict[str, list[Result]]) -> None:
     """Per comparison: each library's median seconds (and steps), the per-seed times, and the
     ratio peer median / tdrl median (> 1: tdrl is faster)."""
+    title = TITLE.get(algo, algo.upper())
     for comparison, runners in RUNNERS[algo].items():
-        print(f"\n{algo.upper()} {task} ({comparison}): seconds to mean eval return >= "
+        print(f"\n{title} {task} ({comparison}): seconds to mean eval return >= "
               f"{THRESHOLD[task]:g}")  # fmt: skip
         tdrl_median = statistics.median(r.seconds for r in results[runners[0][0]])
         for i, (name, _) in enumerate(runners):

@@ -20,21 +20,28 @@ sys.modules["time_to_solve"] = tts
 _spec.loader.exec_module(tts)
 
 PAIRS = [(algo, task) for algo, tasks in tts.TASKS.items() for task in tasks]
+# SB3 and sb3-contrib have no C51, IQN, Rainbow or FQF.
+SB3_PAIRS = [(a, t) for a, t in PAIRS if a in ("ppo", "dqn", "sac", "ppo_lstm", "qrdqn")]
 
 
 def test_every_algo_task_pair_has_settings_for_every_library() -> None:
-    for table in (tts.SB3_ZOO, tts.TDRL_TUNED):
-        assert set(table) == set(PAIRS)
+    assert set(tts.TDRL_TUNED) == set(PAIRS)
+    assert set(tts.SB3_ZOO) == set(SB3_PAIRS)
     # Tianshou has no recurrent PPO runner here: sb3-contrib is the recurrent peer.
     assert set(tts.TIANSHOU) == {(a, t) for a, t in PAIRS if a != "ppo_lstm"}
-    for comparisons in tts.RUNNERS.values():
-        assert set(comparisons) == {"tuned", "same settings"}
+    assert {"c51", "qrdqn", "iqn", "rainbow"} <= set(tts.DISTRIBUTIONAL)
+    assert set(tts.RUNNERS) == set(tts.RECIPES) == set(tts.TASKS) == set(tts.MAX_STEPS)
+    for algo, comparisons in tts.RUNNERS.items():
+        with_sb3 = (algo, tts.TASKS[algo][0]) in tts.SB3_ZOO
+        assert set(comparisons) == ({"tuned", "same settings"} if with_sb3 else {"tuned"})
         for runners in comparisons.values():
             assert runners[0][0].startswith("tdrl"), "ratios are taken against the first entry"
 
 
-@pytest.mark.parametrize(("algo", "task"), PAIRS)
-@pytest.mark.parametrize("table", ["tuned", "sb3"])
+@pytest.mark.parametrize(
+    ("algo", "task", "table"),
+    [(a, t, "tuned") for a, t in PAIRS] + [(a, t, "sb3") for a, t in SB3_PAIRS],
+)
 def test_settings_build_the_recipe_config(algo: str, task: str, table: str) -> None:
     settings = tts.TDRL_TUNED[(algo, task)] if table == "tuned" else tts.sb3_settings(algo, task)
     cfg = tts.tdrl_config(algo, task, 3, 10_000, "unused", **settings)
@@ -67,6 +74,63 @@ def test_sb3_mapping_follows_the_zoo() -> None:
     assert lstm["normalize_observations"] is True and lstm["frames_per_batch"] == 256
 
 
+def test_distributional_settings_follow_the_recipe_and_the_zoo() -> None:
+    for algo in tts.DISTRIBUTIONAL:
+        assert tts.MAX_STEPS[algo] == tts.MAX_STEPS["dqn"] and tts.TASKS[algo] == ["CartPole-v1"]
+    rainbow = tts.TDRL_TUNED[("rainbow", "CartPole-v1")]
+    assert rainbow["algo"] == "c51" and rainbow["noisy"] and rainbow["prioritized"]
+    assert rainbow["n_steps"] == 3 and rainbow["dueling"] is tts.RAINBOW_DUELING
+    label = tts.RUNNERS["rainbow"]["tuned"][0][0]
+    assert label.endswith("(dueling)" if tts.RAINBOW_DUELING else "(no dueling)")
+    # The zoo's QR-DQN entry is its DQN entry plus 10 quantiles; sb3-contrib clips nothing.
+    qrdqn, dqn = tts.sb3_settings("qrdqn", "CartPole-v1"), tts.sb3_settings("dqn", "CartPole-v1")
+    assert (qrdqn.pop("algo"), qrdqn.pop("num_quantiles"), qrdqn.pop("max_grad_norm")) == (
+        "qrdqn",
+        10,
+        math.inf,
+    )
+    assert qrdqn == {k: v for k, v in dqn.items() if k != "max_grad_norm"}
+
+
+def test_tianshou_epsilon_schedule_follows_its_tests() -> None:
+    class Policy:
+        def set_eps_training(self, eps: float) -> None:
+            self.eps = eps
+
+    policy = Policy()
+    schedule = tts.tianshou_eps_schedule(policy, 0.1, 10_000, 50_000)
+    for env_step, eps in [(0, 0.1), (10_000, 0.1), (30_000, 0.055), (50_000, 0.01), (60_000, 0.01)]:
+        schedule(0, env_step)
+        assert policy.eps == pytest.approx(eps)
+
+
+@pytest.mark.parametrize("algo", ["c51", "qrdqn", "iqn", "rainbow", "fqf"])
+def test_tianshou_distributional_settings_build_its_algorithm(algo: str) -> None:
+    pytest.importorskip("tianshou")  # the bench extra
+    if algo not in tts.DISTRIBUTIONAL:
+        pytest.skip(f"recipes/dqn.py has no --algo {algo}")
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    s = tts.TIANSHOU[(algo, "CartPole-v1")]
+    algorithm = tts.TIANSHOU_BUILDERS[algo](s, env.observation_space, env.action_space)
+    assert type(algorithm).__name__ == {"rainbow": "RainbowDQN", "qrdqn": "QRDQN"}.get(
+        algo, algo.upper()
+    )
+
+
+def test_tiny_distributional_runs_return_a_result() -> None:
+    pytest.importorskip("tianshou")
+    # Rainbow (noisy, prioritized, 3-step; dueling where the recipe has it), with gradient steps
+    # on the second batch of 256.
+    settings = dict(tts.TDRL_TUNED[("rainbow", "CartPole-v1")], init_random_frames=256)
+    result = tts.tdrl_run("rainbow", "CartPole-v1", 0, 300, **settings)
+    assert math.isinf(result.seconds) and result.steps == 512
+    # Tianshou's Rainbow: 8 x 64 steps collected first, then one epoch of 300 (38 x 8 steps).
+    result = tts.tianshou_run("rainbow", "CartPole-v1", 0, 300)
+    assert math.isinf(result.seconds) and result.steps == 512 + 304
+
+
 def test_a_budget_too_small_to_solve_counts_as_inf() -> None:
     result = tts.tdrl_run("dqn", "CartPole-v1", 0, 300, **tts.TDRL_TUNED[("dqn", "CartPole-v1")])
     assert math.isinf(result.seconds) and result.steps == 512  # two batches of 256
@@ -76,6 +140,12 @@ def test_a_budget_too_small_to_solve_counts_as_inf_for_sb3() -> None:
     pytest.importorskip("stable_baselines3")  # the bench extra; CI installs test and dev only
     result = tts.sb3_run("dqn", "CartPole-v1", 0, 300)
     assert math.isinf(result.seconds) and result.steps == 512  # SB3 collects 256 at a time too
+
+
+def test_a_budget_too_small_to_solve_counts_as_inf_for_sb3_contrib_qrdqn() -> None:
+    pytest.importorskip("sb3_contrib")  # the bench extra
+    result = tts.sb3_run("qrdqn", "CartPole-v1", 0, 300)
+    assert math.isinf(result.seconds) and result.steps == 512
 
 
 def test_recurrent_sb3_runs_with_the_zoo_policy_and_normalization() -> None:
