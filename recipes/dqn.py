@@ -40,6 +40,7 @@ from tdrl.data import PrioritizedReplayBuffer
 from tdrl.modules import (
     CategoricalQValueActor,
     EpsilonGreedy,
+    FQFQValueActor,
     IQNQValueActor,
     MinAtarCNN,
     NatureCNN,
@@ -53,7 +54,15 @@ from tdrl.modules import (
     to_noisy,
     torch_default_init_,
 )
-from tdrl.objectives import C51Loss, DQNLoss, HardUpdate, IQNLoss, QRDQNLoss, update_priority
+from tdrl.objectives import (
+    C51Loss,
+    DQNLoss,
+    FQFLoss,
+    HardUpdate,
+    IQNLoss,
+    QRDQNLoss,
+    update_priority,
+)
 
 
 @dataclass(frozen=True)
@@ -86,10 +95,11 @@ class Config(trainers.QLearningConfig):
     target_update_interval: int = 128
     """gradient steps between hard target copies (zoo: every 10 env steps, i.e. once per burst of
     128 gradient steps, since SB3 trains in bursts every 256 env steps)."""
-    algo: Literal["dqn", "c51", "qrdqn", "iqn"] = "dqn"
+    algo: Literal["dqn", "c51", "qrdqn", "iqn", "fqf"] = "dqn"
     """what the network learns: the expected return (dqn), a categorical distribution over
-    num_atoms fixed returns in [v_min, v_max] (c51), num_quantiles quantiles (qrdqn), or the
-    quantile function at sampled fractions (iqn: 8 online and 8 target fractions a sample)."""
+    num_atoms fixed returns in [v_min, v_max] (c51), num_quantiles quantiles (qrdqn), the
+    quantile function at sampled fractions (iqn: 8 online and 8 target fractions a sample), or
+    at fractions a proposal network chooses per state (fqf: num_fractions of them)."""
     num_atoms: int = 51
     """c51: atoms of the support."""
     v_min: float = 0.0
@@ -100,9 +110,16 @@ class Config(trainers.QLearningConfig):
     """qrdqn: quantiles per action (200 in the paper, on Atari; the loss compares N x N pairs
     per sample, and 25 solved CartPole-v1 on tuning seed 100 in 102 s where 200 took 6 min for
     13k steps)."""
+    num_fractions: int = 32
+    """fqf: fractions per state (32 in the paper)."""
+    fraction_lr: float = 2.5e-9
+    """fqf: learning rate of the fraction proposal network (the paper's Atari value, and
+    Tianshou's CartPole test; the paper's RMSprop is Adam here, one optimizer with a group)."""
+    fraction_entropy_coeff: float = 0.0
+    """fqf: weight of the proposal's entropy bonus."""
     noisy: bool = False
     """noisy linear layers (new noise every env and gradient step) explore instead of epsilon;
-    with --algo c51 --prioritized --n-steps 3 --double-dqn it is Rainbow without dueling."""
+    --algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn is Rainbow."""
     network: Literal["auto", "mlp", "cnn"] = "auto"
     """Q network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
     [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
@@ -133,27 +150,30 @@ def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
 ) -> tuple[Any, DQNLoss]:
     """The greedy Q actor of ``cfg.algo`` (SB3's init, which the zoo tuned) and its loss."""
-    if cfg.dueling and cfg.algo != "dqn":
-        raise ValueError("--dueling is for --algo dqn only (a per-atom dueling head: not yet)")
+    if cfg.dueling and cfg.algo in ("iqn", "fqf"):
+        raise ValueError(f"--dueling is for --algo dqn, c51 and qrdqn, not {cfg.algo}")
     common = dict(double_dqn=cfg.double_dqn, gamma=cfg.gamma)
     cnn = pixel_network(cfg, observation_spec)
     if cnn is None:
         obs_dim, num_actions = flat_dims(observation_spec, action_spec)
     else:
         num_actions = int(action_spec.space.n)
-    if cfg.algo == "iqn":  # features of the last hidden width, times the fraction embedding
+    if cfg.algo in ("iqn", "fqf"):  # features of the last hidden width x the tau embedding
         if cnn is not None:  # IQNQValueActor reads [*B, obs] (its batch is obs.shape[:-1])
-            raise ValueError("--algo iqn takes flat observations; on frames: not yet")
+            raise ValueError(f"--algo {cfg.algo} takes flat observations; on frames: not yet")
         *hidden, width = cfg.hidden_sizes
         features = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
         head = q_mlp(width, num_actions, ())
         for part in (features, head):
             torch_default_init_(to_noisy(part) if cfg.noisy else part)
-        iqn = IQNQValueActor(features, head, num_actions, width)
-        return iqn, IQNLoss(iqn, **common)
+        if cfg.algo == "iqn":
+            iqn = IQNQValueActor(features, head, num_actions, width)
+            return iqn, IQNLoss(iqn, **common)
+        fqf = FQFQValueActor(features, head, num_actions, width, num_fractions=cfg.num_fractions)
+        return fqf, FQFLoss(fqf, entropy_coeff=cfg.fraction_entropy_coeff, **common)
     outputs = {"dqn": 1, "c51": cfg.num_atoms, "qrdqn": cfg.num_quantiles}[cfg.algo]
     if cnn is None:
-        body = q_mlp(obs_dim, num_actions * outputs, cfg.hidden_sizes, dueling=cfg.dueling)
+        body = q_mlp(obs_dim, num_actions, cfg.hidden_sizes, dueling=cfg.dueling, atoms=outputs)
     else:
         body = cnn(num_actions * outputs, dueling=cfg.dueling, atoms=outputs)
     torch_default_init_(body)
@@ -190,7 +210,11 @@ def main(cfg: Config) -> dict[str, float]:
     # 3. loss (above), target update, optimiser, buffer
     target_updater = HardUpdate(loss, value_network_update_interval=cfg.target_update_interval)
     trainers.to_device(cfg, loss, policy)  # --device: networks, targets, estimator
-    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr, fused=True)
+    # FQF's fraction proposal network learns at its own (tiny) rate, in its own group.
+    fraction = list(qnet.fraction_net.parameters()) if cfg.algo == "fqf" else []
+    rest = [p for p in qnet.parameters() if all(p is not f for f in fraction)]
+    groups = [{"params": rest}] + [{"params": fraction, "lr": cfg.fraction_lr}] * bool(fraction)
+    optimizer = torch.optim.Adam(groups, lr=cfg.lr, fused=True)
     buffer = trainers.make_replay_buffer(
         cfg.buffer_size,
         prioritized=cfg.prioritized,
@@ -205,7 +229,7 @@ def main(cfg: Config) -> dict[str, float]:
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames
     )
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    title = {"dqn": "DQN", "c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN"}[cfg.algo]
+    title = {"dqn": "DQN", "c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF"}[cfg.algo]
 
     def after_step(sample: TensorDictBase, out: TensorDictBase) -> None:
         if cfg.prioritized:

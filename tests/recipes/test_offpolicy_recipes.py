@@ -86,6 +86,8 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
         ("dqn", {"algo": "c51", "noisy": True, "prioritized": True, "n_steps": 3}),  # Rainbow-
         ("dqn", {"algo": "qrdqn", "num_quantiles": 8}),
         ("dqn", {"algo": "iqn", "noisy": True}),
+        ("dqn", {"algo": "fqf", "num_fractions": 8}),
+        ("dqn", {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True}),  # Rainbow
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
