@@ -332,16 +332,18 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
     """SB3's zoo settings as fields of the tdrl recipe's config (the "same settings" runs)."""
     zoo = SB3_ZOO[(algo, task)]
     if algo == "ppo_lstm":
-        # The same mapping plus the LSTM: 64 wide and one 64 layer after it as the zoo's,
-        # running observation normalization (VecNormalize's obs part), and sequences of
-        # min(n_steps, batch_size) steps, so that an epoch takes as many minibatches as
-        # sb3-contrib's (which cuts its n_steps rollouts into batch_size pieces; both also cut
-        # at episode starts). Still different: tanh after the LSTM (zoo: ReLU), a feed-forward
-        # critic (zoo: its own LSTM), a constant clip range (the recipe has no clip schedule),
-        # no gSDE.
+        # The same mapping plus the LSTMs: 64 wide and one 64 layer after each as the zoo's
+        # (the critic has its own LSTM: enable_critic_lstm), running observation normalization
+        # (VecNormalize's obs part), gSDE where the zoo uses it (use_sde, sde_sample_freq), and
+        # sequences of min(n_steps, batch_size) steps, so that an epoch takes as many
+        # minibatches as sb3-contrib's (which cuts its n_steps rollouts into batch_size pieces;
+        # both also cut at episode starts). Still different: tanh after the LSTMs (zoo: ReLU),
+        # a constant clip range (the recipe has no clip schedule).
         mapped = sb3_settings_of_ppo(zoo)
         return dict(
             mapped, recurrent="lstm", recurrent_size=64, hidden_sizes=(64,),
+            recurrent_critic=True, sde_sample_freq=zoo.get("sde_sample_freq", 0)
+            if zoo.get("use_sde", False) else 0,
             seq_len=min(zoo["n_steps"], zoo["batch_size"]),
             normalize_observations=bool(zoo.get("normalize", False)),
         )  # fmt: skip

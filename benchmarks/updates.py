@@ -536,36 +536,44 @@ def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     return time.perf_counter() - start
 
 
-def sac_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+def _tianshou_sac_parts(cls: Any, lr: float, alpha_lr: float, **kwargs: Any) -> Any:
+    """Tianshou's ``cls`` (SAC, or CQL on SAC's policy) with its MuJoCo SAC networks (as in
+    examples/mujoco/mujoco_sac.py): a 256x256 Gaussian actor, two 256x256 critics, Adam at
+    ``lr`` for all three and automatic entropy tuning at ``alpha_lr``."""
     import gymnasium as gym
-    from tianshou.algorithm import SAC
     from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
 
-    # As in Tianshou's examples/mujoco/mujoco_sac.py.
-    net_a = Net(state_shape=SAC_OBS, hidden_sizes=SAC_HIDDEN)
     actor = ContinuousActorProbabilistic(
-        preprocess_net=net_a, action_shape=SAC_ACT, unbounded=True, conditioned_sigma=True
-    )
+        preprocess_net=Net(state_shape=SAC_OBS, hidden_sizes=SAC_HIDDEN), action_shape=SAC_ACT,
+        unbounded=True, conditioned_sigma=True,
+    )  # fmt: skip
 
     def critic() -> ContinuousCritic:
         net = Net(state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=SAC_HIDDEN, concat=True)
         return ContinuousCritic(preprocess_net=net)
 
     space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
-    algorithm = SAC(
+    return cls(
         policy=SACPolicy(actor=actor, action_space=space),
-        policy_optim=AdamOptimizerFactory(lr=1e-3),
+        policy_optim=AdamOptimizerFactory(lr=lr),
         critic=critic(),
-        critic_optim=AdamOptimizerFactory(lr=1e-3),
+        critic_optim=AdamOptimizerFactory(lr=lr),
         critic2=critic(),
-        critic2_optim=AdamOptimizerFactory(lr=1e-3),
+        critic2_optim=AdamOptimizerFactory(lr=lr),
         tau=0.005,
         gamma=0.99,
-        alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=3e-4)),
+        alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=alpha_lr)),
+        **kwargs,
     )
+
+
+def sac_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+    from tianshou.algorithm import SAC
+
+    algorithm = _tianshou_sac_parts(SAC, 1e-3, 3e-4)
     return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
 
 
@@ -883,37 +891,13 @@ def _offline_torchrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], floa
 
 
 def cql_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
-    import gymnasium as gym
     from tianshou.algorithm import CQL
-    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
-    from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.utils.net.common import Net
-    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
 
-    # As in Tianshou's examples/offline/d4rl_cql.py, at the settings above.
-    actor = ContinuousActorProbabilistic(
-        preprocess_net=Net(state_shape=SAC_OBS, hidden_sizes=SAC_HIDDEN), action_shape=SAC_ACT,
-        unbounded=True, conditioned_sigma=True,
-    )  # fmt: skip
-
-    def critic() -> ContinuousCritic:
-        net = Net(state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=SAC_HIDDEN, concat=True)
-        return ContinuousCritic(preprocess_net=net)
-
-    space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
-    algorithm = CQL(
-        policy=SACPolicy(actor=actor, action_space=space),
-        policy_optim=AdamOptimizerFactory(lr=OFFLINE_LR),
-        critic=critic(),
-        critic_optim=AdamOptimizerFactory(lr=OFFLINE_LR),
-        critic2=critic(),
-        critic2_optim=AdamOptimizerFactory(lr=OFFLINE_LR),
-        cql_weight=5.0,
-        with_lagrange=False,
-        calibrated=False,
+    # Tianshou's examples/offline/d4rl_cql.py networks (SAC's), at the settings above.
+    algorithm = _tianshou_sac_parts(
+        CQL, OFFLINE_LR, OFFLINE_LR, cql_weight=5.0, with_lagrange=False, calibrated=False,
         num_repeat_actions=10,
-        alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=OFFLINE_LR)),
-    )
+    )  # fmt: skip
     return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
 
 

@@ -9,6 +9,7 @@ distribution through :meth:`log_probs` / :meth:`quantiles`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -308,12 +309,17 @@ class IQNQValueActor(_GreedyQActor):
         return torch.rand(batch, K, dtype=like.dtype, device=like.device)
 
     def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """Mean of :meth:`quantiles` at :meth:`policy_taus` ``[B, num_actions]``."""
-        observation = require(tensordict, self.in_keys[0], "IQNQValueActor")
+        """Expected returns ``[*B, num_actions]`` (:meth:`expected_of` the features)."""
+        observation = require(tensordict, self.in_keys[0], type(self).__name__)
         batch_shape = observation.shape[:-1]
         flat = tensordict.reshape(-1) if len(batch_shape) != 1 else tensordict
-        taus = self.policy_taus(flat.shape[0], observation)
-        return self.quantiles(flat, taus).mean(-1).reshape(*batch_shape, self.num_actions)
+        values = self.expected_of(self.features(flat))
+        return values.reshape(*batch_shape, self.num_actions)
+
+    def expected_of(self, psi: torch.Tensor) -> torch.Tensor:
+        """IQN: the mean of the quantiles at :meth:`policy_taus` ``[B, num_actions]``."""
+        taus = self.policy_taus(psi.shape[0], psi)
+        return self.quantiles_of(psi, taus).mean(-1)
 
 
 class FQFQValueActor(IQNQValueActor):
@@ -326,7 +332,8 @@ class FQFQValueActor(IQNQValueActor):
     deterministic, so greedy evaluation needs no fixed fractions.
 
     Args:
-        feature_net, head, num_actions, features, num_cosines: as :class:`IQNQValueActor`.
+        *args, **kwargs: :class:`IQNQValueActor`'s (``feature_net, head, num_actions, features``,
+            ``num_cosines``, ``in_key``).
         num_fractions: ``N`` (32 in the paper).
 
     Shapes:
@@ -334,22 +341,11 @@ class FQFQValueActor(IQNQValueActor):
         ``QValueActor`` writes.
     """
 
-    def __init__(
-        self,
-        feature_net: nn.Module,
-        head: nn.Module,
-        num_actions: int,
-        features: int,
-        *,
-        num_fractions: int = 32,
-        num_cosines: int = 64,
-        in_key: NestedKey = OBSERVATION,
-    ) -> None:
+    def __init__(self, *args: Any, num_fractions: int = 32, **kwargs: Any) -> None:
         if num_fractions < 1:
             raise ValueError(f"num_fractions must be >= 1, got {num_fractions}")
-        super().__init__(
-            feature_net, head, num_actions, features, num_cosines=num_cosines, in_key=in_key
-        )
+        super().__init__(*args, **kwargs)
+        features = self.embedding.out_features
         self.fraction_net = nn.Linear(features, num_fractions)
         # The paper's initialization: Xavier uniform with gain 0.01, so the first proposals are
         # nearly even.
@@ -370,12 +366,7 @@ class FQFQValueActor(IQNQValueActor):
         """``sum_i (tau_{i+1} - tau_i) Z_i``: ``[B, n, N]``, ``[B, N+1]`` -> ``[B, n]``."""
         return (quantiles * (tau[..., 1:] - tau[..., :-1]).unsqueeze(-2)).sum(-1)
 
-    def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """``Q(s, .)`` at the proposed fractions ``[*B, num_actions]``."""
-        observation = require(tensordict, self.in_keys[0], "FQFQValueActor")
-        batch_shape = observation.shape[:-1]
-        flat = tensordict.reshape(-1) if len(batch_shape) != 1 else tensordict
-        psi = self.features(flat)
+    def expected_of(self, psi: torch.Tensor) -> torch.Tensor:
+        """FQF: ``Q(s, .)`` at the fractions proposed for ``psi`` ``[B, num_actions]``."""
         tau, tau_hat, _ = self.fractions(psi)
-        q = self.expected(self.quantiles_of(psi, tau_hat), tau)
-        return q.reshape(*batch_shape, self.num_actions)
+        return self.expected(self.quantiles_of(psi, tau_hat), tau)

@@ -177,15 +177,7 @@ def _recurrent_actor(
     obs_norm: RunningObservationNorm | None,
     sde_sample_freq: int = 0,
 ) -> RecurrentActor:
-    body: list[TensorDictModuleBase] = []
-    source: str = keys.OBSERVATION
-    if obs_norm is not None:
-        body.append(TensorDictModule(NormalizedInput(obs_norm), [keys.OBSERVATION], [NORMALIZED]))
-        source = NORMALIZED
-    if kind not in ("lstm", "gru"):
-        raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {kind!r}")
-    rnn_cls = LSTMModule if kind == "lstm" else GRUModule
-    body.append(rnn_cls(obs_dim, size, in_key=source, out_key=EMBED))
+    body = _recurrent_body(obs_dim, kind, size, obs_norm, EMBED, None)
 
     def head(out_features: int) -> nn.Module:
         return mlp(size, out_features, hidden_sizes, activation=activation, output_gain=POLICY_GAIN)
@@ -212,20 +204,35 @@ def _recurrent_critic(
     obs_norm: RunningObservationNorm | None,
 ) -> TensorDictSequential:
     """A value network with its own LSTM or GRU (state under the critic's keys), then an MLP."""
+    states = (
+        [keys.CRITIC_RECURRENT_STATE_H, keys.CRITIC_RECURRENT_STATE_C]
+        if kind == "lstm"
+        else [keys.CRITIC_RECURRENT_STATE]
+    )
+    body = _recurrent_body(obs_dim, kind, size, obs_norm, keys.CRITIC_EMBED, states)
+    head = mlp(size, 1, hidden_sizes, activation=activation, output_gain=VALUE_GAIN)
+    return TensorDictSequential(*body, ValueCritic(head, in_key=keys.CRITIC_EMBED))
+
+
+def _recurrent_body(
+    obs_dim: int,
+    kind: str,
+    size: int,
+    obs_norm: RunningObservationNorm | None,
+    out_key: str,
+    state_keys: list[str] | None,
+) -> list[TensorDictModuleBase]:
+    """The (normalized) observation into an LSTM or GRU of ``size`` writing ``out_key``."""
     body: list[TensorDictModuleBase] = []
     source: str = keys.OBSERVATION
     if obs_norm is not None:
         body.append(TensorDictModule(NormalizedInput(obs_norm), [keys.OBSERVATION], [NORMALIZED]))
         source = NORMALIZED
-    if kind == "lstm":
-        states = [keys.CRITIC_RECURRENT_STATE_H, keys.CRITIC_RECURRENT_STATE_C]
-        body.append(LSTMModule(obs_dim, size, in_key=source, out_key=keys.CRITIC_EMBED,
-                               state_keys=states))  # fmt: skip
-    else:
-        body.append(GRUModule(obs_dim, size, in_key=source, out_key=keys.CRITIC_EMBED,
-                              state_keys=[keys.CRITIC_RECURRENT_STATE]))  # fmt: skip
-    head = mlp(size, 1, hidden_sizes, activation=activation, output_gain=VALUE_GAIN)
-    return TensorDictSequential(*body, ValueCritic(head, in_key=keys.CRITIC_EMBED))
+    if kind not in ("lstm", "gru"):
+        raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {kind!r}")
+    rnn_cls = LSTMModule if kind == "lstm" else GRUModule
+    body.append(rnn_cls(obs_dim, size, in_key=source, out_key=out_key, state_keys=state_keys))
+    return body
 
 
 def _features(

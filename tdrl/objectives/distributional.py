@@ -241,7 +241,7 @@ class FQFLoss(QRDQNLoss):
     Args:
         value_network: an :class:`~tdrl.modules.FQFQValueActor`.
         entropy_coeff: weight of the proposal's entropy bonus (0 in the paper's Atari runs).
-        kappa, delay_value, double_dqn, gamma: as :class:`QRDQNLoss`.
+        **kwargs: :class:`QRDQNLoss`'s (``kappa``, ``delay_value``, ``double_dqn``, ``gamma``).
 
     Returns ``loss``, ``chosen_action_value``, ``value_target``, ``td_error`` ``[B]`` and the
     detached ``fraction_entropy``.
@@ -250,19 +250,9 @@ class FQFLoss(QRDQNLoss):
     _outputs: tuple[NestedKey, ...] = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET, FRACTION_ENTROPY)
 
     def __init__(
-        self,
-        value_network: TensorDictModuleBase,
-        *,
-        entropy_coeff: float = 0.0,
-        kappa: float = 1.0,
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        gamma: float = 0.99,
+        self, value_network: TensorDictModuleBase, *, entropy_coeff: float = 0.0, **kwargs: Any
     ) -> None:
-        super().__init__(
-            value_network, kappa=kappa, delay_value=delay_value, double_dqn=double_dqn,
-            gamma=gamma,
-        )  # fmt: skip
+        super().__init__(value_network, **kwargs)
         if entropy_coeff < 0:
             raise ValueError(f"entropy_coeff must be >= 0, got {entropy_coeff}")
         self.entropy_coeff = entropy_coeff
