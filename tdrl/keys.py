@@ -35,6 +35,9 @@ ACTION_MASK = "action_mask"
 
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
 NEXT_REWARD = (NEXT, REWARD)
+# The env's reward, kept beside the clipped one (tdrl.envs.RewardClipping).
+REWARD_UNCLIPPED = "reward_unclipped"
+NEXT_REWARD_UNCLIPPED = (NEXT, REWARD_UNCLIPPED)
 NEXT_DONE = (NEXT, DONE)
 NEXT_TERMINATED = (NEXT, TERMINATED)
 NEXT_TRUNCATED = (NEXT, TRUNCATED)

@@ -43,7 +43,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from tdrl.keyed import require
-from tdrl.keys import NEXT, NEXT_REWARD, REWARD
+from tdrl.keys import NEXT_REWARD, NEXT_REWARD_UNCLIPPED
 
 __all__ = [
     "ATARI_NAMESPACE",
@@ -68,10 +68,6 @@ MINATAR_GAMES = {
     "space_invaders": "SpaceInvaders",
 }
 ATARI_NAMESPACE = "tdrl"
-# The env's reward, kept beside the clipped one by RewardClipping. (STYLE.md puts key strings
-# in tdrl/keys.py; this one waits for that file's owner to take it.)
-REWARD_UNCLIPPED = f"{REWARD}_unclipped"
-NEXT_REWARD_UNCLIPPED = (NEXT, REWARD_UNCLIPPED)
 _INSTALL = 'pip install -c constraints.txt -e ".[pixels]"'
 
 

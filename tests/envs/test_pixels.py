@@ -14,7 +14,8 @@ import torch
 from tdrl.collectors import Collector
 from tdrl.data import ReplayBuffer
 from tdrl.envs import ChannelsFirst, FrameStack, RewardClipping, make_vec_env
-from tdrl.envs.pixels import NEXT_REWARD_UNCLIPPED, register_pixel_tasks
+from tdrl.envs.pixels import register_pixel_tasks
+from tdrl.keys import NEXT_REWARD_UNCLIPPED
 
 minatar = pytest.importorskip("minatar")
 pytest.importorskip("ale_py")
