@@ -27,8 +27,9 @@ of min(5, episodes) copies reset with seed + 10,000 every time, every ``eval_eve
 (the tdrl recipe's default: 20k on-policy, 10k off-policy; SB3 evaluates at the first step that
 crosses each multiple, tdrl after the first batch that does) and once at the end; SB3's
 evaluation env reads the training env's normalization statistics (as SB3's EvalCallback does)
-and reports raw returns. Wall time runs from building the envs to the end of the final
-evaluation.
+and reports raw returns. Wall time runs from building the envs to the end of the run: for
+tdrl the whole ``main`` (its checkpoints, TensorBoard and CSV logs and closing curve.png
+included, the recipe's defaults), for SB3 the last evaluation (SB3 logs nothing here).
 
     python benchmarks/mujoco_table.py --algos ppo a2c reinforce npg trpo --jobs 2   # 1M steps
     python benchmarks/mujoco_table.py --algos sac td3 ddpg redq --jobs 2      # 100k; REDQ 30k
@@ -827,6 +828,7 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
                     n = len(by_seed)
                     ax.plot(
                         x, mean, color=colors.get(algorithm), ls="-" if library == "tdrl" else "--",
+                        marker="o" if len(x) < 3 else None,  # a lone point draws no line
                         label=f"{library} {algorithm.upper()} ({n} seed{'s' * (n > 1)})",
                     )  # fmt: skip
                     lo = [m - s for m, s in zip(mean, std, strict=True)]
