@@ -471,13 +471,21 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     return time.perf_counter() - start
 
 
-def _sb3_model(cls: Any, space: Any, data: dict[str, torch.Tensor], **kwargs: Any) -> Any:
+def _sb3_model(
+    cls: Any,
+    space: Any,
+    data: dict[str, torch.Tensor],
+    policy: str = "MlpPolicy",
+    buffer_size: int = 0,
+    **kwargs: Any,
+) -> Any:
     """An SB3 off-policy model on ``space`` (a gymnasium env class) at the benchmark's settings,
-    its replay buffer filled with ``data``, ready for ``model.train``."""
+    its replay buffer (``buffer_size``, default the SAC section's) filled with ``data``, ready
+    for ``model.train``."""
     from stable_baselines3.common.logger import configure
 
-    model = cls("MlpPolicy", space(), buffer_size=SAC_BUFFER, learning_starts=0, device="cpu",
-                seed=0, **kwargs)  # fmt: skip
+    model = cls(policy, space(), buffer_size=buffer_size or SAC_BUFFER, learning_starts=0,
+                device="cpu", seed=0, **kwargs)  # fmt: skip
     model.set_logger(configure(None, [""]))
     rb, n = model.replay_buffer, len(data["reward"])
     rb.observations[:n, 0] = data["observation"].numpy()
@@ -491,14 +499,15 @@ def _sb3_model(cls: Any, space: Any, data: dict[str, torch.Tensor], **kwargs: An
 
 
 def _tianshou_updates(
-    algorithm: Any, data: dict[str, torch.Tensor], steps: int, batch_size: int
+    algorithm: Any, data: dict[str, torch.Tensor], steps: int, batch_size: int, buffer: Any = None
 ) -> float:
-    """Seconds for ``steps`` Tianshou ``algorithm.update`` calls on a buffer holding ``data``
-    (added one transition at a time, as its collector does)."""
+    """Seconds for ``steps`` Tianshou ``algorithm.update`` calls on a buffer (default: a plain
+    one of the SAC section's size) holding ``data`` (added one transition at a time, as its
+    collector does)."""
     from tianshou.algorithm.algorithm_base import policy_within_training_step
     from tianshou.data import Batch, ReplayBuffer
 
-    buffer = ReplayBuffer(SAC_BUFFER)
+    buffer = ReplayBuffer(SAC_BUFFER) if buffer is None else buffer
     for i in range(len(data["reward"])):
         action = data["action"][i]
         buffer.add(
@@ -915,6 +924,149 @@ section_iql = steps_section(
 )  # fmt: skip
 
 
+# --- QR-DQN and Rainbow on pixels: gradient steps on 84x84x4 Atari frames --------------------
+# Every library trains the same network, DQN's Nature CNN (tdrl.modules.NatureCNN; SB3's CnnPolicy
+# builds the same layers), on batches of 32 uint8 frame stacks sampled from its own replay buffer
+# of 1,000 random transitions, 6 actions: QR-DQN with 200 quantiles (Dabney et al.), and Rainbow
+# (C51 over 51 atoms in [-10, 10], dueling, noisy layers, double Q, prioritized replay; without
+# n-step returns, which change only the sampled targets). Tianshou runs the same tdrl network
+# inside its own algorithms (its library has no Atari network: its examples define one).
+PIX_OBS, PIX_ACTIONS, PIX_BATCH, PIX_BUFFER = (4, 84, 84), 6, 32, 1_000
+PIX_QUANTILES, PIX_ATOMS = 200, 51
+
+
+def pixel_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    n = min(n, PIX_BUFFER)
+    return {
+        "observation": torch.randint(0, 256, (n, *PIX_OBS), generator=g, dtype=torch.uint8),
+        "action": torch.randint(PIX_ACTIONS, (n,), generator=g),
+        "next_observation": torch.randint(0, 256, (n, *PIX_OBS), generator=g, dtype=torch.uint8),
+        "reward": torch.randn(n, generator=g).clamp(-1, 1),
+        "terminated": torch.rand(n, generator=g) < 0.01,
+    }
+
+
+def _pixel_net(outputs: int, *, dueling: bool = False, noisy: bool = False) -> nn.Module:
+    from tdrl.modules import NatureCNN, to_noisy
+
+    net = NatureCNN(PIX_OBS[0], PIX_ACTIONS * outputs, dueling=dueling, atoms=outputs)
+    return to_noisy(net) if noisy else net
+
+
+def _pixel_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def run(data: dict[str, torch.Tensor], steps: int) -> float:
+        """recipes/dqn.py's gradient step (q_learning_step) with --algo qrdqn, or Rainbow."""
+        from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+        from tdrl.modules import CategoricalQValueActor, QuantileQValueActor, reset_noise
+        from tdrl.objectives import C51Loss, HardUpdate, QRDQNLoss, update_priority
+        from tdrl.trainers import q_learning_step
+
+        if algo == "qrdqn":
+            actor: Any = QuantileQValueActor(
+                _pixel_net(PIX_QUANTILES), PIX_ACTIONS, num_quantiles=PIX_QUANTILES
+            )
+            loss: Any = QRDQNLoss(actor)
+            buffer: Any = ReplayBuffer(PIX_BUFFER, generator=0)
+            after = None
+        else:
+            net = _pixel_net(PIX_ATOMS, dueling=True, noisy=True)
+            actor = CategoricalQValueActor(net, PIX_ACTIONS, num_atoms=PIX_ATOMS)
+            loss = C51Loss(actor, double_dqn=True)
+            buffer = PrioritizedReplayBuffer(PIX_BUFFER, alpha=0.5, beta=0.4, generator=0)
+
+            def after(sample: Any, out: Any) -> None:
+                update_priority(buffer, sample, out)
+                reset_noise(loss)
+
+        buffer.extend(_td(data))
+        optimizer = torch.optim.Adam(actor.parameters(), lr=6.25e-5, eps=1.5e-4, fused=True)
+        step = q_learning_step(
+            loss, optimizer, HardUpdate(loss, value_network_update_interval=2000),
+            max_grad_norm=10.0, after_step=after,
+        )  # fmt: skip
+        start = time.perf_counter()
+        for k in range(1, steps + 1):
+            step(buffer.sample(PIX_BATCH), k)
+        return time.perf_counter() - start
+
+    return run
+
+
+def qrdqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from sb3_contrib import QRDQN
+
+    class Frames(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, PIX_OBS, np.uint8)
+        action_space = gym.spaces.Discrete(PIX_ACTIONS)
+
+    model = _sb3_model(
+        QRDQN, Frames, data, policy="CnnPolicy", buffer_size=PIX_BUFFER, batch_size=PIX_BATCH,
+        learning_rate=6.25e-5, target_update_interval=2000, max_grad_norm=10.0,
+        policy_kwargs={"n_quantiles": PIX_QUANTILES},
+    )  # fmt: skip
+    start = time.perf_counter()
+    model.train(gradient_steps=steps, batch_size=PIX_BATCH)
+    return time.perf_counter() - start
+
+
+class _TianshouPixelModel(nn.Module):
+    """A tdrl pixel network as Tianshou's model: ``(obs, state) -> ([B, A, K], state)``
+    (probabilities for C51, quantiles for QR-DQN)."""
+
+    def __init__(self, net: nn.Module, atoms: int, softmax: bool) -> None:
+        super().__init__()
+        self.net, self.atoms, self.softmax = net, atoms, softmax
+
+    def forward(self, obs: Any, state: Any = None, info: Any = None) -> tuple[torch.Tensor, Any]:
+        out = self.net(torch.as_tensor(obs)).view(-1, PIX_ACTIONS, self.atoms)
+        return (out.softmax(-1) if self.softmax else out), state
+
+
+def _pixel_tianshou(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def run(data: dict[str, torch.Tensor], steps: int) -> float:
+        import gymnasium as gym
+        from tianshou.algorithm import QRDQN, RainbowDQN
+        from tianshou.algorithm.modelfree.c51 import C51Policy
+        from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+        from tianshou.algorithm.optim import AdamOptimizerFactory
+        from tianshou.data import PrioritizedReplayBuffer
+
+        space = gym.spaces.Discrete(PIX_ACTIONS)
+        optim = AdamOptimizerFactory(lr=6.25e-5, eps=1.5e-4)
+        buffer = None
+        if algo == "qrdqn":
+            model = _TianshouPixelModel(_pixel_net(PIX_QUANTILES), PIX_QUANTILES, softmax=False)
+            algorithm: Any = QRDQN(
+                policy=QRDQNPolicy(model=model, action_space=space), optim=optim,
+                num_quantiles=PIX_QUANTILES, target_update_freq=2000,
+            )  # fmt: skip
+        else:
+            net = _pixel_net(PIX_ATOMS, dueling=True, noisy=True)
+            model = _TianshouPixelModel(net, PIX_ATOMS, softmax=True)
+            policy = C51Policy(model=model, action_space=space, num_atoms=PIX_ATOMS)
+            algorithm = RainbowDQN(policy=policy, optim=optim, target_update_freq=2000)
+            buffer = PrioritizedReplayBuffer(PIX_BUFFER, alpha=0.5, beta=0.4)
+        return _tianshou_updates(algorithm, data, steps, PIX_BATCH, buffer)
+
+    return run
+
+
+QRDQN_PIXEL_PEERS = peers(_pixel_tdrl("qrdqn"), qrdqn_sb3, _pixel_tianshou("qrdqn"), None)
+RAINBOW_PIXEL_PEERS = peers(_pixel_tdrl("rainbow"), None, _pixel_tianshou("rainbow"), None)
+section_qrdqn_pixels = steps_section(
+    f"QR-DQN gradient steps on pixels: batch {PIX_BATCH} of {PIX_OBS} uint8 frame stacks, Nature "
+    f"CNN, {PIX_QUANTILES} quantiles, {PIX_ACTIONS} actions, {{steps}} steps, 1 thread",
+    QRDQN_PIXEL_PEERS, pixel_data, 100,
+)  # fmt: skip
+section_rainbow_pixels = steps_section(
+    f"Rainbow gradient steps on pixels: batch {PIX_BATCH} of {PIX_OBS} uint8 frame stacks, "
+    f"dueling noisy Nature CNN, C51 {PIX_ATOMS} atoms, double Q, PER, {{steps}} steps, 1 thread",
+    RAINBOW_PIXEL_PEERS, pixel_data, 100,
+)  # fmt: skip
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "ppo": section_ppo,
     "ppo_lstm": section_ppo_lstm,
@@ -922,6 +1074,8 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "dqn": section_dqn,
     "cql": section_cql,
     "iql": section_iql,
+    "qrdqn_pixels": section_qrdqn_pixels,
+    "rainbow_pixels": section_rainbow_pixels,
 }
 
 

@@ -10,7 +10,7 @@ observation, like an ordinary step (partial-episode bootstrapping, Pardo et al. 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from tdrl.ops._common import InputError
 
@@ -131,13 +131,16 @@ def quantile_huber_loss(
         raise InputError("target", f"must be [B, M] = [{B}, M], got {tuple(target.shape)}")
     if taus.shape not in ((N,), (B, N)):
         raise InputError("taus", f"must be [{N}] or [{B}, {N}], got {tuple(taus.shape)}")
-    u = target.unsqueeze(-2) - quantiles.unsqueeze(-1)  # [B, N, M]
+    # [B, N, M] pairs as broadcast views: the fused elementwise losses never build u itself
+    # (about half the time of a QR-DQN step on 200 quantiles was the chain of elementwise ops).
+    pred = quantiles.unsqueeze(-1).expand(B, N, target.shape[-1])
+    samples = target.unsqueeze(-2).expand_as(pred)
     if kappa == 0:
-        huber = u.abs()
-    else:
-        huber = torch.where(u.abs() <= kappa, 0.5 * u.pow(2), kappa * (u.abs() - 0.5 * kappa))
-        huber = huber / kappa
-    weight = (taus.unsqueeze(-1) - (u.detach() < 0).to(u.dtype)).abs()  # [B or 1, N, M]
+        huber = nn.functional.l1_loss(pred, samples, reduction="none")
+    else:  # L_kappa(u) / kappa: smooth_l1 with beta = kappa is exactly that
+        huber = nn.functional.smooth_l1_loss(pred, samples, reduction="none", beta=kappa)
+    tau = taus.unsqueeze(-1).to(huber.dtype)  # [B or 1, N, 1]
+    weight = torch.where(samples < pred.detach(), 1.0 - tau, tau)  # |tau - 1{u < 0}|
     return (weight * huber).mean(dim=-1).sum(dim=-1)
 
 
