@@ -928,9 +928,12 @@ section_iql = steps_section(
 # Every library trains the same network, DQN's Nature CNN (tdrl.modules.NatureCNN; SB3's CnnPolicy
 # builds the same layers), on batches of 32 uint8 frame stacks sampled from its own replay buffer
 # of 1,000 random transitions, 6 actions: QR-DQN with 200 quantiles (Dabney et al.), and Rainbow
-# (C51 over 51 atoms in [-10, 10], dueling, noisy layers, double Q, prioritized replay; without
-# n-step returns, which change only the sampled targets). Tianshou runs the same tdrl network
-# inside its own algorithms (its library has no Atari network: its examples define one).
+# (C51 over 51 atoms in [-10, 10], dueling, noisy layers, prioritized replay; without n-step
+# returns, which change only the sampled targets, and with the target network selecting the
+# bootstrap action as Tianshou's RainbowDQN does: double Q would cost tdrl one more CNN forward).
+# Tianshou runs the same tdrl network inside its own algorithms (its library has no Atari
+# network: its examples define one); its noise resampling looks for its own NoisyLinear class,
+# so it skips the tdrl layers' draws, which favours it slightly.
 PIX_OBS, PIX_ACTIONS, PIX_BATCH, PIX_BUFFER = (4, 84, 84), 6, 32, 1_000
 PIX_QUANTILES, PIX_ATOMS = 200, 51
 
@@ -972,7 +975,7 @@ def _pixel_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
         else:
             net = _pixel_net(PIX_ATOMS, dueling=True, noisy=True)
             actor = CategoricalQValueActor(net, PIX_ACTIONS, num_atoms=PIX_ATOMS)
-            loss = C51Loss(actor, double_dqn=True)
+            loss = C51Loss(actor)  # Tianshou's C51 targets select with the target network too
             buffer = PrioritizedReplayBuffer(PIX_BUFFER, alpha=0.5, beta=0.4, generator=0)
 
             def after(sample: Any, out: Any) -> None:
@@ -1062,7 +1065,7 @@ section_qrdqn_pixels = steps_section(
 )  # fmt: skip
 section_rainbow_pixels = steps_section(
     f"Rainbow gradient steps on pixels: batch {PIX_BATCH} of {PIX_OBS} uint8 frame stacks, "
-    f"dueling noisy Nature CNN, C51 {PIX_ATOMS} atoms, double Q, PER, {{steps}} steps, 1 thread",
+    f"dueling noisy Nature CNN, C51 {PIX_ATOMS} atoms, PER, {{steps}} steps, 1 thread",
     RAINBOW_PIXEL_PEERS, pixel_data, 100,
 )  # fmt: skip
 
