@@ -337,11 +337,11 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
         # (VecNormalize's obs part), gSDE where the zoo uses it (use_sde, sde_sample_freq), and
         # sequences of min(n_steps, batch_size) steps, so that an epoch takes as many
         # minibatches as sb3-contrib's (which cuts its n_steps rollouts into batch_size pieces;
-        # both also cut at episode starts). Still different: tanh after the LSTMs (zoo: ReLU),
-        # a constant clip range (the recipe has no clip schedule).
+        # both also cut at episode starts), ReLU after the LSTMs. Still different: orthogonal
+        # init (zoo: ortho_init False), a constant clip range (the recipe has no clip schedule).
         mapped = sb3_settings_of_ppo(zoo)
         return dict(
-            mapped, recurrent="lstm", recurrent_size=64, hidden_sizes=(64,),
+            mapped, recurrent="lstm", recurrent_size=64, hidden_sizes=(64,), activation="relu",
             recurrent_critic=True, sde_sample_freq=zoo.get("sde_sample_freq", 0)
             if zoo.get("use_sde", False) else 0,
             seq_len=min(zoo["n_steps"], zoo["batch_size"]),

@@ -176,6 +176,9 @@ class OnPolicyConfig(RunConfig):
     """initial log standard deviation of the Gaussian policy."""
     normalize_observations: bool = True
     """running mean/std observation normalization."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """activation of the actor's and critic's hidden layers (tanh: Tianshou's and SB3's MuJoCo
+    default; relu: e.g. rl-baselines3-zoo's recurrent PPO)."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from torch import nn
 from torchrl.modules import set_recurrent_mode
 
 from tdrl.collectors import AnyCollector, recurrent_state_specs
@@ -47,6 +48,7 @@ def on_policy_networks(
     return actor_critic(
         env.observation_spec, env.action_spec, hidden_sizes=cfg.hidden_sizes,
         init_log_std=cfg.init_log_std, normalize_observations=cfg.normalize_observations,
+        activation=nn.ReLU if cfg.activation == "relu" else nn.Tanh,
         recurrent=None if recurrent == "none" else recurrent,
         recurrent_size=getattr(cfg, "recurrent_size", 64),
         recurrent_critic=getattr(cfg, "recurrent_critic", False),
