@@ -10,7 +10,9 @@ replaced by ``-log(1 - D(s, a))`` (gail_reward), then PPO's update runs on them 
 recipes/ppo.py (whose defaults, Tianshou's MuJoCo PPO, the generator keeps). The logged and
 evaluated returns are the env's own. The discriminator (two 100-unit tanh layers, Adam 3e-4,
 one step per batch of 2048) follows the paper's MuJoCo setup loosely; no setting here has been
-tuned yet.
+tuned yet. The reward ``-log(1 - D)`` is positive, so it also pays for surviving (GAIL's known
+bias at terminal states; Kostrikov et al. 2018 treat them as absorbing instead): fine for
+Hopper-like tasks, where staying up is what the expert does.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch import nn
 from tdrl import keys, trainers
 from tdrl.data import load_minari
 from tdrl.estimators import GAE
-from tdrl.modules import StateActionCritic, flat_dims, mlp
+from tdrl.modules import StateActionCritic, action_bounds, flat_dims, mlp
 from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward
 
 
@@ -67,6 +69,10 @@ def main(cfg: Config) -> dict[str, float]:
     """Train GAIL as configured; returns the last evaluation and the last update's metrics."""
     # 1-2. envs, the PPO generator's networks, the expert's pairs and the discriminator
     parts = trainers.on_policy_setup(cfg)
+    # The discriminator sees the actions the env executed: the policy's samples clipped to the
+    # box (the batch keeps them unclipped), as the expert's are; else "out of bounds" alone
+    # would tell the policy apart. Box actions only.
+    low, high = (x.to(cfg.torch_device) for x in action_bounds(parts.env.action_spec))
     expert_obs, expert_action = expert_pairs(cfg.dataset, cfg.expert_episodes)
     obs_dim, action_dim = flat_dims(parts.env.observation_spec, parts.env.action_spec)
     if expert_obs.shape[1:] != (obs_dim,) or expert_action.shape[1:] != (action_dim,):
@@ -90,7 +96,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     def update(batch: TensorDictBase) -> dict[str, float]:
         obs = batch.get(keys.OBSERVATION).reshape(-1, obs_dim)
-        action = batch.get(keys.ACTION).reshape(-1, action_dim)
+        executed = torch.maximum(torch.minimum(batch.get(keys.ACTION), high), low)
+        action = executed.reshape(-1, action_dim)
         # torch's global generator draws the pairs: checkpoints hold its state (exact resume)
         n = min(cfg.disc_batch_size, obs.shape[0])
         for _ in range(cfg.disc_steps):
@@ -104,7 +111,7 @@ def main(cfg: Config) -> dict[str, float]:
             disc_out = disc_loss(pairs)
             trainers.optimizer_step(disc_out[keys.LOSS], disc_optimizer)
         # the policy learns from the discriminator's reward, not the env's
-        reward = gail_reward(discriminator, batch.get(keys.OBSERVATION), batch.get(keys.ACTION))
+        reward = gail_reward(discriminator, batch.get(keys.OBSERVATION), executed)
         batch.set((keys.NEXT, keys.REWARD), reward)
         metrics = trainers.on_policy_update(
             batch, loss, estimator, optimizer, epochs=cfg.epochs,

@@ -49,7 +49,9 @@ class GSDEActor(_ProbabilisticActor):
         init_log_std: initial ``log sigma`` for every (feature, action) pair (SB3: 0; the zoo
             often -2).
         sample_freq: calls (env steps while collecting) between noise draws (SB3's
-            ``sde_sample_freq``; ``reset_noise`` draws at any time).
+            ``sde_sample_freq``; SB3 also draws at each rollout's start, this actor only
+            every ``sample_freq`` calls, across batch cuts; ``reset_noise`` draws at any
+            time). A sampling call on another number of envs draws new noise for it.
         in_key, action_low, action_high, default_interaction_type: as ``GaussianActor``.
 
     Shapes:

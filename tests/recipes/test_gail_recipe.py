@@ -70,3 +70,22 @@ def test_expert_episodes_and_shapes_are_checked(dataset, tmp_path):
     wrong = gail.Config(**TINY, dataset=dataset, env_id="HalfCheetah-v5", log_dir=str(tmp_path))
     with pytest.raises(ValueError, match="do not fit HalfCheetah-v5's"):
         gail.main(wrong)
+
+
+def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, monkeypatch):
+    # A wide policy samples far outside Hopper's [-1, 1] box; the expert's actions lie inside.
+    # Unclipped actions would let the discriminator tell them apart by range alone.
+    seen = []
+    real = gail.gail_reward
+
+    def recording(discriminator, observation, action):
+        seen.append(action.clone())
+        return real(discriminator, observation, action)
+
+    monkeypatch.setattr(gail, "gail_reward", recording)
+    cfg = gail.Config(**{**TINY, "total_frames": 128}, dataset=dataset, init_log_std=1.5,
+                      log_dir=str(tmp_path))  # fmt: skip
+    gail.main(cfg)
+    actions = torch.cat([a.reshape(-1, a.shape[-1]) for a in seen])
+    assert actions.abs().max() <= 1.0
+    assert (actions.abs() == 1.0).float().mean() > 0.2  # many samples were clipped to the box
