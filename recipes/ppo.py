@@ -45,6 +45,8 @@ class Config(trainers.PPOConfig):
 
     scale_rewards: bool = False
     """divide rewards by the running std of the discounted return (SB3/CleanRL style)."""
+    adam_eps: float = 1e-8
+    """Adam's epsilon (PyTorch's default; SB3's on-policy policies use 1e-5)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -56,7 +58,7 @@ def main(cfg: Config) -> dict[str, float]:
     reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
     trainers.to_device(cfg, loss, estimator, reward_scaler)  # --device: networks, statistics
-    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=True)
     # the reward scaler's return statistics and per-env carry go in checkpoints
     extra_state = {} if reward_scaler is None else {"reward_scaler": reward_scaler}
 

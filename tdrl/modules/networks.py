@@ -98,6 +98,8 @@ def actor_critic(
     recurrent_size: int = 64,
     recurrent_critic: bool = False,
     sde_sample_freq: int = 0,
+    ortho_init: bool = True,
+    rescale_actions: bool = True,
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
@@ -119,6 +121,12 @@ def actor_critic(
     its state under ``"recurrent_state_*_critic"``): the collector must then run it beside the
     actor (``trainers.run_on_policy`` does) so that its state is stored for training.
 
+    ``ortho_init=False`` re-initialises every linear layer of both networks with PyTorch's
+    default (:func:`torch_default_init_`; SB3's ``ortho_init=False``, e.g. the zoo's recurrent
+    PPO); recurrent layers keep PyTorch's default either way. ``rescale_actions=False`` leaves a
+    Gaussian policy's mean and scale in the env's units (SB3's unsquashed PPO policies: the env
+    clips the actions) instead of rescaling ``[-1, 1]`` to the env's bounds.
+
     Returns:
         ``(actor, critic, obs_norm)``; ``obs_norm`` is ``None`` without normalization.
 
@@ -135,35 +143,55 @@ def actor_critic(
 
     spec = action_spec
     actor: TensorDictModuleBase
+    critic: TensorDictModuleBase
     if recurrent is not None:
         actor = _recurrent_actor(
             obs_dim, spec, recurrent, recurrent_size, hidden_sizes, activation, init_log_std,
-            obs_norm, sde_sample_freq,
+            obs_norm, sde_sample_freq, rescale_actions,
         )  # fmt: skip
-        if not recurrent_critic:
-            return actor, ValueCritic(trunk(1, VALUE_GAIN)), obs_norm
-        critic = _recurrent_critic(
-            obs_dim, recurrent, recurrent_size, hidden_sizes, activation, obs_norm
-        )
-        return actor, critic, obs_norm
-    if recurrent_critic:
+        if recurrent_critic:
+            critic = _recurrent_critic(
+                obs_dim, recurrent, recurrent_size, hidden_sizes, activation, obs_norm
+            )
+        else:
+            critic = ValueCritic(trunk(1, VALUE_GAIN))
+    elif recurrent_critic:
         raise ValueError("recurrent_critic needs a recurrent actor (recurrent='lstm' or 'gru')")
+    else:
+        actor = _feed_forward_actor(
+            observation_spec, spec, trunk, init_log_std, sde_sample_freq, rescale_actions,
+            lambda: _features(obs_dim, hidden_sizes, activation, obs_norm),
+        )  # fmt: skip
+        critic = ValueCritic(trunk(1, VALUE_GAIN))
+    if not ortho_init:
+        torch_default_init_(actor)
+        torch_default_init_(critic)
+    return actor, critic, obs_norm
+
+
+def _feed_forward_actor(
+    observation_spec: Composite,
+    spec: TensorSpec,
+    trunk: Callable[[int, float], nn.Module],
+    init_log_std: float,
+    sde_sample_freq: int,
+    rescale_actions: bool,
+    sde_features: Callable[[], tuple[nn.Module, int]],
+) -> TensorDictModuleBase:
+    """The MLP policy for ``spec``: categorical kinds, or a Gaussian (or gSDE) one."""
     # An env-provided action mask (an "action_mask" observation entry) is honoured.
     mask_key = keys.ACTION_MASK if keys.ACTION_MASK in observation_spec.keys() else None
     if isinstance(spec, MultiCategoricalSpec):  # before Categorical: it is a subclass there
         nvec = [int(n) for n in spec.nvec.reshape(-1, spec.shape[-1])[0]]
-        actor = MultiCategoricalActor(trunk(sum(nvec), POLICY_GAIN), nvec, mask_key=mask_key)
-    elif isinstance(spec, BinarySpec):
-        actor = BernoulliActor(trunk(int(spec.shape[-1]), POLICY_GAIN))
-    elif isinstance(spec, CategoricalSpec):
-        actor = CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), mask_key=mask_key)
-    else:
-        actor = _gaussian(
-            spec, lambda: trunk(int(spec.shape[-1]), POLICY_GAIN), init_log_std, sde_sample_freq,
-            keys.OBSERVATION, lambda: _features(obs_dim, hidden_sizes, activation, obs_norm),
-        )  # fmt: skip
-    critic = ValueCritic(trunk(1, VALUE_GAIN))
-    return actor, critic, obs_norm
+        return MultiCategoricalActor(trunk(sum(nvec), POLICY_GAIN), nvec, mask_key=mask_key)
+    if isinstance(spec, BinarySpec):
+        return BernoulliActor(trunk(int(spec.shape[-1]), POLICY_GAIN))
+    if isinstance(spec, CategoricalSpec):
+        return CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), mask_key=mask_key)
+    return _gaussian(
+        spec, lambda: trunk(int(spec.shape[-1]), POLICY_GAIN), init_log_std, sde_sample_freq,
+        keys.OBSERVATION, sde_features, rescale_actions,
+    )  # fmt: skip
 
 
 def _recurrent_actor(
@@ -175,7 +203,8 @@ def _recurrent_actor(
     activation: type[nn.Module],
     init_log_std: float,
     obs_norm: RunningObservationNorm | None,
-    sde_sample_freq: int = 0,
+    sde_sample_freq: int,
+    rescale_actions: bool,
 ) -> RecurrentActor:
     body = _recurrent_body(obs_dim, kind, size, obs_norm, EMBED, None)
 
@@ -190,7 +219,7 @@ def _recurrent_actor(
     else:
         actor = _gaussian(
             spec, lambda: head(int(spec.shape[-1])), init_log_std, sde_sample_freq, EMBED,
-            lambda: _features(size, hidden_sizes, activation, None),
+            lambda: _features(size, hidden_sizes, activation, None), rescale_actions,
         )  # fmt: skip
     return RecurrentActor(*body, actor)
 
@@ -263,11 +292,14 @@ def _gaussian(
     sde_sample_freq: int,
     in_key: NestedKey,
     sde_features: Callable[[], tuple[nn.Module, int]],
+    rescale_actions: bool,
 ) -> TensorDictModuleBase:
     """A Gaussian policy for a Box ``spec``: ``net()``'s mean with a state-independent log-std,
-    or, with ``sde_sample_freq > 0``, gSDE on ``sde_features()`` (its own layers)."""
+    or, with ``sde_sample_freq > 0``, gSDE on ``sde_features()`` (its own layers); actions
+    rescaled from ``[-1, 1]`` to the spec's bounds, or in the env's units without
+    ``rescale_actions``."""
     action_dim = int(spec.shape[-1])
-    low, high = action_bounds(spec)
+    low, high = action_bounds(spec) if rescale_actions else (None, None)
     if sde_sample_freq > 0:
         body, width = sde_features()
         return GSDEActor(

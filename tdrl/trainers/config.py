@@ -179,6 +179,12 @@ class OnPolicyConfig(RunConfig):
     activation: Literal["tanh", "relu"] = "tanh"
     """activation of the actor's and critic's hidden layers (tanh: Tianshou's and SB3's MuJoCo
     default; relu: e.g. rl-baselines3-zoo's recurrent PPO)."""
+    ortho_init: bool = True
+    """orthogonal init of the networks' linear layers (gains sqrt 2, policy head 0.01, value head
+    1); off: PyTorch's default init (SB3's ortho_init False, e.g. the zoo's recurrent PPO)."""
+    rescale_actions: bool = True
+    """a Gaussian policy acts in [-1, 1] rescaled to the env's bounds; off: in the env's units,
+    clipped by the env (SB3's PPO)."""
 
 
 @dataclass(frozen=True)

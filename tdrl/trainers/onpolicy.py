@@ -53,6 +53,7 @@ def on_policy_networks(
         recurrent_size=getattr(cfg, "recurrent_size", 64),
         recurrent_critic=getattr(cfg, "recurrent_critic", False),
         sde_sample_freq=getattr(cfg, "sde_sample_freq", 0),
+        ortho_init=cfg.ortho_init, rescale_actions=cfg.rescale_actions,
     )  # fmt: skip
 
 
