@@ -24,8 +24,10 @@ from tdrl.ops._common import (
     to_rows,
     use_numba,
 )
+from tdrl.ops._kernels import BOOTSTRAP, MASK, TERMINATE, KernelRows
 
-_POLICY_CODE = {"bootstrap": 0, "mask": 1, "terminate": 2}
+_POLICY_CODE = {"bootstrap": BOOTSTRAP, "mask": MASK, "terminate": TERMINATE}
+_NO_STEPS = np.zeros((1, 1))  # the per-step gamma array when gamma is a scalar
 
 
 @dataclass
@@ -54,21 +56,28 @@ class Rows:
         return from_rows(x, self.shape, self.time_dim)
 
     # --- numba path ---------------------------------------------------------------------
-    def kernel_flags(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, bool]:
-        """``terminated, done, truncated, has_done, has_trunc`` for the kernels."""
+    def kernel_rows(self) -> KernelRows:
+        """The kernels' inputs; ``value`` falls back to ``reward`` as a placeholder where absent
+        (TD(lambda) reads it only under ``"mask"``, which requires it)."""
         term = np_view(self.terminated)
-        done = term if self.done is None else np_view(self.done)
-        trunc = term if self.truncated is None else np_view(self.truncated)
-        return term, done, trunc, self.done is not None, self.truncated is not None
-
-    def kernel_gamma(self) -> tuple[np.ndarray, bool]:
-        """``gamma`` for the kernels: a ``[1, 1]`` array for a scalar, else ``[N, T]``."""
         if isinstance(self.gamma, Tensor):
-            return self.gamma.detach().to(torch.float64).contiguous().numpy(), False
-        return np.array(((self.gamma,),)), True
-
-    def policy_code(self) -> int:
-        return _POLICY_CODE[self.truncation]
+            gamma, steps = 0.0, self.gamma.detach().to(torch.float64).contiguous().numpy()
+        else:
+            gamma, steps = self.gamma, _NO_STEPS
+        return KernelRows(
+            reward=np_view(self.reward),
+            value=np_view(self.reward if self.value is None else self.value),
+            next_value=np_view(self.next_value),
+            terminated=term,
+            done=term if self.done is None else np_view(self.done),
+            truncated=term if self.truncated is None else np_view(self.truncated),
+            has_done=self.done is not None,
+            has_trunc=self.truncated is not None,
+            gamma=gamma,
+            gamma_steps=steps,
+            per_step_gamma=isinstance(self.gamma, Tensor),
+            policy=_POLICY_CODE[self.truncation],
+        )
 
     def after_kernel(
         self,

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from tdrl.ops import _kernels
 from tdrl.ops._common import AdvantageEstimate, InputError
-from tdrl.ops._prepare import np_view, prepare, scalar
+from tdrl.ops._prepare import prepare, scalar
 from tdrl.ops.scan import reverse_linear_scan
 
 
@@ -100,12 +100,9 @@ def gae(
     if rows.numba:
         advantage = torch.empty_like(rows.reward)
         value_target = torch.empty_like(rows.reward)
-        gamma_np, gamma_scalar = rows.kernel_gamma()
         checksum, flags_ok = _kernels.gae_kernel(
-            np_view(rows.reward), np_view(rows.value), np_view(rows.next_value),
-            *rows.kernel_flags(), gamma_np, gamma_scalar, lam, rows.policy_code(),
-            advantage.numpy(), value_target.numpy(),
-        )  # fmt: skip
+            rows.kernel_rows(), lam, advantage.numpy(), value_target.numpy()
+        )
         rows.after_kernel(checksum, flags_ok)
         return AdvantageEstimate(rows.back(advantage), rows.back(value_target))
     done_rows, truncated_rows, nv = rows.torch_terms()
@@ -154,12 +151,7 @@ def td_lambda_return(
     lam = scalar("lmbda", lmbda, unit=True)
     if rows.numba:
         out = torch.empty_like(rows.reward)
-        v = rows.value if rows.value is not None else rows.reward  # unread unless mask
-        gamma_np, gamma_scalar = rows.kernel_gamma()
-        checksum, flags_ok = _kernels.td_lambda_kernel(
-            np_view(rows.reward), np_view(v), np_view(rows.next_value), *rows.kernel_flags(),
-            gamma_np, gamma_scalar, lam, rows.policy_code(), out.numpy(),
-        )  # fmt: skip
+        checksum, flags_ok = _kernels.td_lambda_kernel(rows.kernel_rows(), lam, out.numpy())
         rows.after_kernel(checksum, flags_ok, value_truncated_only=True)
         return rows.back(out)
     done_rows, truncated_rows, nv = rows.torch_terms(value_only_truncated=True)

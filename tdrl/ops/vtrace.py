@@ -80,11 +80,9 @@ def vtrace(
     if rows.numba:
         advantage = torch.empty_like(rows.reward)
         value_target = torch.empty_like(rows.reward)
-        gamma_np, gamma_scalar = rows.kernel_gamma()
         checksum, flags_ok = _kernels.vtrace_kernel(
-            np_view(rows.reward), np_view(rows.value), np_view(rows.next_value),
-            np_view(log_rho_rows), *rows.kernel_flags(), gamma_np, gamma_scalar, lam, rho_max,
-            c_max, rows.policy_code(), advantage.numpy(), value_target.numpy(),
+            rows.kernel_rows(), np_view(log_rho_rows), lam, rho_max, c_max,
+            advantage.numpy(), value_target.numpy(),
         )  # fmt: skip
         rows.after_kernel(checksum, flags_ok, log_rho=log_rho_rows)
         return AdvantageEstimate(rows.back(advantage), rows.back(value_target))
