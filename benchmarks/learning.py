@@ -37,10 +37,8 @@ import dataclasses
 import fcntl
 import importlib
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import textwrap
 import threading
@@ -50,6 +48,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # when a test loads this file
+from harness import learn_sb3, run_child  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES, EVAL_SEED_OFFSET = 10, 10_000
@@ -228,9 +229,7 @@ def run_sb3(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     """SB3 SAC or TD3 with the zoo's MuJoCo settings, evaluated like the tdrl recipes."""
     import numpy as np
     from stable_baselines3 import SAC, TD3
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
 
     start = time.perf_counter()
@@ -248,27 +247,15 @@ def run_sb3(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     model = cls("MlpPolicy", env, seed=spec.seed, device="cpu", **kwargs)
     rows: list[dict[str, float]] = []
 
-    def evaluate(step: int) -> None:
-        eval_env.seed(spec.seed + EVAL_SEED_OFFSET)  # the same start states at every evaluation
-        mean, std = evaluate_policy(model, eval_env, EVAL_EPISODES, deterministic=True)
-        rows.append(
-            {
-                "step": step,
-                "return_mean": mean,
-                "return_std": std,
-                "time": time.perf_counter() - start,
-            }
-        )
+    def write_rows(curve: dict[str, list[float]]) -> None:  # eval.csv after every evaluation
+        step, mean, std, seconds = (values[-1] for values in curve.values())
+        rows.append({"step": int(step), "return_mean": mean, "return_std": std, "time": seconds})
         write_eval_csv(run_dir / "eval.csv", rows)
 
-    class EvalCallback(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.num_timesteps % spec.eval_every == 0 and self.num_timesteps < spec.frames:
-                evaluate(self.num_timesteps)
-            return True
-
-    model.learn(spec.frames, callback=EvalCallback())
-    evaluate(model.num_timesteps)
+    learn_sb3(
+        model, eval_env, steps=spec.frames, eval_every=spec.eval_every, episodes=EVAL_EPISODES,
+        eval_seed=spec.seed + EVAL_SEED_OFFSET, start=start, on_eval=write_rows,
+    )  # fmt: skip
     wall = time.perf_counter() - start
     env.close()
     eval_env.close()
@@ -354,15 +341,7 @@ def append_result(out: Path, row: dict[str, Any]) -> None:
 def launch_subprocess(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """Run ``spec`` in a fresh Python process (log in ``run_dir/log.txt``); its result row."""
     payload = dataclasses.asdict(spec) | {"run_dir": str(run_dir)}
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(payload)]
-    with (run_dir / "log.txt").open("w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-    if proc.returncode != 0:
-        tail = (run_dir / "log.txt").read_text()[-2000:]
-        raise RuntimeError(f"exit code {proc.returncode}; end of {run_dir / 'log.txt'}:\n{tail}")
-    return json.loads((run_dir / "result.json").read_text())
+    return run_child(__file__, payload, run_dir, "result.json")
 
 
 def execute(
@@ -507,6 +486,8 @@ def plot_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from tdrl.trainers import plot_band, save_png
+
     pngs = []
     for (algo, env, frames, variant), libs in groups.items():
         fig, ax = plt.subplots(figsize=(7, 5))
@@ -518,22 +499,15 @@ def plot_curves(
             n = len(s["seeds"])
             # Long tdrl settings go on lines of their own, so the legend stays in the figure.
             shown = lib.replace(" [", "\n[").replace(",", ", ")
-            ax.plot(
-                steps,
-                mean,
-                label=textwrap.fill(
-                    f"{shown} (mean of {n} seed{'s' * (n > 1)})", 60, replace_whitespace=False
-                ),
+            label = textwrap.fill(
+                f"{shown} (mean of {n} seed{'s' * (n > 1)})", 60, replace_whitespace=False
             )
-            lo = [m - d for m, d in zip(mean, std, strict=True)]
-            hi = [m + d for m, d in zip(mean, std, strict=True)]
-            ax.fill_between(steps, lo, hi, alpha=0.2)
+            plot_band(ax, steps, mean, std, label=label)
         ax.set_xlabel("env steps")
         ax.set_ylabel("eval return (10 deterministic episodes)")
         ax.set_title(f"{algo.upper()} {env}" + (f" ({variant})" if variant else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="upper left")
-        fig.tight_layout()
         name = "_".join(
             filter(
                 None,
@@ -546,11 +520,7 @@ def plot_curves(
                 ],
             )
         )
-        png = curves_dir / f"{name}.png"
-        png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(png, dpi=100)
-        plt.close(fig)
-        pngs.append(png)
+        pngs.append(save_png(fig, curves_dir / f"{name}.png"))
     return pngs
 
 

@@ -58,6 +58,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # when a test loads this file
+from harness import learn_sb3, run_child  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs" / "benchmarks" / "mujoco_table.jsonl"
 WORKDIR = Path("/tmp/tdrl_mujoco_table")
@@ -384,11 +387,9 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     """SB3 (TRPO: sb3-contrib) with the zoo's hyperparameters, evaluated like the recipes."""
     import numpy as np
     import torch
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
-    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
+    from stable_baselines3.common.vec_env import VecNormalize
 
     from tdrl.trainers.run import EVAL_SEED_OFFSET
 
@@ -417,29 +418,10 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     package = "sb3_contrib" if name == "TRPO" else "stable_baselines3"
     algo_class = getattr(importlib.import_module(package), str(name))
     model = algo_class("MlpPolicy", env, seed=cell.seed, device="cpu", verbose=0, **kwargs)
-    curve: dict[str, list[float]] = {"steps": [], "returns": [], "stds": [], "wall_s": []}
-
-    def evaluate(step: int) -> None:
-        sync_envs_normalization(model.get_env(), eval_env)
-        eval_env.seed(eval_seed)  # the same start states at every evaluation
-        mean, std = evaluate_policy(model, eval_env, cell.eval_episodes, deterministic=True)
-        for name, value in zip(curve, (step, mean, std, time.perf_counter() - start), strict=True):
-            curve[name].append(float(value))
-
-    class PeriodicEvaluation(BaseCallback):
-        """Evaluates at the first step that reaches each multiple of ``eval_every`` before the
-        budget (the last evaluation follows ``learn``)."""
-
-        next_eval = cell.eval_every if cell.eval_every > 0 else math.inf
-
-        def _on_step(self) -> bool:
-            if self.next_eval <= self.num_timesteps < cell.steps:
-                evaluate(self.num_timesteps)
-                self.next_eval = (self.num_timesteps // cell.eval_every + 1) * cell.eval_every
-            return True
-
-    model.learn(cell.steps, callback=PeriodicEvaluation())
-    evaluate(model.num_timesteps)
+    curve = learn_sb3(
+        model, eval_env, steps=cell.steps, eval_every=cell.eval_every,
+        episodes=cell.eval_episodes, eval_seed=eval_seed, start=start,
+    )  # fmt: skip
     wall = time.perf_counter() - start
     env.close()
     eval_env.close()
@@ -518,15 +500,7 @@ Launch = Callable[[Cell, Path, int, int], dict[str, Any]]
 def launch_subprocess(cell: Cell, folder: Path, jobs: int, running: int) -> dict[str, Any]:
     """Run ``cell`` in a fresh Python (log: ``folder/log.txt``); returns its line."""
     payload = dataclasses.asdict(cell) | {"folder": str(folder), "jobs": jobs, "running": running}
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(payload)]
-    with (folder / "log.txt").open("w") as log:
-        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if proc.returncode != 0:
-        tail = (folder / "log.txt").read_text()[-3000:]
-        raise RuntimeError(f"exit code {proc.returncode}; end of {folder / 'log.txt'}:\n{tail}")
-    return json.loads((folder / RESULT).read_text())
+    return run_child(__file__, payload, folder, RESULT, cwd=ROOT)
 
 
 def read_lines(table: Path) -> list[dict[str, Any]]:
@@ -809,6 +783,8 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from tdrl.trainers import plot_band, save_png
+
     by_task: dict[str, dict[Group, Any]] = defaultdict(dict)
     for group, libraries in summarize(lines).items():
         by_task[group[0]][group] = libraries
@@ -826,25 +802,18 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
                     if not x:
                         continue
                     n = len(by_seed)
-                    ax.plot(
-                        x, mean, color=colors.get(algorithm), ls="-" if library == "tdrl" else "--",
+                    plot_band(
+                        ax, x, mean, std, alpha=0.15, color=colors.get(algorithm),
+                        ls="-" if library == "tdrl" else "--",
                         marker="o" if len(x) < 3 else None,  # a lone point draws no line
                         label=f"{library} {algorithm.upper()} ({n} seed{'s' * (n > 1)})",
                     )  # fmt: skip
-                    lo = [m - s for m, s in zip(mean, std, strict=True)]
-                    hi = [m + s for m, s in zip(mean, std, strict=True)]
-                    ax.fill_between(x, lo, hi, color=colors.get(algorithm), alpha=0.15)
             ax.set_title(f"{task}, {fmt_steps(budget)} env steps")
             ax.set_xlabel("env steps")
             ax.set_ylabel(f"eval return ({EVAL_EPISODES} deterministic episodes)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small", loc="upper left")
-        fig.tight_layout()
-        png = folder / f"mujoco_{task}.png"
-        png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(png, dpi=100)
-        plt.close(fig)
-        pngs.append(png)
+        pngs.append(save_png(fig, folder / f"mujoco_{task}.png"))
     return pngs
 
 

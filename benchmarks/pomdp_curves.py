@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes import ppo  # noqa: E402
-from tdrl.trainers import read_csv  # noqa: E402
+from tdrl.trainers import read_csv, save_png  # noqa: E402
 
 VARIANTS = {"PPO-LSTM": dict(recurrent="lstm", seq_len=16), "PPO (MLP)": {}}
 
@@ -87,8 +87,7 @@ def plot(
     ax.set_ylabel("eval return")
     ax.set_title(f"{args.env_id}: {title} (mean of {len(args.seeds)} seeds)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}.png", dpi=100)
+    save_png(fig, out / f"{stem}.png")
     (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -42,7 +42,7 @@ from tdrl.trainers.onpolicy import (
     train_on_policy,
 )
 from tdrl.trainers.optim import adam, clip_grad_norm_, optimizer_step
-from tdrl.trainers.plotting import plot_learning_curve
+from tdrl.trainers.plotting import plot_band, plot_learning_curve, save_png
 from tdrl.trainers.run import (
     BUFFER_DIR,
     CHECKPOINT,
@@ -101,6 +101,7 @@ __all__ = [
     "on_policy_update",
     "optimizer_step",
     "parse",
+    "plot_band",
     "plot_learning_curve",
     "ppo_update",
     "progress_bar",
@@ -109,6 +110,7 @@ __all__ = [
     "rng_state",
     "run_dir",
     "save_checkpoint",
+    "save_png",
     "save_run",
     "seed_everything",
     "set_rng_state",

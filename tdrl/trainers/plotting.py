@@ -5,8 +5,42 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tdrl.trainers.logger import read_csv
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def plot_band(
+    ax: Axes,
+    x: Sequence[float],
+    mean: Sequence[float],
+    std: Sequence[float],
+    *,
+    alpha: float = 0.2,
+    **line: Any,
+) -> None:
+    """Plot ``mean`` against ``x`` (``line``: ``ax.plot``'s keywords) with a +-``std`` band in
+    the line's color."""
+    (drawn,) = ax.plot(x, mean, **line)
+    lo = [m - s for m, s in zip(mean, std, strict=True)]
+    hi = [m + s for m, s in zip(mean, std, strict=True)]
+    ax.fill_between(x, lo, hi, color=drawn.get_color(), alpha=alpha)
+
+
+def save_png(fig: Figure, png_path: str | os.PathLike) -> Path:
+    """Lay ``fig`` out tightly, write it to ``png_path`` (100 dpi; folders made) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    png_path = Path(png_path)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path
 
 
 def plot_learning_curve(
@@ -35,20 +69,14 @@ def plot_learning_curve(
             continue
         xs = [r[x] for r in rows]
         ys = [r[y] for r in rows]
-        ax.plot(xs, ys, label=label)
         if y_std is not None and all(y_std in r for r in rows):
-            lo = [r[y] - r[y_std] for r in rows]
-            hi = [r[y] + r[y_std] for r in rows]
-            ax.fill_between(xs, lo, hi, alpha=0.2)
+            plot_band(ax, xs, ys, [r[y_std] for r in rows], label=label)
+        else:
+            ax.plot(xs, ys, label=label)
     ax.set_xlabel("env steps" if x == "step" else x)
     ax.set_ylabel(y)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if extra:
         ax.legend()
-    fig.tight_layout()
-    png_path = Path(png_path)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
-    return png_path
+    return save_png(fig, png_path)
