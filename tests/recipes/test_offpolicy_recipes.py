@@ -1,5 +1,5 @@
 """Off-policy recipes: each ``main`` runs with a tiny config; a resumed run (replay buffer
-included) continues exactly like an uninterrupted one.
+included) continues exactly like an uninterrupted one; DQN picks a CNN for frames (MinAtar).
 
 The ``slow`` tests are learning runs: DQN solves CartPole-v1, SAC solves Pendulum-v1.
 """
@@ -97,6 +97,41 @@ def test_recipe_options_run(name, options, tmp_path):
     module, cfg = config(name, tmp_path, checkpoint_every=0, **options)
     result = module.main(cfg)
     assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
+
+
+def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
+    pytest.importorskip("minatar")
+    import dqn
+
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import MinAtarCNN, NatureCNN
+
+    with make_vec_env("MinAtar/Breakout-v1", 1) as env:
+        qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
+        assert isinstance(qnet.net, MinAtarCNN)
+        assert qnet.net.features[0].scale == 1.0  # MinAtar's channels are 0 or 1
+        with pytest.raises(ValueError, match="--algo iqn takes flat observations"):
+            dqn.q_network_and_loss(dqn.Config(algo="iqn"), env.observation_spec, env.action_spec)
+        with pytest.raises(ValueError, match="one flat 'observation'"):
+            dqn.q_network_and_loss(dqn.Config(network="mlp"), env.observation_spec, env.action_spec)
+    with make_vec_env("CartPole-v1", 1) as env:
+        qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
+        assert not isinstance(qnet.net, (MinAtarCNN, NatureCNN))
+        with pytest.raises(ValueError, match="--network cnn needs uint8 frames"):
+            dqn.q_network_and_loss(dqn.Config(network="cnn"), env.observation_spec, env.action_spec)
+
+
+def test_dqn_runs_on_minatar_frames(tmp_path):
+    # --network auto: the CNN Q network on uint8 frames; the buffer stores frames.
+    pytest.importorskip("minatar")
+    module, cfg = config(
+        "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
+        buffer_size=1_000,
+        checkpoint_every=128,  # saving the env and buffer state works with frames
+    )  # fmt: skip
+    result = module.main(cfg)
+    assert result["frames"] == 256 and result["updates"] > 0
+    assert math.isfinite(result["eval_return_mean"])
 
 
 @pytest.mark.parametrize("name", ["sac", "redq", "discrete_sac"])
