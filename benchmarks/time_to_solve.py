@@ -35,6 +35,7 @@ settings, so QR-DQN also gets the "same settings" pair).
     python benchmarks/time_to_solve.py --algos dqn --seeds 3
     python benchmarks/time_to_solve.py --algos ppo --tasks Pendulum-v1 --max-steps 100000
     python benchmarks/time_to_solve.py --algos c51 qrdqn iqn rainbow --tasks CartPole-v1
+    python benchmarks/time_to_solve.py --algos ppo_lstm --rows "zoo settings" --first-seed 100
 """
 
 from __future__ import annotations
@@ -164,9 +165,9 @@ SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
     # (enable_critic_lstm), one 64-wide ReLU layer after each, no orthogonal init, and
     # VecNormalize on the observations (normalize: True; the published agents' configs say
     # norm_reward False). CartPoleNoVel-v1 decays both the learning rate and the clip range
-    # linearly (lin_0.001, lin_0.2); PendulumNoVel-v1 uses gSDE (use_sde, sde_sample_freq 4),
-    # which sb3-contrib gets and tdrl's Gaussian actor lacks, and RecurrentPPO's default batch of
-    # 128 (the entry names none).
+    # linearly (lin_0.001, lin_0.2); PendulumNoVel-v1 uses gSDE (use_sde, sde_sample_freq 4;
+    # tdrl's GSDEActor in the "same settings" row) and RecurrentPPO's default batch of 128 (the
+    # entry names none).
     ("ppo_lstm", "CartPoleNoVel-v1"): dict(
         n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
         ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, lr_decay=True, clip_decay=True,
@@ -334,11 +335,25 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
     if algo == "ppo_lstm":
         # The same mapping plus the LSTMs: 64 wide and one 64 layer after each as the zoo's
         # (the critic has its own LSTM: enable_critic_lstm), running observation normalization
-        # (VecNormalize's obs part), gSDE where the zoo uses it (use_sde, sde_sample_freq), and
-        # sequences of min(n_steps, batch_size) steps, so that an epoch takes as many
-        # minibatches as sb3-contrib's (which cuts its n_steps rollouts into batch_size pieces;
-        # both also cut at episode starts), ReLU after the LSTMs. Still different: orthogonal
-        # init (zoo: ortho_init False), a constant clip range (the recipe has no clip schedule).
+        # (VecNormalize's obs part: clip 10, epsilon 1e-8), gSDE where the zoo uses it (use_sde,
+        # sde_sample_freq; full_std, log-std 0, exp, the policy's last hidden features detached:
+        # tdrl's GSDEActor), and sequences of min(n_steps, batch_size) steps, so that an epoch
+        # takes as many minibatches as sb3-contrib's (which cuts its n_steps rollouts into
+        # batch_size pieces; both also cut at episode starts), ReLU after the LSTMs, and what
+        # SB3's policy does besides: PyTorch's default init (ortho_init False; both keep the
+        # LSTMs' default init), a Gaussian in the env's action units (no rescaling of [-1, 1]
+        # to Pendulum's [-2, 2], which doubled the mean's step and the noise's std; the env
+        # clips), Adam's epsilon 1e-5. The same already: value loss 0.5 x MSE, no value
+        # clipping, advantages normalized per minibatch, gradient norm 0.5, the bootstrap at
+        # time limits, each sequence starting from the state stored at collection. Still
+        # different: VecNormalize updates its statistics every step (and the rollout keeps each
+        # observation as normalized then), tdrl between batches (the first batch is raw, then a
+        # one-batch lag); sb3-contrib walks the flattened rollout in order from a random offset
+        # (consecutive batch_size pieces, cut at episode starts and env changes, padded), tdrl
+        # shuffles fixed seq_len chunks of each env row; gSDE's noise: SB3 also redraws it at
+        # every rollout start, tdrl every sample_freq steps across batches, the same steps here
+        # (n_steps 1024 is a multiple of 4); the clip range is constant (CartPoleNoVel's zoo
+        # entry decays it; the recipe has no clip schedule).
         mapped = sb3_settings_of_ppo(zoo)
         return dict(
             mapped, recurrent="lstm", recurrent_size=64, hidden_sizes=(64,), activation="relu",
@@ -346,6 +361,7 @@ def sb3_settings(algo: str, task: str) -> dict[str, Any]:
             if zoo.get("use_sde", False) else 0,
             seq_len=min(zoo["n_steps"], zoo["batch_size"]),
             normalize_observations=bool(zoo.get("normalize", False)),
+            ortho_init=False, rescale_actions=False, adam_eps=1e-5,
         )  # fmt: skip
     if algo == "ppo":
         return sb3_settings_of_ppo(zoo)
@@ -900,15 +916,24 @@ def report(algo: str, task: str, results: dict[str, list[Result]]) -> None:
     ratio peer median / tdrl median (> 1: tdrl is faster)."""
     title = TITLE.get(algo, algo.upper())
     for comparison, runners in RUNNERS[algo].items():
+        shown_rows = [name for name, _ in runners if results.get(name)]  # --rows may skip some
+        if not shown_rows:
+            continue
         print(f"\n{title} {task} ({comparison}): seconds to mean eval return >= "
               f"{THRESHOLD[task]:g}")  # fmt: skip
-        tdrl_median = statistics.median(r.seconds for r in results[runners[0][0]])
-        for i, (name, _) in enumerate(runners):
+        tdrl_name = runners[0][0]
+        tdrl_median = (
+            statistics.median(r.seconds for r in results[tdrl_name])
+            if tdrl_name in shown_rows else None
+        )  # fmt: skip
+        for name in shown_rows:
             runs = results[name]
             median = statistics.median(r.seconds for r in runs)
             steps = statistics.median(r.steps for r in runs)
             shown = ", ".join(fmt(r.seconds) for r in runs)
-            note = f"  ratio {ratio(median, tdrl_median)}" if i else ""
+            note = ""
+            if name != tdrl_name and tdrl_median is not None:
+                note = f"  ratio {ratio(median, tdrl_median)}"
             print(f"  {name:34s} median {fmt(median):>6s} s  (steps {steps:8.0f})  "
                   f"[{shown}]{note}")  # fmt: skip
 
@@ -922,6 +947,11 @@ def main() -> None:
         "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
     )
     parser.add_argument("--max-steps", type=int, default=0, help="default: MAX_STEPS per algo")
+    rows_help = (
+        "run only the rows whose name contains one of these strings, e.g. 'zoo settings' (the "
+        "tables show those rows; ratios need the table's tdrl row)"
+    )
+    parser.add_argument("--rows", nargs="+", default=None, metavar="SUBSTRING", help=rows_help)
     flush_help = "run the peers with subnormal flushing too (tdrl's recipes flush by default)"
     parser.add_argument("--peers-flush-denormal", action="store_true", help=flush_help)
     args = parser.parse_args()
@@ -931,6 +961,8 @@ def main() -> None:
             max_steps = args.max_steps or MAX_STEPS[algo]
             # Every library once per seed (SB3 appears in both comparisons), seeds interleaved.
             lineup = {name: run for runners in RUNNERS[algo].values() for name, run in runners}
+            if args.rows:
+                lineup = {n: r for n, r in lineup.items() if any(s in n for s in args.rows)}
             results: dict[str, list[Result]] = {name: [] for name in lineup}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for name, runner in lineup.items():

@@ -165,3 +165,25 @@ def test_report_prints_medians_per_seed_times_and_ratios(capsys: pytest.CaptureF
     assert "[2.0, 4.0, inf]" in out and "ratio 2.00x" in out
     assert tts.ratio(math.inf, math.inf).startswith("n/a")
     assert tts.ratio(math.inf, 3.0).startswith("inf") and tts.ratio(3.0, math.inf) == "0.00x"
+
+
+def test_recurrent_zoo_mapping_takes_sb3s_policy_defaults() -> None:
+    # ortho_init False, a Gaussian in the env's units (no [-1, 1] rescaling), Adam eps 1e-5
+    for task in tts.TASKS["ppo_lstm"]:
+        zoo = tts.sb3_settings("ppo_lstm", task)
+        assert (zoo["ortho_init"], zoo["rescale_actions"], zoo["adam_eps"]) == (False, False, 1e-5)
+    pendulum = tts.sb3_settings("ppo_lstm", "PendulumNoVel-v1")
+    assert (pendulum["sde_sample_freq"], pendulum["seq_len"], pendulum["minibatch_size"]) == (
+        4,
+        128,
+        128,
+    )
+
+
+def test_report_shows_only_the_rows_that_ran(capsys: pytest.CaptureFixture) -> None:
+    # --rows "zoo settings": only tdrl's zoo-settings row, no tuned table, no ratio
+    R = tts.Result
+    tts.report("ppo_lstm", "PendulumNoVel-v1", {"tdrl PPO-LSTM (zoo settings)": [R(3.0, 9)]})
+    out = capsys.readouterr().out
+    assert "(tuned)" not in out and "(same settings)" in out
+    assert "[3.0]" in out and "ratio" not in out and "sb3-contrib" not in out
