@@ -86,10 +86,7 @@ class ValueEstimator(TensorDictModuleBase):
                 raise TypeError(f"{type(self).__name__} got an unexpected argument {name!r}")
         if truncation not in TRUNCATION_POLICIES:
             raise ValueError(f"truncation must be one of {TRUNCATION_POLICIES}, got {truncation!r}")
-        try:
-            check_discount("gamma", gamma)  # at the door: 1.5 or NaN would poison every target
-        except InputError as err:
-            raise ValueError(f"{type(self).__name__}: {err}") from None
+        self._check_discount("gamma", gamma)
         self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.get_default_dtype()))
         # Not a submodule (as in TorchRL): the loss owns the critic's parameters.
         self.__dict__["value_network"] = value_network
@@ -99,6 +96,13 @@ class ValueEstimator(TensorDictModuleBase):
         self.truncation = truncation
         self.validate = validate
         self.tensor_keys = EstimatorKeys()
+
+    def _check_discount(self, name: str, value: float | Tensor) -> None:
+        """At the door: a gamma or lambda of 1.5 or NaN would poison every target."""
+        try:
+            check_discount(name, value)
+        except InputError as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from None
 
     # --- keys -----------------------------------------------------------------------------
     def set_keys(self, **kwargs: NestedKey) -> ValueEstimator:

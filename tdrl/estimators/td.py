@@ -9,14 +9,15 @@ writes ``"advantage"`` and ``"value_target"``. ``truncation`` picks what a trunc
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from tensordict import TensorDictBase
 from torch import Tensor
 
 from tdrl.estimators.base import ValueEstimator
-from tdrl.ops import InputError, gae, standardize, td0_return, td_lambda_return
-from tdrl.ops._common import check_discount
+from tdrl.ops import gae, standardize, td0_return, td_lambda_return
 
 
 class GAE(ValueEstimator):
@@ -44,7 +45,8 @@ class GAE(ValueEstimator):
         **kwargs: Any,
     ) -> None:
         super().__init__(gamma=gamma, value_network=value_network, **kwargs)
-        self.lmbda = _lmbda(lmbda, type(self).__name__)
+        self._check_discount("lmbda", lmbda)
+        self.lmbda = float(lmbda)
         self.average_gae = average_gae
 
     def _estimate(
@@ -82,7 +84,8 @@ class TDLambdaEstimator(ValueEstimator):
         **kwargs: Any,
     ) -> None:
         super().__init__(gamma=gamma, value_network=value_network, **kwargs)
-        self.lmbda = _lmbda(lmbda, type(self).__name__)
+        self._check_discount("lmbda", lmbda)
+        self.lmbda = float(lmbda)
         self.average_rewards = average_rewards
 
     def _estimate(
@@ -93,25 +96,15 @@ class TDLambdaEstimator(ValueEstimator):
         gamma = self._gamma(tensordict, reward)
         if self.average_rewards:
             reward = standardize(reward)
-        target = self._target(reward, value, next_value, terminated, done, truncated, gamma,
-                              time_dim)  # fmt: skip
+        target = self._call_op(
+            self._target_op(), reward, next_value, terminated, done, truncated=truncated,
+            value=value, gamma=gamma, time_dim=time_dim,
+        )  # fmt: skip
         return target - value, target
 
-    def _target(
-        self,
-        reward: Tensor,
-        value: Tensor,
-        next_value: Tensor,
-        terminated: Tensor,
-        done: Tensor | None,
-        truncated: Tensor | None,
-        gamma: Any,
-        time_dim: int,
-    ) -> Tensor:
-        return self._call_op(
-            td_lambda_return, reward, next_value, terminated, done, truncated=truncated,
-            value=value, gamma=gamma, lmbda=self.lmbda, time_dim=time_dim,
-        )  # fmt: skip
+    def _target_op(self) -> Callable[..., Tensor]:
+        """The op that computes the value target (TD(0) swaps in the one-step target)."""
+        return functools.partial(td_lambda_return, lmbda=self.lmbda)
 
 
 class TD1Estimator(TDLambdaEstimator):
@@ -127,27 +120,5 @@ class TD0Estimator(TDLambdaEstimator):
     def __init__(self, *, gamma: float | Tensor, value_network: Any = None, **kwargs: Any) -> None:
         super().__init__(gamma=gamma, lmbda=0.0, value_network=value_network, **kwargs)
 
-    def _target(
-        self,
-        reward: Tensor,
-        value: Tensor,
-        next_value: Tensor,
-        terminated: Tensor,
-        done: Tensor | None,
-        truncated: Tensor | None,
-        gamma: Any,
-        time_dim: int,
-    ) -> Tensor:
-        return self._call_op(
-            td0_return, reward, next_value, terminated, done, truncated=truncated, value=value,
-            gamma=gamma, time_dim=time_dim,
-        )  # fmt: skip
-
-
-def _lmbda(lmbda: float | Tensor, owner: str) -> float:
-    """``lmbda`` as a float, checked finite and in [0, 1] at construction."""
-    try:
-        check_discount("lmbda", lmbda)
-    except InputError as err:
-        raise ValueError(f"{owner}: {err}") from None
-    return float(lmbda)
+    def _target_op(self) -> Callable[..., Tensor]:
+        return td0_return
