@@ -40,7 +40,6 @@ class Config(trainers.AdvantageConfig):
     """Fields beyond tdrl.trainers.AdvantageConfig's (--help lists all, with defaults)."""
 
     env_id: str = "CartPole-v1"
-    total_frames: int = 200_000
     num_envs: int = 4
     """envs per worker."""
     frames_per_batch: int = 80
@@ -52,7 +51,6 @@ class Config(trainers.AdvantageConfig):
     entropy_coeff: float = 0.01
     normalize_advantage: bool = False
     max_grad_norm: float = 40.0
-    eval_every: int = 20_000
     checkpoint_every: int = 100_000
     collector: Literal["local", "ray", "process"] = "ray"
     """ray: rollouts from num_workers Ray actors, first done first used; process: the same on

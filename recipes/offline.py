@@ -59,7 +59,6 @@ class Config(trainers.EntropyConfig):
     """the offline algorithm."""
     total_frames: int = 100_000
     """gradient steps in total (1M in the papers)."""
-    num_envs: int = 1
     eval_every: int = 5_000
     checkpoint_every: int = 50_000
     actor_lr: float = 3e-4

@@ -33,8 +33,6 @@ class Config(trainers.OnPolicyConfig):
     lr: float = 1e-3
     baseline: bool = False
     """subtract a learned state value from the return (and train it)."""
-    normalize_advantage: bool = True
-    """normalize the returns (advantages) over each batch."""
 
 
 def zero_value() -> TensorDictModule:

@@ -52,8 +52,6 @@ class Config(trainers.OnPolicyConfig):
     """added to the Fisher matrix in the conjugate-gradient solve."""
     cg_iters: int = 10
     """conjugate-gradient iterations."""
-    normalize_advantage: bool = True
-    """normalize advantages over each batch."""
 
 
 def main(cfg: Config) -> dict[str, float]:

@@ -176,6 +176,9 @@ class OnPolicyConfig(RunConfig):
     """initial log standard deviation of the Gaussian policy."""
     normalize_observations: bool = True
     """running mean/std observation normalization."""
+    normalize_advantage: bool = True
+    """normalize advantages (REINFORCE: the returns) to zero mean and unit std over each
+    minibatch, or over the batch where an update takes it whole."""
     activation: Literal["tanh", "relu"] = "tanh"
     """activation of the actor's and critic's hidden layers (tanh: Tianshou's and SB3's MuJoCo
     default; relu: e.g. rl-baselines3-zoo's recurrent PPO)."""
@@ -288,8 +291,6 @@ class AdvantageConfig(OnPolicyConfig):
     """weight of the entropy bonus."""
     max_grad_norm: float = 0.5
     """global gradient-norm clip."""
-    normalize_advantage: bool = True
-    """normalize advantages per minibatch."""
     recurrent: Literal["none", "lstm", "gru"] = "none"
     """a recurrent actor (LSTM or GRU on the observation, then the MLP head; the critic stays
     feed-forward) for partially observed tasks, e.g. CartPoleNoVel-v1."""
