@@ -67,6 +67,24 @@ def _bounds(low: Bound, high: Bound) -> tuple[torch.Tensor, torch.Tensor]:
     return low_t, high_t
 
 
+def _register_bounds(
+    module: nn.Module, action_dim: int, low: Bound, high: Bound, *, persistent: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the action box and register it as ``action_low``/``action_high`` ``[A]`` buffers;
+    returns the checked ``(low, high)`` as given (scalars stay scalars)."""
+    low_t, high_t = _bounds(low, high)
+    module.register_buffer("action_low", low_t.expand(action_dim).clone(), persistent=persistent)
+    module.register_buffer("action_high", high_t.expand(action_dim).clone(), persistent=persistent)
+    return low_t, high_t
+
+
+def _tanh_to_box(pre_tanh: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """``mid + half tanh(x)``: the real line onto the box ``[low, high]``."""
+    mid = (high + low) / 2
+    half = (high - low) / 2
+    return mid + half * torch.tanh(pre_tanh)
+
+
 class _ProbabilisticActor(TensorDictModuleBase):
     """Shared forward: parameters -> distribution -> action and log-prob by interaction type."""
 
@@ -216,9 +234,7 @@ class TanhGaussianActor(_ProbabilisticActor):
             if state_dependent_scale
             else nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         )
-        low, high = _bounds(action_low, action_high)
-        self.register_buffer("action_low", low.expand(action_dim).clone(), persistent=False)
-        self.register_buffer("action_high", high.expand(action_dim).clone(), persistent=False)
+        low, high = _register_bounds(self, action_dim, action_low, action_high, persistent=False)
         # [-1, 1] bounds go to TanhNormal as numbers: no affine map per distribution.
         self.unit_bounds = bool((low == -1).all()) and bool((high == 1).all())
 

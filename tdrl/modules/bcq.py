@@ -15,7 +15,7 @@ from torchrl.data import Composite, TensorSpec
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION
-from tdrl.modules.actors import Bound, _apply, _bounds
+from tdrl.modules.actors import Bound, _apply, _register_bounds, _tanh_to_box
 from tdrl.modules.mlp import mlp
 from tdrl.modules.networks import action_bounds, flat_dims, torch_default_init_
 
@@ -34,9 +34,7 @@ class _BoundedActions(TensorDictModuleBase):
         self.action_dim = action_dim
         self.in_keys = list(in_keys)
         self.out_keys = [ACTION]
-        low, high = _bounds(action_low, action_high)
-        self.register_buffer("action_low", low.expand(action_dim).clone())
-        self.register_buffer("action_high", high.expand(action_dim).clone())
+        _register_bounds(self, action_dim, action_low, action_high)
 
     def _run(self, net: nn.Module, parts: list[torch.Tensor], width: int) -> torch.Tensor:
         """``net`` on the concatenated ``parts``, checked to give ``width`` outputs."""
@@ -47,9 +45,7 @@ class _BoundedActions(TensorDictModuleBase):
         return out
 
     def _squash(self, pre_tanh: torch.Tensor) -> torch.Tensor:
-        mid = (self.action_high + self.action_low) / 2
-        half = (self.action_high - self.action_low) / 2
-        return mid + half * torch.tanh(pre_tanh)
+        return _tanh_to_box(pre_tanh, self.action_low, self.action_high)
 
 
 class BCQVAE(_BoundedActions):

@@ -10,7 +10,7 @@ from torch import nn
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION
-from tdrl.modules.actors import Bound, _apply, _bounds
+from tdrl.modules.actors import Bound, _apply, _register_bounds, _tanh_to_box
 
 
 class DeterministicActor(TensorDictModuleBase):
@@ -45,9 +45,7 @@ class DeterministicActor(TensorDictModuleBase):
         self.action_dim = action_dim
         self.in_keys = [in_key]
         self.out_keys = [ACTION]
-        low, high = _bounds(action_low, action_high)
-        self.register_buffer("action_low", low.expand(action_dim).clone())
-        self.register_buffer("action_high", high.expand(action_dim).clone())
+        _register_bounds(self, action_dim, action_low, action_high)
 
     def action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The action for ``tensordict`` in env units; nothing is written."""
@@ -59,9 +57,7 @@ class DeterministicActor(TensorDictModuleBase):
                 f"DeterministicActor: the network must output action_dim={self.action_dim} "
                 f"values, got shape {tuple(out.shape)}"
             )
-        mid = (self.action_high + self.action_low) / 2
-        half = (self.action_high - self.action_low) / 2
-        return mid + half * torch.tanh(out)
+        return _tanh_to_box(out, self.action_low, self.action_high)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         tensordict.set(ACTION, self.action(tensordict))

@@ -21,7 +21,7 @@ from tensordict.utils import NestedKey
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, IS_INIT
-from tdrl.modules.actors import Bound, _bounds, masked_logits
+from tdrl.modules.actors import Bound, _register_bounds, masked_logits
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float:
@@ -131,9 +131,7 @@ class _ActionNoise(_Exploration):
     ) -> None:
         super().__init__(action_key, default_interaction_type)
         self.action_dim = action_dim
-        low, high = _bounds(action_low, action_high)
-        self.register_buffer("action_low", low.expand(action_dim).clone())
-        self.register_buffer("action_high", high.expand(action_dim).clone())
+        _register_bounds(self, action_dim, action_low, action_high)
 
     def _action(self, tensordict: TensorDictBase) -> torch.Tensor:
         key = self.in_keys[0]
@@ -208,8 +206,6 @@ class AdditiveGaussianNoise(_ActionNoise):
 
 
 class OrnsteinUhlenbeckNoise(_ActionNoise):
-    state: torch.Tensor
-
     """Temporally correlated noise of DDPG (Lillicrap et al. 2015, arXiv 1509.02971).
 
     ``x <- x + theta (mu - x) dt + sigma sqrt(dt) N(0, 1)`` per env (the Euler-Maruyama step of
@@ -226,14 +222,14 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         sigma: noise scale.
         dt: time step.
         x0: reset value of the state.
-        action_low: env lower bound; ``None`` means -1.
-        action_high: env upper bound; ``None`` means 1.
-        action_key: the action entry to rewrite.
-        default_interaction_type: used when no interaction type is set.
+        action_low, action_high, action_key, default_interaction_type: as
+            :class:`AdditiveGaussianNoise`.
 
     Shapes:
         ``action``: ``[*B, A]``; ``is_init``: ``[*B, 1]``; the state: ``[*B, A]``.
     """
+
+    state: torch.Tensor
 
     def __init__(
         self,
