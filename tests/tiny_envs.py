@@ -100,3 +100,30 @@ class Masked(gym.Env):
         valid = self._obs()["action_mask"][action] == 1
         self.t += 1
         return self._obs(), 1.0 if valid else -1.0, False, self.t >= self.length, {}
+
+
+class Counting(gym.Env):
+    """Frames ``[1, 2, 2]`` uint8 numbering every reset and step (the count's four bytes, so each
+    frame is unique); episodes last 3, 1, 5, 2 steps in turn, ending terminated or truncated
+    alternately."""
+
+    lengths = (3, 1, 5, 2)
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0, 255, (1, 2, 2), np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.count, self.episode, self.t = 0, -1, 0
+
+    def _frame(self) -> np.ndarray:
+        self.count += 1
+        return np.frombuffer(np.uint32(self.count).tobytes(), np.uint8).reshape(1, 2, 2).copy()
+
+    def reset(self, *, seed=None, options=None):
+        self.episode, self.t = self.episode + 1, 0
+        return self._frame(), {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t == self.lengths[self.episode % len(self.lengths)]
+        odd = self.episode % 2 == 1
+        return self._frame(), 0.0, end and not odd, end and odd, {}

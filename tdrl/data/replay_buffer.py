@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from torch import Tensor
 from tdrl import _fast, keys
 from tdrl._fast.tdict import entries
 from tdrl.data import sampling
+from tdrl.data.frames import FrameStore
 from tdrl.data.integrity import check_files, file_records
 from tdrl.data.storage import NestedKey, StreamStorage, _spell
 from tdrl.ops._common import check_discount
@@ -36,6 +38,13 @@ class ReplayBuffer:
     sampling reproducible. ``storage_path``: keep the stored tensors in memory-mapped files in
     that folder instead of RAM (buffers larger than memory; the same API and samples).
 
+    ``frame_keys`` (pixels): those observation entries arrive as stacks of ``frame_stack``
+    frames on their first feature axis (``[*B, k * C, H, W]``, what ``tdrl.envs`` pixel envs
+    with ``frame_stack=k`` return); each step's newest frame is stored once and the
+    ``("next", ...)`` twins are not stored at all: both stacks are rebuilt at sampling
+    (:mod:`tdrl.data.frames`), so a transition costs one frame instead of 2k. Samples and
+    slices carry the same stacks the env gave; ``storage`` shows the single stored frames.
+
     Shapes:
         storage leaves ``[capacity // S, S, *F]``; ``sample(B) -> [B]``; slices ``[B, L]``.
     """
@@ -50,6 +59,8 @@ class ReplayBuffer:
         gamma: float = 0.99,
         generator: np.random.Generator | int | None = None,
         storage_path: str | Path | None = None,
+        frame_keys: Sequence[NestedKey] | None = None,
+        frame_stack: int = 1,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -69,10 +80,18 @@ class ReplayBuffer:
         self._storage: StreamStorage | None = None
         # Disk-backed storage: the leaves live in memory-mapped files under this folder.
         self.storage_path = storage_path
+        if frame_keys is None and frame_stack != 1:
+            raise ValueError(
+                f"frame_stack={frame_stack} needs frame_keys (the entries holding the frames)"
+            )
+        self._frames = None if frame_keys is None else FrameStore(frame_keys, frame_stack)
 
     # --- writing ---------------------------------------------------------------------------
     def extend(self, td: TensorDictBase) -> None:
         """Append a ``[S]`` batch or a ``[S, T]`` rollout at the write cursor."""
+        if self._frames is not None:
+            self._extend_frames(self._frames, td)
+            return
         storage = self._storage
         if storage is None:
             storage = self._allocate(td)
@@ -92,14 +111,34 @@ class ReplayBuffer:
     def _written(self, steps: int) -> None:
         """Hook after ``steps`` time steps were written, ending before the cursor."""
 
-    def _allocate(self, td: TensorDictBase) -> StreamStorage:
+    def _extend_frames(self, frames: FrameStore, td: TensorDictBase) -> None:
+        """:meth:`extend` of a frame-efficient buffer: checked and split before anything is
+        written, then the next frames of the written steps are recorded."""
+        storage = self._storage
+        num_streams = self._streams_of(td) if storage is None else storage.num_streams
+        if storage is not None:
+            storage.steps_of(td)  # the batch size fits the streams
+        stored = frames.split(td, num_streams)
+        if storage is None:
+            storage = self._allocate(stored)
+        cursor = storage.cursor
+        steps = storage.write(stored)
+        if steps:
+            frames.written(storage, cursor, steps)
+            if self._hooked:
+                self._written(steps)
+
+    def _streams_of(self, td: TensorDictBase) -> int:
         if td.batch_dims not in (1, 2):
             raise ValueError(
                 f"expected a [N] batch or a [N, T] rollout, got batch size {tuple(td.batch_size)}"
             )
-        streams = self._num_streams
-        if streams is None:
-            streams = td.batch_size[0] if td.batch_dims == 2 else 1
+        if self._num_streams is not None:
+            return self._num_streams
+        return td.batch_size[0] if td.batch_dims == 2 else 1
+
+    def _allocate(self, td: TensorDictBase) -> StreamStorage:
+        streams = self._streams_of(td)
         storage = StreamStorage(self._capacity, streams, self.device, path=self.storage_path)
         if self.n_steps > storage.length:
             raise ValueError(
@@ -173,6 +212,11 @@ class ReplayBuffer:
             entries(out).update(extra)  # type: ignore[arg-type]  # plain string keys
         else:
             out.update(extra)
+        if self._frames is not None:
+            last = index
+            if self.n_steps > 1:  # the n-step sample's next entries are those of step t + k - 1
+                last = storage.advance(index, extra[keys.STEPS_TO_NEXT_OBS].squeeze(-1) - 1)
+            self._frames.fill(storage, out, index, last)
         return out
 
     def sample_slices(
@@ -193,9 +237,16 @@ class ReplayBuffer:
         keys of a dict observation each) and its ``("next", ...)`` twin by the last k
         observations ``[B, L, k, *obs]`` (oldest first), repeating the episode's first
         observation instead of reaching into the previous episode. ``"index"`` is ``[B, L]``.
+        A frame-efficient buffer (``frame_keys``) returns its own stacks, in the env's layout,
+        and takes no ``frame_stack`` here.
         """
         storage = self._require(batch_size)
-        return sampling.sample_slices(
+        if self._frames is not None and frame_stack != 1:
+            raise ValueError(
+                f"this buffer stacks its frame_keys itself (frame_stack={self._frames.k} at "
+                f"construction); sample_slices(frame_stack={frame_stack}) is for other buffers"
+            )
+        out = sampling.sample_slices(
             storage,
             self.rng,
             batch_size,
@@ -203,6 +254,10 @@ class ReplayBuffer:
             frame_stack=frame_stack,
             observation_keys=observation_keys,
         )
+        if self._frames is not None:
+            index = out.get(keys.INDEX)
+            self._frames.fill(storage, out, index, index)
+        return out
 
     # --- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -215,6 +270,7 @@ class ReplayBuffer:
             "size": 0 if s is None else s.size,
             "rng": self.rng.bit_generator.state,
             "storage": None if s is None else self.storage,
+            "frames": None if self._frames is None else self._frames.state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -240,6 +296,15 @@ class ReplayBuffer:
         for k, leaf in zip(storage.keys, storage.leaves, strict=False):
             leaf.copy_(data.get(_spell(k)))
         storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
+        frames = state.get("frames")
+        saved_with = frames is not None
+        if saved_with != (self._frames is not None):
+            raise ValueError(
+                f"state was saved {'with' if saved_with else 'without'} frame_keys; this buffer "
+                f"is built {'without' if saved_with else 'with'} them"
+            )
+        if self._frames is not None:
+            self._frames.load(frames, storage)
         self._set_storage(storage)
 
     def save(self, path: str | Path) -> None:

@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from tdrl import keys
+from tdrl.data.frames import frame_stack_index
 from tdrl.data.storage import NestedKey, StreamStorage
 from tdrl.ops import nstep_return, nstep_steps
 
@@ -103,25 +104,6 @@ def _slice_starts(
         )
     pick = torch.from_numpy(rng.integers(0, valid.numel(), batch_size)).to(storage.device)
     return valid[pick]
-
-
-def frame_stack_index(storage: StreamStorage, index: Tensor, k: int) -> Tensor:
-    """Flat indices of the last k observations of each step, clamped at the episode start.
-
-    Shapes: index ``[B, L]`` -> ``[B, L, k]`` (oldest first).
-    """
-    S, length = storage.num_streams, storage.length
-    position = index // S
-    back = torch.arange(1, k, device=index.device)  # look-backs j = 1..k-1
-    prev = storage.window(index, -back)  # [B, L, k-1]
-    done_i = storage.leaf(keys.NEXT_DONE)
-    ended = storage.flat[done_i][prev].reshape(*prev.shape, -1).any(-1)
-    age = (position - storage.oldest()) % length  # stored steps before this one in the stream
-    # Look-back j is allowed while no step in between ended an episode and data are stored.
-    allowed = (torch.cumsum(ended.int(), -1) == 0) & (back <= age.unsqueeze(-1))
-    reach = allowed.int().sum(-1, keepdim=True)  # allowed look-backs form a prefix 1..reach
-    lookback = torch.minimum(torch.arange(k - 1, -1, -1, device=index.device), reach)
-    return ((position.unsqueeze(-1) - lookback) % length) * S + (index % S).unsqueeze(-1)
 
 
 def sample_slices(

@@ -16,6 +16,7 @@ from tdrl.data import ReplayBuffer
 from tdrl.envs import ChannelsFirst, FrameStack, RewardClipping, make_vec_env
 from tdrl.envs.pixels import register_pixel_tasks
 from tdrl.keys import NEXT_REWARD_UNCLIPPED
+from tests.tiny_envs import Counting
 
 minatar = pytest.importorskip("minatar")
 pytest.importorskip("ale_py")
@@ -164,33 +165,6 @@ def test_reward_clipping_keeps_the_raw_reward_and_the_logged_returns():
         assert float(batch["next", "reward"][0, ids == tid].sum()) < float(ret)
     with pytest.raises(ValueError, match="clamp_min < clamp_max"):
         RewardClipping(1.0, -1.0)
-
-
-class Counting(gym.Env):
-    """Frames ``[1, 2, 2]`` holding a counter that grows at every step and reset, so each frame
-    is unique; episodes last 3, 1, 5, 2 steps in turn, ending terminated or truncated
-    alternately."""
-
-    lengths = (3, 1, 5, 2)
-
-    def __init__(self) -> None:
-        self.observation_space = gym.spaces.Box(0, 255, (1, 2, 2), np.uint8)
-        self.action_space = gym.spaces.Discrete(2)
-        self.count, self.episode, self.t = 0, -1, 0
-
-    def _frame(self) -> np.ndarray:
-        self.count += 1
-        return np.full((1, 2, 2), self.count % 256, np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        self.episode, self.t = self.episode + 1, 0
-        return self._frame(), {}
-
-    def step(self, action):
-        self.t += 1
-        end = self.t == self.lengths[self.episode % len(self.lengths)]
-        odd = self.episode % 2 == 1
-        return self._frame(), 0.0, end and not odd, end and odd, {}
 
 
 def expected_stacks(batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
