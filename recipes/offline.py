@@ -49,8 +49,9 @@ from tdrl.objectives import (
 
 
 @dataclass(frozen=True)
-class Config(trainers.EntropyConfig):
-    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
+class Config(trainers.TD3Config, trainers.EntropyConfig):
+    """Fields beyond tdrl.trainers.TD3Config's (td3bc) and EntropyConfig's (cql) (--help lists
+    all, with defaults)."""
 
     env_id: str = "Hopper-v5"
     dataset: str = "tdrl/hopper-medium-v0"
@@ -65,8 +66,6 @@ class Config(trainers.EntropyConfig):
     critic_lr: float = 3e-4
     alpha: float = 2.5
     """td3bc: weight of the Q term against the behaviour-cloning term."""
-    policy_delay: int = 2
-    """td3bc: critic steps per actor step."""
     expectile: float = 0.7
     """iql: expectile of the value loss."""
     beta: float = 3.0
@@ -114,7 +113,10 @@ def main(cfg: Config) -> dict[str, float]:
         if cfg.algo == "td3bc":
             actor = deterministic_actor(obs_spec, act_spec, hidden)
             critic: Any = q_ensemble(obs_spec, act_spec, hidden)
-            loss = TD3BCLoss(actor, critic, alpha=cfg.alpha, gamma=cfg.gamma)
+            loss = TD3BCLoss(
+                actor, critic, alpha=cfg.alpha, policy_noise=cfg.policy_noise,
+                noise_clip=cfg.noise_clip, gamma=cfg.gamma,
+            )  # fmt: skip
             every, with_actor = cfg.policy_delay, True
         elif cfg.algo == "cql":  # SAC's actor, critics and entropy tuning
             actor = tanh_gaussian_actor(obs_spec, act_spec, hidden)

@@ -27,21 +27,15 @@ from tdrl.objectives import TD3Loss
 
 
 @dataclass(frozen=True)
-class Config(trainers.ActorCriticConfig):
-    """Fields beyond tdrl.trainers.ActorCriticConfig's (--help lists all, with defaults)."""
+class Config(trainers.TD3Config):
+    """Fields beyond tdrl.trainers.TD3Config's (--help lists all, with defaults)."""
 
     env_id: str = "Hopper-v5"
     init_random_frames: int = 25_000
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
-    policy_delay: int = 2
-    """critic steps per actor step and target update."""
     exploration_noise: float = 0.1
     """Gaussian exploration noise (half-range units)."""
-    policy_noise: float = 0.2
-    """target policy smoothing noise (half-range units)."""
-    noise_clip: float = 0.5
-    """clip of the smoothing noise (half-range units)."""
 
 
 def main(cfg: Config) -> dict[str, float]:

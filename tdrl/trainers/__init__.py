@@ -11,6 +11,7 @@ from tdrl.trainers.config import (
     PPOConfig,
     QLearningConfig,
     RunConfig,
+    TD3Config,
     parse,
 )
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
@@ -75,6 +76,7 @@ __all__ = [
     "OnPolicyConfig",
     "PPOConfig",
     "QLearningConfig",
+    "TD3Config",
     "OnPolicySetup",
     "Run",
     "RunConfig",

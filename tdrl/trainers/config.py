@@ -252,6 +252,19 @@ class ActorCriticConfig(OffPolicyConfig):
 
 
 @dataclass(frozen=True)
+class TD3Config(ActorCriticConfig):
+    """:class:`ActorCriticConfig` plus TD3's delayed actor updates and smoothed target policy
+    (Fujimoto et al. 2018, arXiv 1802.09477): TD3, and TD3+BC in the offline recipe."""
+
+    policy_delay: int = 2
+    """critic steps per actor step and target update."""
+    policy_noise: float = 0.2
+    """target policy smoothing noise (half-range units)."""
+    noise_clip: float = 0.5
+    """clip of the smoothing noise (half-range units)."""
+
+
+@dataclass(frozen=True)
 class EntropyConfig(ActorCriticConfig):
     """:class:`ActorCriticConfig` plus the entropy coefficient alpha and its tuning (SAC, REDQ,
     discrete SAC): the same flags and meaning in every recipe that has an entropy target."""

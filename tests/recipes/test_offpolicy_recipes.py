@@ -16,7 +16,14 @@ import pytest
 import torch
 
 from tdrl.data import ReplayBuffer
-from tdrl.trainers import latest_checkpoint, read_csv, truncate_streams, updates_due
+from tdrl.trainers import (
+    TD3Config,
+    latest_checkpoint,
+    parse,
+    read_csv,
+    truncate_streams,
+    updates_due,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
 
@@ -145,6 +152,19 @@ def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
             ValueError, match=f"target_entropy must be 'auto' or a finite number, got '{bad}'"
         ):
             dataclasses.replace(cfg, target_entropy=bad).entropy_target()
+
+
+def test_td3_and_td3bc_take_the_same_td3_flags():
+    # td3.py and offline.py (--algo td3bc) share trainers.TD3Config: one definition of the
+    # delayed, smoothed targets' flags, with one meaning and one check.
+    args = ["--policy-delay", "3", "--policy-noise", "0.1", "--noise-clip", "0.3"]
+    for name in ("td3", "offline"):
+        module = importlib.import_module(name)
+        cfg = parse(module.Config, args)
+        assert isinstance(cfg, TD3Config)
+        assert (cfg.policy_delay, cfg.policy_noise, cfg.noise_clip) == (3, 0.1, 0.3)
+        with pytest.raises(ValueError, match="--policy-delay must be >= 1, got 0"):
+            module.Config(policy_delay=0)
 
 
 def _rows(path: Path) -> list[dict[str, float]]:
