@@ -15,10 +15,14 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here). Adding 3-st
     python recipes/dqn.py                                  # CartPole-v1
     python recipes/dqn.py --n-steps 3 --prioritized --no-double-dqn
     python recipes/dqn.py --env-id MinAtar/Breakout-v1     # uint8 frames: a CNN Q network
+    python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
+        --terminal-on-life-loss --buffer-size 1000000    # Atari: 7.1 GB of frames when full
 
 On uint8 frames ``[C, H, W]`` (``tdrl.envs.pixels``: MinAtar, Atari) the Q network is a CNN
 (--network auto): MinAtar's (Young & Tian 2019) on frames under 36 pixels, DQN's Nature CNN on
-larger ones; the CartPole defaults above were not tuned for them.
+larger ones; the CartPole defaults above were not tuned for them. The replay buffer stores
+frames once per step (``frame_keys``, with ``--frame-stack``): 7,090 bytes a transition on
+Atari with 4-frame stacks instead of 56,474.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from torchrl.data import Composite, TensorSpec
 from tdrl import keys, trainers
 from tdrl.collectors import Collector
 from tdrl.data import PrioritizedReplayBuffer
+from tdrl.envs import RewardClipping
 from tdrl.modules import (
     CategoricalQValueActor,
     EpsilonGreedy,
@@ -123,17 +128,30 @@ class Config(trainers.QLearningConfig):
     network: Literal["auto", "mlp", "cnn"] = "auto"
     """Q network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
     [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
+    frame_stack: int = 1
+    """pixel envs: frames per observation (DQN's Atari setting: 4); the env stacks them to act,
+    the buffer stores each frame once and restacks at sampling."""
+    terminal_on_life_loss: bool = False
+    """Atari: a lost life ends the training episode (evaluation plays whole games)."""
+    clip_rewards: bool = False
+    """learn from rewards clipped to [-1, 1] (DQN on Atari); logged returns stay the env's."""
+
+
+def is_frames(observation_spec: Composite) -> bool:
+    """Whether the observation is uint8 frames ``[C, H, W]``."""
+    leaf = observation_spec.get(keys.OBSERVATION, None)
+    return (
+        leaf is not None
+        and leaf.dtype == torch.uint8
+        and len(leaf.shape) == len(observation_spec.shape) + 3
+    )
 
 
 def pixel_network(cfg: Config, observation_spec: Composite) -> Callable[..., nn.Module] | None:
     """The CNN class for ``cfg.network``, its input set (channels, frame size, and the scale
     1 / high: 1/255 for Atari's pixels, 1 for MinAtar's 0/1 channels), or None for the MLP."""
     leaf = observation_spec.get(keys.OBSERVATION, None)
-    frames = (
-        leaf is not None
-        and leaf.dtype == torch.uint8
-        and len(leaf.shape) == len(observation_spec.shape) + 3
-    )
+    frames = is_frames(observation_spec)
     if cfg.network == "mlp" or (cfg.network == "auto" and not frames):
         return None
     if not frames:
@@ -194,7 +212,11 @@ def q_network_and_loss(
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg, actions="discrete")
+    pixel_options = dict(frame_stack=cfg.frame_stack) if cfg.frame_stack > 1 else {}
+    life_loss = dict(terminal_on_life_loss=True) if cfg.terminal_on_life_loss else {}
+    env, eval_env = trainers.setup(
+        cfg, actions="discrete", env_kwargs=pixel_options, train_env_kwargs=life_loss
+    )
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
     qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
@@ -224,6 +246,9 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.gamma,
         seed=cfg.seed,
         device=cfg.torch_device,
+        # frames: each stored once, not as two stacks of frame_stack (tdrl.data.frames)
+        frame_keys=[keys.OBSERVATION] if is_frames(env.observation_spec) else None,
+        frame_stack=cfg.frame_stack,
     )
     collector = Collector(
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames
@@ -252,7 +277,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
     return trainers.train_off_policy(
         cfg, title, state, collector, buffer, step, eval_env=eval_env, policy=qnet,
-        on_batch=on_batch,
+        on_batch=on_batch, transform=RewardClipping(-1.0, 1.0) if cfg.clip_rewards else None,
     )  # fmt: skip
 
 

@@ -80,16 +80,17 @@ class FrameStore:
         self.owner = torch.empty(0, dtype=torch.int64)  # [F]: flat index owning each slot
         self.finals: list[Tensor] = []  # per key [F, C, *F]
         self.pending: list[Tensor] = []  # per key [S, C, *F]: the newest step's next frame
-        self.pending_done = torch.empty(0, dtype=torch.bool)  # [S]
         self.next_slot = 0
         self._staged: tuple[list[Tensor], Tensor] | None = None
 
     # --- writing -------------------------------------------------------------------------
-    def split(self, td: TensorDictBase, num_streams: int) -> TensorDictBase:
+    def split(
+        self, td: TensorDictBase, num_streams: int, storage: StreamStorage | None
+    ) -> TensorDictBase:
         """The batch to store (each frame entry cut to its newest frame, the ``("next", ...)``
         twins left out); the next frames are staged for :meth:`written`. Checks first: the
         entries' presence and shapes, and that each next frame that is not an episode's final
-        one is the following step's frame."""
+        one is the following step's frame (the stored newest step's included)."""
         bdims = td.batch_dims
         out = td.exclude(*[(keys.NEXT, *k) for k in self.keys])
         roots, nexts = [], []
@@ -116,26 +117,48 @@ class FrameStore:
             )
         done = _streams_first(td.get(keys.NEXT_DONE), bdims, num_streams)
         done = done.reshape(*done.shape[:2], -1).any(-1)  # [S, T]
+        newest_done = self._newest_done(storage) if self.pending else None
         for i, (key, root, nxt) in enumerate(zip(self.keys, roots, nexts, strict=True)):
             if self.pending and root.shape[2:] != self.pending[i].shape[1:]:
                 raise ValueError(
                     f"frame key {_spell(key)!r}: frames of shape {tuple(root.shape[2:])}, the "
                     f"storage holds {tuple(self.pending[i].shape[1:])}"
                 )
-            self._check_successors(i, root, nxt, done)
+            self._check_successors(i, root, nxt, done, newest_done)
         self._staged = (nexts, done)
         return out
 
-    def _check_successors(self, i: int, root: Tensor, nxt: Tensor, done: Tensor) -> None:
+    def _newest_done(self, storage: StreamStorage | None) -> Tensor:
+        """Whether each stream's stored newest step is done, as the storage's flags say now.
+        A step marked done after it was written (``tdrl.trainers.truncate_streams`` at a
+        resume) gets its held next frame moved into the final-frame ring first."""
+        assert storage is not None and storage.size > 0
+        S = storage.num_streams
+        newest = ((storage.cursor - 1) % storage.length) * S + torch.arange(S)
+        done = storage.flat[storage.leaf(keys.NEXT_DONE)][newest]
+        done = done.reshape(S, -1).any(-1)
+        orphan = done & (self.slot_of[newest] < 0)
+        if bool(orphan.any()):
+            owners = newest[orphan]
+            slots = self._take_slots(owners.numel())
+            for finals, pending in zip(self.finals, self.pending, strict=True):
+                finals[slots] = pending[orphan]
+            self.owner[slots] = owners
+            self.slot_of[owners] = slots
+        return done
+
+    def _check_successors(
+        self, i: int, root: Tensor, nxt: Tensor, done: Tensor, newest_done: Tensor | None
+    ) -> None:
         same = (nxt[:, :-1] == root[:, 1:]).flatten(2).all(-1)  # [S, T - 1]
         bad = ~(same | done[:, :-1])
         where = ""
         if bad.any():
             s, t = (int(i) for i in bad.nonzero()[0])
             where = f"stream {s}, step {t} of the batch"
-        elif self.pending:
+        elif newest_done is not None:
             first = (self.pending[i] == root[:, 0]).flatten(1).all(-1)
-            bad0 = ~(first | self.pending_done)
+            bad0 = ~(first | newest_done)
             if bad0.any():
                 where = f"stream {int(bad0.nonzero()[0, 0])}, the stored newest step"
         if where:
@@ -158,7 +181,6 @@ class FrameStore:
             self.owner = torch.full((size,), -1, dtype=torch.int64)
             self.finals = [x.new_zeros(size, *x.shape[2:]) for x in nexts]
             self.pending = [x.new_zeros(S, *x.shape[2:]) for x in nexts]
-            self.pending_done = torch.zeros(S, dtype=torch.bool)
         m = min(steps, length)  # only the newest `length` steps of a long batch were kept
         positions = (cursor + steps - m + torch.arange(m)) % length  # [m]
         flat = positions.unsqueeze(0) * S + torch.arange(S).unsqueeze(1)  # [S, m]
@@ -173,7 +195,6 @@ class FrameStore:
             self.slot_of[owners] = slots
         for pending, nxt in zip(self.pending, nexts, strict=True):
             pending.copy_(nxt[:, -1])
-        self.pending_done.copy_(done[:, -1])
 
     def _take_slots(self, n: int) -> Tensor:
         """n free slots of the final-frame ring, growing it when the next ones are in use."""
@@ -241,7 +262,6 @@ class FrameStore:
             {
                 "slot_of": self.slot_of,
                 "owner": self.owner,
-                "pending_done": self.pending_done,
                 "next_slot": torch.tensor(self.next_slot),
             },
             batch_size=[],
@@ -266,7 +286,6 @@ class FrameStore:
         if bool(((slot_of < -1) | (slot_of >= size)).any()):
             raise ValueError(f"frame state: slot_of holds slots outside [-1, {size})")
         self.slot_of, self.owner = slot_of.clone(), owner.clone()
-        self.pending_done = data.get("pending_done").clone()
         self.next_slot = int(data.get("next_slot")) % size
         self.finals = [data.get(("finals", *k)).clone() for k in self.keys]
         self.pending = [data.get(("pending", *k)).clone() for k in self.keys]

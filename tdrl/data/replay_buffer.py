@@ -118,7 +118,7 @@ class ReplayBuffer:
         num_streams = self._streams_of(td) if storage is None else storage.num_streams
         if storage is not None:
             storage.steps_of(td)  # the batch size fits the streams
-        stored = frames.split(td, num_streams)
+        stored = frames.split(td, num_streams, storage)
         if storage is None:
             storage = self._allocate(stored)
         cursor = storage.cursor

@@ -18,7 +18,7 @@ data; when the collector cannot resume its episodes exactly (async envs),
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -27,6 +27,7 @@ from tensordict import TensorDictBase
 from tdrl import keys
 from tdrl.collectors import AnyCollector
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+from tdrl.data.storage import NestedKey
 from tdrl.envs import VecEnv
 from tdrl.objectives import HardUpdate, SoftUpdate, total_loss
 from tdrl.objectives.target import HasTargets
@@ -68,18 +69,22 @@ def make_replay_buffer(
     gamma: float = 0.99,
     seed: int | None = None,
     device: torch.device | str = "cpu",
+    frame_keys: Sequence[NestedKey] | None = None,
+    frame_stack: int = 1,
 ) -> ReplayBuffer:
     """A uniform or prioritized (Schaul et al. 2015, arXiv 1511.05952) replay buffer.
 
     With ``n_steps > 1`` samples are n-step transitions whose ``"steps_to_next_obs"`` the losses
-    turn into the bootstrap discount ``gamma ** k``.
+    turn into the bootstrap discount ``gamma ** k``. ``frame_keys``/``frame_stack``: pixel
+    entries stored one frame a step and restacked at sampling (:class:`ReplayBuffer`).
     """
+    kwargs: dict[str, Any] = dict(
+        n_steps=n_steps, gamma=gamma, generator=seed, device=device, frame_keys=frame_keys,
+        frame_stack=frame_stack,
+    )  # fmt: skip
     if prioritized:
-        return PrioritizedReplayBuffer(
-            capacity, alpha=alpha, beta=beta, n_steps=n_steps, gamma=gamma, generator=seed,
-            device=device,
-        )  # fmt: skip
-    return ReplayBuffer(capacity, n_steps=n_steps, gamma=gamma, generator=seed, device=device)
+        return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, **kwargs)
+    return ReplayBuffer(capacity, **kwargs)
 
 
 def to_device(cfg: RunConfig, *modules: torch.nn.Module | None) -> torch.device:
@@ -248,11 +253,13 @@ def train_off_policy(
     policy: Callable[[TensorDictBase], TensorDictBase],
     sample: Callable[[], TensorDictBase] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
 ) -> dict[str, float]:
     """The off-policy loop of a recipe, from start to report::
 
         with start_run(cfg, algo, state, collector, ...) as run:  # --resume picks up here
             for batch in collector:        # one step per env (random until learning starts)
+                batch = transform(batch)               # if given, e.g. RewardClipping
                 due = store(buffer, batch, run, cfg)   # gradient steps due at cfg.utd_ratio
                 on_batch(collector.frames)             # schedules: epsilon, PER's beta
                 for _ in range(due):
@@ -275,6 +282,8 @@ def train_off_policy(
     ) as run:
         for batch in collector:
             out = None
+            if transform is not None:  # after the collector logged the env's own returns
+                batch = transform(batch)
             due = store(buffer, batch, run, cfg)
             if on_batch is not None:
                 on_batch(collector.frames)

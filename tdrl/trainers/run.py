@@ -89,23 +89,33 @@ def seed_everything(seed: int) -> None:
 
 
 def setup(
-    cfg: RunConfig, actions: Literal["continuous", "discrete"] | None = None
+    cfg: RunConfig,
+    actions: Literal["continuous", "discrete"] | None = None,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    train_env_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[VecEnv, VecEnv]:
     """Step 1 of a recipe: torch threads, :func:`seed_everything`, then the training envs
     (``num_envs`` in ``mode``, seed ``seed``) and a separate evaluation env (sync, at most
     ``eval_envs`` and ``eval_episodes`` envs, seed ``seed + 10000``). ``actions``: the action
-    space the recipe handles; another one is an error that names both, before any training."""
+    space the recipe handles; another one is an error that names both, before any training.
+    ``env_kwargs`` go to both envs' makers (``frame_stack=4``), ``train_env_kwargs`` to the
+    training envs' only (``terminal_on_life_loss=True``: evaluation plays whole games)."""
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
+    both = dict(env_kwargs or {})
     with _recording_warnings():  # MuJoCo warns while it loads a model: into the run's log too
-        return _make_envs(cfg, actions)
+        return _make_envs(cfg, actions, both, {**both, **(train_env_kwargs or {})})
 
 
 def _make_envs(
-    cfg: RunConfig, actions: Literal["continuous", "discrete"] | None
+    cfg: RunConfig,
+    actions: Literal["continuous", "discrete"] | None,
+    eval_kwargs: dict[str, Any],
+    train_kwargs: dict[str, Any],
 ) -> tuple[VecEnv, VecEnv]:
     n_eval = max(min(cfg.eval_envs, cfg.eval_episodes), 1)
-    eval_env = make_vec_env(cfg.env_id, n_eval, seed=cfg.seed + EVAL_SEED_OFFSET)
+    eval_env = make_vec_env(cfg.env_id, n_eval, seed=cfg.seed + EVAL_SEED_OFFSET, **eval_kwargs)
     if actions is not None:
         continuous = isinstance(eval_env.action_spec, Bounded)
         if continuous != (actions == "continuous"):
@@ -116,7 +126,7 @@ def _make_envs(
                 f"this recipe needs {need} action space; {cfg.env_id} has "
                 f"{type(spec).__name__} actions of shape {tuple(spec.shape[1:])}"
             )
-    env = training_envs(cfg)
+    env = training_envs(cfg, **train_kwargs)
     return env, eval_env
 
 
@@ -155,8 +165,14 @@ def make_collector(
     )  # fmt: skip
 
 
-def training_envs(cfg: RunConfig) -> VecEnv:
-    """The training envs of ``cfg`` on its ``env_backend`` (evaluation always uses gymnasium)."""
+def training_envs(cfg: RunConfig, **make_kwargs: Any) -> VecEnv:
+    """The training envs of ``cfg`` on its ``env_backend`` (evaluation always uses gymnasium);
+    ``make_kwargs`` go to each gymnasium env's maker."""
+    if make_kwargs and cfg.env_backend != "gymnasium":
+        raise ValueError(
+            f"env options {sorted(make_kwargs)} are for gymnasium envs, not --env-backend "
+            f"{cfg.env_backend}"
+        )
     if cfg.env_backend == "torchrl":
         from torchrl.envs import GymEnv, SerialEnv
 
@@ -175,6 +191,7 @@ def training_envs(cfg: RunConfig) -> VecEnv:
         seed=cfg.seed,
         step_timeout=cfg.step_timeout,
         backend=cfg.env_backend,
+        **make_kwargs,
     )
 
 

@@ -193,3 +193,21 @@ def test_frames_of_a_real_minatar_game_round_trip():
         / buffer.capacity,
         4 * 10 * 10,
     )
+
+
+def test_a_step_marked_done_after_it_was_written_keeps_its_real_next_frame():
+    # A resumed run whose envs restart marks each stream's newest step truncated
+    # (tdrl.trainers.truncate_streams); the restarted envs' frames are then accepted, and the
+    # marked step still bootstraps from the next frame it really had.
+    from tdrl.trainers import truncate_streams
+
+    first, _, third = rollouts(num_envs=2, steps=5, batches=3)
+    buffer = ReplayBuffer(100, frame_keys=[OBS], frame_stack=K, generator=0)
+    buffer.extend(first)
+    truncate_streams(buffer)
+    buffer.extend(third)  # does not follow `first`: accepted after the seam
+    sample = buffer.sample(400)
+    at_seam = sample["index"] // 2 == 4  # first's last step, both streams
+    assert at_seam.any() and sample["next", "truncated"][at_seam].all()
+    stream = sample["index"][at_seam] % 2
+    assert torch.equal(sample[NEXT_OBS][at_seam], first[NEXT_OBS][stream, 4])

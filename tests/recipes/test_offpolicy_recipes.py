@@ -141,6 +141,51 @@ def test_dqn_runs_on_minatar_frames(tmp_path):
     assert math.isfinite(result["eval_return_mean"])
 
 
+def test_dqn_stacks_frames_clips_rewards_and_ends_training_episodes_at_lost_lives(tmp_path):
+    # The Atari options on MinAtar frames (cheap): the env stacks 2 frames to act, the buffer
+    # keeps one frame a step and hands the loss the same stacks; rewards are clipped for
+    # learning only; the evaluation env has no life loss (a MinAtar game is one life anyway).
+    pytest.importorskip("minatar")
+    module, cfg = config(
+        "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
+        buffer_size=1_000, frame_stack=2, clip_rewards=True, checkpoint_every=128,
+    )  # fmt: skip
+    result = module.main(cfg)
+    assert result["frames"] == 256 and result["updates"] > 0
+    buffer = ReplayBuffer(1_000, frame_keys=["observation"], frame_stack=2)
+    buffer.load(latest_checkpoint(Path(cfg.log_dir)) / "buffer")
+    assert buffer.storage["observation"].shape[-3:] == (4, 10, 10)  # one 4-channel frame
+    assert ("next", "observation") not in buffer.storage.keys(True)
+    assert buffer.sample(8)["observation"].shape == (8, 8, 10, 10)  # two frames again
+    assert buffer.storage["next", "reward"].abs().max() <= 1.0
+    assert ("next", "reward_unclipped") in buffer.storage.keys(True)
+    with pytest.raises(ValueError, match="for gymnasium envs, not --env-backend torchrl"):
+        module.main(dataclasses.replace(cfg, env_backend="torchrl"))
+
+
+@pytest.mark.slow
+def test_dqn_atari_smoke_run_through_the_whole_pixel_pipeline(tmp_path, capsys):
+    # Pong through ale-py with DQN's preprocessing, 4-frame stacks, life loss and reward
+    # clipping, 20k frames; the buffer's memory per transition is printed (README, Pixels).
+    pytest.importorskip("ale_py")
+    module, cfg = config(
+        "dqn", tmp_path, env_id="tdrl/Pong-v5", total_frames=20_000, init_random_frames=2_000,
+        num_envs=4, buffer_size=20_000, frame_stack=4, clip_rewards=True,
+        terminal_on_life_loss=True, batch_size=32, utd_ratio=0.25, eval_every=10_000,
+        eval_episodes=1, checkpoint_every=20_000,
+    )  # fmt: skip
+    result = module.main(cfg)
+    assert result["frames"] == 20_000 and result["updates"] == 4_500
+    assert math.isfinite(result["eval_return_mean"]) and -21 <= result["eval_return_mean"] <= 21
+    buffer = ReplayBuffer(20_000, frame_keys=["observation"], frame_stack=4)
+    buffer.load(latest_checkpoint(Path(cfg.log_dir)) / "buffer")
+    stored = sum(x[0, 0].numel() * x.element_size() for x in buffer.storage.values(True, True))
+    with capsys.disabled():
+        print(f"\nAtari DQN replay: {stored:,} bytes a transition (4-frame stacks, 84x84)")
+    assert stored < 7_200  # one 7,056-byte frame, not 2 x 4
+    assert buffer.sample(4)["observation"].shape == (4, 4, 84, 84)
+
+
 @pytest.mark.parametrize("name", ["sac", "redq", "discrete_sac"])
 def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
     # Every recipe with an entropy target takes --target-entropy, with one meaning and one check.
