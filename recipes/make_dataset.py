@@ -4,11 +4,18 @@ python recipes/make_dataset.py --kind random --env-id Hopper-v5 --steps 100000
 python recipes/sac.py --env-id Hopper-v5 --total-frames 100000 --log-dir runs/hopper-medium
 python recipes/make_dataset.py --kind policy --run runs/hopper-medium --steps 200000
 python recipes/make_dataset.py --kind replay --run runs/hopper-medium
+python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --log-dir runs/expert-hopper
+python recipes/make_dataset.py --kind policy --algo ppo --run runs/expert-hopper --deterministic
 
 Kinds (D4RL's, Fu et al. 2020, arXiv 2004.07219): ``random`` (uniform random actions),
-``policy`` (the actor of a SAC run's newest checkpoint acting stochastically: ``medium`` for a
-policy at about a third of the expert's return, ``expert`` for the best one trained), and
-``replay`` (the replay buffer of that checkpoint: ``medium-replay``). ``--ref-min-score`` and
+``policy`` (the actor of a run's newest checkpoint, stochastic unless ``--deterministic``:
+``medium`` for a policy at about a third of the expert's return, ``expert`` for the best one
+trained), and ``replay`` (the replay buffer of that checkpoint: ``medium-replay``; SAC runs).
+``--algo`` names the run's recipe: ``sac`` (its tanh-Gaussian actor) or ``ppo`` (the Gaussian
+policy of ``recipes/ppo.py``, with the observation normalization it trained with: its running
+statistics are in the actor's checkpoint and are applied, frozen, when it acts). The run folder
+keeps no config, so ``--hidden-sizes`` (and ``--activation`` for PPO) must match the run's; a
+mismatch in the widths fails the load. ``--ref-min-score`` and
 ``--ref-max-score`` store the returns that normalize scores the D4RL way (0 = random, 100 =
 expert). The dataset id defaults to ``tdrl/<task>-<kind>-v0``; it is written whole or not at all.
 """
@@ -17,15 +24,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
 
-from tdrl import trainers
+from tdrl import keys, trainers
 from tdrl.collectors import Collector
 from tdrl.data import ReplayBuffer, save_minari
-from tdrl.envs import make_vec_env
-from tdrl.modules import tanh_gaussian_actor
+from tdrl.envs import VecEnv, make_vec_env
+from tdrl.modules import actor_critic, tanh_gaussian_actor
 
 
 @dataclass(frozen=True)
@@ -37,9 +47,15 @@ class Config:
     env_id: str = "Hopper-v5"
     """gymnasium task (policy and replay: the run's own)."""
     run: str = ""
-    """policy, replay: a SAC run folder (its newest checkpoint)."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    """policy: the run's actor widths."""
+    """policy, replay: a run folder (its newest checkpoint)."""
+    algo: Literal["sac", "ppo"] = "sac"
+    """policy: the recipe that trained the run (replay: sac only)."""
+    hidden_sizes: tuple[int, ...] = ()
+    """policy: the run's actor widths; empty: the recipe's default (sac 256 256, ppo 64 64)."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """policy, algo ppo: the run's hidden activation."""
+    deterministic: bool = False
+    """policy: act with the distribution's mode (the mean) instead of sampling."""
     steps: int = 100_000
     """random, policy: env steps to record."""
     num_envs: int = 8
@@ -52,6 +68,35 @@ class Config:
     """the random policy's return (D4RL normalization)."""
     ref_max_score: float | None = None
     """the expert's return (D4RL normalization)."""
+
+
+def load_actor(cfg: Config, env: VecEnv, path: Path) -> TensorDictModuleBase:
+    """The actor of the checkpoint at ``path``, built as ``cfg.algo``'s recipe builds it."""
+    payload = trainers.load_checkpoint(path, restore_rng=False)
+    if cfg.algo == "ppo":
+        if "actor" not in payload:
+            raise KeyError(f"{str(path)!r} holds no 'actor' entry: not an on-policy run")
+        state = payload["actor"]
+        # the run's observation normalization, if it had one, is in the actor's state
+        normalized = any(".obs_norm." in k for k in state)
+        actor, _, _ = actor_critic(
+            env.observation_spec, env.action_spec, hidden_sizes=cfg.hidden_sizes or (64, 64),
+            normalize_observations=normalized,
+            activation=nn.ReLU if cfg.activation == "relu" else nn.Tanh,
+        )  # fmt: skip
+        actor.load_state_dict(state)
+        return actor
+    if "loss" not in payload:
+        raise KeyError(f"{str(path)!r} holds no 'loss' entry: not a SAC run")
+    actor = tanh_gaussian_actor(
+        env.observation_spec, env.action_spec, cfg.hidden_sizes or (256, 256)
+    )
+    prefix = "actor_network."
+    loss_state = payload["loss"]
+    actor.load_state_dict(
+        {k[len(prefix) :]: v for k, v in loss_state.items() if k.startswith(prefix)}
+    )
+    return actor
 
 
 def main(cfg: Config) -> str:
@@ -76,15 +121,18 @@ def main(cfg: Config) -> str:
         actor = None
         if cfg.kind == "policy":
             assert checkpoint is not None
-            actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
-            payload = trainers.load_checkpoint(checkpoint / trainers.CHECKPOINT, restore_rng=False)
-            loss_state = payload["loss"]
-            prefix = "actor_network."
-            actor.load_state_dict(
-                {k[len(prefix) :]: v for k, v in loss_state.items() if k.startswith(prefix)}
-            )
-        source = Collector(env, actor, frames).rollout()  # type: ignore[assignment]
+            actor = load_actor(cfg, env, checkpoint / trainers.CHECKPOINT)
+        collector = Collector(env, actor, frames, deterministic=cfg.deterministic)
+        source = collector.rollout()  # type: ignore[assignment]
         env.close()
+        ended = collector.episodes  # the episodes that ended inside the recording
+        if len(ended):
+            returns = ended[keys.EPISODE_RETURN].double()
+            spread = f" +- {returns.std().item():.1f}" if len(ended) > 1 else ""
+            print(
+                f"{len(ended)} complete episodes: return {returns.mean().item():.1f}{spread}, "
+                f"length {ended[keys.EPISODE_LENGTH].double().mean().item():.0f}"
+            )
     dataset = save_minari(
         source, dataset_id, cfg.env_id, ref_min_score=cfg.ref_min_score,
         ref_max_score=cfg.ref_max_score, algorithm_name=f"tdrl {cfg.kind}",
