@@ -26,7 +26,14 @@ from torch import nn
 from tdrl import keys, trainers
 from tdrl.data import load_minari
 from tdrl.estimators import GAE
-from tdrl.modules import StateActionCritic, action_bounds, flat_dims, mlp
+from tdrl.modules import (
+    NormalizedInput,
+    RunningObservationNorm,
+    StateActionCritic,
+    action_bounds,
+    flat_dims,
+    mlp,
+)
 from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward
 
 
@@ -46,6 +53,8 @@ class Config(trainers.PPOConfig):
     """discriminator steps per batch."""
     disc_batch_size: int = 2048
     """pairs of each kind per discriminator step (at most the batch's own)."""
+    disc_normalize: bool = False
+    """standardize the discriminator's input with the expert pairs' mean and std (fixed)."""
     use_grad_penalty: bool = False
     """gradient penalty on the discriminator (WGAN-GP's, on mixed pairs)."""
     gp_lambda: float = 10.0
@@ -81,7 +90,16 @@ def main(cfg: Config) -> dict[str, float]:
             f"{tuple(expert_action.shape[1:])} do not fit {cfg.env_id}'s ({obs_dim},) and "
             f"({action_dim},)"
         )
+    # A dataset may hold a policy's unclipped samples (or means): the executed actions count.
+    expert_action = torch.maximum(torch.minimum(expert_action, high.cpu()), low.cpu())
     net = mlp(obs_dim + action_dim, 1, cfg.disc_hidden_sizes, activation=nn.Tanh)
+    if cfg.disc_normalize:
+        # The demonstrations' statistics, folded in once and then fixed (a checkpoint holds
+        # them): raw Hopper observations mix angles ~0.1 with velocities ~10, and a running
+        # norm over the policy's pairs would move the discriminator's inputs as the policy moves.
+        disc_norm = RunningObservationNorm(obs_dim + action_dim)
+        disc_norm.update(torch.cat([expert_obs, expert_action], dim=-1))
+        net = nn.Sequential(NormalizedInput(disc_norm), net)
     discriminator = StateActionCritic(net, out_key=keys.D_LOGITS)
     # 3. losses (PPO's and the discriminator's), estimator, optimizers
     loss = ClipPPOLoss(parts.actor, parts.critic, clip_epsilon=cfg.clip_epsilon, **cfg.loss_terms)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from recipes import gail
-from tdrl.trainers import read_csv
+from tdrl.trainers import CHECKPOINT, latest_checkpoint, load_checkpoint, read_csv
 
 TINY = dict(
     total_frames=384, num_envs=2, frames_per_batch=64, epochs=2, minibatch_size=32,
@@ -89,3 +89,18 @@ def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, 
     actions = torch.cat([a.reshape(-1, a.shape[-1]) for a in seen])
     assert actions.abs().max() <= 1.0
     assert (actions.abs() == 1.0).float().mean() > 0.2  # many samples were clipped to the box
+
+
+def test_disc_normalize_standardizes_with_the_expert_pairs_statistics(dataset, tmp_path):
+    cfg = gail.Config(**{**TINY, "total_frames": 128}, dataset=dataset, disc_normalize=True,
+                      log_dir=str(tmp_path))  # fmt: skip
+    gail.main(cfg)
+    obs, action = gail.expert_pairs(dataset, TINY["expert_episodes"])
+    pairs = torch.cat([obs, action], dim=-1).double()
+    folder = latest_checkpoint(tmp_path)
+    state = load_checkpoint(folder / CHECKPOINT, restore_rng=False)["discriminator"]
+    mean = next(v for k, v in state.items() if k.endswith("obs_norm.mean"))
+    var = next(v for k, v in state.items() if k.endswith("obs_norm.var"))
+    # fixed: the statistics are the demonstrations' after the run's updates, not the policy's
+    torch.testing.assert_close(mean, pairs.mean(0))
+    torch.testing.assert_close(var, pairs.var(0, unbiased=False))
