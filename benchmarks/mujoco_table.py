@@ -177,50 +177,42 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
 # "Tianshou (1M)" columns: the max over training of the mean over 10 seeds of the mean return of
 # 10 test episodes, ± one std over the seeds; gym 0.17.3 v3 tasks (v2 for Reacher and the
 # pendulums), 1M env steps. REINFORCE has only 3M and 10M figures there and REDQ none: n/a.
+_TIANSHOU_1M_ON_POLICY = """
+task                    ppo            a2c            trpo           npg
+Ant                     3258.4±1079.3  3485.4±433.1   2866.7±707.9   2358.0±517.5
+HalfCheetah             5783.9±1244.0  1829.9±1068.3  4471.2±804.9   3485.2±716.6
+Hopper                  2609.3±700.8   1253.2±458.0   2046.0±1037.9  1915.2±550.5
+Walker2d                3588.5±756.6   1091.6±709.2   3826.7±782.7   2503.2±963.3
+Swimmer                 66.7±99.1      36.6±2.1       40.9±19.6      31.5±8.0
+Humanoid                787.1±193.5    1726.0±1070.1  810.1±126.1    765.1±91.3
+Reacher                 -4.1±0.3       -6.7±2.3       -5.1±0.8       -4.5±0.5
+InvertedPendulum        1000.0±0.0     1000.0±0.0     1000.0±0.0     1000.0±0.0
+InvertedDoublePendulum  9231.3±270.4   9257.7±277.4   8435.2±1073.3  9243.2±276.0
+"""
+_TIANSHOU_1M_OFF_POLICY = """
+task                    sac             td3            ddpg
+Ant                     5850.2±475.7    5116.4±799.9   990.4±4.3
+HalfCheetah             12138.8±1049.3  10201.2±772.8  11718.7±465.6
+Hopper                  3542.2±51.5     3472.2±116.8   2197.0±971.6
+Walker2d                5007.0±251.5    3982.4±274.5   1400.6±905.0
+Swimmer                 44.4±0.5        104.2±34.2     144.1±6.5
+Humanoid                5488.5±81.2     5189.5±178.5   177.3±77.6
+Reacher                 -2.6±0.2        -2.7±0.2       -3.3±0.3
+InvertedPendulum        1000.0±0.0      1000.0±0.0     1000.0±0.0
+InvertedDoublePendulum  9359.5±0.4      9349.2±14.3    8364.3±2778.9
+"""
+
+
+def _parse_table(text: str) -> dict[str, dict[str, str]]:
+    """``{column: {row: cell}}`` of a whitespace-separated table with a header line."""
+    header, *rows = (line.split() for line in text.strip().splitlines())
+    return {col: {row[0]: row[i] for row in rows} for i, col in enumerate(header[1:], 1)}
+
+
 TIANSHOU_1M: dict[str, dict[str, str]] = {
-    "ppo": {
-        "Ant": "3258.4±1079.3", "HalfCheetah": "5783.9±1244.0", "Hopper": "2609.3±700.8",
-        "Walker2d": "3588.5±756.6", "Swimmer": "66.7±99.1", "Humanoid": "787.1±193.5",
-        "Reacher": "-4.1±0.3", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "9231.3±270.4",
-    },
-    "a2c": {
-        "Ant": "3485.4±433.1", "HalfCheetah": "1829.9±1068.3", "Hopper": "1253.2±458.0",
-        "Walker2d": "1091.6±709.2", "Swimmer": "36.6±2.1", "Humanoid": "1726.0±1070.1",
-        "Reacher": "-6.7±2.3", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "9257.7±277.4",
-    },
-    "trpo": {
-        "Ant": "2866.7±707.9", "HalfCheetah": "4471.2±804.9", "Hopper": "2046.0±1037.9",
-        "Walker2d": "3826.7±782.7", "Swimmer": "40.9±19.6", "Humanoid": "810.1±126.1",
-        "Reacher": "-5.1±0.8", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "8435.2±1073.3",
-    },
-    "npg": {
-        "Ant": "2358.0±517.5", "HalfCheetah": "3485.2±716.6", "Hopper": "1915.2±550.5",
-        "Walker2d": "2503.2±963.3", "Swimmer": "31.5±8.0", "Humanoid": "765.1±91.3",
-        "Reacher": "-4.5±0.5", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "9243.2±276.0",
-    },
-    "sac": {
-        "Ant": "5850.2±475.7", "HalfCheetah": "12138.8±1049.3", "Hopper": "3542.2±51.5",
-        "Walker2d": "5007.0±251.5", "Swimmer": "44.4±0.5", "Humanoid": "5488.5±81.2",
-        "Reacher": "-2.6±0.2", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "9359.5±0.4",
-    },
-    "td3": {
-        "Ant": "5116.4±799.9", "HalfCheetah": "10201.2±772.8", "Hopper": "3472.2±116.8",
-        "Walker2d": "3982.4±274.5", "Swimmer": "104.2±34.2", "Humanoid": "5189.5±178.5",
-        "Reacher": "-2.7±0.2", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "9349.2±14.3",
-    },
-    "ddpg": {
-        "Ant": "990.4±4.3", "HalfCheetah": "11718.7±465.6", "Hopper": "2197.0±971.6",
-        "Walker2d": "1400.6±905.0", "Swimmer": "144.1±6.5", "Humanoid": "177.3±77.6",
-        "Reacher": "-3.3±0.3", "InvertedPendulum": "1000.0±0.0",
-        "InvertedDoublePendulum": "8364.3±2778.9",
-    },
-}  # fmt: skip
+    **_parse_table(_TIANSHOU_1M_ON_POLICY),
+    **_parse_table(_TIANSHOU_1M_OFF_POLICY),
+}
 
 
 def task_name(task: str) -> str:
