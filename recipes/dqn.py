@@ -177,10 +177,12 @@ def q_network_and_loss(
     else:
         num_actions = int(action_spec.space.n)
     if cfg.algo in ("iqn", "fqf"):  # features of the last hidden width x the tau embedding
-        if cnn is not None:  # IQNQValueActor reads [*B, obs] (its batch is obs.shape[:-1])
-            raise ValueError(f"--algo {cfg.algo} takes flat observations; on frames: not yet")
-        *hidden, width = cfg.hidden_sizes
-        features = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
+        if cnn is None:
+            *hidden, width = cfg.hidden_sizes
+            features: nn.Module = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
+        else:  # the CNN's hidden features (its features-only form), as in the IQN paper
+            features = cnn(None)
+            width = features.hidden
         head = q_mlp(width, num_actions, ())
         for part in (features, head):
             torch_default_init_(to_noisy(part) if cfg.noisy else part)

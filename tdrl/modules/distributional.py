@@ -248,7 +248,8 @@ class IQNQValueActor(_GreedyQActor):
     ``InteractionType.DETERMINISTIC`` so that evaluation is repeatable.
 
     Args:
-        feature_net: ``psi``, observations ``[*B, obs]`` to features ``[*B, F]``.
+        feature_net: ``psi``, observations (``[*B, obs]``, or frames through a CNN's
+            features-only form) to features ``[*B, F]``.
         head: ``[*B, N, F]`` to ``[*B, N, num_actions]``.
         num_actions: discrete actions.
         features: ``F``. ``num_cosines``: size of the cosine basis (64 in the paper).
@@ -312,12 +313,12 @@ class IQNQValueActor(_GreedyQActor):
         return torch.rand(batch, K, dtype=like.dtype, device=like.device)
 
     def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """Expected returns ``[*B, num_actions]`` (:meth:`expected_of` the features)."""
-        observation = require(tensordict, self.in_keys[0], type(self).__name__)
-        batch_shape = observation.shape[:-1]
-        flat = tensordict.reshape(-1) if len(batch_shape) != 1 else tensordict
-        values = self.expected_of(self.features(flat))
-        return values.reshape(*batch_shape, self.num_actions)
+        """Expected returns ``[*B, num_actions]`` (:meth:`expected_of` the features). The batch
+        dims are those of the features ``[*B, F]``, so any observation layout the feature net
+        reads works (flat vectors, or frames ``[*B, C, H, W]`` through a CNN)."""
+        psi = self.features(tensordict)
+        values = self.expected_of(psi.reshape(-1, psi.shape[-1]))
+        return values.reshape(*psi.shape[:-1], self.num_actions)
 
     def expected_of(self, psi: torch.Tensor) -> torch.Tensor:
         """IQN: the mean of the quantiles at :meth:`policy_taus` ``[B, num_actions]``."""

@@ -117,8 +117,16 @@ def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
         qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
         assert isinstance(qnet.net, MinAtarCNN)
         assert qnet.net.features[0].scale == 1.0  # MinAtar's channels are 0 or 1
-        with pytest.raises(ValueError, match="--algo iqn takes flat observations"):
-            dqn.q_network_and_loss(dqn.Config(algo="iqn"), env.observation_spec, env.action_spec)
+        for algo in ("iqn", "fqf"):  # the CNN's hidden features are IQN's psi
+            qnet, _ = dqn.q_network_and_loss(
+                dqn.Config(algo=algo), env.observation_spec, env.action_spec
+            )
+            assert (
+                isinstance(qnet.feature_net, MinAtarCNN)
+                and qnet.feature_net.head[0].out_features == 128
+            )
+            td = env.reset()
+            assert qnet(td.unsqueeze(1).expand(1, 3))["action_value"].shape == (1, 3, 3)
         with pytest.raises(ValueError, match="one flat 'observation'"):
             dqn.q_network_and_loss(dqn.Config(network="mlp"), env.observation_spec, env.action_spec)
     with make_vec_env("CartPole-v1", 1) as env:
@@ -135,6 +143,18 @@ def test_dqn_runs_on_minatar_frames(tmp_path):
         "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
         buffer_size=1_000,
         checkpoint_every=128,  # saving the env and buffer state works with frames
+    )  # fmt: skip
+    result = module.main(cfg)
+    assert result["frames"] == 256 and result["updates"] > 0
+    assert math.isfinite(result["eval_return_mean"])
+
+
+@pytest.mark.parametrize("algo", ["iqn", "fqf", "c51"])
+def test_distributional_dqn_runs_on_minatar_frames(algo, tmp_path):
+    pytest.importorskip("minatar")
+    module, cfg = config(
+        "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
+        buffer_size=1_000, algo=algo, num_fractions=8, checkpoint_every=0,
     )  # fmt: skip
     result = module.main(cfg)
     assert result["frames"] == 256 and result["updates"] > 0
@@ -170,12 +190,13 @@ def test_dqn_atari_smoke_run_through_the_whole_pixel_pipeline(tmp_path, capsys):
     pytest.importorskip("ale_py")
     module, cfg = config(
         "dqn", tmp_path, env_id="tdrl/Pong-v5", total_frames=20_000, init_random_frames=2_000,
-        num_envs=4, buffer_size=20_000, frame_stack=4, clip_rewards=True,
+        num_envs=4, frames_per_batch=80, buffer_size=20_000, frame_stack=4, clip_rewards=True,
         terminal_on_life_loss=True, batch_size=32, utd_ratio=0.25, eval_every=10_000,
         eval_episodes=1, checkpoint_every=20_000,
     )  # fmt: skip
     result = module.main(cfg)
-    assert result["frames"] == 20_000 and result["updates"] == 4_500
+    assert result["frames"] == 20_000
+    assert result["updates"] == math.floor(0.25 * (20_000 - 2_000 + 1))
     assert math.isfinite(result["eval_return_mean"]) and -21 <= result["eval_return_mean"] <= 21
     buffer = ReplayBuffer(20_000, frame_keys=["observation"], frame_stack=4)
     buffer.load(latest_checkpoint(Path(cfg.log_dir)) / "buffer")
