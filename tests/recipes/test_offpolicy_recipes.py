@@ -184,6 +184,7 @@ def test_dqn_stacks_frames_clips_rewards_and_ends_training_episodes_at_lost_live
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # about 4.5 min on a quiet 2-core machine
 def test_dqn_atari_smoke_run_through_the_whole_pixel_pipeline(tmp_path, capsys):
     # Pong through ale-py with DQN's preprocessing, 4-frame stacks, life loss and reward
     # clipping, 20k frames; the buffer's memory per transition is printed (README, Pixels).
