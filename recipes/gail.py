@@ -27,7 +27,6 @@ from tdrl import keys, trainers
 from tdrl.data import load_minari
 from tdrl.estimators import GAE
 from tdrl.modules import (
-    NormalizedInput,
     RunningObservationNorm,
     StateActionCritic,
     action_bounds,
@@ -92,14 +91,22 @@ def main(cfg: Config) -> dict[str, float]:
         )
     # A dataset may hold a policy's unclipped samples (or means): the executed actions count.
     expert_action = torch.maximum(torch.minimum(expert_action, high.cpu()), low.cpu())
-    net = mlp(obs_dim + action_dim, 1, cfg.disc_hidden_sizes, activation=nn.Tanh)
+    disc_norm = RunningObservationNorm(obs_dim + action_dim)
     if cfg.disc_normalize:
         # The demonstrations' statistics, folded in once and then fixed (a checkpoint holds
         # them): raw Hopper observations mix angles ~0.1 with velocities ~10, and a running
         # norm over the policy's pairs would move the discriminator's inputs as the policy moves.
-        disc_norm = RunningObservationNorm(obs_dim + action_dim)
+        # The pairs are standardized before the discriminator, so that the gradient penalty
+        # bounds its slope in standardized units, not in the raw ones.
         disc_norm.update(torch.cat([expert_obs, expert_action], dim=-1))
-        net = nn.Sequential(NormalizedInput(disc_norm), net)
+
+    def disc_input(obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not cfg.disc_normalize:
+            return obs, action
+        pair = disc_norm.normalize(torch.cat([obs, action], dim=-1))
+        return pair[..., :obs_dim], pair[..., obs_dim:]
+
+    net = mlp(obs_dim + action_dim, 1, cfg.disc_hidden_sizes, activation=nn.Tanh)
     discriminator = StateActionCritic(net, out_key=keys.D_LOGITS)
     # 3. losses (PPO's and the discriminator's), estimator, optimizers
     loss = ClipPPOLoss(parts.actor, parts.critic, clip_epsilon=cfg.clip_epsilon, **cfg.loss_terms)
@@ -107,15 +114,17 @@ def main(cfg: Config) -> dict[str, float]:
         discriminator, use_grad_penalty=cfg.use_grad_penalty, gp_lambda=cfg.gp_lambda
     )
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
-    trainers.to_device(cfg, loss, estimator, disc_loss)
-    expert_obs, expert_action = expert_obs.to(cfg.torch_device), expert_action.to(cfg.torch_device)
+    trainers.to_device(cfg, loss, estimator, disc_loss, disc_norm)
+    expert_obs, expert_action = disc_input(
+        expert_obs.to(cfg.torch_device), expert_action.to(cfg.torch_device)
+    )
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
     disc_optimizer = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
 
     def update(batch: TensorDictBase) -> dict[str, float]:
-        obs = batch.get(keys.OBSERVATION).reshape(-1, obs_dim)
         executed = torch.maximum(torch.minimum(batch.get(keys.ACTION), high), low)
-        action = executed.reshape(-1, action_dim)
+        batch_obs, batch_action = disc_input(batch.get(keys.OBSERVATION), executed)
+        obs, action = batch_obs.reshape(-1, obs_dim), batch_action.reshape(-1, action_dim)
         # torch's global generator draws the pairs: checkpoints hold its state (exact resume)
         n = min(cfg.disc_batch_size, obs.shape[0])
         for _ in range(cfg.disc_steps):
@@ -129,7 +138,7 @@ def main(cfg: Config) -> dict[str, float]:
             disc_out = disc_loss(pairs)
             trainers.optimizer_step(disc_out[keys.LOSS], disc_optimizer)
         # the policy learns from the discriminator's reward, not the env's
-        reward = gail_reward(discriminator, batch.get(keys.OBSERVATION), executed)
+        reward = gail_reward(discriminator, batch_obs, batch_action)
         batch.set((keys.NEXT, keys.REWARD), reward)
         metrics = trainers.on_policy_update(
             batch, loss, estimator, optimizer, epochs=cfg.epochs,
@@ -145,7 +154,11 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> discriminator step -> relabel -> PPO update -> log, evaluate
     #    (the env's returns), checkpoint; 5. report (trainers.run_on_policy)
-    extra_state = {"discriminator": discriminator, "disc_optimizer": disc_optimizer}
+    extra_state = {
+        "discriminator": discriminator,
+        "disc_optimizer": disc_optimizer,
+        "disc_norm": disc_norm,
+    }
     return trainers.run_on_policy(cfg, "GAIL", parts, optimizer, update, extra_state=extra_state)
 
 

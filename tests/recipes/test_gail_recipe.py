@@ -98,9 +98,8 @@ def test_disc_normalize_standardizes_with_the_expert_pairs_statistics(dataset, t
     obs, action = gail.expert_pairs(dataset, TINY["expert_episodes"])
     pairs = torch.cat([obs, action], dim=-1).double()
     folder = latest_checkpoint(tmp_path)
-    state = load_checkpoint(folder / CHECKPOINT, restore_rng=False)["discriminator"]
-    mean = next(v for k, v in state.items() if k.endswith("obs_norm.mean"))
-    var = next(v for k, v in state.items() if k.endswith("obs_norm.var"))
+    state = load_checkpoint(folder / CHECKPOINT, restore_rng=False)["disc_norm"]
+    mean, var = state["mean"], state["var"]
     # fixed: the statistics are the demonstrations' after the run's updates, not the policy's
     torch.testing.assert_close(mean, pairs.mean(0))
     torch.testing.assert_close(var, pairs.var(0, unbiased=False))
