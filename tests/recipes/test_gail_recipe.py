@@ -83,8 +83,9 @@ def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, 
         return real(discriminator, observation, action)
 
     monkeypatch.setattr(gail, "gail_reward", recording)
+    # (raw pairs: --disc-normalize would hand the discriminator standardized actions)
     cfg = gail.Config(**{**TINY, "total_frames": 128}, dataset=dataset, init_log_std=1.5,
-                      log_dir=str(tmp_path))  # fmt: skip
+                      disc_normalize=False, log_dir=str(tmp_path))  # fmt: skip
     gail.main(cfg)
     actions = torch.cat([a.reshape(-1, a.shape[-1]) for a in seen])
     assert actions.abs().max() <= 1.0
