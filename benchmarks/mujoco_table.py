@@ -10,7 +10,9 @@ once). A rerun skips the cells already in the file, so the table grows across se
 survives interruptions: a line is written (flushed and fsynced) only once its cell has finished;
 a cell cut short starts over next time. ``--jobs N`` runs N cells at a time, each in its own
 subprocess with one torch thread (OMP/MKL threads 1); cells are ordered seed by seed, library by
-library, so with ``--jobs 2`` tdrl and SB3 of one seed run side by side.
+library, so with ``--jobs 2`` tdrl and SB3 of one seed run side by side. Another table uses the
+same machinery through its own :class:`Suite` (algorithms, tasks, SB3 runs, page, files):
+``benchmarks/minatar_table.py`` (issue 16) is one; ``MUJOCO`` is this file's.
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
 task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import functools
 import importlib
 import json
 import math
@@ -53,7 +56,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,8 +65,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # when a test loads th
 from harness import learn_sb3, run_child  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "docs" / "benchmarks" / "mujoco_table.jsonl"
-WORKDIR = Path("/tmp/tdrl_mujoco_table")
 RESULT = "result.json"  # a finished cell's line, in its run folder, before it is appended
 EVAL_EPISODES, EVAL_ENVS = 10, 5  # the table's protocol (tdrl's RunConfig defaults)
 LIBRARIES = ("tdrl", "SB3")
@@ -259,13 +260,51 @@ def line_key(line: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(line[name] for name in CELL_FIELDS)
 
 
-def recipe_default(algorithm: str, name: str) -> Any:
-    """A field's default in the algorithm's recipe Config (no Config is built)."""
-    module = importlib.import_module(f"recipes.{ALGOS[algorithm].recipe}")
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A table this driver fills: its algorithms and tasks, how SB3 runs a cell, its page, and
+    its files (``docs/benchmarks/<name>_table.jsonl`` and ``.md``, ``<name>_<task>.png``, run
+    folders in ``/tmp/tdrl_<name>_table``). :data:`MUJOCO` is this file's; the MinAtar one is
+    in ``benchmarks/minatar_table.py``, which runs its cells with this file's functions."""
+
+    name: str
+    script: str
+    """the driver whose ``--child`` runs one of its cells in a fresh Python."""
+    algos: Mapping[str, Algo]
+    tasks: tuple[str, ...]
+    """the default selection, and the order of the table's rows."""
+    sb3_settings: Callable[[str, str], dict[str, Any] | None]
+    """SB3's hyperparameters of (algorithm, task); None: no SB3 cell."""
+    run_sb3: Callable[[Cell, Path], dict[str, Any]]
+    """an SB3 cell's results: as :func:`run_sb3` (through :func:`train_sb3`)."""
+    header: str
+    """the page's opening (its first line, less the "# ", is the command line's help)."""
+    packages: tuple[str, ...]
+    """the env packages whose versions a line records."""
+    reference: tuple[str, Callable[[str, str], str]] | None = None
+    """a last column of published figures: its title and (algorithm, task) -> its cell."""
+
+    @property
+    def table(self) -> Path:
+        return ROOT / "docs" / "benchmarks" / f"{self.name}_table.jsonl"
+
+    @property
+    def workdir(self) -> Path:
+        return Path(f"/tmp/tdrl_{self.name}_table")
+
+
+def recipe_default(algo: Algo, name: str) -> Any:
+    """A field's value in the algorithm's recipe Config: its preset's, else the recipe's default
+    (no Config is built)."""
+    preset = dict(algo.preset)
+    if name in preset:
+        return preset[name]
+    module = importlib.import_module(f"recipes.{algo.recipe}")
     return {f.name: f.default for f in dataclasses.fields(module.Config)}[name]
 
 
 def build_cells(
+    suite: Suite,
     algorithms: Iterable[str],
     tasks: Iterable[str],
     seeds: Iterable[int],
@@ -275,17 +314,19 @@ def build_cells(
     eval_every: int | None = None,
     eval_episodes: int = EVAL_EPISODES,
 ) -> list[Cell]:
-    """The cells of a selection, seed by seed and library by library within each (task,
-    algorithm). SB3 cells exist only where SB3 has the algorithm and the zoo has the task."""
+    """The cells of a selection of ``suite``'s, seed by seed and library by library within each
+    (task, algorithm). SB3 cells exist only where SB3 has the algorithm and the suite has SB3
+    settings for the task (the zoo's entry on MuJoCo)."""
     cells = []
     for task in tasks:
         for algorithm in algorithms:
-            budget = steps or ALGOS[algorithm].steps
-            every = recipe_default(algorithm, "eval_every") if eval_every is None else eval_every
-            has_sb3 = ALGOS[algorithm].sb3 is not None
-            sb3_cells = has_sb3 and zoo_hyperparameters(algorithm, task) is not None
+            algo = suite.algos[algorithm]
+            budget = steps or algo.steps
+            every = recipe_default(algo, "eval_every") if eval_every is None else eval_every
+            has_sb3 = algo.sb3 is not None
+            sb3_cells = has_sb3 and suite.sb3_settings(algorithm, task) is not None
             if "SB3" in libraries and not sb3_cells:
-                why = "no rl-baselines3-zoo entry" if has_sb3 else "no SB3 class"
+                why = "no SB3 settings" if has_sb3 else "no SB3 class"
                 print(f"{algorithm} {task}: {why}, tdrl only")
             for seed in seeds:
                 for library in libraries:
@@ -338,17 +379,18 @@ def curve_summary(curve: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-def run_tdrl(cell: Cell, folder: Path) -> dict[str, Any]:
-    """The recipe's ``main`` with its own defaults, the cell's task, seed, budget and
-    evaluation protocol, its run folder in ``folder``; the curve is its ``eval.csv``."""
+def run_tdrl(cell: Cell, folder: Path, suite: Suite) -> dict[str, Any]:
+    """The recipe's ``main`` with its own defaults but the algorithm's preset, the cell's task,
+    seed, budget and evaluation protocol, its run folder in ``folder``; the curve is its
+    ``eval.csv``."""
     from tdrl.trainers import read_csv
 
-    algo = ALGOS[cell.algorithm]
+    algo = suite.algos[cell.algorithm]
     module = importlib.import_module(f"recipes.{algo.recipe}")
-    cfg = module.Config(
-        **dict(algo.preset), env_id=cell.task, seed=cell.seed, total_frames=cell.steps,
-        log_dir=str(folder), eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
-    )  # fmt: skip
+    cfg = module.Config(**dict(algo.preset) | dict(
+        env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
+        eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
+    ))  # fmt: skip
     start = time.perf_counter()
     result = module.main(cfg)
     wall = time.perf_counter() - start
@@ -371,7 +413,47 @@ def run_tdrl(cell: Cell, folder: Path) -> dict[str, Any]:
         "wall_s": wall,
         "curve": curve,
         "settings": dataclasses.asdict(cfg),
-        "versions": versions("torch", "tensordict", "torchrl", "gymnasium", "mujoco"),
+        "versions": versions("torch", "tensordict", "torchrl", *suite.packages),
+    }
+
+
+def sb3_envs(cell: Cell, n_envs: int = 1) -> tuple[Any, Any]:
+    """SB3's training envs (``n_envs``, seed ``seed``) and evaluation env (min(5, episodes)
+    copies, seed ``seed + 10,000``) of the cell's task, as tdrl's recipes make theirs."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from tdrl.trainers.run import EVAL_SEED_OFFSET
+
+    env = make_vec_env(cell.task, n_envs=n_envs, seed=cell.seed)
+    n_eval = min(EVAL_ENVS, cell.eval_episodes)
+    return env, make_vec_env(cell.task, n_envs=n_eval, seed=cell.seed + EVAL_SEED_OFFSET)
+
+
+def train_sb3(
+    cell: Cell, model: Any, envs: tuple[Any, Any], start: float, settings: dict[str, Any],
+    packages: Iterable[str],
+) -> dict[str, Any]:  # fmt: skip
+    """``model.learn`` for the cell's budget with the table's evaluations on ``envs[1]``, then
+    both envs closed; the line's results (``settings`` gain the evaluation envs' count,
+    ``versions`` SB3's and ``packages``')."""
+    from tdrl.trainers.run import EVAL_SEED_OFFSET
+
+    env, eval_env = envs
+    curve = learn_sb3(
+        model, eval_env, steps=cell.steps, eval_every=cell.eval_every,
+        episodes=cell.eval_episodes, eval_seed=cell.seed + EVAL_SEED_OFFSET, start=start,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    env.close()
+    eval_env.close()
+    curve["steps"] = [int(s) for s in curve["steps"]]
+    return {
+        **curve_summary(curve),
+        "env_steps": int(model.num_timesteps),
+        "wall_s": wall,
+        "curve": curve,
+        "settings": settings | {"eval_envs": eval_env.num_envs},
+        "versions": versions("torch", "stable_baselines3", *packages),
     }
 
 
@@ -379,21 +461,15 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     """SB3 (TRPO: sb3-contrib) with the zoo's hyperparameters, evaluated like the recipes."""
     import numpy as np
     import torch
-    from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.noise import NormalActionNoise
     from stable_baselines3.common.vec_env import VecNormalize
-
-    from tdrl.trainers.run import EVAL_SEED_OFFSET
 
     zoo = zoo_hyperparameters(cell.algorithm, cell.task)
     if zoo is None:
         raise ValueError(f"no rl-baselines3-zoo entry for {cell.algorithm} on {cell.task}")
     kwargs = json.loads(json.dumps(zoo))
-    eval_seed = cell.seed + EVAL_SEED_OFFSET
     start = time.perf_counter()
-    env = make_vec_env(cell.task, n_envs=kwargs.pop("n_envs", 1), seed=cell.seed)
-    n_eval = min(EVAL_ENVS, cell.eval_episodes)
-    eval_env = make_vec_env(cell.task, n_envs=n_eval, seed=eval_seed)
+    env, eval_env = sb3_envs(cell, kwargs.pop("n_envs", 1))
     if kwargs.pop("normalize", False):
         # The zoo's VecNormalize (observations and rewards, discounted with the entry's gamma);
         # evaluation sees raw rewards and the training statistics, frozen (its _maybe_normalize).
@@ -410,29 +486,16 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     package = "sb3_contrib" if name == "TRPO" else "stable_baselines3"
     algo_class = getattr(importlib.import_module(package), str(name))
     model = algo_class("MlpPolicy", env, seed=cell.seed, device="cpu", verbose=0, **kwargs)
-    curve = learn_sb3(
-        model, eval_env, steps=cell.steps, eval_every=cell.eval_every,
-        episodes=cell.eval_episodes, eval_seed=eval_seed, start=start,
-    )  # fmt: skip
-    wall = time.perf_counter() - start
-    env.close()
-    eval_env.close()
-    curve["steps"] = [int(s) for s in curve["steps"]]
-    return {
-        **curve_summary(curve),
-        "env_steps": int(model.num_timesteps),
-        "wall_s": wall,
-        "curve": curve,
-        "settings": {
-            "class": f"{package}.{name}",
-            "source": f"rl_zoo3 2.9.2 hyperparams/{cell.algorithm}.yml "
-            f"{task_name(cell.task)}-v4 (v2 for Reacher and the pendulums)",
-            "hyperparameters": zoo,
-            "policy": "MlpPolicy",
-            "eval_envs": n_eval,
-        },
-        "versions": versions("torch", "stable_baselines3", "sb3_contrib", "gymnasium", "mujoco"),
+    settings = {
+        "class": f"{package}.{name}",
+        "source": f"rl_zoo3 2.9.2 hyperparams/{cell.algorithm}.yml "
+        f"{task_name(cell.task)}-v4 (v2 for Reacher and the pendulums)",
+        "hyperparameters": zoo,
+        "policy": "MlpPolicy",
     }
+    return train_sb3(
+        cell, model, (env, eval_env), start, settings, ("sb3_contrib", *MUJOCO.packages)
+    )
 
 
 def finite(value: Any) -> Any:
@@ -447,16 +510,20 @@ def finite(value: Any) -> Any:
     return value
 
 
-def run_cell(cell: Cell, folder: Path, *, jobs: int = 1, running: int = 1) -> dict[str, Any]:
-    """Run ``cell`` in this process (one torch thread); returns its line, also written to
-    ``folder/result.json`` (atomically)."""
+def run_cell(
+    cell: Cell, folder: Path, suite: Suite, *, jobs: int = 1, running: int = 1
+) -> dict[str, Any]:
+    """Run ``cell`` of ``suite`` in this process (one torch thread); returns its line, also
+    written to ``folder/result.json`` (atomically)."""
     import torch
 
     torch.set_num_threads(1)
     folder.mkdir(parents=True, exist_ok=True)
     before = machine()
-    run = run_tdrl if cell.library == "tdrl" else run_sb3
-    result = run(cell, folder)
+    if cell.library == "tdrl":
+        result = run_tdrl(cell, folder, suite)
+    else:
+        result = suite.run_sb3(cell, folder)
     after = machine()
     line = finite({
         **dataclasses.asdict(cell),
@@ -475,12 +542,12 @@ def run_cell(cell: Cell, folder: Path, *, jobs: int = 1, running: int = 1) -> di
     return line
 
 
-def child(payload: str) -> None:
+def child(payload: str, suite: Suite) -> None:
     """``--child``: run one cell (the JSON of its fields plus the folder and the job counts)."""
     raw = json.loads(payload)
     folder, jobs, running = Path(raw.pop("folder")), raw.pop("jobs"), raw.pop("running")
     sys.path.insert(0, str(ROOT))
-    line = run_cell(Cell(**raw), folder, jobs=jobs, running=running)
+    line = run_cell(Cell(**raw), folder, suite, jobs=jobs, running=running)
     print(f"final return {line['final_return']:.1f}, {line['wall_s']:.0f} s")
 
 
@@ -489,10 +556,13 @@ def child(payload: str) -> None:
 Launch = Callable[[Cell, Path, int, int], dict[str, Any]]
 
 
-def launch_subprocess(cell: Cell, folder: Path, jobs: int, running: int) -> dict[str, Any]:
-    """Run ``cell`` in a fresh Python (log: ``folder/log.txt``); returns its line."""
+def launch_subprocess(
+    cell: Cell, folder: Path, jobs: int, running: int, *, script: str | Path = __file__
+) -> dict[str, Any]:
+    """Run ``cell`` in a fresh Python, ``script --child`` (the driver of its suite; log:
+    ``folder/log.txt``); returns its line."""
     payload = dataclasses.asdict(cell) | {"folder": str(folder), "jobs": jobs, "running": running}
-    return run_child(__file__, payload, folder, RESULT, cwd=ROOT)
+    return run_child(script, payload, folder, RESULT, cwd=ROOT)
 
 
 def read_lines(table: Path) -> list[dict[str, Any]]:
@@ -621,9 +691,12 @@ def ratio(numerator: float, denominator: float, *, positive: bool) -> str:
 Group = tuple[str, str, int]  # (task, algorithm, budget)
 
 
-def summarize(lines: list[dict[str, Any]]) -> dict[Group, dict[str, dict[int, dict[str, Any]]]]:
-    """(task, algorithm, budget) -> library -> seed -> line, in table order; lines of another
-    evaluation protocol than 10 episodes are left out; a cell appended twice counts once."""
+def summarize(
+    lines: list[dict[str, Any]], suite: Suite
+) -> dict[Group, dict[str, dict[int, dict[str, Any]]]]:
+    """(task, algorithm, budget) -> library -> seed -> line, in ``suite``'s order; lines of
+    another evaluation protocol than 10 episodes are left out; a cell appended twice counts
+    once."""
     groups: dict[Group, dict[str, dict[int, dict[str, Any]]]] = defaultdict(
         lambda: defaultdict(dict)
     )
@@ -631,12 +704,12 @@ def summarize(lines: list[dict[str, Any]]) -> dict[Group, dict[str, dict[int, di
         if line["eval_episodes"] == EVAL_EPISODES:
             group = (line["task"], line["algorithm"], line["steps"])
             groups[group][line["library"]][line["seed"]] = line
-    task_order = {task: i for i, task in enumerate(TASKS)}
-    algo_order = {algo: i for i, algo in enumerate(ALGOS)}
+    task_order = {task: i for i, task in enumerate(suite.tasks)}
+    algo_order = {algo: i for i, algo in enumerate(suite.algos)}
 
     def order(group: Group) -> tuple[Any, ...]:
         task, algorithm, steps = group
-        return task_order.get(task, len(TASKS)), task, algo_order.get(algorithm, 99), steps
+        return task_order.get(task, len(task_order)), task, algo_order.get(algorithm, 99), steps
 
     return {group: groups[group] for group in sorted(groups, key=order)}
 
@@ -698,11 +771,12 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
 """
 
 
-def markdown(lines: list[dict[str, Any]]) -> str:
+def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     """The table (one row per task, algorithm and budget) and the run conditions."""
-    groups = summarize(lines)
+    groups = summarize(lines, suite)
     left_out = sum(1 for line in lines if line["eval_episodes"] != EVAL_EPISODES)
-    out = [HEADER]
+    reference = [suite.reference[0]] if suite.reference else []  # a column of published figures
+    out = [suite.header]
     if left_out:
         out.append(f"{left_out} line(s) with another number of evaluation episodes left out.\n")
     if not groups:
@@ -711,8 +785,9 @@ def markdown(lines: list[dict[str, Any]]) -> str:
     out += [
         "| task | algorithm | steps | tdrl final | tdrl best | tdrl seeds | tdrl wall s "
         "| SB3 final | SB3 best | SB3 seeds | SB3 wall s | final tdrl/SB3 | wall tdrl/SB3 "
-        "| tdrl peak | Tianshou (1M) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tdrl peak |" + "".join(f" {title} |" for title in reference),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        + "---:|" * len(reference),
     ]
     for (task, algorithm, steps), libraries in groups.items():
         cells: list[str] = [task, algorithm.upper(), fmt_steps(steps)]
@@ -737,8 +812,9 @@ def markdown(lines: list[dict[str, Any]]) -> str:
             ratio(finals["tdrl"], finals["SB3"], positive=True) if both else "—",
             ratio(walls["tdrl"], walls["SB3"], positive=False) if both else "—",
             peak_of_mean(libraries["tdrl"].values()) if "tdrl" in libraries else "—",
-            TIANSHOU_1M.get(algorithm, {}).get(task_name(task), "n/a"),
         ]
+        if suite.reference:
+            cells.append(suite.reference[1](algorithm, task))
         out.append("| " + " | ".join(cells) + " |")
     out += [
         "",
@@ -767,9 +843,10 @@ def markdown(lines: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
-    """``mujoco_<task>.png`` per task: evaluation return against env steps, the mean over seeds
-    ± one std, one line per library and algorithm; one panel per budget."""
+def plot_tasks(lines: list[dict[str, Any]], folder: Path, suite: Suite) -> list[Path]:
+    """``<suite>_<task>.png`` per task (the id after its last "/"): evaluation return against
+    env steps, the mean over seeds ± one std, one line per library and algorithm; one panel per
+    budget."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -778,9 +855,9 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
     from tdrl.trainers import plot_band, save_png
 
     by_task: dict[str, dict[Group, Any]] = defaultdict(dict)
-    for group, libraries in summarize(lines).items():
+    for group, libraries in summarize(lines, suite).items():
         by_task[group[0]][group] = libraries
-    colors = {algo: f"C{i}" for i, algo in enumerate(ALGOS)}
+    colors = {algo: f"C{i}" for i, algo in enumerate(suite.algos)}
     pngs = []
     for task, groups in by_task.items():
         budgets = sorted({steps for _, _, steps in groups})
@@ -805,59 +882,75 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path) -> list[Path]:
             ax.set_ylabel(f"eval return ({EVAL_EPISODES} deterministic episodes)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small", loc="upper left")
-        pngs.append(save_png(fig, folder / f"mujoco_{task}.png"))
+        name = task.rsplit("/", 1)[-1]  # MinAtar/Breakout-v1: no subfolder
+        pngs.append(save_png(fig, folder / f"{suite.name}_{name}.png"))
     return pngs
 
 
-def render(table: Path, out_dir: Path | None = None) -> tuple[Path, list[Path]]:
+def render(table: Path, suite: Suite, out_dir: Path | None = None) -> tuple[Path, list[Path]]:
     """Write ``<table stem>.md`` and the per-task PNGs next to ``table`` (or in ``out_dir``)."""
     folder = table.parent if out_dir is None else out_dir
     lines = read_lines(table)
     md = folder / f"{table.stem}.md"
     md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text(markdown(lines))
-    return md, plot_tasks(lines, folder)
+    md.write_text(markdown(lines, suite))
+    return md, plot_tasks(lines, folder, suite)
 
 
 # ----------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), help="gymnasium ids")
+def tianshou_1m(algorithm: str, task: str) -> str:
+    """Tianshou's published 1M figure of ``algorithm`` on ``task``, or n/a."""
+    return TIANSHOU_1M.get(algorithm, {}).get(task_name(task), "n/a")
+
+
+MUJOCO = Suite(
+    "mujoco", __file__, ALGOS, TASKS, zoo_hyperparameters, run_sb3, HEADER,
+    packages=("gymnasium", "mujoco"), reference=("Tianshou (1M)", tianshou_1m),
+)  # fmt: skip
+
+
+def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
+    """The command line of ``suite``'s driver."""
+    parser = argparse.ArgumentParser(description=suite.header.splitlines()[0].lstrip("# "))
+    algos = list(suite.algos)
+    parser.add_argument("--algos", nargs="+", choices=algos, default=algos)
+    parser.add_argument("--tasks", nargs="+", default=list(suite.tasks), help="gymnasium ids")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
+    budgets = ", ".join(f"{name} {fmt_steps(algo.steps)}" for name, algo in suite.algos.items())
     parser.add_argument(
-        "--steps", type=int, help="env-step budget of every cell (default: 1M on-policy, "
-        "100k off-policy, 30k REDQ)",
-    )  # fmt: skip
+        "--steps", type=int, help=f"env-step budget of every cell (default: {budgets})"
+    )
     parser.add_argument(
-        "--eval-every", type=int, help="env steps between evaluations (default: the recipe's)"
+        "--eval-every",
+        type=int,
+        help="env steps between evaluations (default: the algorithm's preset, else the recipe's)",
     )
     parser.add_argument(
         "--eval-episodes", type=int, default=EVAL_EPISODES,
         help="episodes per evaluation (the table renders only cells of 10)",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1, help="cells at once, one core each")
-    parser.add_argument("--table", type=Path, default=TABLE, help="the JSON-lines file")
+    parser.add_argument("--table", type=Path, default=suite.table, help="the JSON-lines file")
     parser.add_argument(
-        "--workdir", type=Path, default=WORKDIR, help="run folders (outside the repository)"
+        "--workdir", type=Path, default=suite.workdir, help="run folders (outside the repository)"
     )
     parser.add_argument("--dry-run", action="store_true", help="list the cells left to run")
     parser.add_argument("--render", action="store_true", help="only write the .md and PNGs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child)
+        child(args.child, suite)
         return 0
     if args.render:
-        md, pngs = render(args.table)
+        md, pngs = render(args.table, suite)
         print(f"wrote {md}" + "".join(f"\nwrote {png}" for png in pngs))
         return 0
     sys.path.insert(0, str(ROOT))
     cells = build_cells(
-        args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
+        suite, args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
     )  # fmt: skip
     if args.dry_run:
@@ -865,7 +958,8 @@ def main(argv: list[str] | None = None) -> int:
         todo = [cell for cell in cells if cell.key not in done]
         print("\n".join(map(str, todo)) + f"\n{len(todo)} of {len(cells)} cells to run")
         return 0
-    failures = run_cells(cells, args.table, args.workdir, args.jobs)
+    launch = functools.partial(launch_subprocess, script=suite.script)
+    failures = run_cells(cells, args.table, args.workdir, args.jobs, launch)
     if failures:
         print(f"{failures} cell(s) failed; the same command runs them again")
     return 1 if failures else 0

@@ -130,7 +130,9 @@ def test_jobs_bounds_the_cells_running_at_once(tmp_path: Path) -> None:
 
 
 def test_cells_follow_the_selection_and_the_recipe_defaults(capsys: pytest.CaptureFixture) -> None:
-    cells = mt.build_cells(["ppo", "reinforce", "sac", "redq"], ["Hopper-v5", "Reacher-v5"], [0, 1])
+    cells = mt.build_cells(
+        mt.MUJOCO, ["ppo", "reinforce", "sac", "redq"], ["Hopper-v5", "Reacher-v5"], [0, 1]
+    )
     hopper = [(c.library, c.algorithm, c.seed) for c in cells if c.task == "Hopper-v5"]
     assert hopper == [
         ("tdrl", "ppo", 0), ("SB3", "ppo", 0), ("tdrl", "ppo", 1), ("SB3", "ppo", 1),
@@ -141,13 +143,15 @@ def test_cells_follow_the_selection_and_the_recipe_defaults(capsys: pytest.Captu
     # the zoo tuned PPO for Reacher-v2, but has no SAC entry for it: tdrl only
     reacher = {(c.library, c.algorithm) for c in cells if c.task == "Reacher-v5"}
     assert ("SB3", "ppo") in reacher and ("SB3", "sac") not in reacher
-    assert "sac Reacher-v5: no rl-baselines3-zoo entry" in capsys.readouterr().out
+    assert "sac Reacher-v5: no SB3 settings" in capsys.readouterr().out
     budget = {c.algorithm: (c.steps, c.eval_every, c.eval_episodes) for c in cells}
     assert budget == {
         "ppo": (1_000_000, 20_000, 10), "reinforce": (1_000_000, 20_000, 10),
         "sac": (100_000, 10_000, 10), "redq": (30_000, 10_000, 10),
     }  # fmt: skip
-    npg = mt.build_cells(["npg"], ["Hopper-v5"], [0], steps=5000, eval_every=0, eval_episodes=3)
+    npg = mt.build_cells(
+        mt.MUJOCO, ["npg"], ["Hopper-v5"], [0], steps=5000, eval_every=0, eval_episodes=3
+    )
     assert [c.key for c in npg] == [("tdrl", "npg", "Hopper-v5", 0, 5000, 0, 3)]
 
 
@@ -237,7 +241,7 @@ def test_a_tiny_sb3_cell_follows_the_zoo_and_the_protocol(
     if algorithm == "trpo":
         pytest.importorskip("sb3_contrib", reason="TRPO is sb3-contrib's (the bench extra)")
     c = cell("SB3", algorithm, "Hopper-v5", seed=1, steps=steps, eval_every=every)
-    line = mt.run_cell(c, tmp_path / "run")
+    line = mt.run_cell(c, tmp_path / "run", mt.MUJOCO)
     assert strict_json((tmp_path / "run" / mt.RESULT).read_text()) == line
     assert mt.line_key(line) == c.key
     assert line["env_steps"] == steps
@@ -276,7 +280,7 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
     table = tmp_path / "docs" / "mujoco_table.jsonl"
     for line in lines:
         mt.append_line(table, line)
-    md_path, pngs = mt.render(table)
+    md_path, pngs = mt.render(table, mt.MUJOCO)
     md = md_path.read_text()
     assert md_path == tmp_path / "docs" / "mujoco_table.md"
     assert "1 line(s) with another number of evaluation episodes left out" in md
@@ -300,5 +304,5 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
 
 
 def test_an_empty_table_renders_a_page_that_says_so(tmp_path: Path) -> None:
-    md, pngs = mt.render(tmp_path / "none.jsonl")
+    md, pngs = mt.render(tmp_path / "none.jsonl", mt.MUJOCO)
     assert "No cell has finished yet." in md.read_text() and pngs == []

@@ -1,0 +1,166 @@
+"""The MinAtar benchmark table (issue 16): DQN and Rainbow on pixels, tdrl beside SB3's DQN.
+
+The cells, their JSON lines (``docs/benchmarks/minatar_table.jsonl``: one fsynced line per
+finished cell, done cells skipped), ``--jobs``, the subprocess per cell with one thread, the
+markdown table and the mean ± std curves (``minatar_table.md``, ``minatar_<game>.png``) are
+``benchmarks/mujoco_table.py``'s; this file adds only its :class:`~mujoco_table.Suite`: the
+algorithms with their settings, the tasks, SB3's DQN and the page's header.
+
+Settings: MinAtar's published DQN (Young & Tian 2019, arXiv 1903.03176; its examples/dqn.py) for
+every cell: batch 32, replay 100k, learning rate 2.5e-4, gamma 0.99, epsilon 1 -> 0.1 over 100k env
+steps (greedy in evaluation), a hard target copy every 1000 updates, 5k uniform random steps before
+learning, one update per env step, the Huber loss; the env's own sticky actions (0.1) and
+difficulty ramping. Where both libraries differ from the paper: Adam (eps 1e-8) instead of centered
+RMSprop (momentum 0.95, squared-gradient momentum 0.95, eps 0.01), the gradient norm clipped at 10
+(SB3's default), epsilon decaying from step 0 (the paper: from the end of the random steps, so 0.1
+at 105k), 500k env steps instead of 5M. tdrl: ``recipes/dqn.py``'s ``main(Config(...))`` with these
+fields (``ALGOS``), the MinAtarCNN Q network the recipe picks on MinAtar frames (16 3x3 filters
+stride 1, a 128-unit layer), frames stored once in the replay buffer, no checkpoints (a cell cut
+short starts over anyway). "dqn" is plain DQN as in the paper and SB3 (``double_dqn=False``);
+"rainbow" is ``--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`` on the same
+settings, with the recipe's C51 support [0, 100] (Obando-Ceron & Castro 2021, arXiv 2011.14826, use
+±100 on MinAtar) and PER alpha 0.6, beta 0.4 -> 1. SB3 (DQN only; SB3 has no Rainbow):
+``stable_baselines3.DQN`` with the same values (train_freq 1, gradient_steps 1, learning_starts 5k;
+target_update_interval counts env steps there, updates here: the same at one update a step;
+exploration_fraction = 100k / budget), whose features extractor is tdrl's ``MinAtarCNN`` body (its
+128 hidden features) and net_arch [] (SB3's output layer), so both Q networks have the same layers,
+parameters and PyTorch default init, on the same env id (``MinAtar/<Game>-v1``, uint8 frames C x 10
+x 10, registered by ``tdrl.envs``).
+
+Evaluation, the same for both (mujoco_table's): 10 greedy episodes on 5 separate envs reset with
+seed + 10,000 every 25k env steps and at the end. Budget: 500k env steps.
+
+Speed, from 20k-step Breakout runs on this 2-core machine with 3-4 other jobs running (1-minute
+load 3-6), one thread, env steps/s between 10k and 20k (all learning): tdrl DQN 172, SB3 DQN
+184, tdrl Rainbow 57 (C51 + noisy nets + PER). A 500k cell: about 48 min, 45 min and 2.4 h;
+the 18 cells (2 games x 3 seeds x {tdrl DQN, SB3 DQN, tdrl Rainbow}): about 24 h of one core,
+12 h with ``--jobs 2`` on two free cores.
+
+    python benchmarks/minatar_table.py --jobs 2      # 18 cells, 500k steps each
+    python benchmarks/minatar_table.py --algos dqn --tasks MinAtar/Breakout-v1 --dry-run
+    python benchmarks/minatar_table.py --render      # minatar_table.md and minatar_<game>.png
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # when a test loads this file
+import mujoco_table as mt  # noqa: E402
+
+TASKS = ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")
+STEPS, EVAL_EVERY, EPS_FRAMES, HIDDEN = 500_000, 25_000, 100_000, 128
+
+# Young & Tian 2019 as recipes/dqn.py Config fields, and the gradient clip of both
+# libraries (SB3's default; the paper has none).
+PUBLISHED = (
+    ("batch_size", 32), ("buffer_size", 100_000), ("lr", 2.5e-4), ("gamma", 0.99),
+    ("eps_init", 1.0), ("eps_end", 0.1), ("eps_frames", EPS_FRAMES),
+    ("target_update_interval", 1000), ("init_random_frames", 5000), ("frames_per_batch", 1),
+    ("utd_ratio", 1.0), ("max_grad_norm", 10.0),
+)  # fmt: skip
+TABLE_RUN = (("eval_every", EVAL_EVERY), ("checkpoint_every", 0))
+RAINBOW = (
+    ("algo", "c51"), ("noisy", True), ("dueling", True), ("prioritized", True), ("n_steps", 3),
+    ("double_dqn", True),
+)  # fmt: skip
+ALGOS = {
+    "dqn": mt.Algo("dqn", (*PUBLISHED, *TABLE_RUN, ("double_dqn", False)), STEPS, "DQN"),
+    "rainbow": mt.Algo("dqn", (*PUBLISHED, *TABLE_RUN, *RAINBOW), STEPS, None),
+}
+PACKAGES = ("gymnasium", "minatar")
+
+
+def sb3_settings(algorithm: str, task: str) -> dict[str, Any] | None:
+    """SB3 DQN's arguments with the published values (exploration_fraction, which depends on the
+    budget, is added per cell); None for Rainbow."""
+    if algorithm != "dqn":
+        return None
+    tdrl = dict(PUBLISHED)
+    return {
+        "learning_rate": tdrl["lr"],
+        "buffer_size": tdrl["buffer_size"],
+        "learning_starts": tdrl["init_random_frames"],
+        "batch_size": tdrl["batch_size"],
+        "gamma": tdrl["gamma"],
+        "train_freq": tdrl["frames_per_batch"],
+        "gradient_steps": round(tdrl["utd_ratio"] * tdrl["frames_per_batch"]),
+        "target_update_interval": tdrl["target_update_interval"],
+        "exploration_initial_eps": tdrl["eps_init"],
+        "exploration_final_eps": tdrl["eps_end"],
+        "max_grad_norm": tdrl["max_grad_norm"],
+    }
+
+
+def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
+    """SB3's DQN with tdrl's MinAtarCNN as its Q network, evaluated like the recipe."""
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    import tdrl.envs  # noqa: F401  # registers MinAtar/<Game>-v1: uint8 [C, 10, 10] frames
+    from tdrl.modules import MinAtarCNN
+
+    class MinAtarFeatures(BaseFeaturesExtractor):
+        """tdrl's MinAtarCNN up to its 128-unit ReLU layer; SB3's q_net adds the output layer."""
+
+        def __init__(self, observation_space: Any) -> None:
+            super().__init__(observation_space, features_dim=HIDDEN)
+            channels, height, width = observation_space.shape
+            self.body = MinAtarCNN(channels, None, hidden=HIDDEN, frame_size=(height, width))
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            # SB3 hands floats (normalize_images=False: still MinAtar's 0/1, exact in uint8)
+            return self.body(observations.to(torch.uint8))
+
+    kwargs = sb3_settings(cell.algorithm, cell.task)
+    if kwargs is None:
+        raise ValueError(f"SB3 has no {cell.algorithm}")
+    kwargs["exploration_fraction"] = EPS_FRAMES / cell.steps  # epsilon's decay in env steps
+    start = time.perf_counter()
+    envs = mt.sb3_envs(cell)
+    policy_kwargs = dict(features_extractor_class=MinAtarFeatures, net_arch=[])
+    model = DQN(
+        "CnnPolicy", envs[0], seed=cell.seed, device="cpu", verbose=0,
+        policy_kwargs=policy_kwargs | {"normalize_images": False}, **kwargs,
+    )  # fmt: skip
+    settings = {
+        "class": "stable_baselines3.DQN",
+        "source": "Young & Tian 2019 (arXiv 1903.03176); Adam, gradient norm 10",
+        "hyperparameters": kwargs,
+        "policy": "CnnPolicy: tdrl.modules.MinAtarCNN(C, None) features, net_arch []",
+        "q_network_parameters": sum(p.numel() for p in model.q_net.parameters()),
+    }
+    return mt.train_sb3(cell, model, envs, start, settings, PACKAGES)
+
+
+HEADER = """\
+# MinAtar benchmark table (issue 16)
+
+Written by `python benchmarks/minatar_table.py --render` from `minatar_table.jsonl` (one line
+per finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine
+load); the table is being filled. Every cell: MinAtar's published DQN settings (Young & Tian
+2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99, epsilon
+1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random steps, one update a step),
+the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor is
+tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q; Rainbow: `--algo c51 --noisy
+--dueling --prioritized --n-steps 3 --double-dqn`); SB3 2.9.2: `DQN` (no Rainbow there).
+Evaluation, both libraries: 10 greedy episodes on a separate env every 25k env steps and at the
+end; one torch thread per run.
+
+- final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's
+  max over its evaluations, mean ± std over seeds; wall: mean seconds per run (envs, training
+  and evaluations); ratios: tdrl mean / SB3 mean (returns: only where SB3's mean is > 0).
+- peak: the max over evaluation steps of the mean over seeds, ± the std over seeds at that
+  step, from tdrl's curves.
+"""
+
+MINATAR = mt.Suite(
+    "minatar", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES
+)
+
+if __name__ == "__main__":
+    sys.exit(mt.main(suite=MINATAR))

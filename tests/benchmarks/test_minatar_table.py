@@ -1,0 +1,130 @@
+"""benchmarks/minatar_table.py: the MinAtar suite on mujoco_table's machinery. Its cells and
+settings, one tiny real cell per library (tdrl's in a subprocess as the driver runs it: 300
+env steps of Breakout, all uniform random since learning starts at 5k, evaluated twice on 10
+greedy episodes), skipped on a rerun, and the page rendered from their lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the driver imports mujoco_table as a sibling
+import minatar_table as mn  # noqa: E402
+
+mt = mn.mt  # mujoco_table: the machinery
+BREAKOUT = "MinAtar/Breakout-v1"
+
+
+def test_the_cells_are_two_games_three_seeds_and_three_runs(capsys: pytest.CaptureFixture) -> None:
+    cells = mt.build_cells(mn.MINATAR, list(mn.ALGOS), mn.TASKS, [0, 1, 2])
+    assert len(cells) == 18
+    runs = {(c.library, c.algorithm) for c in cells}
+    assert runs == {("tdrl", "dqn"), ("SB3", "dqn"), ("tdrl", "rainbow")}
+    assert {(c.steps, c.eval_every, c.eval_episodes) for c in cells} == {(500_000, 25_000, 10)}
+    assert f"rainbow {BREAKOUT}: no SB3 class, tdrl only" in capsys.readouterr().out
+    assert mn.MINATAR.table == ROOT / "docs" / "benchmarks" / "minatar_table.jsonl"
+
+
+def test_both_libraries_get_the_published_settings() -> None:
+    from recipes import dqn
+
+    cfg = dqn.Config(**dict(mn.ALGOS["dqn"].preset))
+    published = (32, 100_000, 2.5e-4, 0.99, 1.0, 0.1, 100_000, 1000, 5000, 1, 1.0)
+    assert (
+        cfg.batch_size, cfg.buffer_size, cfg.lr, cfg.gamma, cfg.eps_init, cfg.eps_end,
+        cfg.eps_frames, cfg.target_update_interval, cfg.init_random_frames,
+        cfg.frames_per_batch, cfg.utd_ratio,
+    ) == published  # fmt: skip
+    assert (cfg.algo, cfg.double_dqn, cfg.checkpoint_every) == ("dqn", False, 0)
+    rainbow = dqn.Config(**dict(mn.ALGOS["rainbow"].preset))
+    assert (
+        rainbow.algo, rainbow.noisy, rainbow.dueling, rainbow.prioritized, rainbow.n_steps,
+        rainbow.double_dqn,
+    ) == ("c51", True, True, True, 3, True)  # fmt: skip
+    for name, _ in mn.PUBLISHED:
+        assert getattr(rainbow, name) == getattr(cfg, name), name
+    assert mn.sb3_settings("dqn", BREAKOUT) == {
+        "learning_rate": 2.5e-4, "buffer_size": 100_000, "learning_starts": 5000,
+        "batch_size": 32, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1,
+        "target_update_interval": 1000, "exploration_initial_eps": 1.0,
+        "exploration_final_eps": 0.1, "max_grad_norm": cfg.max_grad_norm,
+    }  # fmt: skip
+    assert mn.sb3_settings("rainbow", BREAKOUT) is None
+
+
+def tiny(library: str) -> Any:
+    return mt.Cell(library, "dqn", BREAKOUT, 0, 300, 150, 10)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tdrl cell in ``minatar_table.py --child`` as the driver runs it, the SB3 cell in this
+    process (a second fresh Python would double the time), both lines in one table."""
+    pytest.importorskip("minatar", reason="MinAtar is the pixels extra")
+    pytest.importorskip("stable_baselines3", reason="SB3 is the bench extra")
+    folder = tmp_path_factory.mktemp("minatar")
+    table, work = folder / "docs" / "minatar_table.jsonl", folder / "work"
+    launch = functools.partial(mt.launch_subprocess, script=mn.MINATAR.script)
+    assert mt.run_cells([tiny("tdrl")], table, work, launch=launch) == 0
+    mt.append_line(table, mt.run_cell(tiny("SB3"), tiny("SB3").folder(work), mn.MINATAR))
+    return table, work
+
+
+def line_of(table: Path, library: str) -> dict[str, Any]:
+    def reject(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    lines = [json.loads(x, parse_constant=reject) for x in table.read_text().splitlines()]
+    (line,) = [x for x in lines if x["library"] == library]
+    assert mt.line_key(line) == tiny(library).key
+    assert line["env_steps"] == 300 and line["curve"]["steps"] == [150, 300]
+    assert line["final_return"] == line["curve"]["returns"][-1]
+    assert line["best_return"] == max(line["curve"]["returns"])
+    assert "minatar" in line["versions"] and "mujoco" not in line["versions"]
+    return line
+
+
+def test_a_tiny_tdrl_cell_runs_the_recipe_with_the_preset(table: tuple[Path, Path]) -> None:
+    from recipes import dqn
+
+    line = line_of(table[0], "tdrl")
+    folder = tiny("tdrl").folder(table[1])
+    expected = dqn.Config(**dict(mn.ALGOS["dqn"].preset) | dict(
+        env_id=BREAKOUT, seed=0, total_frames=300, log_dir=str(folder), eval_every=150,
+        eval_episodes=10,
+    ))  # fmt: skip
+    assert line["settings"] == mt.finite(dataclasses.asdict(expected))
+
+
+def test_a_tiny_sb3_cell_has_tdrls_q_network(table: tuple[Path, Path]) -> None:
+    from tdrl.modules import MinAtarCNN
+
+    line = line_of(table[0], "SB3")
+    breakout = MinAtarCNN(4, 3)  # Breakout-v1: 4 channels, 3 actions
+    assert line["settings"]["q_network_parameters"] == sum(p.numel() for p in breakout.parameters())
+    hyper = line["settings"]["hyperparameters"]
+    assert hyper["exploration_fraction"] == 100_000 / 300  # epsilon decays over 100k env steps
+    assert line["settings"]["eval_envs"] == 5
+
+
+def test_a_rerun_skips_the_done_cells_and_the_page_renders(table: tuple[Path, Path]) -> None:
+    path, work = table
+    again: list[Any] = []
+    mt.run_cells([tiny("tdrl"), tiny("SB3")], path, work, launch=lambda c, *_: again.append(c))
+    assert again == [] and len(path.read_text().splitlines()) == 2
+    md_path, pngs = mt.render(path, mn.MINATAR)
+    md = md_path.read_text()
+    assert md_path.name == "minatar_table.md" and md.startswith("# MinAtar benchmark table")
+    (row,) = [x for x in md.split("Run conditions")[0].splitlines() if x.startswith("| MinAtar")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == [BREAKOUT, "DQN", "300"] and len(cells) == 14  # no reference column
+    assert cells[5] == cells[9] == "1"  # one seed of each library
+    assert [p.name for p in pngs] == ["minatar_Breakout-v1.png"]
