@@ -27,7 +27,7 @@ subnormals, which the CPU handles tens of times slower, and the rates swing with
 ``--keep-denormals`` keeps torch's default for everyone.
 
 The SAC and DQN sections time each library in 3 rounds, the libraries taking turns within a
-round, and report the median rate (the PPO section times one update phase per library).
+round, and report the median rate (the PPO section: one update phase per library a round).
 
 Recurrent PPO section (``ppo_lstm``): one update phase on CartPoleNoVel shapes with an LSTM
 actor, tdrl ``ppo_update(seq_len=...)`` against sb3-contrib ``RecurrentPPO.train()`` on the same
@@ -276,16 +276,22 @@ PPO_PEERS = peers(bench_tdrl, bench_sb3, bench_tianshou, bench_torchrl)
 def section_ppo(quick: bool) -> None:
     samples, epochs, minibatch = (2048, 2, 64) if quick else (16384, 10, 64)
     data = ppo_data(samples)
-    print(f"PPO update: {samples} samples x {epochs} epochs, minibatch {minibatch}, 1 thread")
-    rates = {}
-    for name, bench in PPO_PEERS.items():
+    print(
+        f"PPO update: {samples} samples x {epochs} epochs, minibatch {minibatch}, 1 thread, "
+        f"median of {ROUNDS} interleaved rounds"
+    )
+    for bench in PPO_PEERS.values():
         bench(ppo_data(256), 1, minibatch)  # warm-up: imports, allocator, first-call costs
-        seconds = bench(data, epochs, minibatch)
-        rates[name] = samples * epochs / seconds
+    per_round: dict[str, list[float]] = {name: [] for name in PPO_PEERS}
+    for _ in range(ROUNDS):  # the libraries take turns, so a load spike hits them alike
+        for name, bench in PPO_PEERS.items():
+            per_round[name].append(samples * epochs / bench(data, epochs, minibatch))
+    rates = {name: statistics.median(r) for name, r in per_round.items()}
     best_peer = max(rate for name, rate in rates.items() if not name.startswith("tdrl"))
-    print(f"{'library':<10} {'samples/s':>10} {'vs tdrl':>8}")
+    print(f"{'library':<10} {'samples/s':>10} {'vs tdrl':>8}   per round")
     for name, rate in rates.items():
-        print(f"{name:<10} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}")
+        rounds = ", ".join(f"{x:,.0f}" for x in per_round[name])
+        print(f"{name:<10} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}   [{rounds}]")
     print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
     if "tdrl plain" in rates:
         print(
