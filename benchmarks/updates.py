@@ -49,6 +49,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -273,31 +274,19 @@ def bench_torchrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) ->
 PPO_PEERS = peers(bench_tdrl, bench_sb3, bench_tianshou, bench_torchrl)
 
 
+def _ppo_epochs(bench: Callable[..., float], minibatch: int, data: Any, epochs: int) -> float:
+    return bench(data, epochs, minibatch)
+
+
 def section_ppo(quick: bool) -> None:
     samples, epochs, minibatch = (2048, 2, 64) if quick else (16384, 10, 64)
     data = ppo_data(samples)
-    print(
+    peers = {name: partial(_ppo_epochs, bench, minibatch) for name, bench in PPO_PEERS.items()}
+    _steps_table(
         f"PPO update: {samples} samples x {epochs} epochs, minibatch {minibatch}, 1 thread, "
-        f"median of {ROUNDS} interleaved rounds"
-    )
-    for bench in PPO_PEERS.values():
-        bench(ppo_data(256), 1, minibatch)  # warm-up: imports, allocator, first-call costs
-    per_round: dict[str, list[float]] = {name: [] for name in PPO_PEERS}
-    for _ in range(ROUNDS):  # the libraries take turns, so a load spike hits them alike
-        for name, bench in PPO_PEERS.items():
-            per_round[name].append(samples * epochs / bench(data, epochs, minibatch))
-    rates = {name: statistics.median(r) for name, r in per_round.items()}
-    best_peer = max(rate for name, rate in rates.items() if not name.startswith("tdrl"))
-    print(f"{'library':<10} {'samples/s':>10} {'vs tdrl':>8}   per round")
-    for name, rate in rates.items():
-        rounds = ", ".join(f"{x:,.0f}" for x in per_round[name])
-        print(f"{name:<10} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}   [{rounds}]")
-    print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
-    if "tdrl plain" in rates:
-        print(
-            f"tdrl plain (TDRL_FAST=0) / fastest peer: {rates['tdrl plain'] / best_peer:.2f}x; "
-            f"the fast paths buy {rates['tdrl'] / rates['tdrl plain'] - 1:+.1%}"
-        )
+        f"median of {ROUNDS} interleaved rounds",
+        peers, data, epochs, warmup=1, scale=samples, unit="samples/s",
+    )  # fmt: skip
 
 
 # --- recurrent PPO: one update phase on CartPoleNoVel shapes -----------------------------------
@@ -771,20 +760,25 @@ def _steps_table(
     peers: dict[str, Callable[[dict[str, torch.Tensor], int], float]],
     data: dict[str, torch.Tensor],
     steps: int,
+    *,
+    warmup: int = 10,
+    scale: float = 1.0,
+    unit: str = "steps/s",
 ) -> None:
     """Each library runs ``steps`` steps in each of ``ROUNDS`` rounds, the libraries taking turns
     within a round, so that a change of background load on a shared machine hits all of them
-    alike; the figure is each library's median rate over the rounds."""
+    alike; the figure is each library's median rate over the rounds (``scale`` units a step:
+    the PPO section's steps are epochs of ``scale`` samples)."""
     print(title)
     per_round: dict[str, list[float]] = {name: [] for name in peers}
     for bench in peers.values():
-        bench(data, 10)  # warm-up: imports, allocator, first-call costs
+        bench(data, warmup)  # warm-up: imports, allocator, first-call costs
     for _ in range(ROUNDS):
         for name, bench in peers.items():
-            per_round[name].append(steps / bench(data, steps))
+            per_round[name].append(scale * steps / bench(data, steps))
     rates = {name: statistics.median(values) for name, values in per_round.items()}
     best_peer = max(rate for name, rate in rates.items() if not name.startswith("tdrl"))
-    print(f"{'library':<10} {'steps/s':>10} {'vs tdrl':>8}   per round")
+    print(f"{'library':<10} {unit:>10} {'vs tdrl':>8}   per round")
     for name, rate in rates.items():
         shown = ", ".join(f"{r:,.1f}" for r in per_round[name])
         print(f"{name:<10} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}   [{shown}]")
