@@ -105,7 +105,7 @@ def main(cfg: Config) -> str:
     dataset_id = cfg.dataset_id or f"tdrl/{task}-{cfg.kind}-v0"
     checkpoint = None
     if cfg.kind != "random":
-        checkpoint = trainers.latest_checkpoint(cfg.run) if cfg.run else None
+        checkpoint = trainers.latest_checkpoint(Path(cfg.run)) if cfg.run else None
         if checkpoint is None:
             raise FileNotFoundError(f"--kind {cfg.kind} needs --run with a checkpoint: {cfg.run!r}")
     if cfg.kind == "replay":
