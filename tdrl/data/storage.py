@@ -64,21 +64,6 @@ def _subplan(items: list[tuple[int, tuple[str, ...]]]) -> _Plan:
     ]
 
 
-def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
-    """A zero leaf. On the CPU through numpy's zeroed allocation (calloc): the OS hands out
-    zero pages as the ring first touches them, so a 1M buffer costs no up-front memset and its
-    resident memory grows as it fills, as SB3's ``np.zeros`` buffers do (``torch.zeros`` writes
-    every byte at allocation: 22 ms per 68 MB leaf here, all of it inside the first extend)."""
-    if device.type == "cpu":
-        try:
-            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        except TypeError:  # no numpy twin (bfloat16, ...): torch's own zeros
-            pass
-        else:
-            return torch.from_numpy(np.zeros(shape, dtype=np_dtype))
-    return torch.zeros(shape, dtype=dtype, device=device)
-
-
 class _Counter:
     """An int attribute kept in the storage's ``_counters`` array (the fast twin writes it)."""
 
@@ -159,7 +144,7 @@ class StreamStorage:
             x = td.get(_spell(k))
             shape = (self.length, self.num_streams, *x.shape[batch_dims:])
             if self.path is None:
-                leaf = _zeros(shape, x.dtype, self.device)
+                leaf = torch.zeros(shape, dtype=x.dtype, device=self.device)
             else:
                 self.path.mkdir(parents=True, exist_ok=True)
                 # A plain tensor view of the file-backed one: the same memory, torch's type.
