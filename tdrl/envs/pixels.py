@@ -19,9 +19,9 @@ Options are make kwargs, e.g. ``make_vec_env("tdrl/Breakout-v5", 8, frame_stack=
 terminal_on_life_loss=True)``:
 
 - ``frame_stack=k``: the last k frames concatenated on the channel axis (``[k * C, H, W]``),
-  restarted at every episode start (:class:`FrameStack`). Off-policy, store single frames and
-  stack at sampling time instead: ``ReplayBuffer.sample_slices(..., frame_stack=k)`` gives the
-  same stacks.
+  restarted at every episode start (:class:`FrameStack`). Off-policy, a
+  ``ReplayBuffer(capacity, frame_keys=["observation"], frame_stack=k)`` takes these stacks,
+  stores each frame once and gives the same stacks back at sampling (``tdrl.data.frames``).
 - ``terminal_on_life_loss=True`` (Atari, off by default as Machado et al. advise): a lost life
   is reported as ``terminated`` and ends the episode as tdrl sees it (returns per life, frame
   stack restarted), but the game goes on: the next episode starts from the state after the
