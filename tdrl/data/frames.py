@@ -76,6 +76,10 @@ class FrameStore:
         if any(k[0] == keys.NEXT for k in self.keys):
             raise ValueError(f"frame_keys are root entries, got {list(map(_spell, self.keys))}")
         self.k = frame_stack
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every stored frame (an empty buffer's state)."""
         self.slot_of = torch.empty(0, dtype=torch.int64)  # [capacity]: final-frame slot or -1
         self.owner = torch.empty(0, dtype=torch.int64)  # [F]: flat index owning each slot
         self.finals: list[Tensor] = []  # per key [F, C, *F]
@@ -238,10 +242,10 @@ class FrameStore:
         """Set the frame entries of a sample ``out`` taken at ``index`` (``[*B]`` flat): root
         stacks of the steps ``index``, next stacks after the steps ``last`` (n-step samples end
         there; ``last`` is ``index`` otherwise), both ``[*B, k * C, *F]``."""
-        shape = index.shape
+        shape, one_step = index.shape, last is index
         index, last = index.reshape(-1), last.reshape(-1)
         roots = self._stacks(storage, index)
-        tails = roots if last is index or torch.equal(last, index) else self._stacks(storage, last)
+        tails = roots if one_step else self._stacks(storage, last)
         for key, root, tail, nxt in zip(
             self.keys, roots, tails, self.next_frames(storage, last), strict=True
         ):
@@ -274,7 +278,7 @@ class FrameStore:
     def load(self, data: TensorDictBase | None, storage: StreamStorage | None) -> None:
         """Restore a :meth:`state` (copies), checked against the storage's geometry."""
         if data is None or storage is None:
-            self.__init__(list(map(_spell, self.keys)), self.k)  # type: ignore[misc]
+            self.clear()
             return
         slot_of, owner = data.get("slot_of"), data.get("owner")
         if slot_of.shape != (storage.capacity,) or owner.dim() != 1:
