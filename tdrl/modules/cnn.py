@@ -10,8 +10,6 @@ output: ``QValueActor(NatureCNN(4, n))``, ``CategoricalQValueActor(NatureCNN(4, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import nn
 
@@ -56,20 +54,31 @@ class PixelInput(nn.Module):
 
 
 class _PixelNet(nn.Module):
-    """``PixelInput -> convolutions -> flatten`` (``features``), then ``head``."""
+    """``PixelInput -> convolutions -> flatten`` (``features``), then ``head``; a subclass names
+    its convolutions and its defaults (None in an argument: the subclass's)."""
+
+    convolutions: tuple[tuple[int, int, int], ...]
+    """(out channels, kernel, stride) of each convolution."""
+    default_hidden: int
+    default_frame_size: int
+    default_scale: float
 
     def __init__(
         self,
         in_channels: int,
         num_outputs: int | None,
-        convolutions: Sequence[tuple[int, int, int]],
-        hidden: int,
-        frame_size: int | tuple[int, int],
-        scale: float,
-        dueling: bool,
-        atoms: int,
+        *,
+        hidden: int | None = None,
+        frame_size: int | tuple[int, int] | None = None,
+        scale: float | None = None,
+        dueling: bool = False,
+        atoms: int = 1,
     ) -> None:
         super().__init__()
+        convolutions = self.convolutions
+        hidden = self.default_hidden if hidden is None else hidden
+        scale = self.default_scale if scale is None else scale
+        frame_size = self.default_frame_size if frame_size is None else frame_size
         size = (frame_size, frame_size) if isinstance(frame_size, int) else frame_size
         size = (int(size[0]), int(size[1]))
         layers: list[nn.Module] = [PixelInput(in_channels, size, scale, type(self).__name__)]
@@ -115,7 +124,7 @@ class NatureCNN(_PixelNet):
     Args:
         in_channels: stacked frames (4 in the paper).
         num_outputs: actions (or actions x atoms for C51); None: the 512 hidden features.
-        hidden: width of the fully connected layer.
+        hidden: width of the fully connected layer (NatureCNN 512, MinAtarCNN 128).
         frame_size: H and W (84), at least 36.
         scale: input factor (1/255 maps pixels to [0, 1]).
         dueling: a value and an advantage stream, each with its own hidden layer
@@ -127,21 +136,8 @@ class NatureCNN(_PixelNet):
         ``[*B, in_channels, H, W]`` uint8 -> ``[*B, num_outputs]`` float.
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        num_outputs: int | None,
-        *,
-        hidden: int = 512,
-        frame_size: int | tuple[int, int] = 84,
-        scale: float = 1 / 255,
-        dueling: bool = False,
-        atoms: int = 1,
-    ) -> None:
-        convolutions = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
-        super().__init__(
-            in_channels, num_outputs, convolutions, hidden, frame_size, scale, dueling, atoms
-        )
+    convolutions = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+    default_hidden, default_frame_size, default_scale = 512, 84, 1 / 255
 
 
 class MinAtarCNN(_PixelNet):
@@ -151,7 +147,7 @@ class MinAtarCNN(_PixelNet):
     Args:
         in_channels: the game's channels (Breakout 4, Seaquest 10, ...).
         num_outputs: actions (or actions x atoms); None: the 128 hidden features.
-        hidden: width of the fully connected layer.
+        hidden: width of the fully connected layer (NatureCNN 512, MinAtarCNN 128).
         frame_size: H and W (10).
         scale: input factor (1: MinAtar's channels are already 0 or 1).
         dueling, atoms: value and advantage streams (as :class:`NatureCNN`).
@@ -160,17 +156,5 @@ class MinAtarCNN(_PixelNet):
         ``[*B, in_channels, H, W]`` uint8 -> ``[*B, num_outputs]`` float.
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        num_outputs: int | None,
-        *,
-        hidden: int = 128,
-        frame_size: int | tuple[int, int] = 10,
-        scale: float = 1.0,
-        dueling: bool = False,
-        atoms: int = 1,
-    ) -> None:
-        super().__init__(
-            in_channels, num_outputs, ((16, 3, 1),), hidden, frame_size, scale, dueling, atoms
-        )
+    convolutions = ((16, 3, 1),)
+    default_hidden, default_frame_size, default_scale = 128, 10, 1.0
