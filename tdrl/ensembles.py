@@ -20,8 +20,9 @@ below ``tdrl.modules`` and ``tdrl.objectives`` (both re-export its names).
 from __future__ import annotations
 
 import copy
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 import torch
@@ -35,6 +36,7 @@ from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
 
 Init = Literal["default", "orthogonal"]
+Reduce = Literal["min", "first"]
 
 
 class EnsembleLinear(nn.Module):
@@ -88,28 +90,36 @@ class EnsembleLinear(nn.Module):
             else:
                 raise ValueError(f"init must be 'default' or 'orthogonal', got {self.init!r}")
 
-    def forward(self, x: torch.Tensor, shared: bool = True) -> torch.Tensor:
-        """Apply the ``E`` layers; ``shared`` says ``x`` has no leading ensemble dim."""
+    def forward(
+        self, x: torch.Tensor, shared: bool = True, members: int | None = None
+    ) -> torch.Tensor:
+        """Apply the ``E`` layers (the first ``members`` only, if given); ``shared`` says ``x``
+        has no leading ensemble dim."""
+        weight: torch.Tensor = self.weight
+        bias: torch.Tensor = self.bias
+        if members is not None:
+            weight, bias = weight[:members], bias[:members]
+        e = weight.shape[0]
         # The common inputs ([B, in] shared, [E, B, in] per member) go in as they are: every
         # reshape or view is one more autograd node, and the update step is overhead-bound.
         if shared:
             batch = x.shape[:-1]
             if x.dim() == 2:
-                flat = x.expand(self.num_members, -1, -1)
+                flat = x.expand(e, -1, -1)
             else:
-                flat = x.reshape(1, -1, self.in_features).expand(self.num_members, -1, -1)
+                flat = x.reshape(1, -1, self.in_features).expand(e, -1, -1)
         else:
             batch = x.shape[1:-1]
-            flat = x if x.dim() == 3 else x.reshape(self.num_members, -1, self.in_features)
+            flat = x if x.dim() == 3 else x.reshape(e, -1, self.in_features)
         if self.out_features == 1:
             # A value head: as a batched matrix-vector product (MKL gemm with one output column)
             # it runs ~5x slower than a multiply-and-sum, forward and backward (167 vs 30 us
             # forward, 529 vs 130 us with backward; E=2, B=256, 256 inputs, one thread). That
             # is ~7% of a SAC gradient step (benchmarks/updates.py).
-            out = (flat * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
+            out = (flat * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
         else:
-            out = torch.baddbmm(self.bias, flat, self.weight)
-        return out if len(batch) == 1 else out.view(self.num_members, *batch, self.out_features)
+            out = torch.baddbmm(bias, flat, weight)
+        return out if len(batch) == 1 else out.view(e, *batch, self.out_features)
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, num_members={self.num_members}"
@@ -156,16 +166,79 @@ class EnsembleMLP(nn.Module):
             widths[-1], out_features, num_members, init=init, gain=output_gain
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, members: int | None = None) -> torch.Tensor:
+        """``[E, *B, out]``: every member's output (the first ``members`` only, if given)."""
         # ReLU in place on the fresh layer output (baddbmm's backward does not read its output):
         # one [E, B, H] buffer less per layer, ~5% of a SAC gradient step at batch 256.
         relu_in_place = type(self.activation) is nn.ReLU
         shared = True
         for layer in self.hidden:
-            x = layer(x, shared)
+            x = layer(x, shared, members)
             x = torch.relu_(x) if relu_in_place else self.activation(x)
             shared = False
-        return self.output(x, shared)
+        return self.output(x, shared, members)
+
+    def reduced(self, x: torch.Tensor, how: Reduce) -> torch.Tensor:
+        """``[*B, out]``: the minimum over the members (``"min"``) or the first member's output
+        (``"first"``), as ``self(x).min(0).values`` and ``self(x)[0]`` are.
+
+        For an actor loss, which differentiates the critic's value with respect to its input
+        only (the parameters frozen, ``tdrl.objectives.offpolicy.frozen``), each computes less:
+        ``"first"`` runs member 0 alone, and ``"min"`` backpropagates each row through the
+        member that gave its minimum only (:class:`_FrozenMin`; the others' gradient is zero),
+        half the input-gradient products of a twin critic. Equal to the plain expressions (the
+        values bitwise; the input's gradient to float32 rounding, as the products run on row
+        subsets): tests/modules/test_ensemble.py::test_reduced_equals_plain.
+        """
+        if how != "min":
+            return self(x, members=1)[0] if how == "first" else reduce_members(x, how)
+        frozen_input_grad = (
+            torch.is_grad_enabled()
+            and x.requires_grad
+            and x.dim() == 2
+            and self.output.out_features == 1
+            and type(self.activation) is nn.ReLU
+            and not any(p.requires_grad for p in self.parameters())
+        )
+        if frozen_input_grad:
+            return cast(torch.Tensor, _FrozenMin.apply(x, self))
+        return reduce_members(self(x), how)
+
+
+class _FrozenMin(torch.autograd.Function):
+    """``min_e Q_e(x)`` of a frozen ReLU :class:`EnsembleMLP` with one output, ``x [B, in]``:
+    the forward is :meth:`EnsembleMLP.forward`'s (no graph kept), the backward goes to ``x`` only,
+    through each row's minimising member (``torch.min``'s rule; its first index on ties)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, mlp: EnsembleMLP) -> torch.Tensor:
+        hidden = []
+        h, shared = x, True
+        for layer in mlp.hidden:
+            h = torch.relu_(layer(h, shared))
+            hidden.append(h)
+            shared = False
+        q = mlp.output(h, shared)
+        q_min, index = q.min(dim=0)
+        ctx.mlp = mlp
+        ctx.save_for_backward(index.squeeze(-1), *hidden)
+        return q_min
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        index, *hidden = ctx.saved_tensors
+        mlp = ctx.mlp
+        layers = list(mlp.hidden)
+        grad_x = grad.new_empty(index.shape[0], layers[0].in_features)
+        for member in range(mlp.num_members):
+            rows = (index == member).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            g = grad.index_select(0, rows) * mlp.output.weight[member, :, 0]
+            for layer, h in zip(reversed(layers), reversed(hidden), strict=True):
+                g = (g * (h[member].index_select(0, rows) > 0)) @ layer.weight[member].T
+            grad_x.index_copy_(0, rows, g)
+        return grad_x, None
 
 
 class ConcatCritic(TensorDictModuleBase):
@@ -190,13 +263,15 @@ class ConcatCritic(TensorDictModuleBase):
         self.in_keys = list(in_keys)
         self.out_keys = [out_key]
 
-    def _net_output(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """The network on the concatenated inputs; an error names the inputs' shapes."""
+    def _net_output(
+        self, tensordict: TensorDictBase, net: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The network (or ``net``) on the concatenated inputs; an error names their shapes."""
         owner = type(self).__name__
         inputs = [require(tensordict, key, owner) for key in self.in_keys]
         x = inputs[0] if len(inputs) == 1 else torch.cat(inputs, dim=-1)
         try:
-            return self.net(x)
+            return (self.net if net is None else net)(x)
         except RuntimeError as error:
             shapes = {key: tuple(v.shape) for key, v in zip(self.in_keys, inputs, strict=True)}
             raise ValueError(f"{owner}: the network failed on {shapes}: {error}") from error
@@ -237,9 +312,27 @@ class EnsembleCritic(ConcatCritic):
         """The ``E`` members' outputs, ensemble dim first; nothing is written."""
         return self._net_output(tensordict)
 
+    def reduced_values(self, tensordict: TensorDictBase, how: Reduce) -> torch.Tensor:
+        """``[*B, out]``: the members' minimum (``"min"``) or the first member's output
+        (``"first"``); through the network's ``reduced`` where it has one
+        (:meth:`EnsembleMLP.reduced`: less work for an actor loss), else from :meth:`values`."""
+        reduced = getattr(self.net, "reduced", None)
+        if reduced is None:
+            return reduce_members(self.values(tensordict), how)
+        return self._net_output(tensordict, functools.partial(reduced, how=how))
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         tensordict.set(self.out_keys[0], self.values(tensordict).movedim(0, -2))
         return tensordict
+
+
+def reduce_members(values: torch.Tensor, how: Reduce) -> torch.Tensor:
+    """``values [E, *B, out]`` -> ``[*B, out]``: the minimum over members, or member 0."""
+    if how == "min":
+        return values.min(dim=0).values
+    if how == "first":
+        return values[0]
+    raise ValueError(f"how must be 'min' or 'first', got {how!r}")
 
 
 def _reset_parameters(module: nn.Module) -> None:

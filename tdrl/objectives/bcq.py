@@ -29,7 +29,12 @@ from tdrl.keys import (
 )
 from tdrl.objectives.ddpg import _DeterministicActorCritic
 from tdrl.objectives.dqn import DQNLoss
-from tdrl.objectives.offpolicy import OffPolicyKeys, bellman_target, critic_values
+from tdrl.objectives.offpolicy import (
+    OffPolicyKeys,
+    actor_critic_value,
+    bellman_target,
+    critic_values,
+)
 
 __all__ = [
     "BCQActor",
@@ -207,7 +212,7 @@ class BCQActor(TensorDictModuleBase):
         flat = tensordict.select(*self.in_keys, strict=False).reshape(-1)
         n, B = self.num_samples, flat.shape[0]
         states, action = perturbed_samples(self.vae_network, self.actor_network, flat, n)
-        q = critic_values(self.qvalue_network, states, action, ACTION)[0].view(n, B)
+        q = actor_critic_value(self.qvalue_network, states, action, ACTION, "first").view(n, B)
         best = q.argmax(0)  # [B]
         chosen = action.view(n, B, -1)[best, torch.arange(B, device=best.device)]
         tensordict.set(ACTION, chosen.reshape(*tensordict.batch_size, -1))

@@ -11,7 +11,13 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.keys import LOSS_ACTOR, LOSS_VALUE, NEXT
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values, frozen
+from tdrl.objectives.offpolicy import (
+    OffPolicyLoss,
+    actor_critic_value,
+    bellman_target,
+    critic_values,
+    frozen,
+)
 from tdrl.objectives.target import make_target
 
 
@@ -77,8 +83,10 @@ class _DeterministicActorCritic(OffPolicyLoss):
         """``-mean_B w Q_0(s, mu(s))``: the first critic, gradients to the actor only."""
         action = self._act(self.actor_network, batch)
         with frozen(self.qvalue_network):
-            q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)
-        return self._mean(-q[0], self._weights(batch))
+            q = actor_critic_value(
+                self.qvalue_network, batch, action, self.tensor_keys.action, "first"
+            )
+        return self._mean(-q, self._weights(batch))
 
 
 class DDPGLoss(_DeterministicActorCritic):

@@ -23,7 +23,7 @@ from torch.distributions import Distribution
 
 from tdrl import _fast
 from tdrl._fast.tdict import new_unchecked
-from tdrl.ensembles import as_ensemble
+from tdrl.ensembles import Reduce, as_ensemble, reduce_members
 from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
@@ -298,6 +298,31 @@ def critic_values(
         raise ValueError(
             f"the critic must output one value per member, got shape {tuple(values.shape)}"
         )
+    return values.squeeze(-1)
+
+
+def actor_critic_value(
+    critic: Any,
+    batch: TensorDictBase,
+    action: torch.Tensor,
+    action_key: NestedKey,
+    how: Reduce,
+) -> torch.Tensor:
+    """``Q(s, a)`` for an actor loss, ``[B]``: the minimum over the members (``"min"``) or the
+    first member's (``"first"``), with ``a`` replaced by ``action``.
+
+    An ensemble with ``reduced_values`` (:class:`~tdrl.ensembles.EnsembleCritic`) computes only
+    what the actor's gradient needs under :func:`frozen`; any other gives
+    ``critic_values(...)`` reduced (the same values and gradients).
+    """
+    reduced = getattr(critic, "reduced_values", None)
+    if reduced is None:
+        return reduce_members(critic_values(critic, batch, action, action_key), how)
+    inputs = batch.select(*critic.in_keys, strict=False)
+    inputs.set(action_key, action)
+    values = reduced(inputs, how)
+    if values.shape[-1] != 1:
+        raise ValueError(f"the critic must output one value per member, got {tuple(values.shape)}")
     return values.squeeze(-1)
 
 

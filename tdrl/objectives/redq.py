@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
+from tdrl.objectives.offpolicy import critic_values
 from tdrl.objectives.sac import SACLoss
 
 
@@ -58,5 +60,6 @@ class REDQLoss(SACLoss):
         subset = torch.randperm(next_q.shape[0], device=next_q.device)[: self.sub_sample_len]
         return next_q.index_select(0, subset).min(dim=0).values
 
-    def _actor_reduce(self, q: torch.Tensor) -> torch.Tensor:
+    def _actor_value(self, batch: TensorDictBase, action: torch.Tensor) -> torch.Tensor:
+        q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)
         return q.mean(dim=0)

@@ -12,6 +12,7 @@ from torch import nn
 from tdrl.keys import ALPHA, ENTROPY, LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE, NEXT
 from tdrl.objectives.offpolicy import (
     OffPolicyLoss,
+    actor_critic_value,
     bellman_target,
     critic_values,
     frozen,
@@ -106,8 +107,11 @@ class SACLoss(OffPolicyLoss):
         """Clipped double Q (Fujimoto et al. 2018): the minimum over the target critics."""
         return next_q.min(dim=0).values
 
-    def _actor_reduce(self, q: torch.Tensor) -> torch.Tensor:
-        return q.min(dim=0).values
+    def _actor_value(self, batch: TensorDictBase, action: torch.Tensor) -> torch.Tensor:
+        """The actor's objective value ``[B]``: the minimum over the critics (SAC's paper)."""
+        return actor_critic_value(
+            self.qvalue_network, batch, action, self.tensor_keys.action, "min"
+        )
 
     # --- losses -------------------------------------------------------------------------
     def _sample(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,9 +151,9 @@ class SACLoss(OffPolicyLoss):
         alpha = self.alpha if alpha is None else alpha
         action, log_prob = self._sample(batch)
         with frozen(self.qvalue_network):
-            q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)
+            q = self._actor_value(batch, action)
         self.target_entropy(action)
-        per_sample = alpha * log_prob - self._actor_reduce(q)
+        per_sample = alpha * log_prob - q
         return self._mean(per_sample, self._weights(batch)), log_prob.detach()
 
     def alpha_loss(self, log_prob: torch.Tensor, batch: TensorDictBase) -> torch.Tensor:

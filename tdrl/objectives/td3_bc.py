@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.objectives.offpolicy import critic_values, frozen
+from tdrl.objectives.offpolicy import actor_critic_value, frozen
 from tdrl.objectives.td3 import TD3Loss
 
 
@@ -35,7 +35,9 @@ class TD3BCLoss(TD3Loss):
         action = self._act(self.actor_network, batch)
         data_action = self._get(batch, self.tensor_keys.action)
         with frozen(self.qvalue_network):
-            q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)[0]
+            q = actor_critic_value(
+                self.qvalue_network, batch, action, self.tensor_keys.action, "first"
+            )
         lmbda = self.alpha / q.abs().mean().detach().clamp_min(1e-8)
         bc = (action - data_action).pow(2).mean(-1)
         return self._mean(-lmbda * q + bc, self._weights(batch))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -108,3 +109,92 @@ def test_in_place_relu_gives_the_same_values_and_gradients():
     for ensemble in (True, False):
         fast, plain = run(nn.ReLU, ensemble), run(_PlainReLU, ensemble)
         assert all(torch.equal(a, b) for a, b in zip(fast, plain, strict=True))
+
+
+@pytest.mark.parametrize("members", [2, 3])
+@pytest.mark.parametrize("how", ["min", "first"])
+def test_reduced_equals_plain(members: int, how: str) -> None:
+    # EnsembleMLP.reduced computes only what an actor loss needs (the parameters frozen, the
+    # gradient to the input): the values and the input's gradient must be those of the plain
+    # expressions, self(x).min(0).values and self(x)[0], whichever member wins each row.
+    torch.manual_seed(0)
+    net = EnsembleMLP(9, 1, (64, 32), num_members=members)
+    x = 3 * torch.randn(256, 9, generator=torch.Generator().manual_seed(1))
+    weight = torch.randn(256, 1, generator=torch.Generator().manual_seed(2))
+    net.requires_grad_(False)
+    net.output.bias.zero_()  # no member lies below the others everywhere
+
+    def run(fast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        xi = x.clone().requires_grad_(True)
+        out = net.reduced(xi, how) if fast else net(xi)
+        if not fast:
+            out = out.min(dim=0).values if how == "min" else out[0]
+        (out * weight).sum().backward()
+        assert xi.grad is not None
+        return out.detach(), xi.grad
+
+    (value, grad), (plain_value, plain_grad) = run(True), run(False)
+    assert value.shape == (256, 1)
+    assert torch.equal(value, plain_value)
+    torch.testing.assert_close(grad, plain_grad, rtol=1e-6, atol=1e-7)  # gemm row blocking
+    if how == "min":  # every member wins some rows, so each backward branch ran
+        winners = net(x).argmin(0).unique()
+        assert winners.numel() == members
+
+
+def test_reduced_keeps_parameter_gradients_when_not_frozen() -> None:
+    # With trainable parameters, reduced is the plain expression (autograd's backward): the
+    # members' parameters get their gradients.
+    torch.manual_seed(0)
+    net = EnsembleMLP(4, 1, (8,), num_members=2)
+    net.reduced(torch.randn(16, 4, requires_grad=True), "min").sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+    with pytest.raises(ValueError, match="'min' or 'first'"):
+        net.reduced(torch.randn(3, 4), "max")  # type: ignore[arg-type]
+
+
+def test_sac_and_td3_actor_losses_through_reduced_values() -> None:
+    # The losses' actor gradients through EnsembleCritic.reduced_values equal those through a
+    # critic without it (a ModuleEnsemble-like wrapper that only has values()).
+    from tdrl.modules import DeterministicActor, TanhGaussianActor, mlp
+    from tdrl.objectives import SACLoss, TD3Loss
+
+    class ValuesOnly(nn.Module):
+        def __init__(self, critic: EnsembleCritic) -> None:
+            super().__init__()
+            self.critic, self.in_keys, self.out_keys = critic, critic.in_keys, critic.out_keys
+            self.num_members = critic.num_members
+
+        def forward(self, td: TensorDict) -> TensorDict:
+            return self.critic(td)
+
+        def values(self, td: TensorDict) -> torch.Tensor:
+            return self.critic.values(td)
+
+    g = torch.Generator().manual_seed(0)
+    batch = TensorDict(
+        {"observation": torch.randn(64, 5, generator=g), "action": torch.rand(64, 2, generator=g)},
+        batch_size=[64],
+    )
+    for kind in ("sac", "td3"):
+        grads = []
+        for wrap in (False, True):
+            torch.manual_seed(0)
+            critic = EnsembleCritic(EnsembleMLP(7, 1, (32, 32), num_members=2))
+            if kind == "sac":
+                actor = TanhGaussianActor(mlp(5, 4, (32,)), 2)
+                loss = SACLoss(actor, ValuesOnly(critic) if wrap else critic, action_dim=2)
+            else:
+                actor = DeterministicActor(mlp(5, 2, (32,)), 2)
+                loss = TD3Loss(actor, ValuesOnly(critic) if wrap else critic)
+            torch.manual_seed(1)
+            value, _ = (
+                loss.actor_loss(batch.clone())
+                if kind == "sac"
+                else (loss.actor_loss(batch.clone()), None)
+            )
+            value.backward()
+            grads.append([p.grad.clone() for p in actor.parameters()])
+            assert all(p.grad is None for p in critic.parameters())
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
