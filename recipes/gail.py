@@ -168,7 +168,9 @@ def main(cfg: Config) -> dict[str, float]:
         "disc_optimizer": disc_optimizer,
         "disc_norm": disc_norm,
     }
-    return trainers.run_on_policy(cfg, "GAIL", parts, optimizer, update, extra_state=extra_state)
+    return trainers.run_on_policy(
+        cfg, "GAIL", parts, optimizer, update, extra_state=extra_state, reward_scaling=False
+    )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,9 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: first finished rollout -> V-trace update -> weights out -> log, evaluate,
     #    checkpoint; 5. report (trainers.run_on_policy)
-    return trainers.run_on_policy(cfg, "IMPALA", parts, optimizer, update, collector=collector)
+    return trainers.run_on_policy(
+        cfg, "IMPALA", parts, optimizer, update, collector=collector, reward_scaling=False
+    )
 
 
 if __name__ == "__main__":

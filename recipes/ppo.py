@@ -35,7 +35,6 @@ from tensordict import TensorDictBase
 
 from tdrl import trainers
 from tdrl.estimators import GAE
-from tdrl.modules import RewardScaling
 from tdrl.objectives import ClipPPOLoss
 
 
@@ -43,8 +42,6 @@ from tdrl.objectives import ClipPPOLoss
 class Config(trainers.PPOConfig):
     """Fields beyond tdrl.trainers.PPOConfig's (--help lists all, with defaults)."""
 
-    scale_rewards: bool = False
-    """divide rewards by the running std of the discounted return (SB3/CleanRL style)."""
     adam_eps: float = 1e-8
     """Adam's epsilon (PyTorch's default; SB3's on-policy policies use 1e-5)."""
 
@@ -55,16 +52,11 @@ def main(cfg: Config) -> dict[str, float]:
     parts = trainers.on_policy_setup(cfg)
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer
     loss = ClipPPOLoss(parts.actor, parts.critic, clip_epsilon=cfg.clip_epsilon, **cfg.loss_terms)
-    reward_scaler = RewardScaling(cfg.gamma) if cfg.scale_rewards else None
     estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
-    trainers.to_device(cfg, loss, estimator, reward_scaler)  # --device: networks, statistics
+    trainers.to_device(cfg, loss, estimator)  # --device: networks, statistics
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=True)
-    # the reward scaler's return statistics and per-env carry go in checkpoints
-    extra_state = {} if reward_scaler is None else {"reward_scaler": reward_scaler}
 
     def update(batch: TensorDictBase) -> dict[str, float]:
-        if reward_scaler is not None:  # before the estimator: the critic learns scaled returns
-            reward_scaler(batch)
         # estimate on the whole rollout, then minibatch epochs
         return trainers.on_policy_update(
             batch, loss, estimator, optimizer, epochs=cfg.epochs,
@@ -74,7 +66,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(cfg, "PPO", parts, optimizer, update, extra_state=extra_state)
+    # (--scale-rewards: run_on_policy scales the rewards before update)
+    return trainers.run_on_policy(cfg, "PPO", parts, optimizer, update)
 
 
 if __name__ == "__main__":

@@ -188,6 +188,9 @@ class OnPolicyConfig(RunConfig):
     rescale_actions: bool = True
     """a Gaussian policy acts in [-1, 1] rescaled to the env's bounds; off: in the env's units,
     clipped by the env (SB3's PPO)."""
+    scale_rewards: bool = False
+    """divide rewards by the running std of the discounted return before the estimator, so the
+    critic learns scaled returns (SB3's VecNormalize reward part, CleanRL's NormalizeReward)."""
 
 
 @dataclass(frozen=True)

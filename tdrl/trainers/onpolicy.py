@@ -24,7 +24,7 @@ from torchrl.modules import set_recurrent_mode
 
 from tdrl.collectors import AnyCollector, recurrent_state_specs
 from tdrl.envs import VecEnv
-from tdrl.modules import RunningObservationNorm, actor_critic
+from tdrl.modules import RewardScaling, RunningObservationNorm, actor_critic
 from tdrl.objectives import total_loss
 from tdrl.trainers.config import OnPolicyConfig
 from tdrl.trainers.optim import optimizer_step
@@ -299,6 +299,20 @@ def train_on_policy(
     return history
 
 
+def _with_reward_scaling(
+    cfg: OnPolicyConfig, update: Callable[[TensorDictBase], dict[str, float]]
+) -> Callable[[TensorDictBase], dict[str, float]]:
+    """``update`` with the batch's rewards scaled first (``scaler`` attribute: the module)."""
+    scaler = RewardScaling(cfg.gamma).to(cfg.torch_device)
+
+    def scaled(batch: TensorDictBase) -> dict[str, float]:
+        scaler(batch)  # before the estimator: the critic learns scaled returns
+        return update(batch)
+
+    scaled.scaler = scaler  # type: ignore[attr-defined]
+    return scaled
+
+
 def run_on_policy(
     cfg: OnPolicyConfig,
     algo: str,
@@ -308,6 +322,7 @@ def run_on_policy(
     *,
     extra_state: Mapping[str, Any] | None = None,
     collector: AnyCollector | None = None,
+    reward_scaling: bool = True,
 ) -> dict[str, float]:
     """A recipe's on-policy run, from start to report: ``collector`` (default: a
     :class:`Collector` of ``cfg.frames_per_batch`` steps over ``parts.env`` acting with
@@ -316,7 +331,19 @@ def run_on_policy(
     continues one) that counts the gradient steps (the metrics' ``"updates"``), logs, evaluates
     and checkpoints (actor, critic, optimizer, schedule and ``extra_state``) after every batch
     (:meth:`Run.end_batch`), and at the end reports (final evaluation, ``curve.png``, CSV,
-    TensorBoard) and closes the envs; returns :meth:`Run.finish`'s metrics."""
+    TensorBoard) and closes the envs; returns :meth:`Run.finish`'s metrics.
+
+    ``cfg.scale_rewards`` puts a :class:`RewardScaling` before ``update`` (its statistics go in
+    the checkpoints); a recipe where that does not apply passes ``reward_scaling=False`` and the
+    flag is then an error (GAIL: its rewards come from the discriminator; IMPALA: its batches
+    come from the actors in arrival order, so no per-env return can be carried across them)."""
+    if cfg.scale_rewards:
+        if not reward_scaling:
+            for env in (parts.env, parts.eval_env):
+                env.close()
+            raise ValueError(f"--scale-rewards does not apply to {algo}")
+        update = _with_reward_scaling(cfg, update)
+        extra_state = {**(extra_state or {}), "reward_scaler": update.scaler}  # type: ignore[attr-defined]
     actor = parts.actor
     if collector is None:
         # A recurrent critic acts beside the actor, so the collector stores its state too.

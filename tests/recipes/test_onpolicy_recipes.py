@@ -216,3 +216,27 @@ def test_ppo_collects_on_workers(collector: str, tmp_path: Path) -> None:
     result = ppo.main(cfg)  # 64 frames a batch: 2 workers x 2 envs x 16 steps
     assert result["frames"] == cfg.total_frames and result["updates"] == 6 * 2 * 2
     assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [192, 384]
+
+
+def test_scale_rewards_in_every_on_policy_recipe_resumes_exactly(tmp_path: Path) -> None:
+    """--scale-rewards (run_on_policy's RewardScaling) changes what the critic learns, its
+    statistics go in the checkpoint (a resumed run equals a straight one), and the recipes it
+    does not apply to refuse it."""
+    straight = tiny("trpo", tmp_path / "straight", env_id="Hopper-v5", total_frames=640,
+                    scale_rewards=True)  # fmt: skip
+    trpo.main(straight)
+    plain = dataclasses.replace(straight, scale_rewards=False, log_dir=str(tmp_path / "plain"))
+    trpo.main(plain)
+    scaled_rows, plain_rows = (read_csv(tmp_path / d / "train.csv") for d in ("straight", "plain"))
+    assert scaled_rows[0]["loss_critic"] != plain_rows[0]["loss_critic"]
+    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    trpo.main(first)
+    assert "reward_scaler" in torch.load(
+        latest_checkpoint(tmp_path / "resumed") / "checkpoint.pt", weights_only=False
+    )
+    trpo.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
+        tmp_path / "straight" / "train.csv"
+    )
+    with pytest.raises(ValueError, match="--scale-rewards does not apply to IMPALA"):
+        impala.main(tiny("impala", tmp_path / "impala", env_id="Hopper-v5", scale_rewards=True))
