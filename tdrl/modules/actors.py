@@ -90,11 +90,14 @@ class _ProbabilisticActor(TensorDictModuleBase):
 
     def __init__(
         self,
+        net: nn.Module | None,
         in_key: NestedKey,
         param_keys: list[NestedKey],
         default_interaction_type: InteractionType,
     ) -> None:
         super().__init__()
+        if net is not None:  # the network of the distribution's parameters (GSDEActor: its own)
+            self.net = net
         self.in_keys = [in_key]
         self.param_keys = param_keys
         self.out_keys = [*param_keys, ACTION, ACTION_LOG_PROB]
@@ -163,8 +166,7 @@ class GaussianActor(_ProbabilisticActor):
         action_high: Bound = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
-        super().__init__(in_key, [LOC, SCALE], default_interaction_type)
-        self.net = net
+        super().__init__(net, in_key, [LOC, SCALE], default_interaction_type)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         low, high = _bounds(action_low, action_high)
         # Bounds are configuration, not state: non-persistent buffers (they follow .to(device)),
@@ -223,8 +225,7 @@ class TanhGaussianActor(_ProbabilisticActor):
         action_high: Bound = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
-        super().__init__(in_key, [LOC, SCALE], default_interaction_type)
-        self.net = net
+        super().__init__(net, in_key, [LOC, SCALE], default_interaction_type)
         self.action_dim = action_dim
         self.state_dependent_scale = state_dependent_scale
         self.log_std_min = log_std_min
@@ -304,8 +305,7 @@ class CategoricalActor(_ProbabilisticActor):
         mask_key: NestedKey | None = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
-        super().__init__(in_key, [LOGITS], default_interaction_type)
-        self.net = net
+        super().__init__(net, in_key, [LOGITS], default_interaction_type)
         self.mask_key = mask_key
         if mask_key is not None:
             self.in_keys = [in_key, mask_key]
@@ -370,8 +370,7 @@ class BernoulliActor(_ProbabilisticActor):
         in_key: NestedKey = OBSERVATION,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
-        super().__init__(in_key, [LOGITS], default_interaction_type)
-        self.net = net
+        super().__init__(net, in_key, [LOGITS], default_interaction_type)
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         return {LOGITS: _apply(self.net, observation, self.in_keys[0], "BernoulliActor")}

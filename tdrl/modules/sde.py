@@ -75,7 +75,7 @@ class GSDEActor(_ProbabilisticActor):
         action_high: Bound = None,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
-        super().__init__(in_key, [LOC, SCALE], default_interaction_type)
+        super().__init__(None, in_key, [LOC, SCALE], default_interaction_type)
         if latent_dim < 1 or action_dim < 1 or sample_freq < 1:
             raise ValueError(
                 "latent_dim, action_dim and sample_freq must be >= 1, got "
