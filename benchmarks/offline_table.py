@@ -52,8 +52,17 @@ evaluations every 5k it jumped from 593 at 65k to 2846 at 70k, hence the 1k). Da
 1092.8 +- 652.9 (score 32.6: a third of the expert, as D4RL's); medium-replay 44k steps, 720
 episodes; random 100k steps, 4475 complete episodes of 17.7 +- 17.7. 335 s for the medium run.
 
+Speed, gradient steps per second of training on Hopper medium-replay (one torch thread, nice 10,
+another benchmark on the second of 2 cores, 1-minute load 2.3-4): tdrl BC 524, TD3+BC 174, IQL
+125, CRR 64, BCQ 38, CQL 10.1; TorchRL IQL 70, CQL 6.8. A 10k cell with its 10 evaluations:
+20 s (BC) to 16 min (tdrl CQL); a 100k cell ten times that (tdrl CQL ~2.7 h, TorchRL's ~4 h).
+Hence the 10k budget here and 5k for CQL.
+
     python benchmarks/offline_table.py --make-datasets Hopper-v5
-    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v0 --jobs 1
+    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v0 \
+        --algos bc td3bc iql bcq crr --libraries tdrl torchrl --seeds 0 1 2 --jobs 1
+    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v0 --algos cql \
+        --seeds 0 --steps 5000 --eval-every 1000 --jobs 1
     python benchmarks/offline_table.py --render     # offline_table.md
 """
 
