@@ -301,16 +301,15 @@ def train_on_policy(
 
 def _with_reward_scaling(
     cfg: OnPolicyConfig, update: Callable[[TensorDictBase], dict[str, float]]
-) -> Callable[[TensorDictBase], dict[str, float]]:
-    """``update`` with the batch's rewards scaled first (``scaler`` attribute: the module)."""
+) -> tuple[Callable[[TensorDictBase], dict[str, float]], RewardScaling]:
+    """``update`` with the batch's rewards scaled first, and the scaler (its statistics)."""
     scaler = RewardScaling(cfg.gamma).to(cfg.torch_device)
 
     def scaled(batch: TensorDictBase) -> dict[str, float]:
         scaler(batch)  # before the estimator: the critic learns scaled returns
         return update(batch)
 
-    scaled.scaler = scaler  # type: ignore[attr-defined]
-    return scaled
+    return scaled, scaler
 
 
 def run_on_policy(
@@ -342,8 +341,8 @@ def run_on_policy(
             for env in (parts.env, parts.eval_env):
                 env.close()
             raise ValueError(f"--scale-rewards does not apply to {algo}")
-        update = _with_reward_scaling(cfg, update)
-        extra_state = {**(extra_state or {}), "reward_scaler": update.scaler}  # type: ignore[attr-defined]
+        update, scaler = _with_reward_scaling(cfg, update)
+        extra_state = {**(extra_state or {}), "reward_scaler": scaler}
     actor = parts.actor
     if collector is None:
         # A recurrent critic acts beside the actor, so the collector stores its state too.
