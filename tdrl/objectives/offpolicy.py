@@ -283,6 +283,25 @@ def rsample_and_log_prob(dist: Distribution) -> tuple[torch.Tensor, torch.Tensor
     return action, log_prob
 
 
+def _critic_inputs(
+    critic: Any, batch: TensorDictBase, action: torch.Tensor | None, action_key: NestedKey
+) -> TensorDictBase:
+    """A shallow selection of the critic's in_keys (the batch is not modified), ``a`` replaced."""
+    inputs = batch.select(*critic.in_keys, strict=False)
+    if action is not None:
+        inputs.set(action_key, action)
+    return inputs
+
+
+def _one_value_per_member(values: torch.Tensor) -> torch.Tensor:
+    """``[..., 1]`` -> ``[...]``, or an error naming the critic's output shape."""
+    if values.shape[-1] != 1:
+        raise ValueError(
+            f"the critic must output one value per member, got shape {tuple(values.shape)}"
+        )
+    return values.squeeze(-1)
+
+
 def critic_values(
     critic: Any, batch: TensorDictBase, action: torch.Tensor | None, action_key: NestedKey
 ) -> torch.Tensor:
@@ -290,15 +309,7 @@ def critic_values(
 
     The batch is not modified: the critic reads a shallow selection of it.
     """
-    inputs = batch.select(*critic.in_keys, strict=False)
-    if action is not None:
-        inputs.set(action_key, action)
-    values = critic.values(inputs)
-    if values.shape[-1] != 1:
-        raise ValueError(
-            f"the critic must output one value per member, got shape {tuple(values.shape)}"
-        )
-    return values.squeeze(-1)
+    return _one_value_per_member(critic.values(_critic_inputs(critic, batch, action, action_key)))
 
 
 def actor_critic_value(
@@ -318,12 +329,7 @@ def actor_critic_value(
     reduced = getattr(critic, "reduced_values", None)
     if reduced is None:
         return reduce_members(critic_values(critic, batch, action, action_key), how)
-    inputs = batch.select(*critic.in_keys, strict=False)
-    inputs.set(action_key, action)
-    values = reduced(inputs, how)
-    if values.shape[-1] != 1:
-        raise ValueError(f"the critic must output one value per member, got {tuple(values.shape)}")
-    return values.squeeze(-1)
+    return _one_value_per_member(reduced(_critic_inputs(critic, batch, action, action_key), how))
 
 
 def target_entropy_of(target_entropy: str | float, action_dim: int | None) -> float:
