@@ -152,6 +152,7 @@ def main(cfg: Config) -> dict[str, float]:
         metrics = trainers.on_policy_update(
             batch, loss, estimator, optimizer, epochs=cfg.epochs,
             minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.max_grad_norm,
+            recompute_advantage=cfg.recompute_advantage,
         )  # fmt: skip
         return {
             **metrics,

@@ -349,3 +349,6 @@ class PPOConfig(AdvantageConfig):
     """samples per gradient step."""
     clip_epsilon: float = 0.2
     """ratio clip range."""
+    recompute_advantage: bool = False
+    """re-run the estimator with the current critic before every epoch (Tianshou's
+    ``recompute_advantage``, on in its MuJoCo PPO); off: once per rollout (SB3, CleanRL)."""

@@ -105,6 +105,7 @@ def on_policy_update(
     max_grad_norm: float | None = None,
     generator: torch.Generator | None = None,
     seq_len: int | None = None,
+    recompute_advantage: bool = False,
 ) -> dict[str, float]:
     """Estimate advantages on the whole rollout, then ``epochs`` passes of minibatch steps.
 
@@ -119,6 +120,8 @@ def on_policy_update(
         generator: random generator of the shuffles (default: torch's global one).
         seq_len: recurrent policies: minibatches of whole ``seq_len``-step chunks of env rows
             (see :func:`ppo_update`); ``None``: of single steps.
+        recompute_advantage: estimate again before every epoch, with the critic as the last
+            epoch left it (Tianshou's ``recompute_advantage``); off: once, before the first.
 
     Returns:
         The loss outputs averaged over all gradient steps, as floats, and ``"updates"``: the
@@ -127,19 +130,17 @@ def on_policy_update(
     Shapes:
         batch ``[num_envs, T]``.
     """
-    with torch.no_grad():
-        estimator(batch)
     size = batch.numel() if minibatch_size is None else minibatch_size
-    out = ppo_update(
-        loss,
-        optimizer,
-        batch,
-        epochs=epochs,
-        minibatch_size=size,
-        max_grad_norm=max_grad_norm,
-        generator=generator,
-        seq_len=seq_len,
-    )
+    passes = [1] * epochs if recompute_advantage and epochs > 1 else [epochs]
+    outs = []
+    for n in passes:  # every pass has the same number of steps: the mean of means is the mean
+        with torch.no_grad():
+            estimator(batch)
+        outs.append(ppo_update(
+            loss, optimizer, batch, epochs=n, minibatch_size=size, max_grad_norm=max_grad_norm,
+            generator=generator, seq_len=seq_len,
+        ))  # fmt: skip
+    out = outs[0] if len(outs) == 1 else torch.stack(outs).mean()
     metrics = _scalars(out)
     metrics[UPDATES] = float(epochs * math.ceil(batch.numel() / max(size, seq_len or 1)))
     return metrics

@@ -68,6 +68,33 @@ def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
         assert all(not torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))
 
 
+def test_recompute_advantage_estimates_before_every_epoch_with_the_trained_critic() -> None:
+    """Three epochs: the estimator runs three times, each time after the previous epoch's steps
+    (its advantages differ from the once-estimated ones), and the metrics count every step."""
+    torch.manual_seed(0)
+    with make_vec_env("Hopper-v5", 4, seed=0) as env:
+        actor, _, loss, estimator, optimizer = _parts(env, ClipPPOLoss, 1e-2)
+        batch = next(iter(Collector(env, actor, 64)))
+        seen: list[torch.Tensor] = []
+        estimator.register_forward_hook(lambda m, i, out: seen.append(out["advantage"].clone()))
+        once = batch.clone()
+        with torch.no_grad():
+            estimator(once)
+        seen.clear()
+        metrics = on_policy_update(batch, loss, estimator, optimizer, epochs=3,
+                                   minibatch_size=16, recompute_advantage=True)  # fmt: skip
+        assert len(seen) == 3
+        assert torch.equal(seen[0], once["advantage"])  # before any step: the same estimate
+        assert not torch.allclose(seen[1], seen[0]) and not torch.allclose(seen[2], seen[1])
+        assert torch.equal(batch["advantage"], seen[2])
+        assert metrics["updates"] == 3 * 64 / 16
+        # epochs=1: recompute changes nothing (one estimate either way)
+        seen.clear()
+        on_policy_update(once.clone(), loss, estimator, optimizer, epochs=1, minibatch_size=16,
+                         recompute_advantage=True)  # fmt: skip
+        assert len(seen) == 1
+
+
 def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
     torch.manual_seed(0)
     with make_vec_env("Pendulum-v1", 4, seed=0) as env:
