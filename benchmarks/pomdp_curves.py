@@ -25,6 +25,9 @@ from recipes import ppo  # noqa: E402
 from tdrl.trainers import read_csv, save_png  # noqa: E402
 
 VARIANTS = {"PPO-LSTM": dict(recurrent="lstm", seq_len=16), "PPO (MLP)": {}}
+# the recipe's advantage and reward handling when docs/benchmarks/pomdp_*.png were made (its
+# MuJoCo defaults became raw advantages of scaled rewards on 2026-11-25)
+BEFORE = dict(normalize_advantage=True, scale_rewards=False)
 
 
 def main() -> None:
@@ -41,7 +44,8 @@ def main() -> None:
             log_dir = Path(args.runs) / args.env_id / name.replace(" ", "_") / f"seed{seed}"
             cfg = ppo.Config(
                 env_id=args.env_id, total_frames=args.total_frames, seed=seed, log_dir=str(log_dir),
-                progress=False, tensorboard=False, curve=False, checkpoint_every=0, **extra,
+                progress=False, tensorboard=False, curve=False, checkpoint_every=0,
+                **BEFORE, **extra,
             )  # fmt: skip
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):

@@ -258,6 +258,10 @@ TIANSHOU: dict[tuple[str, str], dict[str, Any]] = {
 if "fqf" not in DISTRIBUTIONAL:  # tdrl's row is the first of each table: no FQF without it
     del TIANSHOU[("fqf", "CartPole-v1")]
 
+# ppo.py's advantage and reward handling before its MuJoCo defaults changed (2026-11-25: raw
+# advantages of scaled rewards): every PPO entry here was measured with these.
+PPO_V1: dict[str, Any] = dict(normalize_advantage=True, scale_rewards=False)
+
 # tdrl's tuned settings: recipe fields (each one a command-line flag of the recipe).
 TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # PPO: the recipe docstring's CartPole and Pendulum lines (batches of <= 2,000 steps, the
@@ -272,12 +276,12 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # the old 4 x 256 recipe-default variant (critic 0.25, obs norm, log-std -0.5) 44.0k, 156.
     ("ppo", "CartPole-v1"): dict(
         num_envs=8, frames_per_batch=256, minibatch_size=256, epochs=10, lr=3e-3, gamma=0.98,
-        lmbda=0.8, critic_coeff=0.5, normalize_observations=False, lr_decay=False,
+        lmbda=0.8, critic_coeff=0.5, normalize_observations=False, lr_decay=False, **PPO_V1,
     ),
     ("ppo", "Pendulum-v1"): dict(
         num_envs=8, frames_per_batch=2000, minibatch_size=128, epochs=10, lr=2e-3, gamma=0.9,
         lmbda=0.95, critic_coeff=0.5, init_log_std=0.0, normalize_observations=False,
-        lr_decay=False,
+        lr_decay=False, **PPO_V1,
     ),
     # The DQN recipe's defaults (the zoo's CartPole-v1 settings, with double Q) plus 3-step
     # returns. Swept here on seeds 0-4 (0-2 for the first four), median seconds and env steps
@@ -315,7 +319,7 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     ("ppo_lstm", "CartPoleNoVel-v1"): dict(
         recurrent="lstm", recurrent_size=64, seq_len=16, num_envs=8, frames_per_batch=1024,
         minibatch_size=256, epochs=4, lr=3e-3, gamma=0.98, lmbda=0.8, critic_coeff=0.5,
-        normalize_observations=False, lr_decay=False,
+        normalize_observations=False, lr_decay=False, **PPO_V1,
     ),
     # PendulumNoVel: chosen on seeds 100-102 among six variants of one base line (LSTM 64, 8 envs,
     # gamma 0.9, lambda 0.95, 10 epochs): the base solved neither 100 nor 101 within 200k steps;
@@ -324,7 +328,7 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     ("ppo_lstm", "PendulumNoVel-v1"): dict(
         recurrent="lstm", recurrent_size=64, seq_len=50, num_envs=8, frames_per_batch=4000,
         minibatch_size=500, epochs=10, lr=1e-3, gamma=0.9, lmbda=0.95, critic_coeff=0.5,
-        init_log_std=0.0, normalize_observations=True, lr_decay=False,
+        init_log_std=0.0, normalize_observations=True, lr_decay=False, **PPO_V1,
     ),
 }  # fmt: skip
 
@@ -375,8 +379,9 @@ def sb3_settings_of_ppo(zoo: dict[str, Any]) -> dict[str, Any]:
         minibatch_size=zoo["batch_size"], lmbda=zoo["gae_lambda"], gamma=zoo["gamma"],
         epochs=zoo["n_epochs"], entropy_coeff=zoo["ent_coef"], lr=zoo["learning_rate"],
         clip_epsilon=zoo["clip_range"], lr_decay=zoo["lr_decay"],
-        # SB3's defaults: value coefficient 0.5, log-std 0, no observation normalization.
-        critic_coeff=0.5, init_log_std=0.0, normalize_observations=False,
+        # SB3's defaults: value coefficient 0.5, log-std 0, no observation normalization;
+        # advantages normalized per minibatch, rewards unscaled (the zoo's CartPole/Pendulum)
+        critic_coeff=0.5, init_log_std=0.0, normalize_observations=False, **PPO_V1,
     )  # fmt: skip
 
 

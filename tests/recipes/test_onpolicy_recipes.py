@@ -132,7 +132,7 @@ RECURRENT_CARTPOLE = dict(
     env_id="CartPoleNoVel-v1", total_frames=150_000, num_envs=8, frames_per_batch=1024,
     minibatch_size=256, epochs=4, lr=3e-3, lr_decay=False, gamma=0.98, lmbda=0.8,
     critic_coeff=0.5, normalize_observations=False, eval_every=10_240, progress=False,
-    tensorboard=False, curve=False,
+    tensorboard=False, curve=False, normalize_advantage=True, scale_rewards=False,
 )  # fmt: skip
 
 
