@@ -52,6 +52,12 @@ evaluations every 5k it jumped from 593 at 65k to 2846 at 70k, hence the 1k). Da
 100k steps, 96 complete episodes of 3311.2 +- 3.0; medium 100k steps, 220 complete episodes of
 1092.8 +- 652.9 (score 32.6: a third of the expert, as D4RL's); medium-replay 44k steps, 720
 episodes; random 100k steps, 4475 complete episodes of 17.7 +- 17.7. 335 s for the medium run.
+HalfCheetah-v5's (commit 7f84b7d, 2026-11-25, beside two other jobs): the expert is PPO seed 0
+at 1M steps (the recipe's defaults of 8eb6ebc; final evaluation 7060.8 = ref_max, 1915 s at
+nice 10); random: -268.7 (ref_min); the medium SAC run stopped at 24k steps (evaluation 1509 at
+23k, 2381.5 at 24k; 340 s). Datasets: expert 100k steps, 96 complete episodes of 6838.9 +- 898.5;
+medium 100k steps, 96 of 1970.8 +- 795.1 (score 30.6); medium-replay 24k steps, 24 episodes;
+random 100k steps, 96 of -290.9 +- 81.7.
 
 Speed, gradient steps per second of training on Hopper medium-replay (one torch thread, nice 10,
 another benchmark on the second of 2 cores, 1-minute load 2.3-4): tdrl BC 524, TD3+BC 174, IQL
