@@ -125,6 +125,12 @@ class Config(trainers.QLearningConfig):
     noisy: bool = False
     """noisy linear layers (new noise every env and gradient step) explore instead of epsilon;
     --algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn is Rainbow."""
+    noisy_std: float = 0.5
+    """--noisy: initial noise scale sigma_0 of every noisy layer (Fortunato et al.'s factorized
+    0.5; Tianshou's Rainbow examples 0.1)."""
+    noisy_epsilon: bool = False
+    """--noisy: keep epsilon-greedy exploration on top of the noise (Tianshou's Rainbow);
+    off: the noise explores alone (Hessel et al.)."""
     network: Literal["auto", "mlp", "cnn"] = "auto"
     """Q network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
     [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
@@ -185,7 +191,7 @@ def q_network_and_loss(
             width = features.hidden
         head = q_mlp(width, num_actions, ())
         for part in (features, head):
-            torch_default_init_(to_noisy(part) if cfg.noisy else part)
+            torch_default_init_(to_noisy(part, cfg.noisy_std) if cfg.noisy else part)
         if cfg.algo == "iqn":
             iqn = IQNQValueActor(features, head, num_actions, width)
             return iqn, IQNLoss(iqn, **common)
@@ -198,7 +204,7 @@ def q_network_and_loss(
         body = cnn(num_actions * outputs, dueling=cfg.dueling, atoms=outputs)
     torch_default_init_(body)
     if cfg.noisy:
-        to_noisy(body)
+        to_noisy(body, cfg.noisy_std)
     if cfg.algo == "c51":
         actor = CategoricalQValueActor(
             body, num_actions, v_min=cfg.v_min, v_max=cfg.v_max, num_atoms=cfg.num_atoms
@@ -223,7 +229,8 @@ def main(cfg: Config) -> dict[str, float]:
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
     qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
     num_actions = int(env.action_spec.space.n)
-    eps = (0.0, 0.0) if cfg.noisy else (cfg.eps_init, cfg.eps_end)  # noisy nets explore alone
+    alone = cfg.noisy and not cfg.noisy_epsilon  # noisy nets explore alone (Hessel et al.)
+    eps = (0.0, 0.0) if alone else (cfg.eps_init, cfg.eps_end)
     exploration = EpsilonGreedy(
         num_actions, eps_init=eps[0], eps_end=eps[1], annealing_num_steps=cfg.eps_frames
     )

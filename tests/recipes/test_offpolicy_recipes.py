@@ -95,6 +95,7 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
         ("dqn", {"algo": "iqn", "noisy": True}),
         ("dqn", {"algo": "fqf", "num_fractions": 8}),
         ("dqn", {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True}),  # Rainbow
+        ("dqn", {"algo": "c51", "noisy": True, "noisy_std": 0.1, "noisy_epsilon": True}),
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
@@ -104,6 +105,33 @@ def test_recipe_options_run(name, options, tmp_path):
     module, cfg = config(name, tmp_path, checkpoint_every=0, **options)
     result = module.main(cfg)
     assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
+
+
+def test_dqn_noisy_std_sets_every_noisy_layers_sigma():
+    import dqn
+
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import NoisyLinear
+
+    with make_vec_env("CartPole-v1", 1) as env:
+        for std in (0.5, 0.1):
+            cfg = dqn.Config(algo="c51", noisy=True, dueling=True, noisy_std=std)
+            qnet, _ = dqn.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+            layers = [m for m in qnet.modules() if isinstance(m, NoisyLinear)]
+            assert layers and not any(type(m) is torch.nn.Linear for m in qnet.modules())
+            for m in layers:  # sigma_0 / sqrt(fan_in), Fortunato et al.'s factorized init
+                expected = torch.full_like(m.weight_sigma, std / m.in_features**0.5)
+                torch.testing.assert_close(m.weight_sigma.detach(), expected)
+
+
+def test_dqn_noisy_epsilon_keeps_epsilon_greedy_on_top_of_the_noise(tmp_path):
+    eps = {}
+    for keep in (False, True):
+        module, cfg = config("dqn", tmp_path / str(keep), checkpoint_every=0, algo="c51",
+                             noisy=True, noisy_epsilon=keep, eps_frames=100_000)  # fmt: skip
+        eps[keep] = module.main(cfg)["epsilon"]
+    assert eps[False] == 0.0  # the noise explores alone
+    assert 0.5 < eps[True] < 1.0  # annealing from eps_init over eps_frames
 
 
 def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
