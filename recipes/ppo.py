@@ -25,7 +25,7 @@ epoch as Tianshou does), and the default budget is short (Tianshou: 3M steps). C
 100 at 1M steps (best evaluation; the table's seeds are 0-2): HalfCheetah / Ant with advantages
 normalized per minibatch (SB3/CleanRL) and raw rewards 3,980 / 1,582; scaled rewards 4,157 /
 1,359; raw advantages 3,534 / 1,550; raw advantages of scaled rewards 6,206 / 2,952 (chosen;
-Hopper 3,604, Walker2d 4,565); that and recomputing every epoch 4,237 / 1,404. The CartPole and
+Hopper 3,675, Walker2d 4,646); that and recomputing every epoch 4,244 / 1,498. The CartPole and
 Pendulum lines above are tdrl's settings for those small tasks (benchmarks/time_to_solve.py): SB3
 zoo's gamma and lambda, with one full-batch step (CartPole) or 128-sample minibatches (Pendulum)
 and a higher learning rate, chosen by a small sweep for the fewest gradient steps to solve
