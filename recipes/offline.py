@@ -14,8 +14,9 @@ beta 3.0, a Gaussian actor with a state-independent std; CQL(H) on SAC with weig
 sampled actions per kind (the fixed-weight variant here; ``CQLLoss(with_lagrange=True)`` is the
 automatic one); BCQ's perturbation range 0.05, lambda 0.75 and 10 sampled actions, its VAE
 trained with the actor's optimizer group (the authors' 750x750 VAE and 400x300 perturbation model
-take --hidden-sizes here, and Adam 3e-4 for their 1e-3). Where tdrl differs: no state
-normalization by the dataset's statistics (TD3+BC normalizes), no cosine learning-rate decay of
+take --hidden-sizes here, and Adam 3e-4 for their 1e-3). --normalize-states is TD3+BC's
+state normalization by the dataset's mean and std (off by default, for every algorithm: the
+offline table's cells ran without it). Where tdrl differs: no cosine learning-rate decay of
 IQL's actor; BC regresses the deterministic actor's action (its MSE).
 """
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from tensordict.nn import TensorDictSequential
 
 from tdrl import trainers
 from tdrl.data import load_minari
@@ -78,6 +80,9 @@ class Config(trainers.TD3Config, trainers.EntropyConfig):
     """bcq: the perturbation range, a fraction of the half action range."""
     bcq_lmbda: float = 0.75
     """bcq: weight of the minimum over the critics in the soft clipped double-Q target."""
+    normalize_states: bool = False
+    """normalize observations by the dataset's mean and std + 1e-3 (TD3+BC's authors do); the
+    evaluation policy applies the same transform to the env's observations."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -94,6 +99,7 @@ def main(cfg: Config) -> dict[str, float]:
                 f"dataset {cfg.dataset!r}: {key} of shape {tuple(stored[key].shape[2:])} does "
                 f"not fit {cfg.env_id}'s {tuple(spec.shape[1:])}"
             )
+    obs_norm = trainers.normalize_dataset_observations(buffer) if cfg.normalize_states else None
 
     # 2-3. networks, loss, optimizer and gradient step of the chosen algorithm
     hidden = cfg.hidden_sizes
@@ -158,9 +164,12 @@ def main(cfg: Config) -> dict[str, float]:
         extra["critic"] = critic
 
     # 4-5. loop: gradient steps -> log, evaluate, checkpoint; report
+    policy = actor if policy is None else policy
+    if obs_norm is not None:  # the env gives raw observations; the networks learned normalized
+        policy = TensorDictSequential(obs_norm, policy)
+        extra["obs_norm"] = obs_norm  # in checkpoints, with the networks it belongs to
     state = {"loss": loss, "optimizer": optimizer, **extra}
     titles = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR", "bcq": "BCQ"}
-    policy = actor if policy is None else policy
     return trainers.train_offline(
         cfg, titles[cfg.algo], state, buffer, step, eval_env=eval_env, policy=policy
     )

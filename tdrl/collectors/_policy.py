@@ -130,6 +130,16 @@ class PolicyStep:
                 )
             self.td.get(key).copy_(values[self.out_keys.index(nxt)])
 
+    def _rebind_inputs(self) -> None:
+        """A policy may overwrite its inputs (an observation normalizer in front of the actor
+        writes the normalized ``"observation"`` over the raw one): the next step's values go
+        into the persistent tensors, so those go back into the TensorDict."""
+        for leaf, tensor in zip(self.env.obs_leaves, self.observation, strict=True):
+            if self.td.get(leaf.key) is not tensor:
+                self.td.set(leaf.key, tensor)
+        if self.td.get(keys.IS_INIT) is not self.is_init:
+            self.td.set(keys.IS_INIT, self.is_init)
+
     def _call(self, td: TensorDictBase) -> tuple[torch.Tensor, list[torch.Tensor]]:
         assert self.policy is not None
         if _fast.enabled():
@@ -156,6 +166,8 @@ class PolicyStep:
             self.out_keys = [keys.ACTION] + [k for k in added if k != keys.ACTION]
         else:
             self.policy(td)
+        if td is self.td:
+            self._rebind_inputs()
         action = td.get(keys.ACTION)
         self.env.check_action(action.cpu() if self.device is not None else action)
         return action, [td.get(k) for k in self.out_keys]

@@ -20,10 +20,12 @@ class RunningObservationNorm(TensorDictModuleBase):
     in-key into them with the parallel-variance update of Chan et al. (1979), which equals
     Welford's for one sample and is exact for any split of the data. The count starts at
     ``epsilon`` as in SB3's ``RunningMeanStd``. Typical use: put it before the actor in the
-    collection policy with ``update_stats = True`` (the rollout then stores the normalized
-    observations the policy saw, as SB3's ``VecNormalize`` does), list ``("next",
-    "observation")`` as a second in-key so bootstrapped values see the same transform, and set
-    ``update_stats = False`` for evaluation.
+    collection policy with ``update_stats = True`` (a TorchRL collector then stores the
+    normalized observations the policy saw, as SB3's ``VecNormalize`` does; tdrl's
+    ``Collector`` stores the env's raw observation and gives the policy each step's new one),
+    list ``("next", "observation")`` as a second in-key so bootstrapped values see the same
+    transform, and set ``update_stats = False`` for evaluation. tdrl's recipes put it inside the
+    networks instead (``NormalizedInput``), so stored data stays raw.
 
     Args:
         shape: observation shape (without batch dims).

@@ -15,7 +15,7 @@ from tdrl.trainers.config import (
     parse,
 )
 from tdrl.trainers.logger import Logger, format_metrics, read_csv
-from tdrl.trainers.offline import OfflineSteps, train_offline
+from tdrl.trainers.offline import OfflineSteps, normalize_dataset_observations, train_offline
 from tdrl.trainers.offpolicy import (
     actor_critic_optimizer,
     actor_critic_step,
@@ -65,6 +65,7 @@ from tdrl.trainers.run import (
 
 __all__ = [
     "OfflineSteps",
+    "normalize_dataset_observations",
     "train_offline",
     "ActorCriticConfig",
     "AdvantageConfig",

@@ -330,3 +330,21 @@ def test_cuda_policy_collects_the_same_batches_as_on_cpu():
     torch.testing.assert_close(
         batch["next", "observation"].cpu(), reference["next", "observation"], rtol=1e-4, atol=1e-4
     )
+
+
+def test_a_policy_that_overwrites_its_observation_sees_each_steps_new_observation():
+    # An observation normalizer in front of the actor writes the normalized observation over
+    # the raw one; the next step must still read the env's new observation, not re-normalize
+    # the last one (which compounded the transform step after step before the fix).
+    def shift(observation: torch.Tensor) -> torch.Tensor:
+        return observation - 1.0
+
+    norm = TensorDictModule(shift, ["observation"], ["observation"])
+    head = TensorDictModule(lambda x: (torch.tanh(x[..., :3]), x.clone()), ["observation"],
+                            ["action", "seen"])  # fmt: skip
+    policy = TensorDictSequential(norm, head)
+    with make_vec_env("Hopper-v5", 2, seed=0) as env:
+        batch = Collector(env, policy, frames_per_batch=40).rollout()
+        stats = evaluate(env, policy, n_episodes=2, seed=1)
+    torch.testing.assert_close(batch["seen"], batch["observation"] - 1.0)  # every step once
+    assert np.isfinite(stats["return_mean"])

@@ -404,8 +404,14 @@ def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
     assert math.isfinite(result["loss_actor"])
 
 
-@pytest.mark.parametrize("algo", ["bc", "td3bc", "iql", "cql", "crr"])
-def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(algo, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "algo, normalize_states",
+    [("bc", False), ("td3bc", False), ("iql", False), ("cql", False), ("crr", False),
+     ("td3bc", True)],
+)  # fmt: skip
+def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
+    algo, normalize_states, tmp_path, monkeypatch
+):
     pytest.importorskip("minari")
     from tdrl.collectors import Collector
     from tdrl.data import save_minari
@@ -417,7 +423,8 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(algo, tmp
     env.close()
     common = dict(dataset="tdrl/hopper-tiny-v0", algo=algo, total_frames=60, eval_every=30,
                   checkpoint_every=30, batch_size=16, hidden_sizes=(16,), eval_episodes=1,
-                  progress=False, tensorboard=False)  # fmt: skip
+                  progress=False, tensorboard=False,
+                  normalize_states=normalize_states)  # fmt: skip
     module = importlib.import_module("offline")
     straight = module.main(module.Config(**common, log_dir=str(tmp_path / "straight")))
     assert straight["frames"] == 60 and straight["updates"] == 60

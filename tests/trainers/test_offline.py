@@ -1,0 +1,68 @@
+"""The offline loop's helpers: the dataset's state normalization."""
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tdrl.data import ReplayBuffer
+from tdrl.trainers import normalize_dataset_observations
+
+
+def _dataset(obs: torch.Tensor, next_obs: torch.Tensor, capacity: int) -> ReplayBuffer:
+    T = obs.shape[0]
+    false = torch.zeros(T, 1, dtype=torch.bool)
+    td = TensorDict(
+        {
+            "observation": obs.clone(),
+            "action": torch.zeros(T, 1),
+            "next": {"observation": next_obs.clone(), "reward": torch.ones(T, 1),
+                     "terminated": false, "truncated": false, "done": false},
+        },
+        batch_size=[T],
+    )  # fmt: skip
+    rb = ReplayBuffer(capacity, num_streams=1, generator=0)
+    rb.extend(td)
+    return rb
+
+
+def test_normalize_dataset_observations_is_td3bc_state_normalization():
+    gen = torch.Generator().manual_seed(0)
+    T = 50
+    scale = torch.tensor([1.0, 10.0, 0.01])
+    obs = torch.randn(T, 3, generator=gen) * scale + torch.tensor([5.0, -3.0, 0.0])
+    next_obs = torch.randn(T, 3, generator=gen) * scale
+    rb = _dataset(obs, next_obs, capacity=80)  # 30 positions never written
+    norm = normalize_dataset_observations(rb)
+
+    # TD3+BC's definition, written out: mean and (population) std of the dataset's states
+    x = obs.double().numpy()
+    mean = x.sum(0) / T
+    std = np.sqrt(((x - mean) ** 2).sum(0) / T)
+    stored = rb.storage[:T]
+    expect_obs = (x - mean) / (std + 1e-3)
+    expect_next = (next_obs.double().numpy() - mean) / (std + 1e-3)
+    np.testing.assert_allclose(
+        stored["observation"][:, 0].numpy(), expect_obs, rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        stored["next", "observation"][:, 0].numpy(), expect_next, rtol=1e-5, atol=1e-5
+    )
+    assert bool((rb.storage[T:]["observation"] == 0).all())  # unwritten rows untouched
+    # the returned transform, applied to the env's raw observations, is the same one
+    td = TensorDict({"observation": obs[:4].clone()}, batch_size=[4])
+    np.testing.assert_allclose(
+        norm(td)["observation"].numpy(), expect_obs[:4], rtol=1e-5, atol=1e-5
+    )
+    # the sampled batches are normalized too
+    sample = rb.sample(16)
+    assert sample["observation"].abs().max() < 10
+
+
+def test_normalize_dataset_observations_refuses_integer_observations_and_empty_buffers():
+    T = 8
+    rb = _dataset(torch.arange(T * 2).view(T, 2), torch.arange(T * 2).view(T, 2), capacity=T)
+    with pytest.raises(TypeError, match="'observation' has dtype torch.int64"):
+        normalize_dataset_observations(rb)
+    with pytest.raises(ValueError, match="the buffer is empty"):
+        normalize_dataset_observations(ReplayBuffer(8, num_streams=1))
