@@ -508,7 +508,9 @@ D4RL's datasets. tdrl: `recipes/offline.py`'s defaults; TorchRL 0.14.1: `CQLLoss
 its sota-implementations' offline settings; Tianshou 2.0.1: `CQL` with its
 `examples/offline/d4rl_cql.py` settings (no IQL there). Evaluation, every library: 10
 deterministic episodes on a separate env every `eval_every` gradient steps and at the end, one
-torch thread per run, one run at a time.
+torch thread per run, one run at a time. Lines of cells whose recipe defaults changed since
+(TD3+BC without its state normalization, before 2026-11-25) are kept in
+`offline_table_superseded.jsonl`.
 
 - score: D4RL's normalized return, `100 * (return - random) / (expert - random)` with the
   dataset's stored references (random: 100 uniform random episodes; expert: the expert run's

@@ -406,8 +406,8 @@ def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
 
 @pytest.mark.parametrize(
     "algo, normalize_states",
-    [("bc", False), ("td3bc", False), ("iql", False), ("cql", False), ("crr", False),
-     ("td3bc", True)],
+    [("bc", "auto"), ("td3bc", "off"), ("iql", "auto"), ("cql", "auto"), ("crr", "auto"),
+     ("td3bc", "auto"), ("iql", "on")],
 )  # fmt: skip
 def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
     algo, normalize_states, tmp_path, monkeypatch
