@@ -15,8 +15,9 @@ sampled actions per kind (the fixed-weight variant here; ``CQLLoss(with_lagrange
 automatic one); BCQ's perturbation range 0.05, lambda 0.75 and 10 sampled actions, its VAE
 trained with the actor's optimizer group (the authors' 750x750 VAE and 400x300 perturbation model
 take --hidden-sizes here, and Adam 3e-4 for their 1e-3). TD3+BC normalizes states by the
-dataset's mean and std, as its authors do (--normalize-states auto; on or off for any algorithm). Where tdrl differs: no cosine learning-rate decay of
-IQL's actor; BC regresses the deterministic actor's action (its MSE).
+dataset's mean and std, as its authors do (--normalize-states auto; on or off for any
+algorithm). Where tdrl differs: no cosine learning-rate decay of IQL's actor; BC regresses the
+deterministic actor's action (its MSE).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from tdrl.objectives import (
     TD3BCLoss,
     total_loss,
 )
-
 
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
 # Gu 2021, sec. 5). On HalfCheetah medium at 10k steps (seed 0) it lifted TD3+BC's normalized
