@@ -356,6 +356,19 @@ def git_commit() -> dict[str, Any]:
     }
 
 
+def same_code(commit: str | None) -> bool:
+    """Whether ``tdrl/`` and ``recipes/`` at ``commit`` are those at HEAD (a saved run of other
+    code, e.g. from before a recipe's defaults changed, must not be recovered); False for a
+    commit git does not know."""
+    if not commit:
+        return False
+    out = subprocess.run(
+        ["git", "diff", "--quiet", commit, "HEAD", "--", "tdrl", "recipes"],
+        cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    return out.returncode == 0
+
+
 def versions(*names: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -612,8 +625,9 @@ def run_cells(
     """Run the cells that are not in ``table`` yet, ``jobs`` at a time; returns the failures.
 
     A cell's run folder is cleared before it starts (a run cut short starts over), except that a
-    ``result.json`` of the same cell (its line was lost: the driver was stopped after the run
-    ended) is appended without running again. A failed cell is reported and not recorded.
+    ``result.json`` of the same cell run with the same code (its line was lost: the driver was
+    stopped after the run ended) is appended without running again. A failed cell is reported
+    and not recorded.
     """
     done = {line_key(line) for line in read_lines(table)}
     todo = []
@@ -624,7 +638,7 @@ def run_cells(
         saved = cell.folder(workdir) / RESULT
         if saved.exists():
             line = json.loads(saved.read_text())
-            if line_key(line) == cell.key:
+            if line_key(line) == cell.key and same_code(line.get("commit")):
                 append_line(table, line)
                 done.add(cell.key)
                 print(f"recovered from {saved}: {cell}")

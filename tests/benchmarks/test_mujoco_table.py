@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -105,19 +106,25 @@ def test_a_failed_cell_is_not_recorded_and_runs_next_time(tmp_path: Path) -> Non
 
 def test_a_finished_cell_whose_line_was_lost_is_recovered_not_rerun(tmp_path: Path) -> None:
     table, work = tmp_path / "table.jsonl", tmp_path / "work"
-    finished, other = cell(seed=0), cell(seed=1)
-    for c, value in ((finished, 7.0), (other, 8.0)):
+    finished, other, old = cell(seed=0), cell(seed=1), cell(seed=2)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=mt.ROOT, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    for c, value in ((finished, 7.0), (other, 8.0), (old, 9.0)):
         c.folder(work).mkdir(parents=True)
-        # other's folder holds the result of a different cell: it must run
-        saved = fake_line(c if c is finished else dataclasses.replace(c, steps=1), [value])
+        # other's folder holds the result of a different cell, old's one of other code (a
+        # commit whose tdrl/ and recipes/ differ from HEAD's; here one git does not know): both
+        # must run
+        saved = fake_line(c if c is not other else dataclasses.replace(c, steps=1), [value])
+        saved["commit"] = head if c is not old else "f" * 40
         (c.folder(work) / mt.RESULT).write_text(json.dumps(saved))
     launch = FakeLaunch()
-    mt.run_cells([finished, other], table, work, launch=launch)
-    assert launch.calls == [other]
+    mt.run_cells([finished, other, old], table, work, launch=launch)
+    assert launch.calls == [other, old]
     lines = mt.read_lines(table)
     assert [(mt.line_key(x), x["final_return"]) for x in lines] == [
         (finished.key, 7.0),
         (other.key, 1.0),
+        (old.key, 2.0),
     ]
 
 
