@@ -128,6 +128,9 @@ class Config(trainers.QLearningConfig):
     noisy_std: float = 0.5
     """--noisy: initial noise scale sigma_0 of every noisy layer (Fortunato et al.'s factorized
     0.5; Tianshou's Rainbow examples 0.1)."""
+    noisy_layers: Literal["all", "heads"] = "all"
+    """--noisy: which linear layers are noisy: all (Hessel et al.'s Rainbow: every fully
+    connected layer) or the output layer of each (dueling) head (Tianshou's Rainbow)."""
     noisy_epsilon: bool = False
     """--noisy: keep epsilon-greedy exploration on top of the noise (Tianshou's Rainbow);
     off: the noise explores alone (Hessel et al.)."""
@@ -191,7 +194,8 @@ def q_network_and_loss(
             width = features.hidden
         head = q_mlp(width, num_actions, ())
         for part in (features, head):
-            torch_default_init_(to_noisy(part, cfg.noisy_std) if cfg.noisy else part)
+            noisy = cfg.noisy and (cfg.noisy_layers == "all" or part is head)
+            torch_default_init_(to_noisy(part, cfg.noisy_std) if noisy else part)
         if cfg.algo == "iqn":
             iqn = IQNQValueActor(features, head, num_actions, width)
             return iqn, IQNLoss(iqn, **common)
@@ -204,7 +208,7 @@ def q_network_and_loss(
         body = cnn(num_actions * outputs, dueling=cfg.dueling, atoms=outputs)
     torch_default_init_(body)
     if cfg.noisy:
-        to_noisy(body, cfg.noisy_std)
+        to_noisy(body, cfg.noisy_std, heads_only=cfg.noisy_layers == "heads")
     if cfg.algo == "c51":
         actor = CategoricalQValueActor(
             body, num_actions, v_min=cfg.v_min, v_max=cfg.v_max, num_atoms=cfg.num_atoms

@@ -92,14 +92,35 @@ class NoisyLinear(nn.Module):
         return mean + noise * self.eps_out
 
 
-def to_noisy(module: nn.Module, sigma_init: float = 0.5) -> nn.Module:
+def to_noisy(module: nn.Module, sigma_init: float = 0.5, *, heads_only: bool = False) -> nn.Module:
     """``module`` with every ``nn.Linear`` replaced by a :class:`NoisyLinear` of the same shape
-    (Rainbow's noisy value network); returns the module."""
-    for name, child in module.named_children():
-        if isinstance(child, nn.Linear):
-            setattr(module, name, NoisyLinear(child.in_features, child.out_features, sigma_init))
-        else:
-            to_noisy(child, sigma_init)
+    (Rainbow's noisy value network: Hessel et al. make every fully connected layer noisy);
+    returns the module.
+
+    ``heads_only``: only the output layers, the last ``nn.Linear`` of each head of a
+    :class:`~tdrl.modules.Dueling` network (its ``value_head`` and ``advantage_head``), else the
+    last one of ``module`` (Tianshou's Rainbow makes its dueling heads' output layers noisy).
+    """
+    if not heads_only:
+        for name, child in module.named_children():
+            if isinstance(child, nn.Linear):
+                noisy = NoisyLinear(child.in_features, child.out_features, sigma_init)
+                setattr(module, name, noisy)
+            else:
+                to_noisy(child, sigma_init)
+        return module
+    linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+    heads = ("value_head", "advantage_head") if hasattr(module, "advantage_head") else ("",)
+    for head in heads:
+        inside = [n for n in linears if not head or n == head or n.startswith(head + ".")]
+        if not inside:
+            raise ValueError(f"to_noisy(heads_only=True): no nn.Linear in {head or 'the module'}")
+        if not inside[-1]:
+            raise ValueError("to_noisy cannot replace the module it is given: pass its parent")
+        parent_name, _, attr = inside[-1].rpartition(".")
+        parent = module.get_submodule(parent_name)
+        layer = getattr(parent, attr)
+        setattr(parent, attr, NoisyLinear(layer.in_features, layer.out_features, sigma_init))
     return module
 
 

@@ -58,3 +58,27 @@ def test_to_noisy_swaps_every_linear_and_the_policy_draws_noise_each_step():
         step(td)
         values.append(qnet(td.clone())["action_value"])
     assert not torch.allclose(values[0], values[1]) and not torch.allclose(values[1], values[2])
+
+
+def test_to_noisy_heads_only_swaps_the_output_layer_of_each_head():
+    from tdrl.modules import q_mlp, to_noisy
+
+    def noisy_names(net: nn.Module) -> list[str]:
+        return [n for n, m in net.named_modules() if isinstance(m, NoisyLinear)]
+
+    # a dueling net: the last layer of the value stream and of the advantage stream, nothing
+    # in the shared trunk or in the streams' hidden layers (Tianshou's noisy dueling heads)
+    dueling = to_noisy(q_mlp(4, 2, (8, 8, 8), dueling=True, atoms=5), 0.1, heads_only=True)
+    names = noisy_names(dueling)
+    assert len(names) == 2
+    assert names[0].startswith("value_head.") and names[1].startswith("advantage_head.")
+    for name in names:
+        layer = dueling.get_submodule(name)
+        assert float(layer.weight_sigma.max()) == pytest.approx(0.1 / 8**0.5)  # sigma_0/sqrt(in)
+    plain = sum(type(m) is nn.Linear for m in dueling.modules())
+    assert plain == 4  # trunk: 2 layers; one hidden layer in each stream
+    # a plain MLP: its output layer only
+    mlp_net = to_noisy(q_mlp(4, 2, (8, 8)), heads_only=True)
+    assert noisy_names(mlp_net) == [[n for n, m in mlp_net.named_modules()][-1]]
+    with pytest.raises(ValueError, match="cannot replace the module it is given"):
+        to_noisy(nn.Linear(2, 2), heads_only=True)

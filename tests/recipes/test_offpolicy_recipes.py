@@ -96,6 +96,8 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
         ("dqn", {"algo": "fqf", "num_fractions": 8}),
         ("dqn", {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True}),  # Rainbow
         ("dqn", {"algo": "c51", "noisy": True, "noisy_std": 0.1, "noisy_epsilon": True}),
+        ("dqn", {"algo": "c51", "noisy": True, "dueling": True, "noisy_layers": "heads"}),
+        ("dqn", {"algo": "iqn", "noisy": True, "noisy_layers": "heads"}),
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
@@ -122,6 +124,20 @@ def test_dqn_noisy_std_sets_every_noisy_layers_sigma():
             for m in layers:  # sigma_0 / sqrt(fan_in), Fortunato et al.'s factorized init
                 expected = torch.full_like(m.weight_sigma, std / m.in_features**0.5)
                 torch.testing.assert_close(m.weight_sigma.detach(), expected)
+
+
+def test_dqn_noisy_layers_heads_leaves_the_trunk_plain():
+    import dqn
+
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import NoisyLinear
+
+    with make_vec_env("CartPole-v1", 1) as env:
+        for algo, noisy in (("c51", 2), ("iqn", 1)):  # dueling heads; IQN's output head
+            cfg = dqn.Config(algo=algo, noisy=True, dueling=algo == "c51", noisy_layers="heads")
+            qnet, _ = dqn.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+            assert sum(isinstance(m, NoisyLinear) for m in qnet.modules()) == noisy
+            assert any(type(m) is torch.nn.Linear for m in qnet.modules())
 
 
 def test_dqn_noisy_epsilon_keeps_epsilon_greedy_on_top_of_the_noise(tmp_path):
