@@ -154,14 +154,24 @@ class RowCopier:
 
     def learn(self, batch_size: torch.Size) -> None:
         """Accept batches of ``batch_size`` (the checked path just validated one): ``[S]`` (one
-        step per stream) or ``[T]`` with a single stream."""
+        step per stream) or ``[T]`` with a single stream, and the rollouts laid out in memory as
+        those: ``[S, 1]`` (one step of each stream; a collector of one step a batch) and
+        ``[1, T]`` with a single stream. (A ``[S, T]`` rollout is stream-major, the storage
+        time-major: the checked path transposes it.)"""
         length, streams = int(self._geom[_LENGTH]), int(self._geom[_STREAMS])
         bs = batch_size
         if bs in self.writers or len(self.writers) >= 64:  # [T] batches may vary in T
             return
-        if len(bs) != 1 or bs[0] == 0 or (bs[0] != streams and streams != 1):
+        if 0 in bs:
             return
-        steps = 1 if streams > 1 else bs[0]
+        if len(bs) == 1 and (bs[0] == streams or streams == 1):
+            steps = 1 if streams > 1 else bs[0]
+        elif len(bs) == 2 and streams == 1 and bs[0] == 1:
+            steps = bs[1]
+        elif len(bs) == 2 and bs[1] == 1 and bs[0] == streams:
+            steps = 1
+        else:
+            return
         if steps > length:
             return
         namespace: dict[str, Any] = {

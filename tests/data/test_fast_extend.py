@@ -212,3 +212,38 @@ def test_float32_and_float64_priorities_give_the_same_tree():
     expected = (np.linspace(0.0, 3.0, 40).astype(np.float32).astype(np.float64) + 0.01) ** 0.7
     for leaves in trees:
         np.testing.assert_allclose(leaves, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("streams, steps", [(4, 1), (1, 3), (1, 1)])
+def test_one_step_rollouts_and_single_stream_rollouts_take_the_fast_path(
+    monkeypatch, fast_mode, streams, steps
+):
+    # [S, 1] (a collector of one step a batch) and [1, T] (one env) lie in memory as the
+    # storage's rows; a [S, T] rollout with S, T > 1 is stream-major and must be transposed.
+    def rollout(value: float) -> TensorDict:
+        x = torch.arange(streams * steps, dtype=torch.float32).view(streams, steps) + value
+        return TensorDict(
+            {"x": x.unsqueeze(-1), "next": {"done": (x.long() % 3 == 0).unsqueeze(-1)}},
+            batch_size=[streams, steps],
+        )
+
+    fast = ReplayBuffer(12 * streams, num_streams=streams)
+    slow = ReplayBuffer(12 * streams, num_streams=streams)
+    fast.extend(rollout(-100.0))
+    slow.extend(rollout(-100.0))
+    storage = fast.stream_storage
+    checked = storage.write_checked
+    calls = []
+    monkeypatch.setattr(storage, "write_checked", lambda td: calls.append(1) or checked(td))
+    for i in range(20):  # wraps around the 12 steps per stream
+        fast.extend(rollout(10.0 * i))
+        slow.stream_storage.write_checked(rollout(10.0 * i))
+    assert len(calls) == (0 if fast_mode else 20)
+    assert fast.stream_storage.cursor == slow.stream_storage.cursor and len(fast) == len(slow)
+    assert (fast.storage == slow.storage).all()
+    # a stream-major [2, 3] rollout still goes through the checked (transposing) path
+    two = ReplayBuffer(12, num_streams=2)
+    x = torch.arange(6.0).view(2, 3, 1)
+    for _ in range(2):
+        two.extend(TensorDict({"x": x}, batch_size=[2, 3]))
+    assert two.storage["x"][:3, :, 0].tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
