@@ -11,7 +11,8 @@ Operations (one CPU thread, subnormals flushed as in the recipes):
 - DQN gradient step: CartPole shapes, batch 64, 256x256 MLP, Huber, clip 10 (the recipe's loop).
 - SAC gradient step: HalfCheetah shapes, batch 256, 256x256 MLPs, twin critics, auto alpha.
 - PPO minibatch step: Hopper shapes, 64x64 MLPs, minibatch 64 (``ppo_update``, LambdaLR on).
-- collector step: HalfCheetah-v5 x 8 sync envs, a 64x64 tanh Gaussian MLP policy.
+- collector step: HalfCheetah-v5 x 8 sync envs, a 64x64 tanh Gaussian MLP policy; and Hopper-v5 x 1
+  env, one step a batch (the SAC/TD3 recipes' default), alone and with each batch added to a buffer.
 - buffer add of one [8] step / sample of 256: HalfCheetah-shaped transitions.
 
     python benchmarks/fast_paths.py [--rounds 5] [--quick]
@@ -199,6 +200,44 @@ def collector_step() -> Callable[[int], None]:
     return run
 
 
+def _one_step_collector() -> Any:
+    """One env, one step a batch (the off-policy recipes' SAC/TD3 default, MinAtar's DQN), a
+    64x64 Gaussian policy on Hopper-v5."""
+    import collector as bench_collector
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.collectors import Collector
+    from tdrl.envs import make_vec_env
+
+    env = make_vec_env("Hopper-v5", 1, seed=0)
+    net = bench_collector.GaussianMLP(11, 3)
+    policy = TensorDictModule(net, ["observation"], ["action", "loc", "scale", "action_log_prob"])
+    return Collector(env, policy, frames_per_batch=1, total_frames=-1)
+
+
+def collector_step_one() -> Callable[[int], None]:
+    collector = _one_step_collector()
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            collector.rollout()
+
+    return run
+
+
+def collector_add_one() -> Callable[[int], None]:
+    """:func:`collector_step_one` with each one-step batch added to a replay buffer."""
+    from tdrl.data import ReplayBuffer
+
+    collector, buffer = _one_step_collector(), ReplayBuffer(100_000)
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            buffer.extend(collector.rollout())
+
+    return run
+
+
 def _transitions(n: int) -> list[TensorDict]:
     import buffers as bench_buffers
 
@@ -262,6 +301,8 @@ def main() -> None:
         ("SAC gradient step", 300, sac_step()),
         ("PPO minibatch step", 1280, ppo_step),
         ("collector step (x8 envs)", 1000, collector_step),
+        ("collector step (1 env, T=1)", 2000, collector_step_one),
+        ("collect + add (1 env, T=1)", 2000, collector_add_one),
         ("buffer add ([8] step)", 50_000, buffer_add),
         ("buffer sample (256)", 5000, buffer_sample),
     ]
@@ -276,6 +317,7 @@ def main() -> None:
     # The storage calls the generated writers directly: without them every add is checked.
     no_write = lambda: patched(RowCopier, "learn", lambda self, batch_size: None)  # noqa: E731
     no_direct = lambda: patched(fast_policy, "plain_module", lambda p: None)  # noqa: E731
+
     for name, steps, setup in ops[:3]:
         rows += [
             (*adam, name, steps, setup, no_adam),
@@ -292,6 +334,10 @@ def main() -> None:
          50_000, buffer_add, no_write),
         ("direct module call (_fast.policy)", "policy(td)", "collector step (x8 envs)", 1000,
          collector_step, no_direct),
+        ("direct module call (_fast.policy)", "policy(td)", "collector step (1 env, T=1)", 2000,
+         collector_step_one, no_direct),
+        ("compiled write (_fast.storage)", "checked copy_ per leaf", "collect + add (1 env, T=1)",
+         2000, collector_add_one, no_write),
         ("multi-tensor Polyak update (dropped)", "lerp_ per tensor", "SAC gradient step", 300,
          sac_step(), nothing, foreach),  # plain: per tensor (as shipped); fast: foreach
     ]  # fmt: skip

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 from tensordict.nn import (
     NormalParamExtractor,
     TensorDictModule,
@@ -263,7 +264,8 @@ def test_collector_flags_episode_starts_and_ou_noise_restarts_per_env():
 
 
 def test_fast_and_plain_policy_calls_collect_the_same_batches():
-    # tdrl._fast.policy calls a plain TensorDictModule on its tensors; policy(td) is its twin.
+    # tdrl._fast.policy calls a plain TensorDictModule on its tensors; policy(td) is its twin:
+    # the same batches (keys in the same order, values, names, nested ones too).
     from tensordict.nn import TensorDictModule
 
     import tdrl
@@ -285,10 +287,17 @@ def test_fast_and_plain_policy_calls_collect_the_same_batches():
             policy = TensorDictModule(Noisy(), ["observation"], ["action", "loc"])
             with make_vec_env("Hopper-v5", 2, seed=1) as env:
                 collector = Collector(env, policy, frames_per_batch=100, total_frames=200)
-                batches.append(torch.cat([b["action"] for b in collector], 1))
+                batches.append(list(collector))
         finally:
             tdrl.set_fast(previous)
-    assert torch.equal(batches[0], batches[1]) and torch.equal(batches[0], batches[2])
+    for other in batches[1:]:
+        for a, b in zip(batches[0], other, strict=True):
+            assert type(a) is type(b) is TensorDict and a.batch_size == b.batch_size
+            assert list(a.keys(True, True)) == list(b.keys(True, True))
+            assert (a == b).all()
+            assert a.names == b.names == [None, "time"]
+            assert a["next"].names == b["next"].names == [None, "time"]
+            assert a["collector"].names == b["collector"].names
 
 
 def test_device_arguments_plumb_through_on_cpu():
