@@ -50,44 +50,6 @@ class OfflineSteps:
         """Nothing to close."""
 
 
-@torch.no_grad()
-def normalize_dataset_observations(
-    buffer: ReplayBuffer, *, eps: float = 1e-3
-) -> RunningObservationNorm:
-    """Normalize a dataset's observations in place by their mean and std (TD3+BC's state
-    normalization, Fujimoto & Gu 2021, sec. 5: ``(s - mu) / (sigma + eps)``, both taken over the
-    dataset's ``"observation"`` entries), and return the same transform, frozen, for the policy
-    that meets the env's raw observations (``TensorDictSequential(norm, actor)``).
-
-    Both ``"observation"`` and ``("next", "observation")`` of every written step are rewritten,
-    so the critics' bootstrap sees what the actor sees. Call it once, right after loading.
-
-    Shapes:
-        flat observations ``[*F]`` (one ``"observation"`` entry of floats).
-    """
-    storage = buffer.stream_storage
-    if storage is None or storage.size == 0:
-        raise ValueError("normalize_dataset_observations: the buffer is empty")
-    data = buffer.storage[: storage.size]  # [L, S] views of the written positions
-    obs = data.get(keys.OBSERVATION)
-    if not obs.is_floating_point():
-        raise TypeError(
-            f"normalize_dataset_observations: 'observation' has dtype {obs.dtype}; only float "
-            "observations are normalized"
-        )
-    flat = obs.reshape(-1, *obs.shape[2:]).double()
-    mean, std = flat.mean(0), flat.std(0, unbiased=False)
-    norm = RunningObservationNorm(tuple(obs.shape[2:]), clip=None)
-    norm.mean.copy_(mean)
-    # normalize() divides by sqrt(var + epsilon): this var makes that sigma + eps exactly
-    norm.var.copy_((std + eps).pow(2) - norm.epsilon)
-    norm.count.fill_(flat.shape[0])
-    for key in (keys.OBSERVATION, keys.NEXT_OBSERVATION):
-        value = data.get(key)
-        value.copy_(norm.normalize(value))
-    return norm
-
-
 def train_offline(
     cfg: OffPolicyConfig,
     algo: str,
@@ -130,3 +92,41 @@ def train_offline(
             if run.end_batch(progress, out):
                 break
         return run.finish()
+
+
+@torch.no_grad()
+def normalize_dataset_observations(
+    buffer: ReplayBuffer, *, eps: float = 1e-3
+) -> RunningObservationNorm:
+    """Normalize a dataset's observations in place by their mean and std (TD3+BC's state
+    normalization, Fujimoto & Gu 2021, sec. 5: ``(s - mu) / (sigma + eps)``, both taken over the
+    dataset's ``"observation"`` entries), and return the same transform, frozen, for the policy
+    that meets the env's raw observations (``TensorDictSequential(norm, actor)``).
+
+    Both ``"observation"`` and ``("next", "observation")`` of every written step are rewritten,
+    so the critics' bootstrap sees what the actor sees. Call it once, right after loading.
+
+    Shapes:
+        flat observations ``[*F]`` (one ``"observation"`` entry of floats).
+    """
+    storage = buffer.stream_storage
+    if storage is None or storage.size == 0:
+        raise ValueError("normalize_dataset_observations: the buffer is empty")
+    data = buffer.storage[: storage.size]  # [L, S] views of the written positions
+    obs = data.get(keys.OBSERVATION)
+    if not obs.is_floating_point():
+        raise TypeError(
+            f"normalize_dataset_observations: 'observation' has dtype {obs.dtype}; only float "
+            "observations are normalized"
+        )
+    flat = obs.reshape(-1, *obs.shape[2:]).double()
+    mean, std = flat.mean(0), flat.std(0, unbiased=False)
+    norm = RunningObservationNorm(tuple(obs.shape[2:]), clip=None)
+    norm.mean.copy_(mean)
+    # normalize() divides by sqrt(var + epsilon): this var makes that sigma + eps exactly
+    norm.var.copy_((std + eps).pow(2) - norm.epsilon)
+    norm.count.fill_(flat.shape[0])
+    for key in (keys.OBSERVATION, keys.NEXT_OBSERVATION):
+        value = data.get(key)
+        value.copy_(norm.normalize(value))
+    return norm

@@ -47,21 +47,28 @@ def assert_last_step_is(rb: ReplayBuffer, expected: TensorDict) -> None:
         assert torch.equal(step[key], expected[key]), key
 
 
-def test_fast_path_stores_exactly_what_the_checked_path_stores(monkeypatch, fast_mode):
-    fast, slow = ReplayBuffer(40, num_streams=4), ReplayBuffer(40, num_streams=4)
-    fast.extend(batch(-1.0))
-    slow.extend(batch(-1.0))
+def checked_calls_against_the_reference(monkeypatch, make, capacity: int, streams: int) -> int:
+    """Extend one buffer with ``make(0.0), make(1.0), ...`` (25 batches after a first one) and
+    write the same batches into another through the checked path (per-leaf copies, the
+    reference); assert the two hold the same; return how often the first took the checked path."""
+    fast, slow = (ReplayBuffer(capacity, num_streams=streams) for _ in range(2))
+    fast.extend(make(-1.0))
+    slow.extend(make(-1.0))
     storage = fast.stream_storage
     checked = storage.write_checked
     calls = []
     monkeypatch.setattr(storage, "write_checked", lambda td: calls.append(1) or checked(td))
-    for i in range(25):  # wraps around the 10 steps per stream
-        b = batch(float(i))
-        fast.extend(b)
-        slow.stream_storage.write_checked(b)  # the reference: per-leaf checked copies
-    assert len(calls) == (0 if fast_mode else 25)  # fast: every batch took the fast path
+    for i in range(25):  # wraps around the stored steps per stream
+        fast.extend(make(float(i)))
+        slow.stream_storage.write_checked(make(float(i)))
     assert fast.stream_storage.cursor == slow.stream_storage.cursor and len(fast) == len(slow)
     assert (fast.storage == slow.storage).all()
+    return len(calls)
+
+
+def test_fast_path_stores_exactly_what_the_checked_path_stores(monkeypatch, fast_mode):
+    calls = checked_calls_against_the_reference(monkeypatch, batch, 40, 4)
+    assert calls == (0 if fast_mode else 25)  # fast: every batch took the fast path
 
 
 @pytest.mark.parametrize(
@@ -221,26 +228,14 @@ def test_one_step_rollouts_and_single_stream_rollouts_take_the_fast_path(
     # [S, 1] (a collector of one step a batch) and [1, T] (one env) lie in memory as the
     # storage's rows; a [S, T] rollout with S, T > 1 is stream-major and must be transposed.
     def rollout(value: float) -> TensorDict:
-        x = torch.arange(streams * steps, dtype=torch.float32).view(streams, steps) + value
+        x = torch.arange(streams * steps, dtype=torch.float32).view(streams, steps) + 10 * value
         return TensorDict(
             {"x": x.unsqueeze(-1), "next": {"done": (x.long() % 3 == 0).unsqueeze(-1)}},
             batch_size=[streams, steps],
         )
 
-    fast = ReplayBuffer(12 * streams, num_streams=streams)
-    slow = ReplayBuffer(12 * streams, num_streams=streams)
-    fast.extend(rollout(-100.0))
-    slow.extend(rollout(-100.0))
-    storage = fast.stream_storage
-    checked = storage.write_checked
-    calls = []
-    monkeypatch.setattr(storage, "write_checked", lambda td: calls.append(1) or checked(td))
-    for i in range(20):  # wraps around the 12 steps per stream
-        fast.extend(rollout(10.0 * i))
-        slow.stream_storage.write_checked(rollout(10.0 * i))
-    assert len(calls) == (0 if fast_mode else 20)
-    assert fast.stream_storage.cursor == slow.stream_storage.cursor and len(fast) == len(slow)
-    assert (fast.storage == slow.storage).all()
+    calls = checked_calls_against_the_reference(monkeypatch, rollout, 12 * streams, streams)
+    assert calls == (0 if fast_mode else 25)
     # a stream-major [2, 3] rollout still goes through the checked (transposing) path
     two = ReplayBuffer(12, num_streams=2)
     x = torch.arange(6.0).view(2, 3, 1)
