@@ -533,6 +533,7 @@ def run_cell(
     torch.set_num_threads(1)
     folder.mkdir(parents=True, exist_ok=True)
     before = machine()
+    code = git_commit()  # the code the run starts with (HEAD may move while it runs)
     if cell.library == "tdrl":
         result = run_tdrl(cell, folder, suite)
     else:
@@ -541,7 +542,7 @@ def run_cell(
     line = finite({
         **dataclasses.asdict(cell),
         **result,
-        **git_commit(),
+        **code,
         "date": before["time"],
         "load_start": before["load"],
         "load_end": after["load"],

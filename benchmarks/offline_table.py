@@ -460,6 +460,7 @@ def run_cell(cell: mt.Cell, folder: Path, *, jobs: int = 1, running: int = 1) ->
     env_id = dataset.env_spec.id
     ref_min, ref_max = references(dataset)
     before = mt.machine()
+    code = mt.git_commit()  # the code the run starts with (HEAD may move while it runs)
     if cell.library == "tdrl":
         result = run_tdrl(cell, folder, env_id)
     else:
@@ -470,7 +471,7 @@ def run_cell(cell: mt.Cell, folder: Path, *, jobs: int = 1, running: int = 1) ->
     conditions = {"date": before["time"], "load_start": before["load"]}
     conditions |= {"load_end": mt.machine()["load"], "jobs": jobs, "running_at_start": running}
     line = mt.finite(
-        dataclasses.asdict(cell) | result | scores | mt.git_commit() | conditions
+        dataclasses.asdict(cell) | result | scores | code | conditions
         | {"env_id": env_id, "ref_min_score": ref_min, "ref_max_score": ref_max,
            "cpus": os.cpu_count()}
     )  # fmt: skip

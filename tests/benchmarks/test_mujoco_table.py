@@ -313,3 +313,23 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
 def test_an_empty_table_renders_a_page_that_says_so(tmp_path: Path) -> None:
     md, pngs = mt.render(tmp_path / "none.jsonl", mt.MUJOCO)
     assert "No cell has finished yet." in md.read_text() and pngs == []
+
+
+def test_a_line_records_the_commit_its_run_started_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HEAD may move while a cell runs (work goes on beside it): the line must name the code the
+    # run started with, since a saved result is recovered only for that code.
+    head = ["a" * 40]
+    monkeypatch.setattr(mt, "git_commit", lambda: {"commit": head[0], "dirty": False})
+    c = cell("SB3", "sac", seed=0)
+
+    def run_sb3(run: Any, folder: Path) -> dict[str, Any]:
+        head[0] = "b" * 40  # a commit lands while the run goes
+        line = fake_line(run, [1.0, 2.0])
+        names = ("final_return", "final_return_std", "best_return", "env_steps", "wall_s", "curve")
+        return {k: line[k] for k in (*names, "settings", "versions")}
+
+    suite = dataclasses.replace(mt.MUJOCO, run_sb3=run_sb3)
+    line = mt.run_cell(c, tmp_path / "run", suite)
+    assert line["commit"] == "a" * 40
