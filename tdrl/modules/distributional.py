@@ -21,6 +21,7 @@ from torch import nn
 from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
 from tdrl.modules.actors import _apply
+from tdrl.modules.qvalue import Dueling
 from tdrl.ops.distributional import check_support, support
 
 __all__ = [
@@ -110,7 +111,7 @@ def to_noisy(module: nn.Module, sigma_init: float = 0.5, *, heads_only: bool = F
                 to_noisy(child, sigma_init)
         return module
     linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
-    heads = ("value_head", "advantage_head") if hasattr(module, "advantage_head") else ("",)
+    heads = ("value_head", "advantage_head") if isinstance(module, Dueling) else ("",)
     for head in heads:
         inside = [n for n in linears if not head or n == head or n.startswith(head + ".")]
         if not inside:
