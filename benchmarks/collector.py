@@ -37,6 +37,9 @@ from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
 
 Runner = Callable[[str, bool, int, int], float]
+# Where the MLP policy runs (``--policy-device``): the envs step on the CPU either way, so on a
+# GPU every step moves observations there and actions back, in every library alike.
+POLICY_DEVICE = torch.device("cpu")
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -61,6 +64,11 @@ class GaussianMLP(nn.Module):
         action = loc + scale * noise
         log_prob = -0.5 * noise.pow(2).sum(-1) - (self.log_std.sum() + loc.shape[-1] * LOG_SQRT_2PI)
         return action, loc, scale, log_prob
+
+
+def _mlp(env_id: str, mlp: bool) -> GaussianMLP | None:
+    """The benchmark's policy for ``env_id`` on ``POLICY_DEVICE`` (None: random actions)."""
+    return GaussianMLP(*_dims(env_id)).to(POLICY_DEVICE) if mlp else None
 
 
 def _dims(env_id: str) -> tuple[int, int]:
@@ -92,8 +100,8 @@ def _loop_rate(
             if t == steps // 10:
                 start, transitions = time.perf_counter(), 0
             if policy is not None:
-                action = policy(torch.as_tensor(obs, dtype=torch.float32))[0]
-                action = action.to(action_dtype).numpy()
+                observation = torch.as_tensor(obs, dtype=torch.float32, device=POLICY_DEVICE)
+                action = policy(observation)[0].to(action_dtype).cpu().numpy()
             else:
                 action = random_action()
             obs, n = step(action)
@@ -127,7 +135,7 @@ def _raw(asynchronous: bool) -> Runner:
         else:
             envs = gym.vector.SyncVectorEnv(fns)
         envs.action_space.seed(0)
-        policy = GaussianMLP(*_dims(env_id)) if mlp else None
+        policy = _mlp(env_id, mlp)
         obs, _ = envs.reset(seed=0)
         step = _next_step_autoreset(envs.step, num_envs)
         rate = _loop_rate(obs, step, envs.action_space.sample, policy, num_envs, frames)
@@ -146,7 +154,7 @@ def _raw_envpool(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
     except ImportError:
         return math.nan
     pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=0)
-    policy = GaussianMLP(*_dims(env_id)) if mlp else None
+    policy = _mlp(env_id, mlp)
     space = pool.action_space
     rng = np.random.default_rng(0)
     obs, _ = pool.reset()
@@ -179,9 +187,8 @@ def _tdrl_rate(
 ) -> float:
     env = make_vec_env(env_id, num_envs, mode=mode, seed=0, backend=backend)
     out_keys = [keys.ACTION, keys.LOC, keys.SCALE, keys.ACTION_LOG_PROB]
-    policy = (
-        TensorDictModule(GaussianMLP(*_dims(env_id)), [keys.OBSERVATION], out_keys) if mlp else None
-    )
+    net = _mlp(env_id, mlp)
+    policy = TensorDictModule(net, [keys.OBSERVATION], out_keys) if net is not None else None
     per_batch = max(num_envs, frames // 4 // num_envs * num_envs)
     collector = Collector(env, policy, per_batch)
     collector.rollout()  # warm-up
@@ -200,11 +207,13 @@ def _torchrl(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
 
     env = TransformedEnv(SerialEnv(num_envs, lambda: GymEnv(env_id)), DoubleToFloat())
     out_keys = [keys.ACTION, keys.LOC, keys.SCALE, keys.ACTION_LOG_PROB]
-    policy = (
-        TensorDictModule(GaussianMLP(*_dims(env_id)), [keys.OBSERVATION], out_keys) if mlp else None
-    )
+    net = _mlp(env_id, mlp)
+    policy = TensorDictModule(net, [keys.OBSERVATION], out_keys) if net is not None else None
     per_batch = max(num_envs, frames // 4 // num_envs * num_envs)
-    collector = TorchRLCollector(env, policy, frames_per_batch=per_batch, total_frames=-1)
+    collector = TorchRLCollector(
+        env, policy, frames_per_batch=per_batch, total_frames=-1, env_device="cpu",
+        policy_device=POLICY_DEVICE, storing_device=POLICY_DEVICE,
+    )  # fmt: skip
     iterator = iter(collector)
     next(iterator)
     start = time.perf_counter()
@@ -255,7 +264,7 @@ def _sb3_dummy(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
     envs = DummyVecEnv([lambda: gym.make(env_id)] * num_envs)
     envs.seed(0)
     obs = envs.reset()
-    policy = GaussianMLP(*_dims(env_id)) if mlp else None
+    policy = _mlp(env_id, mlp)
     low, high = envs.action_space.low, envs.action_space.high
     rng = np.random.default_rng(0)
     rate = _loop_rate(
@@ -282,7 +291,7 @@ def _sb3_ppo(env_id: str, mlp: bool, num_envs: int, frames: int) -> float:
         n_steps=steps,
         batch_size=steps * num_envs,
         seed=0,
-        device="cpu",
+        device=POLICY_DEVICE,
         policy_kwargs={"net_arch": arch},
     )
     _, callback = model._setup_learn(10 * steps * num_envs, callback=None)
@@ -455,7 +464,18 @@ def main() -> None:
     parser.add_argument(
         "--ray", action="store_true", help="only the Ray scaling table (the ray extra)"
     )
+    parser.add_argument(
+        "--policy-device",
+        default="cpu",
+        help="where the MLP policy runs (cuda: MLP columns only, the libraries that take a device)",
+    )
     args = parser.parse_args()
+    global POLICY_DEVICE
+    POLICY_DEVICE = torch.device(args.policy_device)
+    runners = RUNNERS if POLICY_DEVICE.type == "cpu" else {
+        name: runner for name, runner in RUNNERS.items()
+        if not any(cpu_only in name for cpu_only in ("async", "envpool", "Tianshou"))
+    }  # fmt: skip
     if args.ray:
         torch.set_num_threads(1)
         warnings.filterwarnings("ignore")
@@ -466,22 +486,31 @@ def main() -> None:
     torch.set_num_threads(1)  # every library runs its policy on one thread
     warnings.filterwarnings("ignore")
 
-    columns = [(env_id, mlp) for env_id in args.envs for mlp in (False, True)]
+    kinds = (False, True) if POLICY_DEVICE.type == "cpu" else (True,)
+    columns = [(env_id, mlp) for env_id in args.envs for mlp in kinds]
     best: dict[tuple[str, str, bool], float] = {}
     for _ in range(rounds):
-        for name, runner in RUNNERS.items():
+        for name, runner in runners.items():
             for env_id, mlp in columns:
-                rate = runner(env_id, mlp, args.num_envs, frames)
+                try:
+                    rate = runner(env_id, mlp, args.num_envs, frames)
+                except ModuleNotFoundError as err:  # a peer not installed on this machine
+                    print(f"{name}: not installed ({err.name})")
+                    rate = math.nan
                 key = (name, env_id, mlp)
                 best[key] = max(best.get(key, 0.0), rate) if not math.isnan(rate) else rate
 
     heads = [f"{env_id.split('-')[0]} {'MLP' if mlp else 'random'}" for env_id, mlp in columns]
-    print(f"\ntransitions/s, {args.num_envs} envs, best of {rounds} round(s) of {frames} frames;")
+    where = "" if POLICY_DEVICE.type == "cpu" else f", policy on {torch.cuda.get_device_name()}"
+    print(
+        f"\ntransitions/s, {args.num_envs} envs, best of {rounds} round(s) of {frames} frames"
+        f"{where};"
+    )
     print("(x) = ratio to gymnasium sync with the same policy; [x] = ratio to SB3 PPO rollouts\n")
     width = 36
     print(f"{'':{width}}" + "".join(f"{h:>26}" for h in heads))
     raw = "gymnasium sync (raw loop)"
-    for name in RUNNERS:
+    for name in runners:
         cells = []
         for env_id, mlp in columns:
             rate = best[(name, env_id, mlp)]

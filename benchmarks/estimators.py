@@ -1,13 +1,15 @@
-"""Value estimators on CPU: tdrl vs TorchRL (vectorized and loop), Tianshou's numba GAE, numpy.
+"""Value estimators: tdrl vs TorchRL (vectorized and loop), Tianshou's numba GAE, numpy (or a GPU).
 
 One run, float32, ``[num_envs, T]`` batches with terminated and truncated steps. Every JIT is
 warmed up before timing; each figure is the median of repeated calls; ratios are to tdrl's
 default (compiled) op in the same run. ``torch.set_num_threads(1)`` for all, so every library
-gets one core. Run: ``python benchmarks/estimators.py``.
+gets one core. Run: ``python benchmarks/estimators.py``; ``--device cuda`` times the GPU paths
+(tdrl's torch scan, TorchRL's estimators, and tdrl's CPU kernel on a copy, round trip included).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -25,14 +27,22 @@ from tdrl.ops import gae, td_lambda_return, vtrace
 GAMMA, LMBDA = 0.99, 0.95
 
 
+def _sync() -> None:
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def timeit(fn: Callable[[], object], budget_s: float = 1.0, max_reps: int = 200) -> float:
-    """Median seconds per call, after a warm-up call (JIT compile, caches)."""
+    """Median seconds per call, after a warm-up call (JIT compile, caches); on a GPU each call
+    is timed until its kernels have finished."""
     fn()
+    _sync()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < max_reps and (len(times) < 5 or time.perf_counter() - start < budget_s):
         t0 = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -139,16 +149,23 @@ def tianshou_calls(x: dict[str, torch.Tensor]) -> tuple[Callable[[], object], Ca
     return kernel, full
 
 
-def rows_for(b: int, t: int) -> list[tuple[str, str, float]]:
-    x = make(b, t)
+def rows_for(b: int, t: int, device: str = "cpu") -> list[tuple[str, str, float]]:
+    """Every implementation's time on ``[b, t]``; on a GPU, the libraries' ops on the GPU and
+    tdrl's CPU kernel on a copy (the round trip timed), since that is the other choice a user
+    with a GPU rollout has."""
+    x = {k: value.to(device) for k, value in make(b, t).items()}
     r, v, nv, lr = x["reward"], x["value"], x["next_value"], x["log_rho"]
     term, trunc, done = x["terminated"], x["truncated"], x["done"]
-    npx = {k: x[k].squeeze(-1).numpy().astype(np.float32) for k in x}
     td = as_td(x)
     out: list[tuple[str, str, float]] = []
 
     def add(op: str, name: str, fn: Callable[[], object]) -> None:
         out.append((op, name, timeit(fn)))
+
+    if device != "cpu":
+        rows_on_gpu(add, x, td)
+        return out
+    npx = {k: x[k].squeeze(-1).numpy().astype(np.float32) for k in x}
 
     # --- GAE
     add("GAE", "tdrl ops.gae (numba)", lambda: gae(r, v, nv, term, done, truncated=trunc,
@@ -190,13 +207,60 @@ def rows_for(b: int, t: int) -> list[tuple[str, str, float]]:
     return out
 
 
+Add = Callable[[str, str, Callable[[], object]], None]
+
+
+def rows_on_gpu(add: Add, x: dict[str, torch.Tensor], td: TensorDict) -> None:
+    """The GPU rows: tdrl's ops (the blockwise torch scan) and modules, TorchRL's estimators,
+    and tdrl's numba kernel on a CPU copy with the result moved back."""
+    r, v, nv, lr = x["reward"], x["value"], x["next_value"], x["log_rho"]
+    term, trunc, done = x["terminated"], x["truncated"], x["done"]
+    kw = dict(truncated=trunc, gamma=GAMMA)
+
+    def round_trip(op: Callable[..., object], *args: torch.Tensor, **k: object) -> Callable:
+        def call() -> object:
+            host = [a.cpu() for a in args]
+            out = op(*host, **{**k, "truncated": k["truncated"].cpu()})  # type: ignore[union-attr]
+            return [o.to(r.device, non_blocking=True) for o in out]  # type: ignore[attr-defined]
+
+        return call
+
+    add("GAE", "tdrl ops.gae (torch scan, GPU)",
+        lambda: gae(r, v, nv, term, done, lmbda=LMBDA, **kw))  # fmt: skip
+    ours = E.GAE(gamma=GAMMA, lmbda=LMBDA, value_network=None)
+    add("GAE", "tdrl GAE module (GPU)", lambda: ours(td.copy()))
+    for vec in (True, False):
+        theirs = trl.GAE(gamma=GAMMA, lmbda=LMBDA, value_network=None, vectorized=vec)
+        add("GAE", f"TorchRL GAE vectorized={vec} (GPU)", lambda m=theirs: m(td.copy()))
+    add("GAE", "tdrl ops.gae (numba on a CPU copy)",
+        round_trip(gae, r, v, nv, term, done, lmbda=LMBDA, **kw))  # fmt: skip
+    add("TD(lambda)", "tdrl ops.td_lambda_return (torch scan, GPU)",
+        lambda: td_lambda_return(r, nv, term, done, lmbda=LMBDA, **kw))  # fmt: skip
+    for vec in (True, False):
+        theirs = trl.TDLambdaEstimator(gamma=GAMMA, lmbda=LMBDA, value_network=None,
+                                       vectorized=vec)  # fmt: skip
+        add("TD(lambda)", f"TorchRL TDLambda vectorized={vec} (GPU)", lambda m=theirs: m(td.copy()))
+    add("V-trace", "tdrl ops.vtrace (torch scan, GPU)",
+        lambda: vtrace(r, v, nv, lr, term, done, **kw))  # fmt: skip
+    add("V-trace", "TorchRL vtrace_advantage_estimate (GPU)", lambda: vtrace_advantage_estimate(
+        GAMMA, lr, torch.zeros_like(lr), v, nv, r, done, term))  # fmt: skip
+    add("V-trace", "tdrl ops.vtrace (numba on a CPU copy)",
+        round_trip(vtrace, r, v, nv, lr, term, done, **kw))  # fmt: skip
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: every op on the GPU")
+    device = parser.parse_args().device
     torch.set_num_threads(1)
-    print("value estimators, float32, CPU, torch.set_num_threads(1); median ms per call;")
-    print("ratio = time / tdrl's compiled op of the same estimator and shape\n")
-    for b, t in ((64, 2048), (8, 256)):
-        rows = rows_for(b, t)
-        base = {op: ms for op, name, ms in rows if "(numba)" in name}
+    where = "CPU" if device == "cpu" else torch.cuda.get_device_name(device)
+    print(f"value estimators, float32, {where}, torch.set_num_threads(1); median ms per call;")
+    base_kind = "(numba)" if device == "cpu" else "(torch scan, GPU)"
+    print(f"ratio = time / tdrl's op {base_kind} of the same estimator and shape\n")
+    shapes = ((64, 2048), (8, 256)) if device == "cpu" else ((8, 2048), (64, 2048), (1024, 1000))
+    for b, t in shapes:
+        rows = rows_for(b, t, device)
+        base = {op: ms for op, name, ms in rows if base_kind in name}
         print(f"[{b}, {t}]")
         print(f"  {'estimator':<11} {'implementation':<40} {'ms':>9} {'ratio':>8}")
         for op, name, sec in rows:

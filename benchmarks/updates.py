@@ -38,7 +38,9 @@ CQL and IQL sections (offline): the SAC section's shapes and data, each library'
 ``IQLLoss``, Tianshou's ``CQL``; SB3 has neither, Tianshou no IQL) at one set of settings (see
 ``_offline_tdrl``), 3 interleaved rounds, median.
 
-Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn cql iql]``.
+Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn cql iql]``;
+``--device cuda --sections ppo sac dqn`` runs those sections on a GPU (every library that takes a
+device; one CPU thread each, as on CPU).
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ from torch import nn
 OBS_DIM, ACT_DIM = 11, 3
 LR, MAX_GRAD_NORM, CLIP = 3e-4, 0.5, 0.2
 ROUNDS = 3  # SAC and DQN sections: interleaved rounds per library (median reported)
+# Where the networks, losses and buffers live (``--device``); the PPO, SAC and DQN sections run on
+# CUDA too, with every library that takes a device (Tianshou's rows are CPU-only here).
+DEVICE = torch.device("cpu")
+CUDA_SECTIONS = ("ppo", "sac", "dqn")
+
+
+def _elapsed(start: float) -> float:
+    """Seconds since ``start``, after the queued GPU work has finished (on CUDA)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def plain(bench: Callable[..., float]) -> Callable[..., float]:
@@ -115,14 +128,14 @@ def bench_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> fl
 
     actor = GaussianActor(mlp(OBS_DIM, ACT_DIM, output_gain=POLICY_GAIN), ACT_DIM)
     critic = ValueCritic(mlp(OBS_DIM, 1))
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=CLIP, critic_coeff=0.5)
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=CLIP, critic_coeff=0.5).to(DEVICE)
     optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5, fused=True)
-    batch = TensorDict(data, batch_size=[len(data["action"])])
+    batch = TensorDict(data, batch_size=[len(data["action"])], device=DEVICE)
     start = time.perf_counter()
     ppo_update(
         loss, optimizer, batch, epochs=epochs, minibatch_size=minibatch, max_grad_norm=MAX_GRAD_NORM
     )
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def bench_sb3(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
@@ -147,13 +160,13 @@ def bench_sb3(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
         ent_coef=0.0,
         vf_coef=0.5,
         max_grad_norm=MAX_GRAD_NORM,
-        device="cpu",
+        device=DEVICE,
         seed=0,
     )
     fill_sb3_rollout(model, data)
     start = time.perf_counter()
     model.train()
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def fill_sb3_rollout(model: Any, data: dict[str, torch.Tensor], time_major: bool = False) -> Any:
@@ -221,7 +234,7 @@ def bench_tianshou(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -
     )
     start = time.perf_counter()
     algorithm._update_with_batch(batch, batch_size=minibatch, repeat=epochs)
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def bench_torchrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
@@ -254,13 +267,13 @@ def bench_torchrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) ->
         critic_coeff=0.5,
         loss_critic_type="l2",
         normalize_advantage=True,
-    )
+    ).to(DEVICE)
     optimizer = torch.optim.Adam(loss.parameters(), lr=LR)
     n = len(data["action"])
-    batch = TensorDict(data, batch_size=[n])
+    batch = TensorDict(data, batch_size=[n], device=DEVICE)
     start = time.perf_counter()
     for _ in range(epochs):
-        perm = torch.randperm(n)
+        perm = torch.randperm(n, device=DEVICE)
         for i in range(0, n, minibatch):
             out = loss(batch[perm[i : i + minibatch]])
             total = out["loss_objective"] + out["loss_critic"]
@@ -268,7 +281,7 @@ def bench_torchrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) ->
             total.backward()
             torch.nn.utils.clip_grad_norm_(loss.parameters(), MAX_GRAD_NORM)
             optimizer.step()
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 PPO_PEERS = peers(bench_tdrl, bench_sb3, bench_tianshou, bench_torchrl)
@@ -345,7 +358,7 @@ def lstm_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
         loss, optimizer, batch, epochs=epochs, minibatch_size=minibatch,
         max_grad_norm=MAX_GRAD_NORM, seq_len=LSTM_EPISODE,
     )  # fmt: skip
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> float:
@@ -376,7 +389,7 @@ def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int)
         getattr(buffer, name)[:] = data[key].permute(1, 2, 0, 3).numpy()
     start = time.perf_counter()
     model.train()
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def section_ppo_lstm(quick: bool) -> None:
@@ -446,7 +459,7 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
 
     actor = TanhGaussianActor(mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)
     critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, SAC_HIDDEN, num_members=2))
-    loss = SACLoss(actor, critic)
+    loss = SACLoss(actor, critic).to(DEVICE)
     updater = SoftUpdate(loss, tau=0.005)
     optimizer = torch.optim.Adam(
         [
@@ -456,14 +469,14 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
         ],
         fused=True,
     )
-    buffer = ReplayBuffer(SAC_BUFFER, generator=0)
-    buffer.extend(_td(data))
+    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
+    buffer.extend(_td(data).to(DEVICE))
     start = time.perf_counter()
     for _ in range(steps):
         out = loss(buffer.sample(SAC_BATCH))
         optimizer_step(out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], optimizer)
         updater.step()
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def _sb3_model(
@@ -480,7 +493,7 @@ def _sb3_model(
     from stable_baselines3.common.logger import configure
 
     model = cls(policy, space(), buffer_size=buffer_size or SAC_BUFFER, learning_starts=0,
-                device="cpu", seed=0, **kwargs)  # fmt: skip
+                device=DEVICE, seed=0, **kwargs)  # fmt: skip
     model.set_logger(configure(None, [""]))
     rb, n = model.replay_buffer, len(data["reward"])
     rb.observations[:n, 0] = data["observation"].numpy()
@@ -520,7 +533,7 @@ def _tianshou_updates(
     with policy_within_training_step(algorithm.policy):
         for _ in range(steps):
             algorithm.update(buffer=buffer, sample_size=batch_size)
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -537,7 +550,7 @@ def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     )  # fmt: skip
     start = time.perf_counter()
     model.train(gradient_steps=steps, batch_size=SAC_BATCH)
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def _tianshou_sac_parts(cls: Any, lr: float, alpha_lr: float, **kwargs: Any) -> Any:
@@ -588,8 +601,9 @@ def _torchrl_updates(  # noqa: ANN202
     samples from TorchRL's own replay buffer, as a TorchRL user writes them."""
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(SAC_BUFFER), batch_size=batch_size)
-    buffer.extend(data)
+    storage = LazyTensorStorage(SAC_BUFFER, device=DEVICE)
+    buffer = TensorDictReplayBuffer(storage=storage, batch_size=batch_size)
+    buffer.extend(data.to(DEVICE))
     start = time.perf_counter()
     for _ in range(steps):
         out = loss(buffer.sample())
@@ -600,7 +614,7 @@ def _torchrl_updates(  # noqa: ANN202
             torch.nn.utils.clip_grad_norm_(loss.parameters(), max_grad_norm)
         optimizer.step()
         updater.step()
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -635,7 +649,7 @@ def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
     )
     loss = SACLoss(
         actor, qvalue, num_qvalue_nets=2, delay_qvalue=True, target_entropy=-float(SAC_ACT)
-    )
+    ).to(DEVICE)
     loss.make_value_estimator(gamma=0.99)
     updater = SoftUpdate(loss, eps=0.995)
     optimizer = torch.optim.Adam(
@@ -673,18 +687,18 @@ def dqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     from tdrl.objectives import DQNLoss, HardUpdate
     from tdrl.trainers import optimizer_step
 
-    qnet = QValueActor(q_mlp(DQN_OBS, DQN_ACTIONS, DQN_HIDDEN))
-    loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=False)
+    qnet = QValueActor(q_mlp(DQN_OBS, DQN_ACTIONS, DQN_HIDDEN)).to(DEVICE)
+    loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=False).to(DEVICE)
     updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
     optimizer = torch.optim.Adam(qnet.parameters(), lr=2.3e-3, fused=True)
-    buffer = ReplayBuffer(SAC_BUFFER, generator=0)
-    buffer.extend(_td(data))
+    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
+    buffer.extend(_td(data).to(DEVICE))
     start = time.perf_counter()
     for _ in range(steps):
         out = loss(buffer.sample(DQN_BATCH))
         optimizer_step(out["loss"], optimizer, max_grad_norm=10.0)
         updater.step()
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -712,7 +726,7 @@ def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
         if done % DQN_TARGET_EVERY == 0:
             polyak_update(model.q_net.parameters(), model.q_net_target.parameters(), model.tau)
             polyak_update(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 def dqn_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -744,6 +758,7 @@ def dqn_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
               activation_class=nn.ReLU)  # fmt: skip
     actor = QValueActor(net, in_keys=["observation"], spec=OneHot(DQN_ACTIONS))
     loss = DQNLoss(actor, loss_function="smooth_l1", delay_value=True, double_dqn=False)
+    loss = loss.to(DEVICE)
     loss.make_value_estimator(gamma=0.99)
     updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
     optimizer = torch.optim.Adam(loss.parameters(), lr=2.3e-3)
@@ -769,10 +784,17 @@ def _steps_table(
     within a round, so that a change of background load on a shared machine hits all of them
     alike; the figure is each library's median rate over the rounds (``scale`` units a step:
     the PPO section's steps are epochs of ``scale`` samples)."""
-    print(title)
+    print(title if DEVICE.type == "cpu" else f"{title}, on {_device_name()}")
+    if DEVICE.type != "cpu":
+        peers = {name: bench for name, bench in peers.items() if name != "Tianshou"}
+        print("(Tianshou's row is CPU-only in this script: left out)")
+    for name, bench in list(peers.items()):
+        try:
+            bench(data, warmup)  # warm-up: imports, allocator, first-call costs
+        except ModuleNotFoundError as err:  # a peer not installed on this machine
+            print(f"{name}: not installed ({err.name}); no row")
+            del peers[name]
     per_round: dict[str, list[float]] = {name: [] for name in peers}
-    for bench in peers.values():
-        bench(data, warmup)  # warm-up: imports, allocator, first-call costs
     for _ in range(ROUNDS):
         for name, bench in peers.items():
             per_round[name].append(scale * steps / bench(data, steps))
@@ -788,6 +810,10 @@ def _steps_table(
             f"tdrl plain (TDRL_FAST=0) / fastest peer: {rates['tdrl plain'] / best_peer:.2f}x; "
             f"the fast paths buy {rates['tdrl'] / rates['tdrl plain'] - 1:+.1%}"
         )
+
+
+def _device_name() -> str:
+    return torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else str(DEVICE)
 
 
 def steps_section(
@@ -859,7 +885,7 @@ def _offline_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
             out = loss(buffer.sample(SAC_BATCH))
             optimizer_step(total_loss(out), optimizer)
             updater.step()
-        return time.perf_counter() - start
+        return _elapsed(start)
 
     return run
 
@@ -991,7 +1017,7 @@ def _pixel_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
         start = time.perf_counter()
         for k in range(1, steps + 1):
             step(buffer.sample(PIX_BATCH), k)
-        return time.perf_counter() - start
+        return _elapsed(start)
 
     return run
 
@@ -1011,7 +1037,7 @@ def qrdqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
     )  # fmt: skip
     start = time.perf_counter()
     model.train(gradient_steps=steps, batch_size=PIX_BATCH)
-    return time.perf_counter() - start
+    return _elapsed(start)
 
 
 class _TianshouPixelModel(nn.Module):
@@ -1091,7 +1117,16 @@ def main() -> None:
         action="store_true",
         help="keep torch's default float mode (subnormals kept) for every library",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help=f"where networks, losses and buffers live; cuda runs {', '.join(CUDA_SECTIONS)}",
+    )
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type != "cpu" and set(args.sections) - set(CUDA_SECTIONS):
+        parser.error(f"--device {args.device} runs only --sections {' '.join(CUDA_SECTIONS)}")
     torch.set_num_threads(1)
     torch.set_flush_denormal(not args.keep_denormals)
     warnings.filterwarnings("ignore", category=UserWarning)  # Tianshou's action-bound notice

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 import tdrl
 from tdrl import _fast
@@ -21,3 +22,10 @@ def fast_mode(request: pytest.FixtureRequest) -> Iterator[bool]:
         yield request.param
     finally:
         tdrl.set_fast(previous)
+
+
+@pytest.fixture(params=["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+def device(request: pytest.FixtureRequest) -> str:
+    """Runs a test on the CPU and, on a machine with one, on a CUDA device: the CUDA paths are
+    checked against the same definitions as the CPU ones (``pytest -k cuda`` selects them)."""
+    return request.param

@@ -302,7 +302,8 @@ def test_fast_and_plain_policy_calls_collect_the_same_batches():
 
 def test_device_arguments_plumb_through_on_cpu():
     # What runs here without a GPU: explicit devices, the inferred policy device, the storing
-    # device, and a clear error for CUDA on a machine without one. (tests/gpu runs the CUDA path.)
+    # device, and a clear error for CUDA on a machine without one (the next test runs the CUDA
+    # path where a GPU is).
     torch.manual_seed(0)
     policy = TensorDictModule(nn.Linear(3, 1), ["observation"], ["action"])
     batches = []

@@ -184,12 +184,34 @@ def test_state_dict_round_trip_and_empty_buffer(tmp_path):
         ReplayBuffer(11).load_state_dict(rb.state_dict())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_storage(rollout):
-    rb = ReplayBuffer(60, device="cuda", n_steps=3)
-    rb.extend(rollout(3, 40))
-    s = rb.sample(8)
-    assert s.device.type == "cuda" and s["observation"].is_cuda
+def test_a_buffer_on_any_device_samples_what_the_cpu_buffer_does(rollout, device):
+    # Same generator, same writes: uniform n-step, slice, frame-stacked and prioritized samples
+    # (with their priority updates) on `device` equal the CPU buffer's, and live on `device`.
+    from tdrl.data import PrioritizedReplayBuffer
+
+    td = rollout(3, 40)
+    kinds = {
+        "nstep": lambda dev: ReplayBuffer(90, device=dev, n_steps=3, gamma=0.9, generator=3),
+        "frames": lambda dev: ReplayBuffer(
+            90, device=dev, generator=3, frame_keys=["observation"], frame_stack=4
+        ),
+        "per": lambda dev: PrioritizedReplayBuffer(90, device=dev, n_steps=2, generator=3),
+    }
+    for make in kinds.values():
+        cpu, other = make("cpu"), make(device)
+        for part in (td[:, :25], td[:, 25:]):
+            cpu.extend(part)
+            other.extend(part.to(device))
+        for _ in range(3):
+            want, got = cpu.sample(16), other.sample(16)
+            assert got.device.type == device and got["observation"].device.type == device
+            assert (got.cpu() == want).all()
+            if isinstance(cpu, PrioritizedReplayBuffer):
+                priority = want["index"].float().remainder(7) + 0.5
+                cpu.update_priority(want["index"], priority)
+                other.update_priority(got["index"], priority.to(device))
+        want, got = cpu.sample_slices(4, 8), other.sample_slices(4, 8)
+        assert (got.cpu() == want).all()
 
 
 def test_disk_backed_storage_samples_what_the_in_memory_one_does(rollout, tmp_path, fast_mode):

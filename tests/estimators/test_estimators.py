@@ -78,9 +78,9 @@ KINDS = ["gae", "td0", "td1", "tdl", "vtrace"]
 
 @pytest.mark.parametrize("truncation", ["bootstrap", "mask", "terminate"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_module_equals_op(kind, truncation):
-    td = make_td()
-    net = value_net()
+def test_module_equals_op(kind, truncation, device):
+    td = make_td().to(device)
+    net = value_net().to(device)
     with torch.no_grad():
         v = net(td.select("observation"))["state_value"]
         nv = net(td["next"].select("observation"))["state_value"]

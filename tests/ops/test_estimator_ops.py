@@ -60,20 +60,26 @@ def per_row(fn, *tensors, **kw):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("truncation", POLICIES)
-def test_against_definitions(truncation, backend):
-    r, v, nv, term, trunc, log_rho = make_batch(FLAGS)
+def test_against_definitions(truncation, backend, device):
+    if device == "cuda" and backend == "numba":
+        pytest.skip("the numba kernels are CPU-only (backend='numba' refuses CUDA tensors)")
+    batch = make_batch(FLAGS)
+    rows = [x[..., 0].numpy() for x in batch]
+    r, v, nv, term, trunc, log_rho = (x.to(device) for x in batch)
     gamma = torch.full_like(r, 0.9)
     kw = dict(truncation=truncation, backend=backend)
-    ref_gamma = gamma[..., 0].numpy()
+    ref_gamma = gamma[..., 0].cpu().numpy()
 
     def ref(fn, *args, **k):
         out = [fn(*(a[i] for a in args), gamma=ref_gamma[i], truncation=truncation, **k)
                for i in range(r.shape[0])]  # fmt: skip
         if isinstance(out[0], tuple):
-            return tuple(torch.tensor(np.stack(o)).unsqueeze(-1) for o in zip(*out, strict=True))
-        return torch.tensor(np.stack(out)).unsqueeze(-1)
+            return tuple(
+                torch.tensor(np.stack(o), device=device).unsqueeze(-1)
+                for o in zip(*out, strict=True)
+            )
+        return torch.tensor(np.stack(out), device=device).unsqueeze(-1)
 
-    rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc, log_rho)]
     nr, nvv, nnv, nterm, ntrunc, nlr = rows
     adv, target = gae(r, v, nv, term, truncated=trunc, gamma=0.9, lmbda=0.8, **kw)
     ref_adv, ref_target = ref(gae_ref, nr, nvv, nnv, nterm, ntrunc, lmbda=0.8)
@@ -113,6 +119,34 @@ def test_policies_differ_exactly_at_truncated_steps():
         assert diff.any()
         assert not (diff & ~touched).any()
         assert (diff[trunc]).all()  # every truncated step's target changes
+
+
+def test_auto_backend_keeps_the_device_and_matches_the_cpu_kernel_at_ppo_size(device):
+    # [num_envs, T] as a MuJoCo PPO batch has it, float32, many episode ends: the default
+    # backend on `device` (numba on CPU, the blockwise torch scan elsewhere) against the CPU
+    # kernel, and the outputs stay where the inputs live.
+    g = torch.Generator().manual_seed(5)
+    b, t = 16, 2048
+    r, v, nv = (torch.randn(b, t, 1, generator=g) for _ in range(3))
+    log_rho = 0.5 * torch.randn(b, t, 1, generator=g)
+    term = torch.rand(b, t, 1, generator=g) < 0.01
+    trunc = (torch.rand(b, t, 1, generator=g) < 0.01) & ~term
+    cpu = (r, v, nv, term, trunc, log_rho)
+    on = [x.to(device) for x in cpu]
+    tol = dict(rtol=1e-4, atol=1e-4)
+    for p in POLICIES:
+        want = gae(*cpu[:4], truncated=trunc, gamma=0.99, lmbda=0.95, truncation=p)
+        got = gae(*on[:4], truncated=on[4], gamma=0.99, lmbda=0.95, truncation=p)
+        assert got.advantage.device.type == device
+        torch.testing.assert_close(got.advantage.cpu(), want.advantage, **tol)
+        want = vtrace(*cpu[:3], log_rho, term, truncated=trunc, gamma=0.99, truncation=p)
+        got = vtrace(*on[:3], on[5], on[3], truncated=on[4], gamma=0.99, truncation=p)
+        torch.testing.assert_close(got.value_target.cpu(), want.value_target, **tol)
+        want = td_lambda_return(r, nv, term, truncated=trunc, value=v, gamma=0.99, lmbda=0.95,
+                                truncation=p)  # fmt: skip
+        got = td_lambda_return(on[0], on[2], on[3], truncated=on[4], value=on[1], gamma=0.99,
+                               lmbda=0.95, truncation=p)  # fmt: skip
+        torch.testing.assert_close(got.cpu(), want, **tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -69,8 +69,8 @@ def config(name: str, tmp_path: Path, **overrides: object) -> tuple[object, obje
 
 
 @pytest.mark.parametrize("name", list(TINY))
-def test_main_runs_with_a_tiny_config(name, tmp_path):
-    module, cfg = config(name, tmp_path, checkpoint_every=0)
+def test_main_runs_with_a_tiny_config(name, tmp_path, device):
+    module, cfg = config(name, tmp_path, checkpoint_every=0, device=device)
     result = module.main(cfg)
     assert result["frames"] == cfg.total_frames
     assert math.isfinite(result["eval_return_mean"])
@@ -103,8 +103,8 @@ def test_main_runs_with_a_tiny_config(name, tmp_path):
         ("sac", {"target_entropy": "-0.3"}),
     ],
 )
-def test_recipe_options_run(name, options, tmp_path):
-    module, cfg = config(name, tmp_path, checkpoint_every=0, **options)
+def test_recipe_options_run(name, options, tmp_path, device):
+    module, cfg = config(name, tmp_path, checkpoint_every=0, device=device, **options)
     result = module.main(cfg)
     assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
 
@@ -286,9 +286,9 @@ def _rows(path: Path) -> list[dict[str, float]]:
 @pytest.mark.parametrize(
     ("name", "stop"), [("dqn", 320), ("sac", 150), ("ddpg", 150), ("drqn", 320)]
 )
-def test_resume_continues_exactly(name, stop, tmp_path):
+def test_resume_continues_exactly(name, stop, tmp_path, device):
     """N steps straight == stop, checkpoint (buffer included), fresh objects, resume, N - stop."""
-    module, straight = config(name, tmp_path / "straight", checkpoint_every=100_000)
+    module, straight = config(name, tmp_path / "straight", checkpoint_every=100_000, device=device)
     straight = dataclasses.replace(straight, total_frames=straight.init_random_frames + 192)
     if name == "ddpg":  # OU noise: its per-env state restarts at episode starts
         straight = dataclasses.replace(straight, noise="ou")
@@ -426,7 +426,7 @@ def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
      ("td3bc", "auto"), ("iql", "on")],
 )  # fmt: skip
 def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
-    algo, normalize_states, tmp_path, monkeypatch
+    algo, normalize_states, tmp_path, monkeypatch, device
 ):
     pytest.importorskip("minari")
     from tdrl.collectors import Collector
@@ -440,7 +440,7 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
     common = dict(dataset="tdrl/hopper-tiny-v0", algo=algo, total_frames=60, eval_every=30,
                   checkpoint_every=30, batch_size=16, hidden_sizes=(16,), eval_episodes=1,
                   progress=False, tensorboard=False,
-                  normalize_states=normalize_states)  # fmt: skip
+                  normalize_states=normalize_states, device=device)  # fmt: skip
     module = importlib.import_module("offline")
     straight = module.main(module.Config(**common, log_dir=str(tmp_path / "straight")))
     assert straight["frames"] == 60 and straight["updates"] == 60

@@ -61,8 +61,8 @@ def tiny(name: str, tmp_path: Path, **overrides) -> object:
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 @pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1"])
-def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path) -> None:
-    cfg = tiny(name, tmp_path, env_id=env_id)
+def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path, device: str) -> None:
+    cfg = tiny(name, tmp_path, env_id=env_id, device=device)
     start = time.perf_counter()
     result = RECIPES[name].main(cfg)
     assert time.perf_counter() - start < 30
@@ -103,12 +103,13 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too
     ],
 )
-def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path) -> None:
+def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path, device: str) -> None:
     """N batches straight == k batches, checkpoint, fresh objects, resume, N - k batches."""
     module = RECIPES[name]
-    straight = tiny(name, tmp_path / "straight", env_id=env_id, total_frames=640)
+    common = dict(env_id=env_id, total_frames=640, device=device)
+    straight = tiny(name, tmp_path / "straight", **common)
     module.main(straight)
-    first = tiny(name, tmp_path / "resumed", env_id=env_id, total_frames=640, stop_after_frames=192)
+    first = tiny(name, tmp_path / "resumed", **common, stop_after_frames=192)
     module.main(first)
     assert len(read_csv(tmp_path / "resumed" / "train.csv")) == 3
     torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it

@@ -17,13 +17,13 @@ from tdrl.trainers import clip_grad_norm_, linear_decay, optimizer_step
 def grads_of(net: nn.Module, scale: float) -> None:
     g = torch.Generator().manual_seed(1)
     for p in net.parameters():
-        p.grad = scale * torch.randn(p.shape, generator=g)
+        p.grad = scale * torch.randn(p.shape, generator=g).to(p.device)
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 100.0])
-def test_clip_grad_norm_matches_torch(scale, fast_mode):
+def test_clip_grad_norm_matches_torch(scale, fast_mode, device):
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2))
+    net = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)
     ours, theirs = net, copy.deepcopy(net)
     grads_of(ours, scale)
     grads_of(theirs, scale)
@@ -68,9 +68,9 @@ def test_optimizer_step_clips_like_torch(fast_mode):
         assert torch.equal(p, q)
 
 
-def _nets_and_adams(**adam_kwargs):
+def _nets_and_adams(device="cpu", **adam_kwargs):
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)
     ref = copy.deepcopy(net)
 
     def adam(module: nn.Module) -> torch.optim.Adam:
@@ -84,13 +84,13 @@ def _nets_and_adams(**adam_kwargs):
 
 
 @pytest.mark.parametrize("maximize", [False, True])
-def testadam_step_is_bitwise_torch_adam(maximize):
+def testadam_step_is_bitwise_torch_adam(maximize, device):
     # optimizer_step's lean path for a plain fused Adam: the same parameters and state as
     # optimizer.step(), step after step (the first step, which creates the state, is torch's).
-    net, opt, ref, ref_opt = _nets_and_adams(maximize=maximize)
+    net, opt, ref, ref_opt = _nets_and_adams(device, maximize=maximize)
     g = torch.Generator().manual_seed(2)
     for i in range(5):
-        x = torch.randn(8, 4, generator=g)
+        x = torch.randn(8, 4, generator=g).to(device)
         if i == 0:  # no state yet: torch's step creates it
             net(x).sum().backward()
             assert not adam_step(opt) and not opt.state
