@@ -67,18 +67,18 @@ def main(cfg: Config) -> dict[str, float]:
     """Train IMPALA as configured; returns the last evaluation and the last update's metrics."""
     # 1-2. envs and networks (with Ray, the workers make their own envs)
     parts = trainers.on_policy_setup(cfg)
-    # first finished rollout first (sync=False): the workers act with stale weights
-    collector = trainers.make_collector(
-        cfg, parts.env, parts.actor, cfg.frames_per_batch, sync=False,
-        max_policy_lag=cfg.max_policy_lag,
-    )  # fmt: skip
     # 3. loss on V-trace targets; the estimator scores the taken actions with the current actor
     loss = A2CLoss(parts.actor, parts.critic, **cfg.loss_terms)
     estimator = VTrace(
         gamma=cfg.gamma, actor_network=parts.actor, value_network=parts.critic,
         rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh,
     )  # fmt: skip
-    trainers.to_device(cfg, loss, estimator)
+    trainers.to_device(cfg, loss, estimator)  # before the collector: it acts where the actor is
+    # first finished rollout first (sync=False): the workers act with stale weights
+    collector = trainers.make_collector(
+        cfg, parts.env, parts.actor, cfg.frames_per_batch, sync=False,
+        max_policy_lag=cfg.max_policy_lag,
+    )  # fmt: skip
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
     )

@@ -35,6 +35,7 @@ its pipe).
 
 from __future__ import annotations
 
+import copy
 import socket
 import warnings
 from collections.abc import Callable, Iterator
@@ -154,6 +155,17 @@ class _Process:
 
     def __init__(self, process: Any, conn: Any) -> None:
         self.process, self.conn = process, conn
+
+
+def _on_cpu(policy: Any) -> Any:
+    """The policy as the workers get it: a CPU copy when it lives on another device (workers
+    act on the CPU; weight updates are sent as CPU tensors too)."""
+    if not isinstance(policy, torch.nn.Module):
+        return policy
+    tensors = [*policy.parameters(), *policy.buffers()]
+    if all(t.device.type == "cpu" for t in tensors):
+        return policy
+    return copy.deepcopy(policy).to("cpu")
 
 
 def _process_main(conn: Any, index: int, args: tuple[Any, ...]) -> None:
@@ -301,7 +313,7 @@ class WorkerCollector:
         self.restarts = 0
         self.dropped_batches = 0
         self.episodes = TensorDict({}, batch_size=[0])
-        policy_ref = pool.share(policy, "policy")
+        policy_ref = pool.share(_on_cpu(policy), "policy")
         worker_frames = frames_per_batch // num_workers if sync else frames_per_batch
         self._worker_args = (
             env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames,

@@ -129,7 +129,8 @@ class FrameStore:
                     f"storage holds {tuple(self.pending[i].shape[1:])}"
                 )
             self._check_successors(i, root, nxt, done, newest_done)
-        self._staged = (nexts, done)
+        # The ring bookkeeping (slot_of, owner) lives on the CPU whatever the frames' device.
+        self._staged = (nexts, done.cpu())
         return out
 
     def _newest_done(self, storage: StreamStorage | None) -> Tensor:
@@ -140,7 +141,7 @@ class FrameStore:
         S = storage.num_streams
         newest = ((storage.cursor - 1) % storage.length) * S + torch.arange(S)
         done = storage.flat[storage.leaf(keys.NEXT_DONE)][newest]
-        done = done.reshape(S, -1).any(-1)
+        done = done.reshape(S, -1).any(-1).cpu()  # for the CPU bookkeeping
         orphan = done & (self.slot_of[newest] < 0)
         if bool(orphan.any()):
             owners = newest[orphan]
@@ -162,7 +163,7 @@ class FrameStore:
             where = f"stream {s}, step {t} of the batch"
         elif newest_done is not None:
             first = (self.pending[i] == root[:, 0]).flatten(1).all(-1)
-            bad0 = ~(first | newest_done)
+            bad0 = ~(first | newest_done.to(first.device))
             if bad0.any():
                 where = f"stream {int(bad0.nonzero()[0, 0])}, the stored newest step"
         if where:

@@ -183,7 +183,7 @@ class RewardScaling(TensorDictModuleBase):
             )
         num_envs, steps = reward.shape[:2]
         if self.discounted_return.numel() == 0:
-            self.discounted_return = torch.zeros(num_envs, dtype=torch.float64)
+            self.discounted_return = reward.new_zeros(num_envs, dtype=torch.float64)
         if self.discounted_return.shape[0] != num_envs:
             raise ValueError(
                 f"RewardScaling: carries returns of {self.discounted_return.shape[0]} envs, "
