@@ -223,9 +223,9 @@ class FrameStore:
     def next_frames(self, storage: StreamStorage, index: Tensor) -> list[Tensor]:
         """The frame after each step ``index`` (flat ``[N]``), one ``[N, C, *F]`` per key."""
         S = storage.num_streams
-        successor = storage.window(index, torch.ones(1, dtype=index.dtype))[:, 0]
+        successor = storage.window(index, index.new_ones(1))[:, 0]
         newest = storage.ahead(index // S) == 1
-        slot = self.slot_of[index]
+        slot = self.slot_of[index.cpu()]  # the ring bookkeeping is on the CPU
         ended = slot >= 0
         out = []
         for key, pending, finals in zip(self.keys, self.pending, self.finals, strict=True):

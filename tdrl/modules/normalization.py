@@ -160,7 +160,8 @@ class RewardScaling(TensorDictModuleBase):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
         carry = state_dict.get(prefix + "discounted_return")
         if carry is not None:
-            self.discounted_return = torch.zeros_like(carry)
+            # where this module lives, whatever device the checkpoint was mapped to
+            self.discounted_return = torch.zeros_like(carry, device=self.return_stats.mean.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property

@@ -340,3 +340,17 @@ def test_td0_unchecked_elementwise_path_equals_checked_path() -> None:
         torch.testing.assert_close(fast, checked)
         assert fast.dtype == reward.dtype
         torch.testing.assert_close(fast[terminated], reward[terminated])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 8, 9])
+def test_doubling_cumprod_is_cumprod_with_zeros_and_underflow(k):
+    # The GPU path's running product (log2 K doublings) against torch's cumprod, on values
+    # with exact zeros (episode ends) and products that underflow to 0.
+    from tdrl.ops.scan import _doubling_cumprod
+
+    g = torch.Generator().manual_seed(k)
+    x = torch.rand(5, 4, k, generator=g, dtype=torch.float64)
+    x[x < 0.2] = 0.0
+    x[0] = 1e-200
+    torch.testing.assert_close(_doubling_cumprod(x), x.cumprod(-1), rtol=1e-12, atol=0)
+    assert (_doubling_cumprod(x)[0, :, 1:] == 0).all()
