@@ -63,7 +63,9 @@ def _solve_block(a: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     upper = torch.ones(k, k, dtype=torch.bool, device=a.device).triu()
     # prods[t, j] = prod_{i=t}^{j} c_i for j >= t (ones below the diagonal leave it untouched).
     prods = torch.where(upper, c.unsqueeze(-2), torch.ones((), dtype=c.dtype, device=c.device))
-    prods = prods.cumprod(-1) if a.device.type == "cpu" else _doubling_cumprod(prods)
+    # cumprod, except for large inputs off the CPU (see _doubling_cumprod)
+    small = a.device.type == "cpu" or prods.numel() < _DOUBLING_FROM
+    prods = prods.cumprod(-1) if small else _doubling_cumprod(prods)
     # weight[t, j] = prod_{i=t}^{j-1} c_i for j >= t (1 on the diagonal), 0 below it.
     ones = torch.ones_like(prods[..., :1])
     weight = torch.cat([ones, prods[..., :-1]], dim=-1) * upper
@@ -71,11 +73,18 @@ def _solve_block(a: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     return local, prods[..., -1]
 
 
+# Running-product entries from which a GPU uses the doublings. Measured on an H200 (GAE, K = 8,
+# docs/benchmarks/gpu_h200.txt): at [1024, 1000] (8M entries) cumprod took 94% of the GPU time
+# and the doublings cut the call from 7.3 to 1.6 ms; at [64, 2048] (1M) and [8, 2048] the extra
+# kernel launches made the doublings slower (1.34 -> 1.55 and 0.89 -> 1.48 ms).
+_DOUBLING_FROM = 1 << 22
+
+
 def _doubling_cumprod(x: Tensor) -> Tensor:
     """``x.cumprod(-1)`` in ``log2(K)`` elementwise products (each entry times the one ``d``
-    before it, d = 1, 2, 4, ...). Off the CPU: torch's scan kernel is slow on a short last dim
-    (on an H200 at ``[1024, 1000]``, cumprod was 94% of GAE's GPU time); on the CPU cumprod is
-    the faster one (this is about 20x slower there). Exact with zeros, like cumprod."""
+    before it, d = 1, 2, 4, ...): torch's CUDA scan kernel is slow on a short last dim over
+    many rows. On the CPU cumprod is the faster one (this is about 20x slower there). Exact
+    with zeros, like cumprod."""
     k, d = x.shape[-1], 1
     while d < k:
         x = torch.cat([x[..., :d], x[..., d:] * x[..., :-d]], dim=-1)
