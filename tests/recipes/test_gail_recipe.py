@@ -36,8 +36,10 @@ def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "tdrl/hopper-demo-v0"
 
 
-def test_gail_runs_on_the_discriminator_reward_and_resumes_exactly(dataset, tmp_path):
-    straight = gail.Config(**TINY, dataset=dataset, log_dir=str(tmp_path / "straight"))
+def test_gail_runs_on_the_discriminator_reward_and_resumes_exactly(dataset, tmp_path, device):
+    straight = gail.Config(
+        **TINY, dataset=dataset, log_dir=str(tmp_path / "straight"), device=device
+    )
     result = gail.main(straight)
     assert result["frames"] == 384 and math.isfinite(result["eval_return_mean"])
     train = read_csv(tmp_path / "straight" / "train.csv")

@@ -180,12 +180,12 @@ def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
             dqn.q_network_and_loss(dqn.Config(network="cnn"), env.observation_spec, env.action_spec)
 
 
-def test_dqn_runs_on_minatar_frames(tmp_path):
+def test_dqn_runs_on_minatar_frames(tmp_path, device):
     # --network auto: the CNN Q network on uint8 frames; the buffer stores frames.
     pytest.importorskip("minatar")
     module, cfg = config(
         "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
-        buffer_size=1_000,
+        buffer_size=1_000, device=device,
         checkpoint_every=128,  # saving the env and buffer state works with frames
     )  # fmt: skip
     result = module.main(cfg)
