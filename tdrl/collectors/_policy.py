@@ -98,11 +98,8 @@ class PolicyStep:
         """Runs the policy; returns the action (on the CPU, for the envs) and the values of
         :attr:`stored_keys` (on the policy's device)."""
         states = self._states_in() if self.state_keys else []
-        if self.device is None:
-            action, values = self._call(self.td)
-        else:
-            action, values = self._call(self.td.to(self.device, non_blocking=True))
-            action = action.cpu()
+        td = self.td if self.device is None else self.td.to(self.device, non_blocking=True)
+        action, values = self._call(td)
         if states:
             self._carry(values)
         return action, values + states
@@ -151,9 +148,7 @@ class PolicyStep:
                 values = fast_policy.call_module(self._direct, td)
                 # the plain path may have fixed another order of the same keys
                 ordered = dict(zip(self._direct.out_keys, values, strict=True))
-                action = ordered[keys.ACTION]
-                self.env.check_action(action.cpu() if self.device is not None else action)
-                return action, [ordered[k] for k in self.out_keys]
+                return self._for_env(ordered[keys.ACTION]), [ordered[k] for k in self.out_keys]
         if self.out_keys is None:
             before = set(td.keys(True, True))
             result = self.policy(td)
@@ -168,9 +163,14 @@ class PolicyStep:
             self.policy(td)
         if td is self.td:
             self._rebind_inputs()
-        action = td.get(keys.ACTION)
-        self.env.check_action(action.cpu() if self.device is not None else action)
-        return action, [td.get(k) for k in self.out_keys]
+        return self._for_env(td.get(keys.ACTION)), [td.get(k) for k in self.out_keys]
+
+    def _for_env(self, action: torch.Tensor) -> torch.Tensor:
+        """The action on the CPU for the envs (one copy off a GPU), checked against the space."""
+        if self.device is not None:
+            action = action.cpu()
+        self.env.check_action(action)
+        return action
 
 
 def recurrent_state_specs(policy: Any) -> dict[NestedKey, tuple[torch.Size, torch.dtype]]:
