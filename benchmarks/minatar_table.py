@@ -15,7 +15,9 @@ RMSprop (momentum 0.95, squared-gradient momentum 0.95, eps 0.01), the gradient 
 (SB3's default), epsilon decaying from step 0 (the paper: from the end of the random steps, so 0.1
 at 105k), 500k env steps instead of 5M. tdrl: ``recipes/dqn.py``'s ``main(Config(...))`` with these
 fields (``ALGOS``), the MinAtarCNN Q network the recipe picks on MinAtar frames (16 3x3 filters
-stride 1, a 128-unit layer), frames stored once in the replay buffer, no checkpoints (a cell cut
+stride 1, a 128-unit layer), frames stored plainly (the recipe's ``store_frames_once``: frame-
+efficient storage only for stacks and large frames; cells before 2026-11-26 03:10 UTC stored them
+once, the same samples at about 15% more time a step), no checkpoints (a cell cut
 short starts over anyway). "dqn" is plain DQN as in the paper and SB3 (``double_dqn=False``);
 "rainbow" is ``--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`` on the same
 settings, with the recipe's C51 support [0, 100] (Obando-Ceron & Castro 2021, arXiv 2011.14826, use

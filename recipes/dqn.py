@@ -21,12 +21,14 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here). Adding 3-st
 On uint8 frames ``[C, H, W]`` (``tdrl.envs.pixels``: MinAtar, Atari) the Q network is a CNN
 (--network auto): MinAtar's (Young & Tian 2019) on frames under 36 pixels, DQN's Nature CNN on
 larger ones; the CartPole defaults above were not tuned for them. The replay buffer stores
-frames once per step (``frame_keys``, with ``--frame-stack``): 7,090 bytes a transition on
-Atari with 4-frame stacks instead of 56,474.
+stacked or large frames once per step (``frame_keys``, with ``--frame-stack``): 7,090 bytes a
+transition on Atari with 4-frame stacks instead of 56,474; MinAtar's small frames are stored
+plainly (``store_frames_once``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -156,6 +158,24 @@ def is_frames(observation_spec: Composite) -> bool:
     )
 
 
+# Frames of this many bytes or more are stored once (frame-efficient storage) even unstacked.
+STORE_ONCE_BYTES = 4096
+
+
+def store_frames_once(observation_spec: Composite, frame_stack: int) -> bool:
+    """Whether the buffer stores each frame once (``tdrl.data.frames``) instead of each
+    transition's observation and next observation: for stacks (a frame is otherwise stored 2k
+    times) and for large frames (Atari's 84x84: 7,056 bytes). MinAtar's frames (at most 10x10
+    of 10 channels) are stored plainly: its 100k-transition buffer holds at most 200 MB either
+    way, and the plain write and sample made DQN on Breakout about 15% faster a step (7,000
+    steps, 2 interleaved rounds on 2 loaded cores: 51.7 and 52.5 s against 47.0 and 42.2 s)."""
+    if not is_frames(observation_spec):
+        return False
+    leaf = observation_spec[keys.OBSERVATION]
+    frame_bytes = math.prod(int(d) for d in leaf.shape[-2:]) * int(leaf.shape[-3]) // frame_stack
+    return frame_stack > 1 or frame_bytes >= STORE_ONCE_BYTES
+
+
 def pixel_network(cfg: Config, observation_spec: Composite) -> Callable[..., nn.Module] | None:
     """The CNN class for ``cfg.network``, its input set (channels, frame size, and the scale
     1 / high: 1/255 for Atari's pixels, 1 for MinAtar's 0/1 channels), or None for the MLP."""
@@ -250,6 +270,7 @@ def main(cfg: Config) -> dict[str, float]:
     rest = [p for p in qnet.parameters() if all(p is not f for f in fraction)]
     groups = [{"params": rest}] + [{"params": fraction, "lr": cfg.fraction_lr}] * bool(fraction)
     optimizer = torch.optim.Adam(groups, lr=cfg.lr, fused=True)
+    frames_once = store_frames_once(env.observation_spec, cfg.frame_stack)
     buffer = trainers.make_replay_buffer(
         cfg.buffer_size,
         prioritized=cfg.prioritized,
@@ -259,9 +280,9 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.gamma,
         seed=cfg.seed,
         device=cfg.torch_device,
-        # frames: each stored once, not as two stacks of frame_stack (tdrl.data.frames)
-        frame_keys=[keys.OBSERVATION] if is_frames(env.observation_spec) else None,
-        frame_stack=cfg.frame_stack,
+        # stacks and large frames: each frame stored once (tdrl.data.frames)
+        frame_keys=[keys.OBSERVATION] if frames_once else None,
+        frame_stack=cfg.frame_stack if frames_once else 1,
     )
     collector = Collector(
         env, policy, cfg.frames_per_batch, cfg.total_frames, cfg.init_random_frames

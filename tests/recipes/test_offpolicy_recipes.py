@@ -180,12 +180,33 @@ def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
             dqn.q_network_and_loss(dqn.Config(network="cnn"), env.observation_spec, env.action_spec)
 
 
-def test_dqn_runs_on_minatar_frames(tmp_path, device):
-    # --network auto: the CNN Q network on uint8 frames; the buffer stores frames.
+def test_dqn_stores_stacked_or_large_frames_once_and_minatar_frames_plainly():
+    # Frame-efficient storage where it saves memory that matters (stacks, Atari's 84x84); the
+    # plain, faster write and sample for MinAtar's 10x10 frames and for flat observations.
+    pytest.importorskip("minatar")
+    import dqn
+
+    from tdrl.envs import make_vec_env
+
+    with make_vec_env("MinAtar/Breakout-v1", 1) as env:
+        assert not dqn.store_frames_once(env.observation_spec, 1)
+    with make_vec_env("MinAtar/Breakout-v1", 1, frame_stack=2) as env:
+        assert dqn.store_frames_once(env.observation_spec, 2)
+    with make_vec_env("CartPole-v1", 1) as env:
+        assert not dqn.store_frames_once(env.observation_spec, 1)
+    pytest.importorskip("ale_py")
+    with make_vec_env("tdrl/Pong-v5", 1) as env:
+        assert dqn.store_frames_once(env.observation_spec, 1)  # 84x84: 7,056 bytes a frame
+
+
+@pytest.mark.parametrize("frame_stack", [1, 2])
+def test_dqn_runs_on_minatar_frames(frame_stack, tmp_path, device):
+    # --network auto: the CNN Q network on uint8 frames; frames stored plainly (small), and
+    # once (frame-efficient) with a stack of 2.
     pytest.importorskip("minatar")
     module, cfg = config(
         "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
-        buffer_size=1_000, device=device,
+        buffer_size=1_000, device=device, frame_stack=frame_stack,
         checkpoint_every=128,  # saving the env and buffer state works with frames
     )  # fmt: skip
     result = module.main(cfg)
