@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from tensordict import TensorDictBase
@@ -27,7 +27,11 @@ from tdrl.keys import (
     LOSS_VAE,
     NEXT,
 )
-from tdrl.objectives.ddpg import _DeterministicActorCritic
+from tdrl.objectives.ddpg import (
+    TWIN_CRITIC_DEFAULTS,
+    CriticOptions,
+    _DeterministicActorCritic,
+)
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.offpolicy import (
     OffPolicyKeys,
@@ -93,7 +97,8 @@ class BCQLoss(_DeterministicActorCritic):
         qvalue_network: an ``EnsembleCritic`` or one keyed critic (copied).
         vae_network: a ``BCQVAE`` (``encode``, ``decode`` and its observation key first).
         num_samples, lmbda: ``n`` and ``lambda`` (10 and 0.75 in the paper).
-        num_qvalue_nets, loss_function, delay_actor, delay_qvalue, gamma: TorchRL's names.
+        **options: ``num_qvalue_nets``, ``loss_function``, ``delay_actor``, ``delay_qvalue``,
+            ``gamma``: TorchRL's names, defaults as :class:`~tdrl.objectives.TD3Loss`'s.
 
     Reads the networks' in_keys (root and ``"next"``), ``action``, ``("next",
     "reward"|"terminated")``, optional ``steps_to_next_obs``/``gamma`` and ``priority_weight``.
@@ -113,21 +118,9 @@ class BCQLoss(_DeterministicActorCritic):
         *,
         num_samples: int = 10,
         lmbda: float = 0.75,
-        num_qvalue_nets: int = 2,
-        loss_function: str = "l2",
-        delay_actor: bool = True,
-        delay_qvalue: bool = True,
-        gamma: float = 0.99,
+        **options: Unpack[CriticOptions],
     ) -> None:
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            num_qvalue_nets=num_qvalue_nets,
-            loss_function=loss_function,
-            delay_actor=delay_actor,
-            delay_qvalue=delay_qvalue,
-            gamma=gamma,
-        )
+        super().__init__(actor_network, qvalue_network, **(TWIN_CRITIC_DEFAULTS | options))
         if num_samples < 1 or not 0.0 <= lmbda <= 1.0:
             raise ValueError(
                 f"need num_samples >= 1 and lmbda in [0, 1]; got {num_samples}, {lmbda}"

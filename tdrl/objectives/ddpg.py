@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final, TypedDict
 
 import torch
 from tensordict import TensorDictBase
@@ -21,8 +21,28 @@ from tdrl.objectives.offpolicy import (
 from tdrl.objectives.target import make_target
 
 
+class CriticOptions(TypedDict, total=False):
+    """The options TD3 and BCQ pass on to their shared base, with TorchRL's names; their
+    defaults are :data:`TWIN_CRITIC_DEFAULTS`."""
+
+    num_qvalue_nets: int
+    loss_function: str
+    delay_actor: bool
+    delay_qvalue: bool
+    gamma: float
+
+
+TWIN_CRITIC_DEFAULTS: Final[CriticOptions] = {
+    "num_qvalue_nets": 2,
+    "loss_function": "l2",
+    "delay_actor": True,
+    "delay_qvalue": True,
+    "gamma": 0.99,
+}
+
+
 class _DeterministicActorCritic(OffPolicyLoss):
-    """Shared by DDPG and TD3: actor/critic/targets, ``actor_loss`` on the first critic."""
+    """Shared by DDPG, TD3 and BCQ: actor/critic/targets, ``actor_loss`` on the first critic."""
 
     _outputs = (LOSS_ACTOR, LOSS_VALUE)
 

@@ -4,7 +4,7 @@ et al. 2019, arXiv 1911.02140), on DQN's transitions, targets and options."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 from tensordict import TensorDictBase
@@ -18,6 +18,15 @@ from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
 __all__ = ["C51Loss", "FQFLoss", "IQNLoss", "QRDQNLoss"]
 
 
+class DistributionalOptions(TypedDict, total=False):
+    """:class:`DQNLoss`'s options that every distributional loss takes, with its defaults:
+    ``delay_value`` (True), ``double_dqn`` (False), ``gamma`` (0.99)."""
+
+    delay_value: bool
+    double_dqn: bool
+    gamma: float
+
+
 class _DistributionalLoss(DQNLoss):
     """DQNLoss's construction, transitions and target network; the distribution per action
     comes from ``_distribution(network, td)`` ``[B, n, K]``."""
@@ -25,12 +34,12 @@ class _DistributionalLoss(DQNLoss):
     def __init__(
         self,
         value_network: TensorDictModuleBase,  # a distributional Q actor
-        *,
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        gamma: float = 0.99,
+        **options: Unpack[DistributionalOptions],
     ) -> None:
-        super().__init__(value_network, delay_value=delay_value, double_dqn=double_dqn, gamma=gamma)
+        unknown = sorted(set(options) - DistributionalOptions.__optional_keys__)
+        if unknown:  # DQNLoss's loss_function is not theirs: refuse it rather than ignore it
+            raise TypeError(f"{type(self).__name__} got unexpected options {unknown}")
+        super().__init__(value_network, **options)
 
     def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         raise NotImplementedError
@@ -64,7 +73,7 @@ class C51Loss(_DistributionalLoss):
 
     Args:
         value_network: a :class:`~tdrl.modules.CategoricalQValueActor`.
-        delay_value, double_dqn, gamma: as :class:`DQNLoss`.
+        **options: ``delay_value``, ``double_dqn``, ``gamma``, as :class:`DQNLoss`.
     """
 
     def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
@@ -111,7 +120,7 @@ class QRDQNLoss(_DistributionalLoss):
     Args:
         value_network: a :class:`~tdrl.modules.QuantileQValueActor`.
         kappa: Huber threshold (1 in the paper; 0 is the plain quantile loss).
-        delay_value, double_dqn, gamma: as :class:`DQNLoss`.
+        **options: ``delay_value``, ``double_dqn``, ``gamma``, as :class:`DQNLoss`.
     """
 
     def __init__(
@@ -119,11 +128,9 @@ class QRDQNLoss(_DistributionalLoss):
         value_network: TensorDictModuleBase,
         *,
         kappa: float = 1.0,
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        gamma: float = 0.99,
+        **options: Unpack[DistributionalOptions],
     ) -> None:
-        super().__init__(value_network, delay_value=delay_value, double_dqn=double_dqn, gamma=gamma)
+        super().__init__(value_network, **options)
         if kappa < 0:
             raise ValueError(f"kappa must be >= 0, got {kappa}")
         self.kappa = kappa
@@ -190,14 +197,9 @@ class IQNLoss(QRDQNLoss):
         num_taus: int = 8,
         num_target_taus: int = 8,
         kappa: float = 1.0,
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        gamma: float = 0.99,
+        **options: Unpack[DistributionalOptions],
     ) -> None:
-        super().__init__(
-            value_network, kappa=kappa, delay_value=delay_value, double_dqn=double_dqn,
-            gamma=gamma,
-        )  # fmt: skip
+        super().__init__(value_network, kappa=kappa, **options)
         if num_taus < 1 or num_target_taus < 1:
             raise ValueError(
                 f"num_taus and num_target_taus must be >= 1, got {num_taus}, {num_target_taus}"

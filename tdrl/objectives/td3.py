@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Unpack
 
 import torch
 from tensordict import TensorDictBase
@@ -10,7 +11,11 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE
-from tdrl.objectives.ddpg import _DeterministicActorCritic
+from tdrl.objectives.ddpg import (
+    TWIN_CRITIC_DEFAULTS,
+    CriticOptions,
+    _DeterministicActorCritic,
+)
 
 
 class TD3Loss(_DeterministicActorCritic):
@@ -36,8 +41,10 @@ class TD3Loss(_DeterministicActorCritic):
         qvalue_network: a tdrl ``EnsembleCritic`` or one keyed critic (copied).
         bounds: ``(low, high)`` of the action box; taken from the actor's ``action_low`` and
             ``action_high`` when it has them.
-        num_qvalue_nets, policy_noise, noise_clip, loss_function, delay_actor, delay_qvalue,
-        gamma: TorchRL's names.
+        policy_noise, noise_clip: TorchRL's names.
+        **options: ``num_qvalue_nets``, ``loss_function``, ``delay_actor``, ``delay_qvalue``,
+            ``gamma``: TorchRL's names (:class:`~tdrl.objectives.ddpg.CriticOptions`), defaults in
+            :data:`~tdrl.objectives.ddpg.TWIN_CRITIC_DEFAULTS` (2, ``"l2"``, True, True, 0.99).
 
     Reads the actor's and critic's in_keys (root and ``"next"``), ``action``,
     ``("next", "reward"|"terminated")``, optional ``steps_to_next_obs``/``gamma``,
@@ -55,23 +62,11 @@ class TD3Loss(_DeterministicActorCritic):
         qvalue_network: nn.Module | Sequence[nn.Module],
         *,
         bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
-        num_qvalue_nets: int = 2,
         policy_noise: float = 0.2,
         noise_clip: float = 0.5,
-        loss_function: str = "l2",
-        delay_actor: bool = True,
-        delay_qvalue: bool = True,
-        gamma: float = 0.99,
+        **options: Unpack[CriticOptions],
     ) -> None:
-        super().__init__(
-            actor_network,
-            qvalue_network,
-            num_qvalue_nets=num_qvalue_nets,
-            loss_function=loss_function,
-            delay_actor=delay_actor,
-            delay_qvalue=delay_qvalue,
-            gamma=gamma,
-        )
+        super().__init__(actor_network, qvalue_network, **(TWIN_CRITIC_DEFAULTS | options))
         if bounds is None:
             low = getattr(actor_network, "action_low", None)
             high = getattr(actor_network, "action_high", None)

@@ -343,3 +343,11 @@ def test_fqf_bad_arguments_are_named():
         FQFQValueActor(nn.Linear(3, 4), nn.Linear(4, A), A, 4, num_fractions=0)
     with pytest.raises(ValueError, match="entropy_coeff must be >= 0"):
         FQFLoss(fqf_actor(), entropy_coeff=-1.0)
+
+
+def test_dqn_options_they_do_not_use_are_refused_by_name():
+    assert (
+        QRDQNLoss(QuantileQValueActor(nn.Linear(3, A * N), A, num_quantiles=N)).double_dqn is False
+    )
+    with pytest.raises(TypeError, match="C51Loss got unexpected options \\['loss_function'\\]"):
+        C51Loss(c51(), loss_function="smooth_l1")  # type: ignore[call-arg]

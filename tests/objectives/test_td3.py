@@ -132,3 +132,13 @@ def test_missing_bounds_and_keys_raise():
     del td["action"]
     with pytest.raises(KeyError, match="'action'"):
         loss(td)
+
+
+def test_shared_options_take_their_defaults_and_refuse_unknown_names():
+    loss = TD3Loss(linear_actor(), critic((1.0, 0.0), (1.0, 0.0)))
+    assert (loss.num_qvalue_nets, loss.delay_actor, float(loss.gamma)) == (2, True, 0.99)
+    assert loss.target_actor_network is not loss.actor_network
+    changed = TD3Loss(linear_actor(), critic((1.0, 0.0), (1.0, 0.0)), delay_actor=False, gamma=0.5)
+    assert changed.target_actor_network is changed.actor_network and changed.gamma == 0.5
+    with pytest.raises(TypeError, match="delay_value"):
+        TD3Loss(linear_actor(), critic((1.0, 0.0), (1.0, 0.0)), delay_value=True)  # type: ignore[call-arg]
