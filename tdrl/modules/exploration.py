@@ -13,6 +13,8 @@ them by ``n`` env frames.
 
 from __future__ import annotations
 
+from typing import Final, TypedDict, Unpack
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase
@@ -120,10 +122,29 @@ class EpsilonGreedy(_Exploration):
         return tensordict
 
 
+class NoiseOptions(TypedDict, total=False):
+    """What the action-noise modules pass on to their shared base; their defaults are
+    :data:`NOISE_DEFAULTS` (bounds ``[-1, 1]``, ``"action"``, ``InteractionType.RANDOM``)."""
+
+    action_low: Bound
+    action_high: Bound
+    action_key: NestedKey
+    default_interaction_type: InteractionType
+
+
+NOISE_DEFAULTS: Final[NoiseOptions] = {
+    "action_low": None,
+    "action_high": None,
+    "action_key": ACTION,
+    "default_interaction_type": InteractionType.RANDOM,
+}
+
+
 class _ActionNoise(_Exploration):
     def __init__(
         self,
         action_dim: int,
+        *,
         action_low: Bound,
         action_high: Bound,
         action_key: NestedKey,
@@ -161,10 +182,9 @@ class AdditiveGaussianNoise(_ActionNoise):
         sigma_init: initial noise scale (half-range units).
         sigma_end: final noise scale; ``None`` keeps ``sigma_init``.
         annealing_num_steps: frames over which sigma decays.
-        action_low: env lower bound; ``None`` means -1.
-        action_high: env upper bound; ``None`` means 1.
-        action_key: the action entry to rewrite.
-        default_interaction_type: used when no interaction type is set.
+        **options: ``action_low`` and ``action_high`` (the env's bounds; ``None``: -1 and 1),
+            ``action_key`` (the action entry to rewrite) and ``default_interaction_type`` (used
+            when no interaction type is set): :class:`NoiseOptions`.
 
     Shapes:
         ``action``: ``[*B, A]``.
@@ -177,12 +197,9 @@ class AdditiveGaussianNoise(_ActionNoise):
         sigma_init: float = 0.1,
         sigma_end: float | None = None,
         annealing_num_steps: int = 1,
-        action_low: Bound = None,
-        action_high: Bound = None,
-        action_key: NestedKey = ACTION,
-        default_interaction_type: InteractionType = InteractionType.RANDOM,
+        **options: Unpack[NoiseOptions],
     ) -> None:
-        super().__init__(action_dim, action_low, action_high, action_key, default_interaction_type)
+        super().__init__(action_dim, **(NOISE_DEFAULTS | options))
         self.sigma_init = sigma_init
         self.sigma_end = sigma_init if sigma_end is None else sigma_end
         self.annealing_num_steps = annealing_num_steps
@@ -222,8 +239,7 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         sigma: noise scale.
         dt: time step.
         x0: reset value of the state.
-        action_low, action_high, action_key, default_interaction_type: as
-            :class:`AdditiveGaussianNoise`.
+        **options: as :class:`AdditiveGaussianNoise`'s (:class:`NoiseOptions`).
 
     Shapes:
         ``action``: ``[*B, A]``; ``is_init``: ``[*B, 1]``; the state: ``[*B, A]``.
@@ -240,12 +256,9 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         sigma: float = 0.2,
         dt: float = 1e-2,
         x0: float = 0.0,
-        action_low: Bound = None,
-        action_high: Bound = None,
-        action_key: NestedKey = ACTION,
-        default_interaction_type: InteractionType = InteractionType.RANDOM,
+        **options: Unpack[NoiseOptions],
     ) -> None:
-        super().__init__(action_dim, action_low, action_high, action_key, default_interaction_type)
+        super().__init__(action_dim, **(NOISE_DEFAULTS | options))
         self.theta, self.mu, self.sigma, self.dt, self.x0 = theta, mu, sigma, dt, x0
         # Per-env state, saved with ``state_dict`` so a resumed run continues the same noise;
         # its shape follows the number of envs (empty until the first call).

@@ -130,3 +130,11 @@ def test_ou_state_is_saved_and_loaded_whatever_the_number_of_envs():
     torch.manual_seed(0)
     b = fresh(td.clone())["action"]
     assert torch.equal(a, b)
+
+
+def test_noise_options_take_their_defaults_and_refuse_unknown_names():
+    noise = OrnsteinUhlenbeckNoise(2)
+    assert noise.in_keys[0] == "action"
+    assert noise.action_low.tolist() == [-1.0, -1.0] and noise.action_high.tolist() == [1.0, 1.0]
+    with pytest.raises(TypeError, match="sigma"):
+        AdditiveGaussianNoise(2, sigma=0.1)  # type: ignore[call-arg]  # its name is sigma_init
