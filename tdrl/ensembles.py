@@ -37,6 +37,7 @@ from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
 
 Init = Literal["default", "orthogonal"]
 Reduce = Literal["min", "first"]
+Members = int | torch.Tensor | None  # all members, the first n, or an index tensor of members
 
 
 class EnsembleLinear(nn.Module):
@@ -91,13 +92,15 @@ class EnsembleLinear(nn.Module):
                 raise ValueError(f"init must be 'default' or 'orthogonal', got {self.init!r}")
 
     def forward(
-        self, x: torch.Tensor, shared: bool = True, members: int | None = None
+        self, x: torch.Tensor, shared: bool = True, members: Members = None
     ) -> torch.Tensor:
-        """Apply the ``E`` layers (the first ``members`` only, if given); ``shared`` says ``x``
-        has no leading ensemble dim."""
+        """Apply the ``E`` layers, or only the ``members`` given (a count: the first ones; an
+        index tensor: those, in its order); ``shared`` says ``x`` has no leading ensemble dim."""
         weight: torch.Tensor = self.weight
         bias: torch.Tensor = self.bias
-        if members is not None:
+        if isinstance(members, torch.Tensor):
+            weight, bias = weight.index_select(0, members), bias.index_select(0, members)
+        elif members is not None:
             weight, bias = weight[:members], bias[:members]
         e = weight.shape[0]
         # The common inputs ([B, in] shared, [E, B, in] per member) go in as they are: every
@@ -166,8 +169,9 @@ class EnsembleMLP(nn.Module):
             widths[-1], out_features, num_members, init=init, gain=output_gain
         )
 
-    def forward(self, x: torch.Tensor, members: int | None = None) -> torch.Tensor:
-        """``[E, *B, out]``: every member's output (the first ``members`` only, if given)."""
+    def forward(self, x: torch.Tensor, members: Members = None) -> torch.Tensor:
+        """``[E, *B, out]``: every member's output, or the ``members`` given only (a count:
+        the first ones; an index tensor: those, in its order, ``[len(members), *B, out]``)."""
         # ReLU in place on the fresh layer output (baddbmm's backward does not read its output):
         # one [E, B, H] buffer less per layer, ~5% of a SAC gradient step at batch 256.
         relu_in_place = type(self.activation) is nn.ReLU
@@ -308,9 +312,17 @@ class EnsembleCritic(ConcatCritic):
         """Ensemble size ``E`` (the network's)."""
         return int(cast(Any, self.net).num_members)
 
-    def values(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """The ``E`` members' outputs, ensemble dim first; nothing is written."""
-        return self._net_output(tensordict)
+    def values(
+        self, tensordict: TensorDictBase, members: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The ``E`` members' outputs, ensemble dim first; nothing is written. ``members``: an
+        index tensor of the members to run (``[M, *B, out]``, in its order); an
+        :class:`EnsembleMLP` runs only those, any other network all of them."""
+        if members is None:
+            return self._net_output(tensordict)
+        if isinstance(self.net, EnsembleMLP):
+            return self._net_output(tensordict, functools.partial(self.net, members=members))
+        return self._net_output(tensordict).index_select(0, members)
 
     def reduced_values(self, tensordict: TensorDictBase, how: Reduce) -> torch.Tensor:
         """``[*B, out]``: the members' minimum (``"min"``) or the first member's output

@@ -23,7 +23,7 @@ from torch.distributions import Distribution
 
 from tdrl import _fast
 from tdrl._fast.tdict import new_unchecked
-from tdrl.ensembles import Reduce, as_ensemble, reduce_members
+from tdrl.ensembles import EnsembleCritic, Reduce, as_ensemble, reduce_members
 from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
@@ -303,13 +303,24 @@ def _one_value_per_member(values: torch.Tensor) -> torch.Tensor:
 
 
 def critic_values(
-    critic: Any, batch: TensorDictBase, action: torch.Tensor | None, action_key: NestedKey
+    critic: Any,
+    batch: TensorDictBase,
+    action: torch.Tensor | None,
+    action_key: NestedKey,
+    members: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``Q_e(s, a)`` of every ensemble member as ``[E, B]``, with ``a`` replaced if given.
+    """``Q_e(s, a)`` of every ensemble member as ``[E, B]``, with ``a`` replaced if given; of
+    the ``members`` only (an index tensor, ``[M, B]``) if given, which a tdrl
+    :class:`~tdrl.ensembles.EnsembleCritic` computes for those members alone.
 
     The batch is not modified: the critic reads a shallow selection of it.
     """
-    return _one_value_per_member(critic.values(_critic_inputs(critic, batch, action, action_key)))
+    inputs = _critic_inputs(critic, batch, action, action_key)
+    if members is None:
+        return _one_value_per_member(critic.values(inputs))
+    if isinstance(critic, EnsembleCritic):
+        return _one_value_per_member(critic.values(inputs, members))
+    return _one_value_per_member(critic.values(inputs)).index_select(0, members)
 
 
 def actor_critic_value(

@@ -25,10 +25,10 @@ class REDQLoss(SACLoss):
         loss_actor  = mean_B w (alpha log pi(a~|s) - mean_{i<N} Q_i(s, a~))  (line 13)
 
     The update-to-data ratio (G = 20 in the paper) is the recipe's: it calls the loss G times
-    per env step and the actor every time (or every ``G`` th time). All ``N`` critics run in one
-    batched call (a tdrl ``EnsembleCritic``). Same arguments, keys and outputs as
-    :class:`~tdrl.objectives.sac.SACLoss`, with ``num_qvalue_nets=N`` (10) and
-    ``sub_sample_len=M`` (2), TorchRL's names.
+    per env step and the actor every time (or every ``G`` th time). The critics run in one
+    batched call (a tdrl ``EnsembleCritic``): all ``N`` in the loss, only the drawn ``M`` in
+    the target. Same arguments, keys and outputs as :class:`~tdrl.objectives.sac.SACLoss`,
+    with ``num_qvalue_nets=N`` (10) and ``sub_sample_len=M`` (2), TorchRL's names.
 
     Shapes:
         batch ``[B]``; reward and flags ``[B, 1]``.
@@ -56,9 +56,14 @@ class REDQLoss(SACLoss):
         )
         self.sub_sample_len = sub_sample_len
 
-    def _target_reduce(self, next_q: torch.Tensor) -> torch.Tensor:
-        subset = torch.randperm(next_q.shape[0], device=next_q.device)[: self.sub_sample_len]
-        return next_q.index_select(0, subset).min(dim=0).values
+    def _target_q(self, next_td: TensorDictBase, next_action: torch.Tensor) -> torch.Tensor:
+        # Only the drawn subset's target critics run (M of N: 2 of 10 forwards by default).
+        subset = torch.randperm(self.num_qvalue_nets, device=next_action.device)
+        next_q = critic_values(
+            self.target_qvalue_network, next_td, next_action, self.tensor_keys.action,
+            members=subset[: self.sub_sample_len],
+        )  # fmt: skip
+        return next_q.min(dim=0).values
 
     def _actor_value(self, batch: TensorDictBase, action: torch.Tensor) -> torch.Tensor:
         q = critic_values(self.qvalue_network, batch, action, self.tensor_keys.action)

@@ -103,8 +103,11 @@ class SACLoss(OffPolicyLoss):
         return self._target_entropy
 
     # --- ensemble reductions (REDQ overrides these) --------------------------------------
-    def _target_reduce(self, next_q: torch.Tensor) -> torch.Tensor:
-        """Clipped double Q (Fujimoto et al. 2018): the minimum over the target critics."""
+    def _target_q(self, next_td: TensorDictBase, next_action: torch.Tensor) -> torch.Tensor:
+        """Clipped double Q (Fujimoto et al. 2018): the minimum over the target critics ``[B]``."""
+        next_q = critic_values(
+            self.target_qvalue_network, next_td, next_action, self.tensor_keys.action
+        )
         return next_q.min(dim=0).values
 
     def _actor_value(self, batch: TensorDictBase, action: torch.Tensor) -> torch.Tensor:
@@ -127,10 +130,7 @@ class SACLoss(OffPolicyLoss):
         reward, terminated, discount = self._transition(batch)
         next_td = self._get(batch, NEXT)
         next_action, next_log_prob = self._sample(next_td)
-        next_q = critic_values(
-            self.target_qvalue_network, next_td, next_action, self.tensor_keys.action
-        )
-        next_value = self._target_reduce(next_q) - alpha * next_log_prob
+        next_value = self._target_q(next_td, next_action) - alpha * next_log_prob
         return bellman_target(reward, next_value, terminated, discount)
 
     def qvalue_loss(

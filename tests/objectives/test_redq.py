@@ -6,8 +6,9 @@ import pytest
 import torch
 from offpolicy_data import all_params_have_grad, no_param_has_grad, transitions
 
-from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+from tdrl.modules import EnsembleCritic, EnsembleMLP, StateActionCritic, TanhGaussianActor, mlp
 from tdrl.objectives import REDQLoss
+from tdrl.objectives.offpolicy import critic_values
 
 OBS, ACT, GAMMA = 3, 2, 0.9
 
@@ -67,3 +68,28 @@ def test_all_critics_regress_and_gradients_route():
 def test_bad_subset_size():
     with pytest.raises(ValueError, match="sub_sample_len"):
         REDQLoss(actor(), constant_critics([1.0, 2.0]), num_qvalue_nets=2, sub_sample_len=3)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["EnsembleCritic", "one-critic-copies"])
+def test_target_runs_only_the_drawn_critics_and_equals_the_full_ensembles_minimum(batched):
+    torch.manual_seed(1)
+    if batched:
+        critic = EnsembleCritic(EnsembleMLP(OBS + ACT, 1, (16, 16), num_members=5))
+    else:  # a single critic, copied into a vmap ensemble (no member subsets: all run)
+        critic = StateActionCritic(mlp(OBS + ACT, 1, (16,)))
+    loss = REDQLoss(actor(), critic, num_qvalue_nets=5, sub_sample_len=2)
+    target = loss.target_qvalue_network
+    next_td = transitions(8, OBS, ACT)["next"]
+    action = torch.rand(8, ACT) * 2 - 1
+    members_run = []
+    if batched:
+        target.net.output.register_forward_hook(
+            lambda m, args, out: members_run.append(out.shape[0])
+        )
+    torch.manual_seed(3)
+    got = loss._target_q(next_td, action)
+    torch.manual_seed(3)
+    subset = torch.randperm(5)[:2]
+    every = critic_values(target, next_td, action, "action")  # [5, B]: all five, by hand
+    torch.testing.assert_close(got, every.index_select(0, subset).min(0).values)
+    assert members_run == ([2, 5] if batched else [])  # the target ran 2 members, the check 5
