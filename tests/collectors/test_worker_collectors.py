@@ -48,11 +48,34 @@ def collector(backend: str, *args, **kwargs) -> WorkerCollector:
 
 
 def kill(remote: WorkerCollector, w: int) -> None:
+    """Kill worker ``w`` and wait until it is dead: both kills are asynchronous, and a loaded
+    machine once let a Ray actor finish the next rollout before its kill arrived."""
+    deadline = time.monotonic() + 60
     if isinstance(remote, RayCollector):
-        remote.ray.kill(remote.workers[w])
+        actor = remote.workers[w]
+        remote.ray.kill(actor)
+        errors = remote.ray.exceptions
+        while time.monotonic() < deadline:
+            try:
+                remote.ray.get(actor.__ray_ready__.remote(), timeout=5)
+            except errors.RayActorError:
+                return
+            except errors.GetTimeoutError:
+                continue
+            time.sleep(0.05)
     else:
         assert isinstance(remote, ProcessCollector)
-        os.kill(remote.pids[w], signal.SIGKILL)
+        pid = remote.pids[w]
+        os.kill(pid, signal.SIGKILL)
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    if stat.read().split(")")[-1].split()[0] in ("Z", "X"):
+                        return  # a zombie: dead, not yet reaped
+            except FileNotFoundError:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"worker {w} was still alive 60 s after its kill")
 
 
 def policy(seed: int = 0) -> CategoricalActor:
