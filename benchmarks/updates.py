@@ -38,7 +38,7 @@ CQL and IQL sections (offline): the SAC section's shapes and data, each library'
 ``IQLLoss``, Tianshou's ``CQL``; SB3 has neither, Tianshou no IQL) at one set of settings (see
 ``_offline_tdrl``), 3 interleaved rounds, median.
 
-Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn cql iql]``;
+Usage: ``python benchmarks/updates.py [--quick] [--sections ppo ppo_lstm sac dqn cql iql redq]``;
 ``--device cuda --sections ppo sac dqn`` runs those sections on a GPU (every library that takes a
 device; one CPU thread each, as on CPU).
 """
@@ -950,6 +950,117 @@ section_iql = steps_section(
 )  # fmt: skip
 
 
+# --- REDQ: gradient steps on HalfCheetah shapes -----------------------------------------------
+# N = 10 critics, targets from a random M = 2 of them, batch 256, 256x256 MLPs, Adam 3e-4, auto
+# alpha (Chen et al. 2021's settings), on the SAC section's data. Each library as its REDQ is run:
+# tdrl (recipes/redq.py) and Tianshou (examples/mujoco/mujoco_redq.py) step the actor and alpha
+# on every 20th gradient step only (tdrl's actor_every, Tianshou's actor_delay); TorchRL's
+# REDQLoss computes the actor and alpha losses on every step (its sota-implementations/redq sums
+# them into one backward), so its steps do more. SB3 has no REDQ.
+REDQ_MEMBERS, REDQ_SUBSET, REDQ_ACTOR_EVERY, REDQ_LR = 10, 2, 20, 3e-4
+
+
+def redq_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    """recipes/redq.py's gradient step (trainers.actor_critic_step, the actor every 20th)."""
+    from tdrl.data import ReplayBuffer
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+    from tdrl.objectives import REDQLoss, SoftUpdate
+    from tdrl.trainers import actor_critic_step
+
+    actor = TanhGaussianActor(mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)
+    critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, SAC_HIDDEN, num_members=REDQ_MEMBERS))
+    loss = REDQLoss(actor, critic, num_qvalue_nets=REDQ_MEMBERS, sub_sample_len=REDQ_SUBSET).to(
+        DEVICE
+    )
+    optimizer = torch.optim.Adam(
+        [*actor.parameters(), *critic.parameters(), loss.log_alpha], lr=REDQ_LR, fused=True
+    )
+    step = actor_critic_step(
+        loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=REDQ_ACTOR_EVERY
+    )
+    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
+    buffer.extend(_td(data).to(DEVICE))
+    start = time.perf_counter()
+    for k in range(1, steps + 1):
+        step(buffer.sample(SAC_BATCH), k)
+    return _elapsed(start)
+
+
+def redq_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from tianshou.algorithm.modelfree.redq import REDQ, REDQPolicy
+    from tianshou.algorithm.modelfree.sac import AutoAlpha
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import EnsembleLinear, Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+
+    def linear(n_in: int, n_out: int) -> nn.Module:
+        return EnsembleLinear(REDQ_MEMBERS, n_in, n_out)
+
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=Net(state_shape=SAC_OBS, hidden_sizes=SAC_HIDDEN), action_shape=SAC_ACT,
+        unbounded=True, conditioned_sigma=True,
+    )  # fmt: skip
+    critic_net = Net(state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=SAC_HIDDEN,
+                     concat=True, linear_layer=linear)  # fmt: skip
+    critic = ContinuousCritic(preprocess_net=critic_net, linear_layer=linear, flatten_input=False)
+    space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+    algorithm = REDQ(
+        policy=REDQPolicy(actor=actor, action_space=space),
+        policy_optim=AdamOptimizerFactory(lr=REDQ_LR),
+        critic=critic,
+        critic_optim=AdamOptimizerFactory(lr=REDQ_LR),
+        ensemble_size=REDQ_MEMBERS,
+        subset_size=REDQ_SUBSET,
+        tau=0.005,
+        gamma=0.99,
+        alpha=AutoAlpha(-float(SAC_ACT), 0.0, AdamOptimizerFactory(lr=REDQ_LR)),
+        actor_delay=REDQ_ACTOR_EVERY,
+        target_mode="min",
+    )
+    return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
+
+
+def redq_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import REDQLoss, SoftUpdate
+
+    actor_net = nn.Sequential(
+        MLP(in_features=SAC_OBS, out_features=2 * SAC_ACT, num_cells=SAC_HIDDEN,
+            activation_class=nn.ReLU),
+        NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
+    )  # fmt: skip
+    actor = ProbabilisticActor(
+        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": -1.0, "high": 1.0},
+    )
+    qvalue = ValueOperator(
+        MLP(in_features=SAC_OBS + SAC_ACT, out_features=1, num_cells=SAC_HIDDEN,
+            activation_class=nn.ReLU),
+        in_keys=["action", "observation"],
+    )  # fmt: skip
+    loss = REDQLoss(
+        actor, qvalue, num_qvalue_nets=REDQ_MEMBERS, sub_sample_len=REDQ_SUBSET,
+        loss_function="l2", target_entropy=-float(SAC_ACT),
+    ).to(DEVICE)  # fmt: skip
+    loss.make_value_estimator(gamma=0.99)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=REDQ_LR)
+    updater = SoftUpdate(loss, eps=0.995)
+    return _torchrl_updates(loss, optimizer, updater, _td(data), steps, SAC_BATCH)
+
+
+REDQ_PEERS = peers(redq_tdrl, None, redq_tianshou, redq_torchrl)
+section_redq = steps_section(
+    f"REDQ gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
+    f"{REDQ_MEMBERS} critics, targets from {REDQ_SUBSET}, actor every {REDQ_ACTOR_EVERY}th step "
+    "(TorchRL: every step), {steps} steps, 1 thread",
+    REDQ_PEERS, sac_data, 100,
+)  # fmt: skip
+
+
 # --- QR-DQN and Rainbow on pixels: gradient steps on 84x84x4 Atari frames --------------------
 # Every library trains the same network, DQN's Nature CNN (tdrl.modules.NatureCNN; SB3's CnnPolicy
 # builds the same layers), on batches of 32 uint8 frame stacks sampled from its own replay buffer
@@ -1103,6 +1214,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "dqn": section_dqn,
     "cql": section_cql,
     "iql": section_iql,
+    "redq": section_redq,
     "qrdqn_pixels": section_qrdqn_pixels,
     "rainbow_pixels": section_rainbow_pixels,
 }
