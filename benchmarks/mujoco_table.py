@@ -784,8 +784,8 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   (REDQ) budgets here; n/a where it publishes no 1M figure (REINFORCE: 3M and 10M only; REDQ:
   none).
 - Cells whose recipe defaults changed after they ran are kept, with their settings, in
-  `mujoco_table_superseded.jsonl` (TRPO and NPG before return scaling became their default;
-  A2C before 2026-11-26, when it did for A2C).
+  `mujoco_table_superseded.jsonl` (TRPO and NPG before return scaling became their default),
+  and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26).
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant

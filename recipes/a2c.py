@@ -6,13 +6,13 @@ python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3
 Defaults are Tianshou's MuJoCo A2C benchmark (examples/mujoco/mujoco_a2c.py): 16 envs x 5 steps
 = 80 per batch, one full-batch step per batch, RMSprop (lr 7e-4, alpha 0.99, eps 1e-5) decayed
 linearly to 0, gamma 0.99, GAE lambda 0.95, critic coefficient 0.5, entropy coefficient 0.01,
-gradient norm 0.5, 64x64 tanh MLPs, initial log-std -0.5, observation normalization, rewards
-divided by the running std of the discounted return (Tianshou's rew_norm; `--no-scale-rewards`
-turns it off). Difference: a short default budget (Tianshou: 3M steps). The scaling became the
-default on 2026-11-26: at 1M steps, seed 0, it raised Walker2d-v5's best evaluation from 679 to
-1057 and Ant-v5's final one from 1318 to 1865 (docs/benchmarks/session_2026-11-26b.txt); the
-MuJoCo table's A2C rows were run again with it (the earlier ones are in
-docs/benchmarks/mujoco_table_superseded.jsonl).
+gradient norm 0.5, 64x64 tanh MLPs, initial log-std -0.5, observation normalization.
+Differences: no reward/return scaling (Tianshou divides its value targets by the running std
+of the return, its advantages staying in reward units) and a short default budget (Tianshou: 3M
+steps). `--scale-rewards` (rewards divided by that std, so advantages too) is not the same
+thing: at 1M steps it lowered HalfCheetah-v5's final return on seeds 0-2 from 1845, 1366, 1988
+to 941, 759, 621, while raising Walker2d-v5's best (seed 0: 679 to 1057) and Ant-v5's final
+(seed 0: 1318 to 1865); docs/benchmarks/session_2026-11-26b.txt.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ class Config(trainers.AdvantageConfig):
     log_every: int = 2_000
     entropy_coeff: float = 0.01
     normalize_advantage: bool = False
-    scale_rewards: bool = True
-    """divide rewards by the running std of the discounted return before the estimator."""
 
 
 def main(cfg: Config) -> dict[str, float]:
