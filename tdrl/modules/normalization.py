@@ -114,8 +114,9 @@ class RewardScaling(TensorDictModuleBase):
     """Divide rewards by the running standard deviation of the discounted return.
 
     The reward scaling of PPO implementations (Engstrom et al. 2020, arXiv 2005.12729, sec. 3;
-    SB3's ``VecNormalize(norm_reward=True)``, Tianshou's ``rew_norm``, CleanRL's
-    ``NormalizeReward``): each env carries ``R <- gamma * R + r`` (reset to 0 after every episode
+    SB3's ``VecNormalize(norm_reward=True)``, CleanRL's ``NormalizeReward``; not Tianshou's
+    ``return_scaling``, which scales the critic's targets and leaves the advantages in reward
+    units): each env carries ``R <- gamma * R + r`` (reset to 0 after every episode
     end, terminated or truncated, and carried across batch cuts), the variance of ``R`` is
     tracked with :class:`RunningObservationNorm`'s exact parallel update, and the reward becomes
     ``clip(r / sqrt(var + eps), -clip, clip)`` (the mean is not subtracted, so the sign of every
