@@ -617,20 +617,18 @@ def _torchrl_updates(  # noqa: ANN202
     return _elapsed(start)
 
 
-def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
+def _torchrl_actor_and_critic() -> tuple[Any, Any]:
+    """TorchRL's SAC actor (tanh-normal, biased-softplus scale) and one critic, 256x256 ReLU
+    MLPs on the SAC section's shapes, as in its sota-implementations/sac and redq."""
     from tensordict.nn import NormalParamExtractor, TensorDictModule
     from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
-    from torchrl.objectives import SACLoss, SoftUpdate
 
-    # As in TorchRL's sota-implementations/sac (one backward of the summed losses).
+    def net(inputs: int, outputs: int) -> nn.Module:
+        return MLP(in_features=inputs, out_features=outputs, num_cells=SAC_HIDDEN,
+                   activation_class=nn.ReLU)  # fmt: skip
+
     actor_net = nn.Sequential(
-        MLP(
-            in_features=SAC_OBS,
-            out_features=2 * SAC_ACT,
-            num_cells=SAC_HIDDEN,
-            activation_class=nn.ReLU,
-        ),  # fmt: skip
-        NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
+        net(SAC_OBS, 2 * SAC_ACT), NormalParamExtractor(scale_mapping="biased_softplus_1.0")
     )
     actor = ProbabilisticActor(
         TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
@@ -638,15 +636,15 @@ def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
         distribution_class=TanhNormal,
         distribution_kwargs={"low": -1.0, "high": 1.0},
     )
-    qvalue = ValueOperator(
-        MLP(
-            in_features=SAC_OBS + SAC_ACT,
-            out_features=1,
-            num_cells=SAC_HIDDEN,
-            activation_class=nn.ReLU,
-        ),  # fmt: skip
-        in_keys=["action", "observation"],
-    )
+    qvalue = ValueOperator(net(SAC_OBS + SAC_ACT, 1), in_keys=["action", "observation"])
+    return actor, qvalue
+
+
+def sac_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    from torchrl.objectives import SACLoss, SoftUpdate
+
+    # As in TorchRL's sota-implementations/sac (one backward of the summed losses).
+    actor, qvalue = _torchrl_actor_and_critic()
     loss = SACLoss(
         actor, qvalue, num_qvalue_nets=2, delay_qvalue=True, target_entropy=-float(SAC_ACT)
     ).to(DEVICE)
@@ -1022,26 +1020,9 @@ def redq_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
 
 
 def redq_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    from tensordict.nn import NormalParamExtractor, TensorDictModule
-    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
     from torchrl.objectives import REDQLoss, SoftUpdate
 
-    actor_net = nn.Sequential(
-        MLP(in_features=SAC_OBS, out_features=2 * SAC_ACT, num_cells=SAC_HIDDEN,
-            activation_class=nn.ReLU),
-        NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
-    )  # fmt: skip
-    actor = ProbabilisticActor(
-        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
-        in_keys=["loc", "scale"],
-        distribution_class=TanhNormal,
-        distribution_kwargs={"low": -1.0, "high": 1.0},
-    )
-    qvalue = ValueOperator(
-        MLP(in_features=SAC_OBS + SAC_ACT, out_features=1, num_cells=SAC_HIDDEN,
-            activation_class=nn.ReLU),
-        in_keys=["action", "observation"],
-    )  # fmt: skip
+    actor, qvalue = _torchrl_actor_and_critic()  # copied into N critics by the loss
     loss = REDQLoss(
         actor, qvalue, num_qvalue_nets=REDQ_MEMBERS, sub_sample_len=REDQ_SUBSET,
         loss_function="l2", target_entropy=-float(SAC_ACT),
