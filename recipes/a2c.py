@@ -21,9 +21,11 @@ from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 
 from tdrl import trainers
 from tdrl.estimators import GAE
+from tdrl.modules import ValueTargetScaling
 from tdrl.objectives import A2CLoss
 
 
@@ -37,6 +39,9 @@ class Config(trainers.AdvantageConfig):
     log_every: int = 2_000
     entropy_coeff: float = 0.01
     normalize_advantage: bool = False
+    scale_value_targets: bool = False
+    """the critic learns its value targets divided by the running std of the returns, the
+    advantages staying in reward units (Tianshou's return_scaling; ValueTargetScaling)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -45,7 +50,11 @@ def main(cfg: Config) -> dict[str, float]:
     parts = trainers.on_policy_setup(cfg)
     # 3. loss, estimator (run on the whole rollout), optimizer
     loss = A2CLoss(parts.actor, parts.critic, **cfg.loss_terms)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
+    estimator: TensorDictModuleBase = GAE(
+        gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic
+    )
+    if cfg.scale_value_targets:
+        estimator = ValueTargetScaling(estimator)  # its statistics go in the checkpoints
     trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
@@ -60,7 +69,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(cfg, "A2C", parts, optimizer, update)
+    extra_state = {"value_target_scaling": estimator} if cfg.scale_value_targets else None
+    return trainers.run_on_policy(cfg, "A2C", parts, optimizer, update, extra_state=extra_state)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,11 @@ from tdrl.modules.networks import (
     tanh_gaussian_actor,
     torch_default_init_,
 )
-from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
+from tdrl.modules.normalization import (
+    RewardScaling,
+    RunningObservationNorm,
+    ValueTargetScaling,
+)
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
 from tdrl.modules.sde import GSDEActor
@@ -94,6 +98,7 @@ __all__ = [
     "TanhGaussianActor",
     "TanhNormal",
     "ValueCritic",
+    "ValueTargetScaling",
     "action_bounds",
     "actor_critic",
     "bcq_perturbation",

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 
+from tdrl.keyed import next_key
 from tdrl.keys import NEXT_DONE, NEXT_REWARD, OBSERVATION
 
 
@@ -206,3 +207,97 @@ class RewardScaling(TensorDictModuleBase):
             scaled = scaled.clamp(-self.clip, self.clip)
         tensordict.set(self.out_keys[0], scaled)
         return tensordict
+
+
+class ValueTargetScaling(TensorDictModuleBase):
+    """An estimator whose critic learns its targets divided by the running std of the returns.
+
+    Tianshou's ``return_scaling`` (``ActorCriticOnPolicyAlgorithm`` in tianshou 2.0; its MuJoCo
+    A2C, PPO, NPG and TRPO examples turn it on), the value normalization of OpenAI Baselines
+    without the mean: the critic's outputs are read in units of ``std``, the running standard
+    deviation of the estimated returns. Unlike :class:`RewardScaling`, the advantages stay in
+    reward units. Each call, on a whole ``[*B, T]`` rollout:
+
+    1. runs ``estimator`` with the critic's outputs multiplied by ``std``, so the values, the
+       advantages and the value targets it computes are in reward units;
+    2. divides the value target and the written values (``"state_value"`` and its ``"next"``
+       twin) by that ``std``: the critic regresses on ``target / std``, and a clipped value loss
+       compares it with values in the same units;
+    3. folds the unscaled value targets into the statistics (the ``std`` of the next call).
+
+    Wrapping sets ``estimator.value_network`` to the critic with its output scaled (the critic
+    itself is unchanged: the loss calls it directly). The statistics are buffers, saved with
+    ``state_dict`` and checkpoints.
+
+    Args:
+        estimator: a value estimator with a ``value_network`` (GAE, TD(λ), ...), tdrl's or one
+            with the same attributes (``value_network``, ``tensor_keys.value``,
+            ``tensor_keys.value_target``).
+        epsilon: added to the variance (Tianshou: 1e-8).
+
+    Shapes:
+        as ``estimator``.
+    """
+
+    def __init__(self, estimator: TensorDictModuleBase, *, epsilon: float = 1e-8) -> None:
+        super().__init__()
+        critic = getattr(estimator, "value_network", None)
+        if critic is None:
+            raise ValueError(
+                "ValueTargetScaling: the estimator has no value_network; the scale applies to "
+                "the critic the estimator calls"
+            )
+        self.estimator = estimator
+        self.epsilon = epsilon
+        self.return_stats = RunningObservationNorm((), clip=None, epsilon=epsilon)
+        keys = estimator.tensor_keys  # type: ignore[attr-defined]
+        self._value_key: NestedKey = keys.value
+        self._target_key: NestedKey = keys.value_target
+        estimator.value_network = _ScaledOutput(critic, self._value_key, self)
+
+    @property
+    def in_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        return list(self.estimator.in_keys)
+
+    @property
+    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        return list(self.estimator.out_keys)
+
+    @property
+    def std(self) -> torch.Tensor:
+        """The current scale ``sqrt(var + eps)`` (a float64 scalar tensor)."""
+        return (self.return_stats.var + self.epsilon).sqrt()
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase, **kwargs: object) -> TensorDictBase:
+        std = self.std  # the scale of this call: the statistics change only at its end
+        self.estimator(tensordict, **kwargs)
+        target = tensordict.get(self._target_key)
+        scale = std.to(device=target.device, dtype=target.dtype)
+        tensordict.set(self._target_key, target / scale)
+        for key in (self._value_key, next_key(self._value_key)):
+            value = tensordict.get(key, None)
+            if value is not None:
+                tensordict.set(key, value / scale)
+        self.return_stats.update(target.reshape(-1))
+        return tensordict
+
+
+class _ScaledOutput:
+    """A critic whose ``value_key`` output is multiplied by its owner's current ``std``."""
+
+    def __init__(
+        self, critic: TensorDictModuleBase, value_key: NestedKey, owner: ValueTargetScaling
+    ) -> None:
+        self.critic = critic
+        self.value_key = value_key
+        self.owner = owner
+        self.in_keys = list(critic.in_keys)
+        self.out_keys = list(critic.out_keys)
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        out = self.critic(tensordict)
+        value = out.get(self.value_key)
+        scale = self.owner.std.to(device=value.device, dtype=value.dtype)
+        out.set(self.value_key, value * scale)
+        return out

@@ -91,3 +91,75 @@ def test_reward_scaling_clips_keeps_carry_in_state_dict_and_names_missing_keys()
     assert float(restored.discounted_return[0]) > 100  # the episode goes on into the next batch
     with pytest.raises(KeyError, match="done"):
         scaler(TensorDict(next=TensorDict(reward=reward, batch_size=[1, 3]), batch_size=[1, 3]))
+
+
+def _gae_by_sum(reward, value, next_value, terminated, done, gamma, lmbda):
+    """A_t = sum_k (gamma lmbda)^k delta_{t+k} up to the episode's last step in the batch, with
+    delta_k = r_k + gamma (1 - terminated_k) V(s_{k+1}) - V(s_k)."""
+    adv = torch.zeros_like(reward)
+    for i in range(reward.shape[0]):
+        for t in range(reward.shape[1]):
+            total, coef = 0.0, 1.0
+            for k in range(t, reward.shape[1]):
+                delta = reward[i, k] + gamma * (1 - terminated[i, k]) * next_value[i, k]
+                total += coef * (delta - value[i, k])
+                if done[i, k]:
+                    break
+                coef *= gamma * lmbda
+            adv[i, t] = total
+    return adv
+
+
+def _scaling_batch(seed: int) -> TensorDict:
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.randn(2, 6, 3, generator=gen)
+    nxt_obs = torch.randn(2, 6, 3, generator=gen)
+    terminated = torch.zeros(2, 6, 1, dtype=torch.bool)
+    truncated = torch.zeros(2, 6, 1, dtype=torch.bool)
+    terminated[0, 2] = True  # env 0 ends at step 2 (no bootstrap)
+    truncated[1, 3] = True  # env 1 is cut at step 3 (bootstrapped from its real final obs)
+    nxt = TensorDict(
+        observation=nxt_obs, reward=torch.randn(2, 6, 1, generator=gen) * 20,
+        terminated=terminated, truncated=truncated, done=terminated | truncated,
+        batch_size=[2, 6],
+    )  # fmt: skip
+    return TensorDict(observation=obs, next=nxt, batch_size=[2, 6])
+
+
+def test_value_target_scaling_keeps_advantages_in_reward_units_and_scales_targets() -> None:
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.estimators import GAE
+    from tdrl.modules import ValueTargetScaling
+
+    torch.manual_seed(0)
+    critic = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["state_value"])
+    scaling = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=critic), epsilon=0.0)
+    seen = torch.tensor([0.0, 10.0, -4.0], dtype=torch.float64)
+    scaling.return_stats.update(seen)  # var 32.89: std 5.73
+    std = float(seen.var(unbiased=False).sqrt())
+    targets = [seen]
+    for seed in (1, 2):  # the second call scales with the statistics the first one left
+        batch = _scaling_batch(seed)
+        with torch.no_grad():
+            value = critic(batch.select("observation"))["state_value"]
+            next_value = critic(TensorDict(observation=batch["next", "observation"],
+                                           batch_size=[2, 6]))["state_value"]  # fmt: skip
+        value_r, next_value_r = value * std, next_value * std  # in reward units
+        out = scaling(batch)
+        adv = _gae_by_sum(
+            batch["next", "reward"], value_r, next_value_r, batch["next", "terminated"].float(),
+            batch["next", "done"], 0.9, 0.8,
+        )  # fmt: skip
+        torch.testing.assert_close(out["advantage"], adv)  # not divided by std
+        torch.testing.assert_close(out["value_target"], (adv + value_r) / std)
+        torch.testing.assert_close(out["state_value"], value)  # the critic's own units
+        torch.testing.assert_close(out["next", "state_value"], next_value)
+        targets.append((adv + value_r).reshape(-1).double())
+        std = float(torch.cat(targets).var(unbiased=False).sqrt())
+        torch.testing.assert_close(float(scaling.std), std)
+    restored = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=critic))
+    restored.load_state_dict(scaling.state_dict())
+    torch.testing.assert_close(restored.return_stats.var, scaling.return_stats.var)
+    with pytest.raises(ValueError, match="no value_network"):
+        ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=None))

@@ -241,3 +241,26 @@ def test_scale_rewards_in_every_on_policy_recipe_resumes_exactly(tmp_path: Path)
     )
     with pytest.raises(ValueError, match="--scale-rewards does not apply to IMPALA"):
         impala.main(tiny("impala", tmp_path / "impala", env_id="Hopper-v5", scale_rewards=True))
+
+
+def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tmp_path: Path):
+    """--scale-value-targets (ValueTargetScaling): the critic regresses on scaled targets, the
+    statistics go in the checkpoint, and a resumed run equals a straight one."""
+    straight = tiny("a2c", tmp_path / "straight", env_id="Hopper-v5", total_frames=640,
+                    scale_value_targets=True, scale_rewards=False)  # fmt: skip
+    a2c.main(straight)
+    plain = dataclasses.replace(straight, scale_value_targets=False, log_dir=str(tmp_path / "p"))
+    a2c.main(plain)
+    scaled_rows, plain_rows = (read_csv(tmp_path / d / "train.csv") for d in ("straight", "p"))
+    # the first batch's scale is 1; from the second on, the targets are divided by the std
+    assert scaled_rows[0]["loss_critic"] == plain_rows[0]["loss_critic"]
+    assert scaled_rows[-1]["loss_critic"] < plain_rows[-1]["loss_critic"]
+    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    a2c.main(first)
+    state = torch.load(latest_checkpoint(tmp_path / "resumed") / "checkpoint.pt",
+                       weights_only=False)  # fmt: skip
+    assert float(state["value_target_scaling"]["return_stats.count"]) > 1
+    a2c.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
+        tmp_path / "straight" / "train.csv"
+    )
