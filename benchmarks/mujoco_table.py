@@ -96,6 +96,11 @@ ALGOS: dict[str, Algo] = {
     "redq": Algo("redq", (), REDQ_STEPS, None),
 }
 
+def display_name(algorithm: str) -> str:
+    """An algorithm's name in the tables and plots: upper case, but "Rainbow" (not an acronym)."""
+    return "Rainbow" if algorithm == "rainbow" else algorithm.upper()
+
+
 # rl-baselines3-zoo 2.9.2, rl_zoo3/hyperparams/<algo>.yml, key "<Task>-v4" (v2 for Reacher and
 # the pendulums); "n_timesteps" and "policy: MlpPolicy" are left out (the budget is --steps).
 # Keys not given are the SB3 class's defaults; the zoo's default n_envs is 1.
@@ -813,7 +818,7 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
         + "---:|" * len(reference),
     ]
     for (task, algorithm, steps), libraries in groups.items():
-        cells: list[str] = [task, algorithm.upper(), fmt_steps(steps)]
+        cells: list[str] = [task, display_name(algorithm), fmt_steps(steps)]
         walls: dict[str, float] = {}
         finals: dict[str, float] = {}
         for library in LIBRARIES:
@@ -857,7 +862,7 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
             end = statistics.fmean(r["load_end"][0] for r in runs)
             dates = sorted(r["date"][:10] for r in runs)
             out.append(
-                f"| {task} | {algorithm.upper()} | {fmt_steps(steps)} | {library} "
+                f"| {task} | {display_name(algorithm)} | {fmt_steps(steps)} | {library} "
                 f"| {','.join(map(str, sorted(by_seed)))} | {' '.join(commits)} "
                 f"| {max(r['jobs'] for r in runs)} ({max(r['running_at_start'] for r in runs)}) "
                 f"| {start:.2f} → {end:.2f} | {max(r['cpus'] or 0 for r in runs)} "
@@ -898,7 +903,7 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path, suite: Suite) -> list[
                         ax, x, mean, std, alpha=0.15, color=colors.get(algorithm),
                         ls="-" if library == "tdrl" else "--",
                         marker="o" if len(x) < 3 else None,  # a lone point draws no line
-                        label=f"{library} {algorithm.upper()} ({n} seed{'s' * (n > 1)})",
+                        label=f"{library} {display_name(algorithm)} ({n} seed{'s' * (n > 1)})",
                     )  # fmt: skip
             ax.set_title(f"{task}, {fmt_steps(budget)} env steps")
             ax.set_xlabel("env steps")
