@@ -16,7 +16,9 @@ same machinery through its own :class:`Suite` (algorithms, tasks, SB3 runs, page
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
 task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
-``recipes/trpo.py`` with ``algo="npg"``. The curve is the run's ``eval.csv``.
+``recipes/trpo.py`` with ``algo="npg"``; TD3 and DDPG learn from 10k steps on at lr 1e-3
+(``SHORT_BUDGET_DETERMINISTIC``: the recipes' defaults are for 1M steps). The curve is the run's
+``eval.csv``.
 
 SB3: PPO, A2C, SAC, TD3, DDPG and sb3-contrib's TRPO with rl-baselines3-zoo 2.9.2's
 hyperparameters for that algorithm and task (``ZOO``; the zoo's MuJoCo entries are v4 tasks, v2
@@ -84,6 +86,15 @@ class Algo:
     """the SB3 (or sb3-contrib) class of the same algorithm, if there is one."""
 
 
+# TD3 and DDPG at the table's 100k budget: the recipes' defaults are Tianshou's for 1M steps, whose
+# 25k uniform random steps are a quarter of this budget; these cells learn from 10k steps on at lr
+# 1e-3 (rl-zoo3's values for the SB3 cells, and the TD3 paper's lr), the recipes' 256x256 nets.
+# Stated in recipes/td3.py and ddpg.py; chosen from one TD3 HalfCheetah-v5 run, seed 0
+# (docs/benchmarks/session_2026-11-26c.txt).
+SHORT_BUDGET_DETERMINISTIC = (
+    ("init_random_frames", 10_000), ("actor_lr", 1e-3), ("critic_lr", 1e-3),
+)  # fmt: skip
+
 ALGOS: dict[str, Algo] = {
     "ppo": Algo("ppo", (), ON_POLICY_STEPS, "PPO"),
     "a2c": Algo("a2c", (), ON_POLICY_STEPS, "A2C"),
@@ -91,8 +102,8 @@ ALGOS: dict[str, Algo] = {
     "npg": Algo("trpo", (("algo", "npg"),), ON_POLICY_STEPS, None),
     "trpo": Algo("trpo", (("algo", "trpo"),), ON_POLICY_STEPS, "TRPO"),
     "sac": Algo("sac", (), OFF_POLICY_STEPS, "SAC"),
-    "td3": Algo("td3", (), OFF_POLICY_STEPS, "TD3"),
-    "ddpg": Algo("ddpg", (), OFF_POLICY_STEPS, "DDPG"),
+    "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
+    "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),
     "redq": Algo("redq", (), REDQ_STEPS, None),
 }
 
@@ -773,8 +784,11 @@ HEADER = """\
 Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl` (one line per
 finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load);
 the table is being filled. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is
-`trpo.py --algo npg`); SB3 2.9.2 (TRPO: sb3-contrib): rl-baselines3-zoo 2.9.2's hyperparameters
-for the algorithm and task (its v4 entries, run on v5). Evaluation, both libraries: 10
+`trpo.py --algo npg`), except TD3 and DDPG at 100k steps: `--init-random-frames 10000
+--actor-lr 1e-3 --critic-lr 1e-3` (their defaults, Tianshou's for 1M steps, spend 25k of the
+budget on random steps; see `recipes/td3.py`); SB3 2.9.2 (TRPO: sb3-contrib):
+rl-baselines3-zoo 2.9.2's hyperparameters for the algorithm and task (its v4 entries, run on
+v5). Evaluation, both libraries: 10
 deterministic episodes on a separate env every `eval_every` env steps (the recipe's default:
 20k on-policy, 10k off-policy) and at the end; one torch thread per run.
 
@@ -790,7 +804,8 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   none).
 - Cells whose recipe defaults changed after they ran are kept, with their settings, in
   `mujoco_table_superseded.jsonl` (TRPO and NPG before return scaling became their default),
-  and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26).
+  and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26)
+  and TD3 at the recipe's defaults (before the 100k preset above, 2026-11-26).
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant
