@@ -39,7 +39,7 @@ class Config(trainers.AdvantageConfig):
     log_every: int = 2_000
     entropy_coeff: float = 0.01
     normalize_advantage: bool = False
-    scale_value_targets: bool = False
+    scale_value_targets: bool = True
     """the critic learns its value targets divided by the running std of the returns, the
     advantages staying in reward units (Tianshou's return_scaling; ValueTargetScaling)."""
 
