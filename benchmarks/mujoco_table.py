@@ -805,7 +805,9 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
 - Cells whose recipe defaults changed after they ran are kept, with their settings, in
   `mujoco_table_superseded.jsonl` (TRPO and NPG before return scaling became their default),
   and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26)
-  and TD3 at the recipe's defaults (before the 100k preset above, 2026-11-26).
+  and TD3 at the recipe's defaults (before the 100k preset above, 2026-11-26) and A2C
+  without value-target scaling (before it became the default, 2026-11-26). The A2C runs
+  with it came from branch a2c-vts (commit 8db8916, merged), beside another cell (load 3).
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant

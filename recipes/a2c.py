@@ -7,12 +7,15 @@ Defaults are Tianshou's MuJoCo A2C benchmark (examples/mujoco/mujoco_a2c.py): 16
 = 80 per batch, one full-batch step per batch, RMSprop (lr 7e-4, alpha 0.99, eps 1e-5) decayed
 linearly to 0, gamma 0.99, GAE lambda 0.95, critic coefficient 0.5, entropy coefficient 0.01,
 gradient norm 0.5, 64x64 tanh MLPs, initial log-std -0.5, observation normalization.
-Differences: no reward/return scaling (Tianshou divides its value targets by the running std
-of the return, its advantages staying in reward units) and a short default budget (Tianshou: 3M
-steps). `--scale-rewards` (rewards divided by that std, so advantages too) is not the same
-thing: at 1M steps it lowered HalfCheetah-v5's final return on seeds 0-2 from 1845, 1366, 1988
-to 941, 759, 621, while raising Walker2d-v5's best (seed 0: 679 to 1057) and Ant-v5's final
-(seed 0: 1318 to 1865); docs/benchmarks/session_2026-11-26b.txt.
+The critic learns its value targets divided by the running std of the returns, the advantages
+staying in reward units, as Tianshou's `return_scaling` does (tdrl.modules.ValueTargetScaling;
+`--no-scale-value-targets` turns it off). At 1M steps, seeds 0-2 (docs/benchmarks/
+session_2026-11-26c.txt), it raised the mean final return on HalfCheetah-v5 (1733 to 1975),
+Walker2d-v5 (435 to 724) and Ant-v5 (1268 to 2124), and lowered it on Hopper-v5 (784 to 687,
+whose best rose from 906 to 1093). `--scale-rewards` (rewards divided by that std, so the
+advantages too) is not the same thing: it lowered HalfCheetah-v5's final return on seeds 0-2
+from 1845, 1366, 1988 to 941, 759, 621 (docs/benchmarks/session_2026-11-26b.txt).
+Differences from Tianshou: a short default budget (Tianshou: 3M steps).
 """
 
 from __future__ import annotations
