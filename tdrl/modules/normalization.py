@@ -230,9 +230,7 @@ class ValueTargetScaling(TensorDictModuleBase):
     ``state_dict`` and checkpoints.
 
     Args:
-        estimator: a value estimator with a ``value_network`` (GAE, TD(λ), ...), tdrl's or one
-            with the same attributes (``value_network``, ``tensor_keys.value``,
-            ``tensor_keys.value_target``).
+        estimator: one of tdrl's value estimators (GAE, TD(λ), ...) with a ``value_network``.
         epsilon: added to the variance (Tianshou: 1e-8).
 
     Shapes:
@@ -241,7 +239,15 @@ class ValueTargetScaling(TensorDictModuleBase):
 
     def __init__(self, estimator: TensorDictModuleBase, *, epsilon: float = 1e-8) -> None:
         super().__init__()
+        if type(estimator).__module__.split(".")[0] != "tdrl":
+            raise TypeError(
+                "ValueTargetScaling wraps tdrl's estimators (GAE, TD(lambda), ...); got "
+                f"{type(estimator).__module__}.{type(estimator).__name__}, which calls its "
+                "value network through its parameters"
+            )
         critic = getattr(estimator, "value_network", None)
+        if isinstance(critic, _ScaledOutput):
+            raise ValueError("ValueTargetScaling: the estimator is already wrapped by one")
         if critic is None:
             raise ValueError(
                 "ValueTargetScaling: the estimator has no value_network; the scale applies to "

@@ -163,3 +163,9 @@ def test_value_target_scaling_keeps_advantages_in_reward_units_and_scales_target
     torch.testing.assert_close(restored.return_stats.var, scaling.return_stats.var)
     with pytest.raises(ValueError, match="no value_network"):
         ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=None))
+    with pytest.raises(ValueError, match="already wrapped"):
+        ValueTargetScaling(scaling.estimator)  # the critic would be scaled twice
+    from torchrl.objectives.value import GAE as TorchRLGAE
+
+    with pytest.raises(TypeError, match="torchrl.*GAE"):
+        ValueTargetScaling(TorchRLGAE(gamma=0.9, lmbda=0.8, value_network=critic))
