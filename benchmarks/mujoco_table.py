@@ -16,8 +16,8 @@ same machinery through its own :class:`Suite` (algorithms, tasks, SB3 runs, page
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
 task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
-``recipes/trpo.py`` with ``algo="npg"``; TD3 and DDPG learn from 10k steps on at lr 1e-3
-(``SHORT_BUDGET_DETERMINISTIC``: the recipes' defaults are for 1M steps). The curve is the run's
+``recipes/trpo.py`` with ``algo="npg"``; TD3 and DDPG run rl-zoo3's settings, as the SB3 cells
+do (``SHORT_BUDGET_DETERMINISTIC``: the recipes' defaults are for 1M steps). The curve is the run's
 ``eval.csv``.
 
 SB3: PPO, A2C, SAC, TD3, DDPG and sb3-contrib's TRPO with rl-baselines3-zoo 2.9.2's
@@ -87,12 +87,15 @@ class Algo:
 
 
 # TD3 and DDPG at the table's 100k budget: the recipes' defaults are Tianshou's for 1M steps, whose
-# 25k uniform random steps are a quarter of this budget; these cells learn from 10k steps on at lr
-# 1e-3 (rl-zoo3's values for the SB3 cells, and the TD3 paper's lr), the recipes' 256x256 nets.
-# Stated in recipes/td3.py and ddpg.py; chosen from one TD3 HalfCheetah-v5 run, seed 0
+# 25k uniform random steps are a quarter of this budget. These cells run rl-zoo3's settings, the
+# ones of the SB3 cells beside them (``_DETERMINISTIC`` below): learning from 10k steps on, lr
+# 1e-3, 400x300 nets; the rest (batch 256, noise 0.1, tau, gamma, TD3's delay and target noise)
+# is the same in both already, so the two libraries' cells differ only in their code. Stated in
+# recipes/td3.py and ddpg.py; tdrl TD3 HalfCheetah-v5 seed 0 had been run with them first
 # (docs/benchmarks/session_2026-11-26c.txt).
 SHORT_BUDGET_DETERMINISTIC = (
     ("init_random_frames", 10_000), ("actor_lr", 1e-3), ("critic_lr", 1e-3),
+    ("hidden_sizes", (400, 300)),
 )  # fmt: skip
 
 ALGOS: dict[str, Algo] = {
@@ -784,9 +787,10 @@ HEADER = """\
 Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl` (one line per
 finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load);
 the table is being filled. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is
-`trpo.py --algo npg`), except TD3 and DDPG at 100k steps: `--init-random-frames 10000
---actor-lr 1e-3 --critic-lr 1e-3` (their defaults, Tianshou's for 1M steps, spend 25k of the
-budget on random steps; see `recipes/td3.py`); SB3 2.9.2 (TRPO: sb3-contrib):
+`trpo.py --algo npg`), except TD3 and DDPG at 100k steps, which run the SB3 cells' settings:
+`--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3 --hidden-sizes 400 300` (their
+defaults, Tianshou's for 1M steps, spend 25k of the budget on random steps; see
+`recipes/td3.py`); SB3 2.9.2 (TRPO: sb3-contrib):
 rl-baselines3-zoo 2.9.2's hyperparameters for the algorithm and task (its v4 entries, run on
 v5). Evaluation, both libraries: 10
 deterministic episodes on a separate env every `eval_every` env steps (the recipe's default:
@@ -805,7 +809,7 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
 - Cells whose recipe defaults changed after they ran are kept, with their settings, in
   `mujoco_table_superseded.jsonl` (TRPO and NPG before return scaling became their default),
   and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26)
-  and TD3 at the recipe's defaults (before the 100k preset above, 2026-11-26) and A2C
+  and TD3 at the recipe's defaults and at a first preset with 256x256 nets (2026-11-26) and A2C
   without value-target scaling (before it became the default, 2026-11-26). The A2C runs
   with it came from branch a2c-vts (commit 8db8916, merged), beside another cell (load 3).
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`

@@ -6,11 +6,13 @@ batch 256, 256x256 ReLU MLPs, 25k uniform random steps, 1 env, 1 gradient step p
 buffer. ``--noise ou`` uses the paper's Ornstein-Uhlenbeck noise instead. Where tdrl differs:
 one Adam holds actor and critic with their own learning rates.
 
-The MuJoCo table's 100k cells (benchmarks/mujoco_table.py) start learning after 10k random
-steps, not 25k, as its TD3 cells do (see recipes/td3.py):
+The MuJoCo table's 100k cells (benchmarks/mujoco_table.py) run rl-zoo3's settings, those of
+its SB3 cells, as its TD3 cells do (see recipes/td3.py): learning from 10k random steps on, not
+25k, and 400x300 nets:
 
     python recipes/ddpg.py --env-id HalfCheetah-v5 --total-frames 1000000
-    python recipes/ddpg.py --env-id HalfCheetah-v5 --total-frames 100000 --init-random-frames 10000
+    python recipes/ddpg.py --env-id HalfCheetah-v5 --total-frames 100000 \
+        --init-random-frames 10000 --hidden-sizes 400 300
 """
 
 from __future__ import annotations

@@ -8,13 +8,14 @@ Where tdrl differs: the twin critics are one batched ensemble; one Adam holds bo
 actor group is skipped on critic-only steps, as it has no gradient then).
 
 At a 100k-step budget 25k random steps are a quarter of it: the MuJoCo table's 100k cells
-(benchmarks/mujoco_table.py) start learning after 10k steps at lr 1e-3 (rl-zoo3's values, and the
-TD3 paper's lr; HalfCheetah-v5 seed 0 at 100k: 4738 at these defaults, 6082 with rl-zoo3's
-settings and 400x300 nets, where SB3's TD3 reached 5732):
+(benchmarks/mujoco_table.py) run rl-zoo3's settings, those of its SB3 cells: learning from 10k
+steps on, lr 1e-3, 400x300 nets (HalfCheetah-v5 at 100k, final return: seed 0, 4738 at these
+defaults; with 10k steps and lr 1e-3 on 256x256 nets, seeds 0 and 2, 4768 and 5142; with
+rl-zoo3's settings, seed 0, 6082, where SB3's TD3 reached 5732 and 5836 on seeds 0-1):
 
     python recipes/td3.py --env-id Hopper-v5 --total-frames 1000000
     python recipes/td3.py --env-id HalfCheetah-v5 --total-frames 100000 \
-        --init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3
+        --init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3 --hidden-sizes 400 300
 """
 
 from __future__ import annotations
