@@ -90,10 +90,15 @@ class RunningObservationNorm(TensorDictModuleBase):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
+    @property
+    def std(self) -> torch.Tensor:
+        """The current divisor ``sqrt(var + eps)`` (float64, the statistics' shape)."""
+        return (self.var + self.epsilon).sqrt()
+
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """Normalize with the current statistics (no update); keeps ``x``'s dtype."""
         mean = self.mean.to(x.dtype)
-        std = (self.var + self.epsilon).sqrt().to(x.dtype)
+        std = self.std.to(x.dtype)
         out = (x - mean) / std
         return out if self.clip is None else out.clamp(-self.clip, self.clip)
 
@@ -169,7 +174,7 @@ class RewardScaling(TensorDictModuleBase):
     @property
     def std(self) -> float:
         """The current divisor ``sqrt(var + eps)``."""
-        return float((self.return_stats.var + self.epsilon).sqrt())
+        return float(self.return_stats.std)
 
     @torch.no_grad()
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -272,20 +277,21 @@ class ValueTargetScaling(TensorDictModuleBase):
     @property
     def std(self) -> torch.Tensor:
         """The current scale ``sqrt(var + eps)`` (a float64 scalar tensor)."""
-        return (self.return_stats.var + self.epsilon).sqrt()
+        return self.return_stats.std
 
     @torch.no_grad()
     def forward(self, tensordict: TensorDictBase, **kwargs: object) -> TensorDictBase:
         std = self.std  # the scale of this call: the statistics change only at its end
         self.estimator(tensordict, **kwargs)
         target = tensordict.get(self._target_key)
+        # first: a non-finite target raises here, before the batch is rewritten
+        self.return_stats.update(target.reshape(-1))
         scale = std.to(device=target.device, dtype=target.dtype)
         tensordict.set(self._target_key, target / scale)
         for key in (self._value_key, next_key(self._value_key)):
             value = tensordict.get(key, None)
             if value is not None:
                 tensordict.set(key, value / scale)
-        self.return_stats.update(target.reshape(-1))
         return tensordict
 
 
