@@ -25,10 +25,11 @@ __all__ = ["frame_stack_index", "nstep_leaves", "sample_slices", "uniform_index"
 _ROUNDS = 16
 
 
-def uniform_index(storage: StreamStorage, rng: np.random.Generator, batch_size: int) -> Tensor:
-    """``batch_size`` flat indices drawn uniformly from the stored items."""
-    index = rng.integers(0, storage.size * storage.num_streams, batch_size)
-    return torch.from_numpy(index).to(storage.device, non_blocking=True)
+def uniform_index(storage: StreamStorage, generator: torch.Generator, batch_size: int) -> Tensor:
+    """``batch_size`` flat indices drawn uniformly from the stored items (on ``generator``'s
+    device, then moved to the storage's)."""
+    index = torch.randint(storage.size * storage.num_streams, (batch_size,), generator=generator)
+    return index.to(storage.device, non_blocking=True)
 
 
 def nstep_leaves(

@@ -28,7 +28,7 @@ __all__ = ["OfflineSteps", "normalize_dataset_observations", "train_offline"]
 
 class OfflineSteps:
     """What a :class:`Run` reads of a collector, for an offline run: ``frames`` counts gradient
-    steps, no episodes end, and the state is the count and ``buffer``'s sampling generator."""
+    steps, no episodes end, and the state is the count and ``buffer``'s sampling generators."""
 
     def __init__(self, buffer: ReplayBuffer) -> None:
         self.buffer = buffer
@@ -36,11 +36,11 @@ class OfflineSteps:
         self.episodes = TensorDict({}, batch_size=[0])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"frames": self.frames, "rng": self.buffer.rng.bit_generator.state}
+        return {"frames": self.frames, "rng": self.buffer.sampler_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         self.frames = int(state["frames"])
-        self.buffer.rng.bit_generator.state = state["rng"]
+        self.buffer.load_sampler_state(state["rng"])
         return True
 
     def update_policy_weights_(self) -> None:

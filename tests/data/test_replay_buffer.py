@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -169,6 +170,31 @@ def test_save_then_load_is_exact(cls, rollout, tmp_path):
     for b in (rb, loaded):
         b.extend(td[:, :5])
     assert (loaded.storage == rb.storage).all()
+
+
+def test_sampler_state_is_json_and_a_numpy_only_state_still_loads(rollout):
+    # Uniform indices come from a torch generator, slices and priorities from numpy's: both
+    # travel in sampler_state (as JSON values, what save() writes), and a state saved before
+    # the torch generator existed (numpy's alone) restores numpy's and leaves the other be.
+    td = rollout(2, 30)
+
+    def buffer(seed: int) -> ReplayBuffer:
+        rb = ReplayBuffer(64, generator=seed)
+        rb.extend(td)
+        return rb
+
+    rb = buffer(3)
+    state = json.loads(json.dumps(rb.sampler_state()))
+    first = rb.sample(8)["index"], rb.sample_slices(2, 3)["index"]
+    other = buffer(99)
+    other.load_sampler_state(state)
+    again = other.sample(8)["index"], other.sample_slices(2, 3)["index"]
+    assert all((a == b).all() for a, b in zip(first, again, strict=True))
+    legacy = buffer(99)
+    index_state = legacy.index_generator.get_state()
+    legacy.load_sampler_state(state["numpy"])
+    assert (legacy.index_generator.get_state() == index_state).all()
+    assert (legacy.sample_slices(2, 3)["index"] == first[1]).all()
 
 
 def test_state_dict_round_trip_and_empty_buffer(tmp_path):
