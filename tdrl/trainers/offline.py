@@ -3,7 +3,7 @@
 A :class:`Run` counts env steps through its collector; here :class:`OfflineSteps` stands in for
 the collector and counts gradient steps, so the run's logs, evaluations, checkpoints, resume and
 report work unchanged (``total_frames``, ``eval_every``, ``checkpoint_every`` are in gradient
-steps). The dataset is not checkpointed (it is on disk already); the sampling generator is, so a
+steps). The dataset is not checkpointed (it is on disk already); the sampling generators are, so a
 resumed run draws the same minibatches as an uninterrupted one.
 """
 
