@@ -279,10 +279,12 @@ class ReplayBuffer:
         if "numpy" not in state:
             self.rng.bit_generator.state = state
             return
+        try:
+            index = torch.frombuffer(bytearray.fromhex(state["index"]), dtype=torch.uint8)
+            self.index_generator.set_state(index)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"sampler state: unusable 'index' generator state: {err}") from None
         self.rng.bit_generator.state = state["numpy"]
-        self.index_generator.set_state(
-            torch.frombuffer(bytearray.fromhex(state["index"]), dtype=torch.uint8)
-        )
 
     def state_dict(self) -> dict[str, Any]:
         """Geometry, cursor, sampler state and the storage TensorDict (views, not a copy)."""

@@ -195,6 +195,9 @@ def test_sampler_state_is_json_and_a_numpy_only_state_still_loads(rollout):
     legacy.load_sampler_state(state["numpy"])
     assert (legacy.index_generator.get_state() == index_state).all()
     assert (legacy.sample_slices(2, 3)["index"] == first[1]).all()
+    for bad in ("zz", "00ff"):  # not hex; hex of the wrong length
+        with pytest.raises(ValueError, match="'index' generator state"):
+            legacy.load_sampler_state({**state, "index": bad})
 
 
 def test_state_dict_round_trip_and_empty_buffer(tmp_path):
