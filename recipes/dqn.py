@@ -17,6 +17,9 @@ default (the zoo uses SB3's plain DQN; both solve CartPole-v1 here). Adding 3-st
     python recipes/dqn.py --env-id MinAtar/Breakout-v1     # uint8 frames: a CNN Q network
     python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --buffer-size 1000000    # Atari: 7.1 GB of frames when full
+    python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
+        --algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn \
+        --v-min -10 --v-max 10                             # Rainbow on Atari (C51's support)
 
 On uint8 frames ``[C, H, W]`` (``tdrl.envs.pixels``: MinAtar, Atari) the Q network is a CNN
 (--network auto): MinAtar's (Young & Tian 2019) on frames under 36 pixels, DQN's Nature CNN on
@@ -110,7 +113,9 @@ class Config(trainers.QLearningConfig):
     num_atoms: int = 51
     """c51: atoms of the support."""
     v_min: float = 0.0
-    """c51: lowest return of the support (CartPole's discounted returns lie in [0, 100])."""
+    """c51: lowest return of the support (CartPole's discounted returns lie in [0, 100]);
+    returns outside [v_min, v_max] are clamped to its ends, so give -10 for games with negative
+    rewards (Bellemare et al.'s Atari support is [-10, 10] on clipped rewards)."""
     v_max: float = 100.0
     """c51: highest return of the support."""
     num_quantiles: int = 25

@@ -45,7 +45,9 @@ class ReplayBuffer:
     with ``frame_stack=k`` return); each step's newest frame is stored once and the
     ``("next", ...)`` twins are not stored at all: both stacks are rebuilt at sampling
     (:mod:`tdrl.data.frames`), so a transition costs one frame instead of 2k. Samples and
-    slices carry the same stacks the env gave; ``storage`` shows the single stored frames.
+    slices carry the same stacks the env gave, except at a stream's k-1 oldest stored steps
+    once the ring has overwritten their episode's earlier frames: there the oldest stored frame
+    repeats (as at an episode start). ``storage`` shows the single stored frames.
 
     Shapes:
         storage leaves ``[capacity // S, S, *F]``; ``sample(B) -> [B]``; slices ``[B, L]``.

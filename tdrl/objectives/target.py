@@ -38,6 +38,18 @@ def make_target(module: nn.Module) -> nn.Module:
     return target
 
 
+def _tracked_buffers(module: nn.Module) -> list[torch.Tensor]:
+    """The buffers a target copies: all but those a submodule names in its ``noise_buffers``
+    (a noisy layer's noise draw, which the target draws for itself; copying it would give the
+    target the online network's noise, on every step under a soft update)."""
+    return [
+        b
+        for m in module.modules()
+        for name, b in m.named_buffers(recurse=False)
+        if name not in getattr(m, "noise_buffers", ())
+    ]
+
+
 def _tensors(online: nn.Module, target: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     src: list[torch.Tensor] = list(online.parameters())
     dst: list[torch.Tensor] = list(target.parameters())
@@ -50,24 +62,25 @@ def _tensors(online: nn.Module, target: nn.Module) -> tuple[list[torch.Tensor], 
 def soft_update_(target: nn.Module, online: nn.Module, tau: float) -> None:
     """Polyak update ``p_t <- tau p + (1 - tau) p_t`` in place (Lillicrap et al. 2015).
 
-    Floating-point buffers (e.g. normalisation statistics) are copied, not averaged.
+    Buffers (e.g. normalisation statistics) are copied, not averaged; noise draws are not
+    copied (``noise_buffers``, e.g. :class:`~tdrl.modules.NoisyLinear`'s).
     """
     if not 0.0 <= tau <= 1.0:
         raise ValueError(f"tau must lie in [0, 1], got {tau}")
     src, dst = _tensors(online, target)
     for p_t, p in zip(dst, src, strict=True):
         p_t.lerp_(p, tau)  # p_t + tau (p - p_t) = tau p + (1 - tau) p_t
-    for b_t, b in zip(target.buffers(), online.buffers(), strict=True):
+    for b_t, b in zip(_tracked_buffers(target), _tracked_buffers(online), strict=True):
         b_t.copy_(b)
 
 
 @torch.no_grad()
 def hard_update_(target: nn.Module, online: nn.Module) -> None:
-    """Copy ``online``'s parameters and buffers into ``target``."""
+    """Copy ``online``'s parameters and buffers, except noise draws, into ``target``."""
     src, dst = _tensors(online, target)
     for p_t, p in zip(dst, src, strict=True):
         p_t.copy_(p)
-    for b_t, b in zip(target.buffers(), online.buffers(), strict=True):
+    for b_t, b in zip(_tracked_buffers(target), _tracked_buffers(online), strict=True):
         b_t.copy_(b)
 
 

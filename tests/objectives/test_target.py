@@ -107,3 +107,36 @@ def test_bellman_target_equals_td0_return(discount):
     got = bellman_target(reward, next_value, terminated, gamma)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("update", ["hard", "soft"])
+def test_target_updates_copy_weights_but_the_target_keeps_its_own_noise(update):
+    # Rainbow: the target network draws its own noise. reset_noise(loss) draws for both nets;
+    # an update that copied the noise buffers too would hand the target the online draw (on
+    # every step under a soft update).
+    from tdrl.modules import CategoricalQValueActor, NoisyLinear, reset_noise, to_noisy
+    from tdrl.objectives import C51Loss, HardUpdate
+
+    torch.manual_seed(0)
+    body = to_noisy(nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Linear(8, 2 * 5)))
+    loss = C51Loss(CategoricalQValueActor(body, 2, v_min=-1.0, v_max=1.0, num_atoms=5))
+    online, target = loss.value_network, loss.target_value_network
+    with torch.no_grad():
+        for p in online.parameters():
+            p.add_(torch.randn_like(p))
+        body[1].running_mean.fill_(2.0)
+    assert reset_noise(loss) == 4  # two noisy layers in each network
+    drawn = {n: b.clone() for n, b in target.named_buffers() if "eps" in n}
+    if update == "hard":
+        HardUpdate(loss, value_network_update_interval=1).step()
+    else:
+        SoftUpdate(loss, tau=1.0).step()  # tau 1: the weights become the online ones exactly
+    for p, p_t in zip(online.parameters(), target.parameters(), strict=True):
+        torch.testing.assert_close(p_t, p, rtol=0, atol=0)
+    online_buffers = dict(online.named_buffers())
+    for name, b_t in target.named_buffers():
+        if "eps" in name:  # the target's own draw, unchanged and unlike the online one
+            assert torch.equal(b_t, drawn[name]) and not torch.equal(b_t, online_buffers[name])
+        else:  # statistics are state: copied
+            assert torch.equal(b_t, online_buffers[name]), name
+    assert sum(isinstance(m, NoisyLinear) for m in target.modules()) == 2
