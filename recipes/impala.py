@@ -76,7 +76,7 @@ def main(cfg: Config) -> dict[str, float]:
     trainers.to_device(cfg, loss, estimator)  # before the collector: it acts where the actor is
     # first finished rollout first (sync=False): the workers act with stale weights
     collector = trainers.make_collector(
-        cfg, parts.env, parts.actor, cfg.frames_per_batch, sync=False,
+        cfg, parts.env, parts.acting, cfg.frames_per_batch, sync=False,
         max_policy_lag=cfg.max_policy_lag,
     )  # fmt: skip
     optimizer = torch.optim.RMSprop(
@@ -89,8 +89,9 @@ def main(cfg: Config) -> dict[str, float]:
             log_mu = batch.get(keys.ACTION_LOG_PROB)
             deviation = float((log_pi - log_mu.reshape(log_pi.shape)).exp().sub(1).abs().mean())
         metrics = trainers.on_policy_update(
-            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm
-        )
+            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm,
+            seq_len=cfg.sequence_length,  # --recurrent: the rollout as whole sequences
+        )  # fmt: skip
         if isinstance(collector, WorkerCollector):  # updates between acting and learning
             acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
             metrics["policy_lag"] = float(collector.version - acted)

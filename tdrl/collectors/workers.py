@@ -259,6 +259,8 @@ class WorkerCollector:
         init_random_frames: frames of random actions before the policy acts (shared out over the
             workers).
         on_worker_failure: ``"restart"`` (at most ``max_restarts`` restarts in all) or ``"raise"``.
+        storing_device: where batches are returned (the workers act on the CPU); default: the
+            device of the policy's parameters (a learner on CUDA gets CUDA batches), else the CPU.
         pool: the transport (given by the subclasses).
 
     Shapes:
@@ -284,6 +286,7 @@ class WorkerCollector:
         env_kwargs: dict[str, Any] | None = None,
         on_worker_failure: Literal["restart", "raise"] = "restart",
         max_restarts: int = 3,
+        storing_device: torch.device | str | None = None,
         pool: Any,
     ) -> None:
         if num_workers < 1:
@@ -304,6 +307,11 @@ class WorkerCollector:
             )
         self.pool = pool
         self.policy = policy
+        if storing_device is None:
+            module = isinstance(policy, torch.nn.Module)
+            first = next(iter(policy.parameters()), None) if module else None
+            storing_device = "cpu" if first is None else first.device
+        self.storing_device = torch.device(storing_device)
         self.num_workers, self.num_envs, self.sync = num_workers, num_envs, sync
         self.frames_per_batch, self.total_frames = frames_per_batch, total_frames
         self.max_policy_lag, self.max_restarts = max_policy_lag, max_restarts
@@ -356,6 +364,8 @@ class WorkerCollector:
         else:
             batch, self.episodes = self._next_async()
         self.frames += batch.numel()
+        if self.storing_device.type != "cpu":
+            batch = batch.to(self.storing_device, non_blocking=True)
         return batch
 
     def _next_async(self) -> tuple[TensorDict, TensorDict]:

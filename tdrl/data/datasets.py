@@ -189,7 +189,9 @@ def load_minari(
     generator: np.random.Generator | int | None = None,
 ) -> ReplayBuffer:
     """A one-stream :class:`ReplayBuffer` of every step of ``dataset`` (an id or a
-    ``MinariDataset``), episode after episode (``capacity`` default: the dataset's step count)."""
+    ``MinariDataset``), episode after episode (``capacity`` default: the dataset's step count).
+    An episode whose last step is neither terminated nor truncated is closed as truncated, as
+    :func:`split_episodes` does."""
     minari = _minari()
     data = minari.load_dataset(dataset) if isinstance(dataset, str) else dataset
     space = data.observation_space
@@ -208,6 +210,11 @@ def load_minari(
         action = action.long() if not action.is_floating_point() else action.float()
         terminated = torch.as_tensor(np.asarray(episode.terminations, dtype=bool)).view(T, 1)
         truncated = torch.as_tensor(np.asarray(episode.truncations, dtype=bool)).view(T, 1)
+        if T and not (terminated[-1] | truncated[-1]).item():
+            # an episode whose last step carries neither flag (Minari's buffers allow it) was
+            # cut there: truncated, so it bootstraps from its real final observation and no
+            # n-step return or slice runs on into the next episode
+            truncated[-1] = True
         false = torch.zeros(T, 1, dtype=torch.bool)
         parts.append(
             TensorDict(

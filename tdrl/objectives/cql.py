@@ -53,7 +53,13 @@ class CQLLoss(SACLoss):
         weight: CQL's alpha (5.0 for the D4RL MuJoCo tasks in the authors' code).
         num_random: sampled actions per kind and state (10).
         with_lagrange, target_action_gap, lagrange_init: the automatic variant (Kumar et al.,
-            eq. 30; ``tau`` there).
+            eq. 30; ``tau`` there). The threshold is applied as in eq. 30, ``weight * alpha' *
+            (gap - tau)``; the authors' code computes ``alpha' * (weight * gap - tau)``, whose
+            balance point is ``gap = tau / weight``, so divide a threshold taken from their
+            configs by ``weight``.
+        action_low, action_high: the action box the uniform actions are drawn from (float or
+            ``[A]``); default: the actor's ``action_low`` / ``action_high`` (tdrl's actors
+            have them); an actor without them needs these, else a ValueError.
         **kwargs: :class:`SACLoss`'s.
     """
 
@@ -69,9 +75,27 @@ class CQLLoss(SACLoss):
         with_lagrange: bool = False,
         target_action_gap: float = 10.0,
         lagrange_init: float = 1.0,
+        action_low: float | torch.Tensor | None = None,
+        action_high: float | torch.Tensor | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(actor_network, qvalue_network, **kwargs)
+        low = getattr(actor_network, "action_low", None) if action_low is None else action_low
+        high = getattr(actor_network, "action_high", None) if action_high is None else action_high
+        if low is None or high is None:
+            raise ValueError(
+                "CQLLoss draws uniform actions from the action box, and the actor has no "
+                "action_low/action_high: pass action_low= and action_high="
+            )
+        low_t = torch.as_tensor(low, dtype=torch.float32).detach().clone()
+        high_t = torch.as_tensor(high, dtype=torch.float32).detach().clone()
+        if not bool((high_t > low_t).all()):  # False for NaN
+            raise ValueError(
+                f"CQLLoss: need action_low < action_high, got {low_t.tolist()} and "
+                f"{high_t.tolist()}"
+            )
+        self.register_buffer("_action_low", low_t, persistent=False)
+        self.register_buffer("_action_high", high_t, persistent=False)
         if weight < 0 or num_random < 1 or lagrange_init <= 0:
             raise ValueError(
                 f"need weight >= 0, num_random >= 1 and lagrange_init > 0; got {weight}, "
@@ -86,11 +110,9 @@ class CQLLoss(SACLoss):
             self.register_buffer("log_alpha_prime", torch.zeros(()))
 
     def _bounds(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        low = getattr(self.actor_network, "action_low", None)
-        high = getattr(self.actor_network, "action_high", None)
-        if low is None or high is None:
-            return -torch.ones_like(like[0]), torch.ones_like(like[0])
-        return low.to(like), high.to(like)
+        """The box ``[A]`` (a float bound broadcast over the action's entries)."""
+        shape = like.shape[1:]
+        return self._action_low.to(like).expand(shape), self._action_high.to(like).expand(shape)
 
     def _policy_q(
         self, td: TensorDictBase, at: TensorDictBase
@@ -127,8 +149,8 @@ class CQLLoss(SACLoss):
         log_density = torch.cat([log_uniform, logp_current, logp_next], dim=0)
         return conservative_gap(q_data, q_sampled, log_density)
 
-    def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        out = super().forward(batch)
+    def _critic_terms(self, batch: TensorDictBase, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        loss_qvalue, td_error = super().qvalue_loss(batch, alpha)  # SAC's, without the gap
         gap = self.gap(batch)  # [E, B]
         if self.with_lagrange:
             gap = gap - self.target_action_gap
@@ -136,13 +158,23 @@ class CQLLoss(SACLoss):
         per_sample = gap.sum(0)
         alpha_prime = self.log_alpha_prime.exp().clamp(0.0, 1e6)
         conservative = self.weight * alpha_prime.detach() * self._mean(per_sample, weights)
-        out[LOSS_QVALUE] = out[LOSS_QVALUE] + conservative
         if self.with_lagrange:
             lagrange = -alpha_prime * self.weight * self._mean(per_sample.detach(), weights)
         else:
             lagrange = torch.zeros((), device=per_sample.device)
-        out[LOSS_ALPHA_PRIME] = lagrange
-        return out
+        return {
+            LOSS_QVALUE: loss_qvalue + conservative,
+            self.tensor_keys.priority: td_error,
+            LOSS_ALPHA_PRIME: lagrange,
+        }
+
+    def qvalue_loss(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss_qvalue, td_error [B])`` with the conservative term: what a critic-only step
+        trains (``actor_every > 1``); ``alpha'`` learns from :meth:`forward`'s output only."""
+        terms = self._critic_terms(batch, self.alpha if alpha is None else alpha)
+        return terms[LOSS_QVALUE], terms[self.tensor_keys.priority]
 
 
 class DiscreteCQLLoss(DQNLoss):

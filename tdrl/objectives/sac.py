@@ -161,16 +161,21 @@ class SACLoss(OffPolicyLoss):
         per_sample = -self.log_alpha * (log_prob + self.target_entropy())
         return self._mean(per_sample, self._weights(batch))
 
+    def _critic_terms(self, batch: TensorDictBase, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The critic's entries of :meth:`forward`'s output: ``loss_qvalue`` and the priority
+        (a subclass whose critic loss adds a term with a loss of its own overrides this)."""
+        loss_qvalue, td_error = self.qvalue_loss(batch, alpha)
+        return {LOSS_QVALUE: loss_qvalue, self.tensor_keys.priority: td_error}
+
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         alpha = self.alpha  # read (and clamped) once per batch
-        loss_qvalue, td_error = self.qvalue_loss(batch, alpha)
+        critic = self._critic_terms(batch, alpha)
         loss_actor, log_prob = self.actor_loss(batch, alpha)
         out = {
             LOSS_ACTOR: loss_actor,
-            LOSS_QVALUE: loss_qvalue,
+            **critic,
             LOSS_ALPHA: self.alpha_loss(log_prob, batch),
             ALPHA: alpha,
             ENTROPY: -log_prob.mean(),
-            self.tensor_keys.priority: td_error,
         }
         return self._output(out)

@@ -67,6 +67,14 @@ class OnPolicySetup:
     critic: TensorDictModuleBase
     obs_norm: RunningObservationNorm | None
 
+    @property
+    def acting(self) -> TensorDictModuleBase:
+        """What the collector acts with: the actor, and the critic after it when the critic is
+        recurrent (so that its state is stored in the rollout for the estimator and the loss)."""
+        if not recurrent_state_specs(self.critic):
+            return self.actor
+        return TensorDictSequential(self.actor, self.critic)
+
 
 def on_policy_setup(cfg: OnPolicyConfig) -> OnPolicySetup:
     """Seeds, threads, the training envs and a separate evaluation env (:func:`setup`), then the
@@ -142,7 +150,11 @@ def on_policy_update(
         ))  # fmt: skip
     out = outs[0] if len(outs) == 1 else torch.stack(outs).mean()
     metrics = _scalars(out)
-    metrics[UPDATES] = float(epochs * math.ceil(batch.numel() / max(size, seq_len or 1)))
+    if seq_len is None:
+        per_epoch = math.ceil(batch.numel() / size)
+    else:  # ppo_update's minibatches: whole chunks, at least one
+        per_epoch = math.ceil(batch.numel() // seq_len / max(size // seq_len, 1))
+    metrics[UPDATES] = float(epochs * per_epoch)
     return metrics
 
 
@@ -346,11 +358,7 @@ def run_on_policy(
         extra_state = {**(extra_state or {}), "reward_scaler": scaler}
     actor = parts.actor
     if collector is None:
-        # A recurrent critic acts beside the actor, so the collector stores its state too.
-        acting = actor if not recurrent_state_specs(parts.critic) else (
-            TensorDictSequential(actor, parts.critic)
-        )  # fmt: skip
-        collector = make_collector(cfg, parts.env, acting, cfg.frames_per_batch)
+        collector = make_collector(cfg, parts.env, parts.acting, cfg.frames_per_batch)
     scheduler = lr_schedule(optimizer, cfg)
     state = {"actor": actor, "critic": parts.critic, "optimizer": optimizer, "scheduler": scheduler}
     state.update(extra_state or {})

@@ -200,3 +200,20 @@ def test_an_unreachable_ray_address_is_an_error_within_seconds():
     with pytest.raises(ConnectionError, match="nothing answers at 127.0.0.1:9"):
         RayCollector("CartPole-v1", policy(), 40, address="127.0.0.1:9")
     assert time.monotonic() - start < 10
+
+
+def test_batches_come_back_where_the_learner_s_policy_lives(device):
+    # The workers act with a CPU copy; a learner on CUDA gets its batches on CUDA (as from
+    # tdrl's Collector), unless storing_device says otherwise.
+    actor = policy().to(device)
+    with collector(
+        "process", "CartPole-v1", actor, 20, num_workers=1, num_envs=2, seed=0
+    ) as remote:
+        batch = remote.rollout()
+        assert remote.storing_device == torch.device(device)
+        assert batch[keys.OBSERVATION].device.type == torch.device(device).type
+        assert actor(batch[:, 0].clone())[keys.ACTION].shape == (2,)  # usable by the learner
+    with collector(
+        "process", "CartPole-v1", actor, 20, num_workers=1, num_envs=2, storing_device="cpu"
+    ) as remote:
+        assert remote.rollout()[keys.OBSERVATION].device.type == "cpu"

@@ -86,3 +86,38 @@ def test_a_dataset_is_written_whole_or_not_at_all_and_bad_input_is_named(tmp_pat
     assert not (root / "tdrl" / "wrong-env-v0").exists()
     with pytest.raises(ValueError, match="empty"):
         save_minari(ReplayBuffer(10), "tdrl/empty-v0", "Hopper-v5")
+
+
+def test_an_episode_without_an_end_flag_loads_as_truncated_and_slices_stay_inside_it():
+    # Minari's create_dataset_from_buffers accepts episodes whose last step has neither flag;
+    # loaded as they are, nothing would end them and slices would run into the next episode.
+    import gymnasium as gym
+    import numpy as np
+    from minari.data_collector import EpisodeBuffer
+
+    env = gym.make("Pendulum-v1")
+    rng = np.random.default_rng(0)
+    lengths = (5, 6)
+    buffers = [
+        EpisodeBuffer(
+            id=i, observations=list(rng.standard_normal((T + 1, 3)).astype(np.float32)),
+            actions=list(rng.uniform(-1, 1, (T, 1)).astype(np.float32)),
+            rewards=list(np.ones(T)), terminations=[False] * T, truncations=[False] * T,
+        )
+        for i, T in enumerate(lengths)
+    ]  # fmt: skip
+    minari.create_dataset_from_buffers(
+        "tdrl/noflag-v0", buffers, env=env.spec, observation_space=env.observation_space,
+        action_space=env.action_space,
+    )  # fmt: skip
+    env.close()
+    stored = load_minari("tdrl/noflag-v0").storage[:, 0]
+    last = torch.tensor([4, 10])  # each episode's last step
+    truncated = torch.zeros(11, dtype=torch.bool)
+    truncated[last] = True
+    assert torch.equal(stored["next", "truncated"].view(-1), truncated)
+    assert torch.equal(stored["next", "done"].view(-1), truncated)
+    assert not stored["next", "terminated"].any()  # cut, not terminal: it still bootstraps
+    buffer = load_minari("tdrl/noflag-v0", generator=0)
+    ids = buffer.sample_slices(64, 4)["collector", "traj_ids"]
+    assert (ids == ids[:, :1]).all()  # no slice spans two episodes

@@ -157,15 +157,18 @@ def test_cql_adds_the_gap_to_the_critic_loss_and_learns_its_multiplier(with_lagr
     torch.manual_seed(1)
     out = loss(td)
     torch.manual_seed(1)  # replay the loss's draws: SAC's target sample, then the gap's actions
-    base = sac(td)
+    base_q = sac.qvalue_loss(td)[0]
     gap = loss.gap(td).detach()
     if with_lagrange:
         expected_extra = 2.0 * 0.5 * (gap - 1.0).sum(0).mean()
     else:
         expected_extra = 2.0 * gap.sum(0).mean()
     torch.testing.assert_close(
-        out["loss_qvalue"], base["loss_qvalue"] + expected_extra.detach(), rtol=1e-5, atol=1e-5
+        out["loss_qvalue"], base_q + expected_extra.detach(), rtol=1e-5, atol=1e-5
     )
+    # a critic-only step (actor_every > 1) trains the same critic loss, the gap included
+    torch.manual_seed(1)
+    torch.testing.assert_close(loss.qvalue_loss(td)[0], out["loss_qvalue"], rtol=1e-6, atol=1e-6)
     assert "loss_alpha_prime" in loss.out_keys
     loss.zero_grad(set_to_none=True)
     out["loss_qvalue"].backward(retain_graph=True)
@@ -178,6 +181,44 @@ def test_cql_adds_the_gap_to_the_critic_loss_and_learns_its_multiplier(with_lagr
         assert float(loss.log_alpha_prime.grad) * gap_minus < 0
     else:
         assert float(out["loss_alpha_prime"]) == 0.0
+
+
+def test_cql_takes_its_action_box_from_the_actor_or_its_arguments_and_refuses_none():
+    from torch import nn
+
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor
+    from tdrl.objectives import CQLLoss
+
+    class NoBox(nn.Module):  # an actor with get_dist but no action_low/action_high
+        def __init__(self, actor):
+            super().__init__()
+            self.actor, self.in_keys, self.out_keys = actor, actor.in_keys, actor.out_keys
+
+        def get_dist(self, td):
+            return self.actor.get_dist(td)
+
+        def forward(self, td):
+            return self.actor(td)
+
+    torch.manual_seed(0)
+    W = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+    actor = TanhGaussianActor(linear(W), 2, action_low=-2.0, action_high=2.0)
+    q = EnsembleCritic(EnsembleMLP(OBS + 2, 1, (8,), num_members=2))
+    td = transitions(6, OBS, 2)
+    td["action"] = td["action"].clamp(-2.0, 2.0)
+    gaps = []
+    for loss in (
+        CQLLoss(actor, q, num_random=3),  # the actor's [A] box
+        CQLLoss(NoBox(actor), q, num_random=3, action_low=-2.0, action_high=2.0),  # floats
+    ):
+        torch.manual_seed(3)
+        gaps.append(loss.gap(td))
+    # the same draws and the same uniform density (1/4)^2 over the 2-d box
+    torch.testing.assert_close(gaps[0], gaps[1])
+    with pytest.raises(ValueError, match="action_low/action_high"):
+        CQLLoss(NoBox(actor), q)
+    with pytest.raises(ValueError, match="action_low < action_high"):
+        CQLLoss(actor, q, action_low=1.0, action_high=1.0)
 
 
 def test_discrete_cql_adds_the_logsumexp_gap_by_hand():

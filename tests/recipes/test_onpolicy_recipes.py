@@ -21,6 +21,9 @@ RECIPES |= {"ppo_lstm": ppo, "a2c_gru": a2c}
 RECIPES |= {"ppo_zoo": ppo}
 # IMPALA with tdrl's local Collector here; on Ray workers in tests/recipes/test_impala.py.
 RECIPES |= {"impala": impala}
+# IMPALA with an LSTM actor and critic: the collector stores both states, the update trains on
+# whole sequences.
+RECIPES |= {"impala_lstm": impala}
 
 # Small enough for seconds, large enough for episode ends, resets and several batches.
 TINY = dict(
@@ -49,6 +52,7 @@ TINY_EXTRA = {
         sde_sample_freq=4,
     ),
     "impala": dict(collector="local"),
+    "impala_lstm": dict(collector="local", recurrent="lstm", seq_len=8, recurrent_critic=True),
 }
 
 

@@ -234,5 +234,14 @@ def test_ppo_update_with_seq_len_trains_on_whole_chunks_in_sequence_mode() -> No
             assert step[0] % seq_len == 0
             chunks.add((int(env[0]), int(step[0])))
     assert len(chunks) == envs * steps // seq_len  # every chunk seen
+    # on_policy_update counts the steps ppo_update takes: 6 // 4 = one chunk a minibatch, so
+    # 9 steps an epoch (not ceil(36 / 6) = 6)
+    from tdrl.trainers import on_policy_update
+
+    loss.seen.clear()
+    metrics = on_policy_update(
+        batch, loss, lambda td: td, optimizer, epochs=2, minibatch_size=6, seq_len=seq_len
+    )
+    assert metrics["updates"] == len(loss.seen) == 2 * 9
     with pytest.raises(ValueError, match="seq_len=5 does not divide the rollout's 12 steps"):
         ppo_update(loss, optimizer, batch, epochs=1, minibatch_size=8, seq_len=5)
