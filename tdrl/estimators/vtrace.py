@@ -24,8 +24,8 @@ class VTrace(ValueEstimator):
         gamma: Discount.
         actor_network: A probabilistic actor with ``get_dist``, or ``None``.
         value_network: Critic, or ``None`` to read values from the batch.
-        rho_thresh: ``rho_bar``.
-        c_thresh: ``c_bar``.
+        rho_thresh: ``rho_bar`` (> 0).
+        c_thresh: ``c_bar`` (> 0; the paper takes ``c_bar <= rho_bar``).
         average_adv: Standardize the advantage over the batch.
         **kwargs: As :class:`tdrl.estimators.GAE`.
     """
@@ -45,6 +45,11 @@ class VTrace(ValueEstimator):
         self.__dict__["actor_network"] = actor_network
         self.rho_thresh = float(rho_thresh)
         self.c_thresh = float(c_thresh)
+        if not (self.rho_thresh > 0 and self.c_thresh > 0):  # False for NaN
+            raise ValueError(
+                f"VTrace: rho_thresh and c_thresh must be > 0 (clips of importance ratios), "
+                f"got rho_thresh={self.rho_thresh}, c_thresh={self.c_thresh}"
+            )
         self.average_adv = average_adv
 
     @property

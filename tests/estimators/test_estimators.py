@@ -229,6 +229,9 @@ def test_set_keys_and_constructor_checks():
         E.GAE(gamma=0.9, lmbda=0.9, value_network=None, auto_reset_env=True)
     with pytest.raises(TypeError, match="unexpected argument 'lambda_'"):
         E.GAE(gamma=0.9, lmbda=0.9, value_network=None, lambda_=0.9)
+    for rho, c in ((0.0, 1.0), (1.0, -1.0), (float("nan"), 1.0)):
+        with pytest.raises(ValueError, match=f"rho_thresh={rho}, c_thresh={c}"):
+            E.VTrace(gamma=0.9, value_network=None, rho_thresh=rho, c_thresh=c)
     # TorchRL arguments that only tune its value-network calls are accepted
     E.GAE(gamma=0.9, lmbda=0.9, value_network=None, vectorized=False, shifted=True,
           deactivate_vmap=True, device="cpu")  # fmt: skip
