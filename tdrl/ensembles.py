@@ -233,7 +233,7 @@ class _FrozenMin(torch.autograd.Function):
         index, *hidden = ctx.saved_tensors
         mlp = ctx.mlp
         layers = list(mlp.hidden)
-        grad_x = grad.new_empty(index.shape[0], layers[0].in_features)
+        grad_x = grad.new_empty(index.shape[0], (layers[0] if layers else mlp.output).in_features)
         for member in range(mlp.num_members):
             rows = (index == member).nonzero().squeeze(1)
             if rows.numel() == 0:

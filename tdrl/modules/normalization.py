@@ -184,10 +184,11 @@ class RewardScaling(TensorDictModuleBase):
         if reward is None or done is None:
             missing = reward_key if reward is None else done_key
             raise KeyError(f"RewardScaling: the input has no {missing!r} entry")
-        if reward.dim() < 2 or reward.shape != done.shape:
+        if tensordict.batch_dims != 2 or reward.dim() < 2 or reward.shape != done.shape:
             raise ValueError(
-                f"RewardScaling: expects a [num_envs, T(, 1)] rollout with {reward_key!r} and "
-                f"{done_key!r} of one shape, got {tuple(reward.shape)} and {tuple(done.shape)}"
+                f"RewardScaling: expects a [num_envs, T] rollout with {reward_key!r} and "
+                f"{done_key!r} of one shape, got batch size {tuple(tensordict.batch_size)}, "
+                f"{tuple(reward.shape)} and {tuple(done.shape)}"
             )
         num_envs, steps = reward.shape[:2]
         if self.discounted_return.numel() == 0:

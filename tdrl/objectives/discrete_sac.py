@@ -84,7 +84,10 @@ class DiscreteSACLoss(OffPolicyLoss):
             return self.target_entropy_weight * math.log(num_actions)
         return float(self._target_entropy_spec)
 
-    def _log_pi(self, td: TensorDictBase) -> torch.Tensor:
+    def _policy(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(pi, log_pi)`` ``[B, n]``, ``log_pi`` set to 0 where ``pi`` is 0 (a masked action:
+        its logit is the dtype's minimum, so ``alpha * log_pi`` would overflow to -inf for
+        ``alpha > 1`` and ``pi * log_pi`` become 0 * inf = NaN; ``0 log 0 = 0``)."""
         dist = self.actor_network.get_dist(td.select(*self.actor_network.in_keys, strict=False))
         log_pi = torch.log_softmax(dist.logits, dim=-1)
         if self.num_actions is not None and log_pi.shape[-1] != self.num_actions:
@@ -92,7 +95,8 @@ class DiscreteSACLoss(OffPolicyLoss):
                 f"DiscreteSACLoss: the actor has {log_pi.shape[-1]} logits, num_actions="
                 f"{self.num_actions}"
             )
-        return log_pi
+        pi = log_pi.exp()
+        return pi, torch.where(pi > 0, log_pi, 0.0)
 
     def _q(self, critic: Any, td: TensorDictBase) -> torch.Tensor:
         return critic.values(td.select(*critic.in_keys, strict=False))  # [E, B, n]
@@ -102,9 +106,9 @@ class DiscreteSACLoss(OffPolicyLoss):
         """``y`` ``[B]``."""
         reward, terminated, discount = self._transition(batch)
         next_td = self._get(batch, NEXT)
-        next_log_pi = self._log_pi(next_td)
+        next_pi, next_log_pi = self._policy(next_td)
         next_q = self._q(self.target_qvalue_network, next_td).min(dim=0).values
-        next_value = (next_log_pi.exp() * (next_q - self.alpha * next_log_pi)).sum(-1)
+        next_value = (next_pi * (next_q - self.alpha * next_log_pi)).sum(-1)
         return bellman_target(reward, next_value, terminated, discount)
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
@@ -116,8 +120,7 @@ class DiscreteSACLoss(OffPolicyLoss):
         loss_qvalue = self._mean(self._distance(q, target.expand_as(q)).sum(0), weights)
         td_error = (q.detach() - target).abs().max(dim=0).values
 
-        log_pi = self._log_pi(batch)
-        pi = log_pi.exp()
+        pi, log_pi = self._policy(batch)
         min_q = q_all.detach().min(dim=0).values
         loss_actor = self._mean((pi * (self.alpha * log_pi - min_q)).sum(-1), weights)
         neg_entropy = (pi * log_pi).sum(-1).detach()

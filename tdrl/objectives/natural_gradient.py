@@ -127,7 +127,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
         loss_critic_type: str = "l2",
         normalize_advantage: bool = True,
     ) -> None:
-        if max_kl <= 0 or damping < 0 or cg_iters < 1:
+        if not (max_kl > 0 and damping >= 0) or cg_iters < 1:  # NaN fails the first test
             raise ValueError(
                 f"need max_kl > 0, damping >= 0, cg_iters >= 1; got {max_kl}, {damping}, {cg_iters}"
             )

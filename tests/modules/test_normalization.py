@@ -91,6 +91,11 @@ def test_reward_scaling_clips_keeps_carry_in_state_dict_and_names_missing_keys()
     assert float(restored.discounted_return[0]) > 100  # the episode goes on into the next batch
     with pytest.raises(KeyError, match="done"):
         scaler(TensorDict(next=TensorDict(reward=reward, batch_size=[1, 3]), batch_size=[1, 3]))
+    # one unbatched env's [T] rollout (TorchRL's, reward [T, 1]) is not T envs of one step
+    flat = _rollout(reward.clone(), torch.zeros(1, 3, dtype=torch.bool))[0]
+    assert flat["next", "reward"].shape == (3, 1)
+    with pytest.raises(ValueError, match=r"\[num_envs, T\] rollout .* batch size \(3,\)"):
+        RewardScaling(0.99)(flat)
 
 
 def _gae_by_sum(reward, value, next_value, terminated, done, gamma, lmbda):

@@ -106,3 +106,33 @@ def test_bad_actions_raise():
     td["action"] = torch.zeros(4, N + 1)
     with pytest.raises(ValueError, match="one-hot 'action'"):
         loss(td)
+
+
+def test_a_masked_action_gives_finite_losses_and_gradients_at_any_alpha():
+    # A masked logit is the dtype's minimum: alpha * log_pi overflows for alpha > 1, and
+    # pi * log_pi would be 0 * inf. The masked action must count as 0 log 0 = 0.
+    from torch import nn
+
+    torch.manual_seed(0)
+    B, n = 6, 4
+    mask = torch.ones(B, n, dtype=torch.bool)
+    mask[:, 3] = False
+    td = transitions(B, OBS, num_actions=3)
+    td["action_mask"] = mask
+    td["next", "action_mask"] = mask
+    for alpha in (0.5, 1.0, 2.0, 50.0):
+        actor = CategoricalActor(nn.Linear(OBS, n), mask_key="action_mask")
+        q = EnsembleCritic(EnsembleMLP(OBS, n, (8,), num_members=2), in_keys=("observation",),
+                           out_key="action_value")  # fmt: skip
+        loss = DiscreteSACLoss(actor, q, num_actions=n, alpha_init=alpha, gamma=GAMMA)
+        out = loss(td)
+        for key in ("loss_actor", "loss_qvalue", "loss_alpha", "td_error"):
+            assert torch.isfinite(out[key]).all(), (alpha, key)
+        (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+        assert all(torch.isfinite(p.grad).all() for p in loss.parameters() if p.grad is not None)
+        # the masked action adds nothing: the same loss as the three allowed actions alone
+        logits = actor.net(td["observation"])[:, :3]
+        pi, log_pi = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
+        min_q = q.values(td.select("observation")).min(0).values[:, :3].detach()
+        expected = (pi * (alpha * log_pi - min_q)).sum(-1).mean()
+        torch.testing.assert_close(out["loss_actor"], expected, rtol=1e-5, atol=1e-5)

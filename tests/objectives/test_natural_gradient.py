@@ -94,6 +94,9 @@ def test_npg_step_has_the_kl_of_its_quadratic_model() -> None:
     assert 0.5 * 0.005 < measured < 1.5 * 0.005
     assert float(stats["step_size"]) == 1.0
     assert float(stats["surrogate_improvement"]) > 0
+    for bad in (dict(max_kl=float("nan")), dict(damping=float("nan")), dict(max_kl=0.0)):
+        with pytest.raises(ValueError, match="need max_kl > 0, damping >= 0"):
+            NPGLoss(actor, ValueCritic(mlp(OBS, 1)), **bad)
 
 
 def test_line_search_failure_restores_parameters() -> None:

@@ -140,3 +140,27 @@ def test_target_updates_copy_weights_but_the_target_keeps_its_own_noise(update):
         else:  # statistics are state: copied
             assert torch.equal(b_t, online_buffers[name]), name
     assert sum(isinstance(m, NoisyLinear) for m in target.modules()) == 2
+
+
+def test_the_sac_actor_gradient_through_a_critic_without_hidden_layers():
+    # the frozen-min backward of an ensemble critic (the gradient of the minimizing member
+    # only) also handles a purely linear critic, and equals the plain minimum's gradient
+    from tdrl.modules import TanhGaussianActor
+    from tdrl.objectives.offpolicy import critic_values
+
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(mlp(3, 4, (8,)), 2)
+    critic = EnsembleCritic(EnsembleMLP(5, 1, (), num_members=2))
+    loss = SACLoss(actor, critic)
+    td = transitions(6, 3, 2)
+    torch.manual_seed(1)
+    loss(td)["loss_actor"].backward()
+    fast = [p.grad.clone() for p in actor.parameters()]
+    actor.zero_grad(set_to_none=True)
+    torch.manual_seed(1)  # replay the draws: the target's next action, then the actor's
+    loss.value_target(td)
+    action, log_prob = loss._sample(td)
+    q = critic_values(critic, td.select("observation"), action, "action").min(dim=0).values
+    (loss.alpha.detach() * log_prob - q).mean().backward()
+    for got, want in zip(fast, (p.grad for p in actor.parameters()), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
