@@ -149,6 +149,9 @@ class StreamStorage:
                 self.path.mkdir(parents=True, exist_ok=True)
                 # A plain tensor view of the file-backed one: the same memory, torch's type.
                 file = self.path / f"leaf{i}.bin"
+                # The folder is this storage's own: a file from an earlier run (or process) on
+                # the same path is replaced (a live map of it keeps its data; the name is new).
+                file.unlink(missing_ok=True)
                 leaf = MemoryMappedTensor.zeros(shape, dtype=x.dtype, filename=file).view(shape)
             self.leaves.append(leaf)
             self.flat.append(leaf.view(self.length * self.num_streams, *leaf.shape[2:]))

@@ -12,10 +12,12 @@ state (MuJoCo envs pickle their constructor arguments only, via ``EzPickle``), s
   ``np_random`` bit-generator state (reset noise), and the plain attributes of each wrapper
   (``TimeLimit``'s ``_elapsed_steps``, ``OrderEnforcing``'s ``_has_reset``, checker flags).
 
-Async vector envs keep their envs in worker processes, out of reach: for them ``env_state``
-returns ``None`` and :func:`load_env_state` re-seeds the envs' next reset instead, so a resumed
-async run is reproducible but not identical to an uninterrupted one (episodes in flight at the
-checkpoint are cut). ``Collector.state_dict`` stores this state with the collector's own.
+Async vector envs keep their envs in worker processes, out of reach, and some envs hold state
+in objects this module cannot read (MinAtar's game, ``FrameStackObservation``'s frame queue, an
+emulator): for them ``env_state`` returns ``None`` and :func:`load_env_state` re-seeds the
+envs' next reset instead, so a resumed run is reproducible but not identical to an
+uninterrupted one (episodes in flight at the checkpoint are cut). ``Collector.state_dict``
+stores this state with the collector's own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,32 @@ import numpy as np
 from tdrl.envs.vec_env import VecEnv
 
 _PLAIN = (np.ndarray, numbers.Number, bool, type(None))
+
+
+def _inert(name: str, value: Any, mujoco: bool) -> bool:
+    """Whether an attribute holds no episode state this module fails to save: plain values (saved),
+    configuration (strings, tuples, dicts, lists, spaces, the spec, the random generator, saved
+    through ``np_random``), the next wrapper, and a MuJoCo env's model, data and renderer (its
+    physics are saved)."""
+    config = (str, tuple, dict, list, gym.Space, gym.Env, np.random.Generator)
+    if isinstance(value, (*_PLAIN, *config)):
+        return True
+    if type(value).__name__ == "EnvSpec":
+        return True
+    return mujoco and name in ("model", "data", "mujoco_renderer")
+
+
+def _unreadable(env: gym.Env) -> list[str]:
+    """``type.attribute`` of the state :func:`env_state` cannot read from ``env`` (e.g. a MinAtar
+    game object, the frame queue of ``FrameStackObservation``, an emulator)."""
+    unwrapped: Any = env.unwrapped
+    mujoco = _is_mujoco(unwrapped)
+    return [
+        f"{type(obj).__name__}.{name}"
+        for obj in (unwrapped, *_layers(env))
+        for name, value in vars(obj).items()
+        if not _inert(name, value, mujoco)
+    ]
 
 
 def _is_mujoco(env: Any) -> bool:
@@ -89,9 +117,13 @@ def _load_sub_env_state(env: gym.Env, state: dict[str, Any]) -> None:
 
 
 def env_state(env: VecEnv) -> list[dict[str, Any]] | None:
-    """Per-sub-env state of a sync ``VecEnv`` (see the module docstring); ``None`` if async or
-    not a gymnasium ``SyncVectorEnv`` (e.g. a TorchRL env through ``from_torchrl``)."""
+    """Per-sub-env state of a sync ``VecEnv`` (see the module docstring); ``None`` if async,
+    not a gymnasium ``SyncVectorEnv`` (e.g. a TorchRL env through ``from_torchrl``), or holding
+    state this module cannot read (MinAtar's game, a frame stack's queue, an Atari emulator):
+    such envs are re-seeded on resume, as async ones, rather than restored half-way."""
     if not isinstance(env._vec, gym.vector.SyncVectorEnv):
+        return None
+    if any(_unreadable(sub) for sub in env._vec.envs):
         return None
     return [_sub_env_state(sub) for sub in env._vec.envs]
 

@@ -128,6 +128,14 @@ class VecEnv:
         if out_of_bounds not in ("clip", "reject"):
             raise ValueError(f"out_of_bounds must be 'clip' or 'reject', got {out_of_bounds!r}")
         _check_timeout(step_timeout)
+        mode = getattr(vec_env, "metadata", {}).get("autoreset_mode")
+        if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
+            # NEXT_STEP (gym.make_vec's default) returns a dummy step after each episode end:
+            # stored as a transition, it would pair the final observation with the reset one
+            raise ValueError(
+                f"VecEnv needs a vector env with same-step autoreset, got autoreset_mode={mode}: "
+                "pass autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, or use make_vec_env"
+            )
         # Any: the async-only members (step_wait, processes) are not on VectorEnv.
         self._vec: Any = vec_env
         self.num_envs: int = vec_env.num_envs

@@ -354,8 +354,8 @@ def target_entropy_of(target_entropy: str | float, action_dim: int | None) -> fl
 
 def log_alpha_parameter(alpha_init: float, fixed_alpha: bool) -> torch.Tensor:
     """``log(alpha_init)`` as a trainable parameter, or a constant when ``fixed_alpha``."""
-    if alpha_init <= 0:
-        raise ValueError(f"alpha_init must be > 0, got {alpha_init}")
+    if not (math.isfinite(alpha_init) and alpha_init > 0):
+        raise ValueError(f"alpha_init must be finite and > 0, got {alpha_init}")
     value = torch.tensor(math.log(alpha_init))
     return value if fixed_alpha else torch.nn.Parameter(value)
 

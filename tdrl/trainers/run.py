@@ -276,7 +276,8 @@ def resume_run(
     root: Path, collector: CollectorLike, buffer: ReplayBuffer | None = None, **objects: Any
 ) -> dict[str, Any] | None:
     """Load the newest complete checkpoint of the run folder ``root`` into fresh objects;
-    returns its counters (None when there is no checkpoint).
+    returns its counters (None when there is no checkpoint: the run starts from frame 0, and
+    the rows a run killed before its first checkpoint logged are dropped).
 
     When the collector cannot be restored exactly (async envs: fresh episodes follow), the
     buffer's newest step of every stream is marked truncated (:func:`truncate_streams`). CSV rows
@@ -284,7 +285,8 @@ def resume_run(
     read like those of an uninterrupted one.
     """
     folder = latest_checkpoint(root)
-    if folder is None:
+    if folder is None:  # the run starts again from frame 0: so do its logs
+        drop_rows_after(root, 0)
         return None
     payload = load_checkpoint(folder / CHECKPOINT, **objects)
     exact = collector.load_state_dict(payload["collector"])
@@ -506,8 +508,10 @@ class Run:
         counters["time"] = time.perf_counter() - self._start
         if self.log_every <= 0 or crossed(frames, previous, self.log_every):
             self._log_train(frames)
-        done = frames >= self.total_frames or 0 < self.stop_after_frames <= frames
-        if frames >= counters["next_eval"] or done:
+        finished = frames >= self.total_frames
+        # a stop_after_frames stop is a pause: no evaluation a straight run would not make
+        done = finished or 0 < self.stop_after_frames <= frames
+        if frames >= counters["next_eval"] or finished:
             self.last_eval = evaluate_and_log(
                 self._logger, self.eval_env, self.policy, step=frames,
                 n_episodes=self.eval_episodes, seed=self.eval_seed, elapsed=counters["time"],
@@ -606,7 +610,7 @@ class Run:
                 self._logger.video("eval/final", self.log_dir / "video" / "final.mp4", frames)
         self.close()
         report = "logs"
-        if self.curve:
+        if self.curve and (self.log_dir / "eval.csv").exists():  # none yet at an early pause
             report += f" and {finish_run(self.log_dir, self.title).name}"
         result = {
             "frames": float(self.frames),

@@ -263,3 +263,11 @@ def test_disk_backed_storage_samples_what_the_in_memory_one_does(rollout, tmp_pa
         str(tmp_path / "rb" / "leaf0.bin"), size=leaf.numel(), dtype=leaf.dtype
     ).view(leaf.shape)
     assert torch.equal(again, leaf)
+    # a new buffer on the same folder (a resumed run, a new process) allocates afresh and
+    # loads a saved state; the old buffer's data stay readable
+    before = disk.storage.clone()
+    disk.save(tmp_path / "saved")
+    resumed = ReplayBuffer(90, n_steps=3, gamma=0.9, generator=7, storage_path=tmp_path / "rb")
+    resumed.load(tmp_path / "saved")
+    assert (resumed.storage == before).all() and (disk.storage == before).all()
+    resumed.extend(td[:, :5])  # and writes into its own files

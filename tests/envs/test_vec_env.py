@@ -173,6 +173,23 @@ def test_unknown_env_id_is_named():
         make_vec_env("NoSuchEnv-v0", 2)
 
 
+def test_a_vector_env_with_next_step_autoreset_is_refused():
+    # gym.make_vec's default (NEXT_STEP) answers the step after an episode end with a dummy
+    # transition (final obs -> reset obs, reward 0, not done); it must not be collected.
+    from tdrl.envs import VecEnv
+
+    next_step = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="same-step autoreset, got autoreset_mode=.*NEXT_STEP"):
+        VecEnv(next_step)
+    next_step.close()
+    same_step = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1")] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    env = VecEnv(same_step, seed=0)
+    assert env.reset()["observation"].shape == (2, 4)
+    env.close()
+
+
 def test_out_of_bounds_actions_are_clipped_or_rejected():
     big = torch.full((2, 6), 5.0)
     with (

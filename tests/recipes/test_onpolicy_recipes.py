@@ -268,3 +268,31 @@ def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tm
     assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
         tmp_path / "straight" / "train.csv"
     )
+
+
+def test_a_stop_between_evaluations_and_a_resume_without_checkpoint_read_like_a_straight_run(
+    tmp_path: Path,
+) -> None:
+    # A stop_after_frames stop is a pause: it makes no evaluation the straight run does not
+    # make (an extra one moved the RNG and the eval log); a --resume that finds no checkpoint
+    # starts from frame 0, and the logs of the killed attempt go.
+    import shutil
+
+    from tdrl.trainers.run import CHECKPOINTS
+
+    common = dict(env_id="CartPole-v1", total_frames=384)
+    ppo.main(tiny("ppo", tmp_path / "straight", **common))
+    expected = _losses(tmp_path / "straight" / "train.csv")
+    first = tiny("ppo", tmp_path / "paused", **common, stop_after_frames=128)  # eval_every 192
+    ppo.main(first)
+    assert not (tmp_path / "paused" / "eval.csv").exists()  # no evaluation at the pause
+    ppo.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    assert [row["step"] for row in read_csv(tmp_path / "paused" / "eval.csv")] == [192, 384]
+    assert _losses(tmp_path / "paused" / "train.csv") == expected
+    # killed before its first checkpoint: as if the checkpoint folder were never written
+    killed = tiny("ppo", tmp_path / "killed", **common, stop_after_frames=256)
+    ppo.main(killed)
+    shutil.rmtree(tmp_path / "killed" / CHECKPOINTS)
+    ppo.main(dataclasses.replace(killed, stop_after_frames=0, resume=True))
+    assert [row["step"] for row in read_csv(tmp_path / "killed" / "eval.csv")] == [192, 384]
+    assert _losses(tmp_path / "killed" / "train.csv") == expected
