@@ -165,10 +165,14 @@ class Collector:
         store_init = bool(runner.state_keys)
         is_init = torch.empty(n, steps if store_init else 0, 1, dtype=torch.bool)
         is_init_np = is_init.numpy()[..., 0]
+        mask_leaf = env.action_mask_leaf  # random actions follow the current mask, step by step
         if use_policy:
             outputs: list[list[torch.Tensor]] = []
-        else:
+        elif mask_leaf is None:
             action = env.rand_action(self._generator, steps)
+            action_np = action.numpy()
+        else:
+            action = torch.empty(n, steps, *env.action_spec.shape[1:], dtype=torch.int64)
             action_np = action.numpy()
         current_np = runner.observation_np
         ended_returns, ended_lengths, ended_ids = [], [], []
@@ -183,6 +187,8 @@ class Collector:
                 outputs.append(values)
                 out = env.step_arrays(step_action.numpy())
             else:
+                if mask_leaf is not None:
+                    action_np[:, t] = env.rand_action(self._generator, mask=current_np[mask_leaf])
                 out = env.step_arrays(action_np[:, t])
             for dst, cur, src in zip(next_observation_np, current_np, out.observation, strict=True):
                 dst[:, t] = src

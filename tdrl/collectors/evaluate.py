@@ -59,7 +59,12 @@ def evaluate(
     with torch.no_grad(), set_interaction_type(mode):
         runner.set_observation(env.reset_arrays(seed), reset=True)
         while quota.any():
-            action = runner()[0] if policy is not None else env.rand_action(generator)
+            if policy is not None:
+                action = runner()[0]
+            else:  # uniform over the allowed actions where the env masks them
+                leaf = env.action_mask_leaf
+                mask = None if leaf is None else runner.observation_np[leaf]
+                action = env.rand_action(generator, mask=mask)
             out = env.step_arrays(action.numpy())
             runner.set_observation(out.observation)
             runner.set_episode_starts(out.final_observation)

@@ -306,14 +306,32 @@ class VecEnv:
         assert self._last_observation is not None
         return td, self._root(self._last_observation)
 
+    @property
+    def action_mask_leaf(self) -> int | None:
+        """Index of the ``"action_mask"`` leaf among the observation leaves, or None."""
+        return self._mask_leaf
+
     def rand_action(
-        self, generator: torch.Generator | None = None, steps: int | None = None
+        self,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        *,
+        mask: np.ndarray | None = None,
     ) -> torch.Tensor:
-        """Uniform random actions within the bounds.
+        """Uniform random actions within the bounds; with an ``"action_mask"`` observation,
+        uniform over the allowed actions of ``mask`` (the current one, ``[num_envs, n]``; one
+        step at a time, since the mask changes every step).
 
         Shapes:
             [num_envs, *action_shape], or [num_envs, steps, *action_shape] when steps is given.
         """
+        if self._mask_leaf is not None:
+            if mask is None or steps is not None:
+                raise ValueError(
+                    f"this env has an {keys.ACTION_MASK!r}: random actions are drawn one step at "
+                    "a time from the current mask (rand_action(generator, mask=...))"
+                )
+            return self._masked_rand_action(mask, generator)
         batch = (self.num_envs,) if steps is None else (self.num_envs, steps)
         if self._is_box:
             low, high = torch.as_tensor(self._low), torch.as_tensor(self._high)
@@ -408,6 +426,18 @@ class VecEnv:
             np.cumsum(space.nvec)[:-1] if isinstance(space, gym.spaces.MultiDiscrete) else None
         )
         return found[0]
+
+    def _masked_rand_action(
+        self, mask: np.ndarray, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        """One uniform draw among the allowed actions per env (and component): the argmax of
+        uniform noise over the allowed entries."""
+        allowed = torch.as_tensor(np.asarray(mask, dtype=bool))
+        noise = torch.rand(allowed.shape, generator=generator).masked_fill_(~allowed, -1.0)
+        if self._mask_splits is None:
+            return noise.argmax(-1)
+        parts = torch.tensor_split(noise, [int(i) for i in self._mask_splits], dim=-1)
+        return torch.stack([part.argmax(-1) for part in parts], dim=-1)
 
     def _check_mask(self, mask: np.ndarray, where: str) -> None:
         """Every env must have a valid action (per component): else no action can be taken."""
