@@ -144,7 +144,9 @@ HEADER = """\
 
 Written by `python benchmarks/minatar_table.py --render` from `minatar_table.jsonl` (one line
 per finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine
-load); the table is being filled. Every cell: MinAtar's published DQN settings (Young & Tian
+load); all 12 cells ran (2026-11-25/26; the Rainbow cells before f568008, when a target copy
+also copied the online network's noise draw, so the target used it on the update after each
+copy: 1 in 1000). Every cell: MinAtar's published DQN settings (Young & Tian
 2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99, epsilon
 1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random steps, one update a step),
 the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor is
