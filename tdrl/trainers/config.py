@@ -48,10 +48,12 @@ def _check_field(name: str, value: object) -> None:
         raise ValueError(f"{flag} (a learning rate) must be finite and > 0, got {value}")
     if name in _UNIT and not 0.0 <= value <= 1.0:
         raise ValueError(f"{flag} must lie in [0, 1], got {value}")
-    positive = ("utd_ratio", "step_timeout", "max_kl", "max_grad_norm", "alpha_init")
+    positive = ("utd_ratio", "step_timeout", "max_kl", "alpha_init")
     if name in positive and not (math.isfinite(value) and value > 0):
-        # max_grad_norm < 0 would flip every gradient, 0 zero them, NaN make them NaN
         raise ValueError(f"{flag} must be finite and > 0, got {value}")
+    if name == "max_grad_norm" and not value > 0:  # False for NaN
+        # < 0 would flip every gradient, 0 zero them, NaN make them NaN; inf: no clipping
+        raise ValueError(f"{flag} must be > 0 (inf: no clipping), got {value}")
     if name.endswith("_coeff") and not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{flag} (a loss weight) must be finite and >= 0, got {value}")
     if name == "seed" and value < 0:
@@ -71,9 +73,10 @@ class RunConfig:
     """What every recipe run has: :func:`tdrl.trainers.setup` and ``Run.from_config`` read it.
 
     Every field is checked when the config is made (before anything runs), in every subclass:
-    counts that must be positive, learning rates (``lr``, ``*_lr``), ``max_grad_norm`` and
-    ``alpha_init`` > 0 and finite, loss weights (``*_coeff``) >= 0 and finite, ``seed`` >= 0,
-    and ``gamma``, ``lmbda``, ``tau`` in [0, 1]; an error names the flag and the value.
+    counts that must be positive, learning rates (``lr``, ``*_lr``) and ``alpha_init`` > 0
+    and finite, ``max_grad_norm`` > 0 (inf: no clipping), loss weights (``*_coeff``) >= 0 and
+    finite, ``seed`` >= 0, and ``gamma``, ``lmbda``, ``tau`` in [0, 1]; an error names the flag
+    and the value.
     """
 
     def __post_init__(self) -> None:
