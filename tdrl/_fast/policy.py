@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import NestedKey, TensorDictBase, unravel_key_list
 from tensordict.nn import TensorDictModule
 
 from tdrl import keys
@@ -43,6 +43,11 @@ def call_module(policy: TensorDictModule, td: TensorDictBase) -> list[torch.Tens
     """The values ``policy(td)`` would write to its out-keys, in out-key order (``td`` is not
     written)."""
     values = policy.module(*[td.get(k) for k in policy.in_keys])
+    # a dict (or TensorDict) holding every out-key: its entries, as TensorDictModule reads it
+    if isinstance(values, (dict, TensorDictBase)) and all(k in values for k in policy.out_keys):
+        if isinstance(values, dict):
+            values = dict(zip(unravel_key_list(list(values)), values.values(), strict=True))
+        values = tuple(values.get(k) for k in policy.out_keys)
     if not isinstance(values, tuple):
         values = (values,)
     if len(values) != len(policy.out_keys):

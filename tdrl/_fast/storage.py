@@ -120,11 +120,12 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
         )
     lines += [
         "        ok = " + " and ".join(checks),
+        "        ptrs = (" + "".join(f"x{i}.data_ptr(), " for i in range(len(keys))) + ")",
         "    except (KeyError, AttributeError, TypeError, RuntimeError):",
         "        return None",  # a missing key, a non-tensor or sparse leaf: the checked path
-        "    if not ok:",
+        # a wrapper subclass has no data of its own (data_ptr 0): the checked path
+        "    if not ok or 0 in ptrs:",
         "        return None",
-        "    ptrs = (" + "".join(f"x{i}.data_ptr(), " for i in range(len(keys))) + ")",
         "    return steps if _write_rows(counters, geom, ptrs, steps) else None",
     ]
     return "def write(td):\n" + "\n".join(lines) + "\n", names
@@ -213,7 +214,9 @@ class RowCopier:
         protos = self._protos.get(index.shape[0])
         if protos is None:
             n = index.shape[0]
-            protos = [torch.empty((n, *x.shape[2:]), dtype=x.dtype) for x in self.leaves]
+            protos = [
+                torch.empty((n, *x.shape[2:]), dtype=x.dtype, device="cpu") for x in self.leaves
+            ]  # on the CPU whatever torch's default device (the copies are host memmoves)
             if len(self._protos) < 16:  # bounded: batch sizes seldom vary
                 self._protos[n] = protos
         # empty_like of a cached [B, *F] tensor: ~0.7 us, torch.empty(shape, dtype) ~1.5

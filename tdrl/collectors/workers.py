@@ -65,7 +65,6 @@ class _Worker:
         env_kwargs: dict[str, Any],
         policy: Any,
         frames_per_batch: int,
-        init_random_frames: int,
         deterministic: bool,
     ) -> None:
         torch.set_num_threads(1)  # one core per worker: the worker count sets the parallelism
@@ -81,23 +80,40 @@ class _Worker:
                 else env(index)
             )
             self.collector = Collector(
-                vec,
-                policy,
-                frames_per_batch,
-                init_random_frames=init_random_frames,
-                deterministic=deterministic,
-                seed=first,
+                vec, policy, frames_per_batch, deterministic=deterministic, seed=first
             )
         except Exception as err:
             self.error = err
 
-    def rollout(self, weights: dict[str, torch.Tensor] | None, version: int) -> tuple[Any, ...]:
+    def rollout(
+        self, weights: dict[str, torch.Tensor] | None, version: int, random: bool
+    ) -> tuple[Any, ...]:
+        """One batch, of random actions when ``random`` (the learner decides: it counts the
+        frames of every worker, across restarts and resumes)."""
         if self.error is not None:
             raise self.error
         if weights is not None and self.policy is not None:
-            self.policy.load_state_dict(weights)
-        batch = self.collector.rollout()
+            # the weights come without noise states (an OU process, gSDE's matrix): those
+            # stay the worker's; anything else missing or unexpected is an error
+            missing, unexpected = self.policy.load_state_dict(weights, strict=False)
+            wrong = sorted(set(missing) - _noise_state_names(self.policy)) + list(unexpected)
+            if wrong:
+                raise RuntimeError(f"weights do not fit the worker's policy: {wrong}")
+        collector = self.collector
+        collector.init_random_frames = collector.frames + 1 if random else 0
+        batch = collector.rollout()
         return batch, self.collector.episodes, version
+
+
+def _noise_state_names(module: torch.nn.Module) -> set[str]:
+    """``state_dict`` names of the buffers submodules list in ``noise_buffers``: exploration
+    state of the env-stepping copy (an OU process's per-env state, gSDE's noise matrix), not
+    weights to send."""
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, sub in module.named_modules()
+        for name in getattr(sub, "noise_buffers", ())
+    }
 
 
 class _WorkerDied(Exception):
@@ -125,8 +141,8 @@ class _RayPool:
     def start(self, index: int, args: tuple[Any, ...]) -> Any:
         return self.actor.remote(index, *args)
 
-    def submit(self, worker: Any, weights: Any, version: int) -> Any:
-        return worker.rollout.remote(weights, version)
+    def submit(self, worker: Any, weights: Any, version: int, random: bool) -> Any:
+        return worker.rollout.remote(weights, version, random)
 
     def first_done(self, handles: list[Any]) -> Any:
         ready, _ = self.ray.wait(handles, num_returns=1)
@@ -213,9 +229,9 @@ class _ProcessPool:
         child.close()
         return _Process(process, parent)
 
-    def submit(self, worker: _Process, weights: Any, version: int) -> Any:
+    def submit(self, worker: _Process, weights: Any, version: int, random: bool) -> Any:
         try:
-            worker.conn.send((weights, version))
+            worker.conn.send((weights, version, random))
         except (BrokenPipeError, OSError):
             pass  # a dead worker: get() reports it
         return worker.conn
@@ -256,8 +272,9 @@ class WorkerCollector:
         total_frames: stop after this many frames (whole batches); -1: never.
         num_workers: Ray actors, each with ``num_envs`` envs.
         sync: see the module docstring. ``max_policy_lag``: async only, in policy updates.
-        init_random_frames: frames of random actions before the policy acts (shared out over the
-            workers).
+        init_random_frames: random actions until this many frames have come back (counted by
+            the learner, so a restarted worker or a resumed run does not start them again; in
+            async mode the batches in flight when it is reached are random too).
         on_worker_failure: ``"restart"`` (at most ``max_restarts`` restarts in all) or ``"raise"``.
         storing_device: where batches are returned (the workers act on the CPU); default: the
             device of the policy's parameters (a learner on CUDA gets CUDA batches), else the CPU.
@@ -323,9 +340,9 @@ class WorkerCollector:
         self.episodes = TensorDict({}, batch_size=[0])
         policy_ref = pool.share(_on_cpu(policy), "policy")
         worker_frames = frames_per_batch // num_workers if sync else frames_per_batch
+        self.init_random_frames = init_random_frames
         self._worker_args = (
-            env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames,
-            -(-init_random_frames // num_workers), deterministic,
+            env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames, deterministic,
         )  # fmt: skip
         self.workers = [pool.start(w, self._worker_args) for w in range(num_workers)]
         # traj id offset per worker (a multiple of W, raised past the old ids on a restart)
@@ -338,13 +355,15 @@ class WorkerCollector:
 
     # --- weights ---------------------------------------------------------------------------
     def update_policy_weights_(self, weights: dict[str, torch.Tensor] | None = None) -> None:
-        """Send new weights (default: the policy's current ``state_dict``), loaded by each
+        """Send new weights (default: the policy's current ``state_dict`` without the noise
+        states its modules list in ``noise_buffers``, which stay each worker's), loaded by each
         worker before its next rollout (Ray: one ``ray.put`` shared by all). Increments
         ``version``."""
         if weights is None:
             if self.policy is None:
                 raise ValueError("update_policy_weights_() without weights needs a policy")
-            weights = self.policy.state_dict()
+            noise = _noise_state_names(self.policy)  # the workers' own (see _Worker.rollout)
+            weights = {k: v for k, v in self.policy.state_dict().items() if k not in noise}
         weights = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
         self.version += 1
         self._weights_ref = self.pool.share(weights, "weights")
@@ -396,7 +415,8 @@ class WorkerCollector:
         fresh = self._weights_ref is not None and self._sent[w] != self.version
         self._sent[w] = self.version
         weights = self._weights_ref if fresh else None
-        return self.pool.submit(self.workers[w], weights, self.version)
+        random = self.policy is None or self.frames < self.init_random_frames
+        return self.pool.submit(self.workers[w], weights, self.version, random)
 
     def _result(self, w: int, ref: Any) -> tuple[TensorDict, TensorDict, int]:
         """The rollout ``ref`` of worker ``w``, asked again of a restarted worker if it died."""
@@ -523,6 +543,13 @@ class ProcessCollector(WorkerCollector):
     """
 
     def __init__(self, *args: Any, context: str = "spawn", **kwargs: Any) -> None:
+        if (kwargs.get("env_kwargs") or {}).get("mode") == "async":
+            # a worker is a daemonic process, which may not start the async envs' processes
+            raise ValueError(
+                "ProcessCollector: env_kwargs mode='async' is not possible (each worker is "
+                "already a process of its own; its envs step in it): use mode='sync', more "
+                "workers, or RayCollector"
+            )
         super().__init__(*args, pool=_ProcessPool(context), **kwargs)
 
     @property

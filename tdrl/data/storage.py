@@ -273,7 +273,7 @@ class StreamStorage:
                 x = x.transpose(0, 1)
             else:  # [S] one step per stream, or [T] steps of the single stream
                 x = x.unsqueeze(0) if S > 1 else x.unsqueeze(1)
-            x = x[skip:]
+            x = x[skip:].detach()  # stored data, not a graph (and as the fast copies store it)
             leaf[start : start + first].copy_(x[:first], non_blocking=True)
             if first < n:  # wrap-around: the second of at most two copies
                 leaf[: n - first].copy_(x[first:], non_blocking=True)

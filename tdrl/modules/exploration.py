@@ -247,6 +247,10 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
 
     state: torch.Tensor
 
+    noise_buffers = ("state",)
+    """The per-env process state belongs to the copy that acts: weight updates sent to
+    workers and target copies leave it alone."""
+
     def __init__(
         self,
         action_dim: int,

@@ -62,6 +62,10 @@ class GSDEActor(_ProbabilisticActor):
     noise: torch.Tensor
     calls: torch.Tensor
 
+    noise_buffers = ("noise", "calls")
+    """The exploration matrix and its resampling count belong to the copy that acts: weight
+    updates sent to workers leave them alone."""
+
     def __init__(
         self,
         body: nn.Module,

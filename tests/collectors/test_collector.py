@@ -358,3 +358,18 @@ def test_a_policy_that_overwrites_its_observation_sees_each_steps_new_observatio
         stats = evaluate(env, policy, n_episodes=2, seed=1)
     torch.testing.assert_close(batch["seen"], batch["observation"] - 1.0)  # every step once
     assert np.isfinite(stats["return_mean"])
+
+
+def test_a_policy_module_returning_a_dict_writes_each_out_key(fast_mode):
+    # TensorDictModule maps a dict output onto its out-keys; the fast policy call does too.
+    from tensordict.nn import TensorDictModule
+
+    class DictPolicy(torch.nn.Module):
+        def forward(self, observation):
+            return {"action": observation[..., :1].clamp(-2.0, 2.0), "loc": observation + 1.0}
+
+    policy = TensorDictModule(DictPolicy(), in_keys=["observation"], out_keys=["action", "loc"])
+    with make_vec_env("Pendulum-v1", 2, seed=0) as env:
+        batch = Collector(env, policy, 20).rollout()
+    assert torch.equal(batch["loc"], batch["observation"] + 1.0)
+    assert torch.equal(batch["action"], batch["observation"][..., :1].clamp(-2.0, 2.0))

@@ -217,3 +217,67 @@ def test_batches_come_back_where_the_learner_s_policy_lives(device):
         "process", "CartPole-v1", actor, 20, num_workers=1, num_envs=2, storing_device="cpu"
     ) as remote:
         assert remote.rollout()[keys.OBSERVATION].device.type == "cpu"
+
+
+def test_random_frames_are_counted_by_the_learner_across_restarts_and_resumes():
+    # init_random_frames is the learner's count: a restarted worker does not act randomly
+    # again (its random batch had no policy outputs), nor does a resumed collector's.
+    def acted(batch) -> bool:
+        return keys.ACTION_LOG_PROB in batch.keys()
+
+    actor = policy()
+    with collector(
+        "process", "CartPole-v1", actor, 40, num_workers=2, num_envs=1, seed=0,
+        init_random_frames=40,
+    ) as remote:  # fmt: skip
+        assert not acted(remote.rollout())  # 40 random frames, then the policy
+        assert acted(remote.rollout())
+        state = remote.state_dict()
+        kill(remote, 0)
+        with pytest.warns(RuntimeWarning, match="0 died"):
+            assert acted(remote.rollout())
+    with collector(
+        "process", "CartPole-v1", actor, 40, num_workers=2, num_envs=1, seed=0,
+        init_random_frames=40,
+    ) as resumed:  # fmt: skip
+        assert not resumed.load_state_dict(state)
+        assert acted(resumed.rollout())
+
+
+def test_weight_updates_leave_the_workers_exploration_noise_alone(monkeypatch):
+    # An OU process's per-env state is the acting copy's: the learner's copy (which never acts)
+    # must not reset it with every weight update.
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.modules import DeterministicActor, OrnsteinUhlenbeckNoise
+
+    def first_actions() -> tuple[list[float], dict]:
+        torch.manual_seed(0)
+        actor = DeterministicActor(nn.Linear(3, 1), 1, action_low=-2.0, action_high=2.0)
+        with torch.no_grad():
+            actor.net.weight.zero_()
+            actor.net.bias.zero_()
+        noise = OrnsteinUhlenbeckNoise(1, sigma=2.0, action_low=-2.0, action_high=2.0)
+        noisy = TensorDictSequential(actor, noise)
+        with collector(
+            "process", "Pendulum-v1", noisy, 10, num_workers=1, num_envs=1, seed=0
+        ) as remote:  # fmt: skip
+            starts = []
+            for _ in range(8):
+                remote.update_policy_weights_()
+                starts.append(float(remote.rollout()["action"][0, 0].abs()))
+            return starts, remote._weights_ref
+
+    kept, sent = first_actions()
+    assert "module.1.state" not in sent and "module.0.net.weight" in sent
+    monkeypatch.setattr(OrnsteinUhlenbeckNoise, "noise_buffers", ())  # the old behaviour
+    reset, sent_all = first_actions()
+    assert "module.1.state" in sent_all
+    # reset to x0 = 0 before every batch, each first action is one noise step from 0; carried
+    # on, the process has wandered off by then
+    assert sum(kept[2:]) > 3 * sum(reset[2:])
+
+
+def test_process_workers_refuse_async_envs_up_front():
+    with pytest.raises(ValueError, match="mode='async' is not possible"):
+        ProcessCollector("CartPole-v1", None, 20, num_workers=1, env_kwargs={"mode": "async"})

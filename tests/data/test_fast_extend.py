@@ -242,3 +242,47 @@ def test_one_step_rollouts_and_single_stream_rollouts_take_the_fast_path(
     for _ in range(2):
         two.extend(TensorDict({"x": x}, batch_size=[2, 3]))
     assert two.storage["x"][:3, :, 0].tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+
+
+def test_a_wrapper_subclass_and_a_graph_are_stored_as_plain_data(fast_mode):
+    # A wrapper subclass has no data of its own (data_ptr 0: the raw copy read from NULL);
+    # an input that requires grad is stored as data, without a graph, in both modes.
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    rb = ReplayBuffer(16, generator=0)
+    rb.extend(TensorDict({"x": torch.zeros(4, 2)}, [4]))
+    rb.extend(TensorDict({"x": torch.zeros(4, 2)}, [4]))  # the fast path is set up now
+    wrapped = TwoTensor(torch.ones(4, 2), torch.ones(4, 2) * 2)
+    rb.extend(TensorDict({"x": wrapped}, [4]))
+    assert torch.equal(rb.storage["x"][8:12, 0], torch.zeros(4, 2).copy_(wrapped))
+    lin = torch.nn.Linear(3, 2)
+    graph = TensorDict({"x": lin(torch.randn(4, 3))}, [4])
+    for _ in range(3):
+        graph_rb = ReplayBuffer(16, generator=0)
+        graph_rb.extend(graph)
+        graph_rb.extend(graph)
+    leaf = graph_rb.stream_storage.leaves[0]
+    assert leaf.grad_fn is None and not leaf.requires_grad
+    assert not graph_rb.sample(4)["x"].requires_grad
+    assert torch.equal(graph_rb.storage["x"][:4, 0], graph["x"].detach())
+
+
+def test_samples_are_gathered_on_the_cpu_whatever_the_default_device(fast_mode):
+    rb = PrioritizedReplayBuffer(16, generator=0)
+    for _ in range(3):
+        rb.extend(TensorDict({"id": torch.arange(4)}, [4], device="cpu"))
+    previous = torch.get_default_device()
+    torch.set_default_device("meta")  # the raw copies wrote host bytes to a meta address
+    try:
+        sample = rb.sample(5)
+    finally:
+        torch.set_default_device(previous)
+    assert sample["id"].device.type == "cpu" and bool((sample["id"] < 4).all())
+
+
+def test_bfloat16_priorities_set_what_float32_ones_set():
+    rbs = [PrioritizedReplayBuffer(16, generator=0) for _ in range(2)]
+    for rb, dtype in zip(rbs, (torch.float32, torch.bfloat16), strict=True):
+        rb.extend(TensorDict({"id": torch.arange(4)}, [4]))
+        rb.update_priority(torch.arange(4), torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=dtype))
+    assert torch.equal(rbs[0].state_dict()["priority"], rbs[1].state_dict()["priority"])
