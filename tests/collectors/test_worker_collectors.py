@@ -244,38 +244,34 @@ def test_random_frames_are_counted_by_the_learner_across_restarts_and_resumes():
         assert acted(resumed.rollout())
 
 
-def test_weight_updates_leave_the_workers_exploration_noise_alone(monkeypatch):
-    # An OU process's per-env state is the acting copy's: the learner's copy (which never acts)
-    # must not reset it with every weight update.
+def test_weight_updates_leave_the_workers_exploration_noise_alone():
+    # An OU process's per-env state is the acting copy's: the learner's copy never acts (its
+    # state is empty), so sending it reset every worker's noise at every weight update.
+    import copy
+
     from tensordict.nn import TensorDictSequential
 
+    from tdrl.collectors.workers import _Worker
     from tdrl.modules import DeterministicActor, OrnsteinUhlenbeckNoise
 
-    def first_actions() -> tuple[list[float], dict]:
-        torch.manual_seed(0)
-        actor = DeterministicActor(nn.Linear(3, 1), 1, action_low=-2.0, action_high=2.0)
-        with torch.no_grad():
-            actor.net.weight.zero_()
-            actor.net.bias.zero_()
-        noise = OrnsteinUhlenbeckNoise(1, sigma=2.0, action_low=-2.0, action_high=2.0)
-        noisy = TensorDictSequential(actor, noise)
-        with collector(
-            "process", "Pendulum-v1", noisy, 10, num_workers=1, num_envs=1, seed=0
-        ) as remote:  # fmt: skip
-            starts = []
-            for _ in range(8):
-                remote.update_policy_weights_()
-                starts.append(float(remote.rollout()["action"][0, 0].abs()))
-            return starts, remote._weights_ref
-
-    kept, sent = first_actions()
+    torch.manual_seed(0)
+    actor = DeterministicActor(nn.Linear(3, 1), 1, action_low=-2.0, action_high=2.0)
+    noise = OrnsteinUhlenbeckNoise(1, sigma=2.0, action_low=-2.0, action_high=2.0)
+    learner = TensorDictSequential(actor, noise)
+    with collector("process", "Pendulum-v1", learner, 10, num_workers=1, seed=0) as remote:
+        remote.update_policy_weights_()
+        sent = remote._weights_ref
     assert "module.1.state" not in sent and "module.0.net.weight" in sent
-    monkeypatch.setattr(OrnsteinUhlenbeckNoise, "noise_buffers", ())  # the old behaviour
-    reset, sent_all = first_actions()
-    assert "module.1.state" in sent_all
-    # reset to x0 = 0 before every batch, each first action is one noise step from 0; carried
-    # on, the process has wandered off by then
-    assert sum(kept[2:]) > 3 * sum(reset[2:])
+    # what a worker does with them: its OU state after acting survives the load
+    worker = _Worker(0, "Pendulum-v1", 1, 0, {}, copy.deepcopy(learner), 10, False)
+    worker.rollout(None, 0, False)
+    acted = worker.policy[1].state.clone()
+    assert acted.numel() == 1 and float(acted.abs()) > 0
+    worker.collector.rollout = lambda: None  # the weight loading alone is under test
+    worker.rollout(sent, 1, False)
+    assert torch.equal(worker.policy[1].state, acted)
+    with pytest.raises(RuntimeError, match="do not fit the worker's policy"):
+        worker.rollout({k: v for k, v in sent.items() if k != "module.0.net.bias"}, 2, False)
 
 
 def test_process_workers_refuse_async_envs_up_front():
