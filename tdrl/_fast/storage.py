@@ -38,10 +38,14 @@ _LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3
 @numba.njit(nogil=True)  # not cached: numba cannot cache a function calling a ctypes pointer
 def _write_rows(counters: np.ndarray, geom: np.ndarray, src: tuple[int, ...], steps: int) -> bool:
     # One compiled call for all leaves (a ctypes memmove per leaf from Python costs ~0.6 us
-    # each), with the cursor bookkeeping. False, nothing written, when the steps would wrap.
+    # each), with the cursor bookkeeping. False, nothing written, when the steps would wrap or
+    # a source has no data of its own (a wrapper tensor subclass: data_ptr 0).
     cursor, length, S, n = counters[0], geom[_LENGTH], geom[_STREAMS], geom[_LEAVES]
     if cursor + steps > length:
         return False
+    for i in range(n):
+        if src[i] == 0:
+            return False
     for i in range(n):
         step = geom[_HEAD + n + i]
         _memmove(geom[_HEAD + i] + cursor * S * step, src[i], steps * S * step)
@@ -123,8 +127,7 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
         "        ptrs = (" + "".join(f"x{i}.data_ptr(), " for i in range(len(keys))) + ")",
         "    except (KeyError, AttributeError, TypeError, RuntimeError):",
         "        return None",  # a missing key, a non-tensor or sparse leaf: the checked path
-        # a wrapper subclass has no data of its own (data_ptr 0): the checked path
-        "    if not ok or 0 in ptrs:",
+        "    if not ok:",
         "        return None",
         "    return steps if _write_rows(counters, geom, ptrs, steps) else None",
     ]
