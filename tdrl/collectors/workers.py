@@ -47,6 +47,7 @@ from tensordict import TensorDict
 from tdrl import keys
 from tdrl.collectors.collector import Collector
 from tdrl.envs import VecEnv, make_vec_env
+from tdrl.keyed import noise_buffers
 
 __all__ = ["ProcessCollector", "RayCollector", "WorkerCollector"]
 
@@ -112,7 +113,7 @@ def _noise_state_names(module: torch.nn.Module) -> set[str]:
     return {
         f"{prefix}.{name}" if prefix else name
         for prefix, sub in module.named_modules()
-        for name in getattr(sub, "noise_buffers", ())
+        for name in noise_buffers(sub)
     }
 
 

@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from tdrl.keyed import noise_buffers
 from tdrl.keys import INDEX, TD_ERROR
 
 
@@ -46,7 +47,7 @@ def _tracked_buffers(module: nn.Module) -> list[torch.Tensor]:
         b
         for m in module.modules()
         for name, b in m.named_buffers(recurse=False)
-        if name not in getattr(m, "noise_buffers", ())
+        if name not in noise_buffers(m)
     ]
 
 
