@@ -61,6 +61,14 @@ class PolicyStep:
         self.is_init_np = self.is_init.numpy()[:, 0]
         self.td.set(keys.IS_INIT, self.is_init)
         self.out_keys: list[NestedKey] | None = None
+        # Outputs the policy writes into a buffer it reuses every step (an input it passes
+        # through, such as the observation, or a module's own state tensor): the collector
+        # stacks the values of every step, so these are copied each step. Found by comparing
+        # the storages of the first two calls (the first call's values are copied and its
+        # originals held until the second, so no new tensor can take their memory).
+        self._calls = 0
+        self._first_values: list[torch.Tensor] = []
+        self._reused: list[int] = []
         # With the fast paths on, a plain TensorDictModule is called on its tensors directly
         # (tdrl._fast.policy); found on the first fast call.
         self._direct: TensorDictModule | None | bool = False
@@ -100,9 +108,30 @@ class PolicyStep:
         states = self._states_in() if self.state_keys else []
         td = self.td if self.device is None else self.td.to(self.device, non_blocking=True)
         action, values = self._call(td)
+        if self._calls < 2:
+            values = self._find_reused(values)
+        elif self._reused:
+            for j in self._reused:
+                values[j] = values[j].clone()
         if states:
             self._carry(values)
         return action, values + states
+
+    def _find_reused(self, values: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The first two calls: finds the outputs whose storage is the same on both (see
+        ``_reused``); the first call's values are all copied."""
+        self._calls += 1
+        if self._calls == 1:
+            self._first_values = values
+            return [v.clone() for v in values]
+        first = [v.untyped_storage().data_ptr() for v in self._first_values]
+        self._first_values = []
+        self._reused = [
+            j
+            for j, v in enumerate(values)
+            if v.numel() and v.untyped_storage().data_ptr() == first[j]
+        ]
+        return [v.clone() if j in self._reused else v for j, v in enumerate(values)]
 
     def _states_in(self) -> list[torch.Tensor]:
         """The recurrent state for this step (zero where an episode starts), copied for the

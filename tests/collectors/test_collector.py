@@ -187,6 +187,36 @@ def test_batches_do_not_alias_and_init_random_frames():
     assert collector.frames == 40
 
 
+class PassThroughAndCounter(nn.Module):
+    """Returns its input unchanged (``seen``) and a step count kept in a buffer it updates in
+    place (``count``): two outputs that are the same tensor storage on every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(11, 3)
+        self.register_buffer("step", torch.zeros(2, 1))
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.step += 1
+        return self.net(observation), observation, self.step
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_outputs_in_reused_buffers_are_stored_per_step(fast):
+    """A policy output that is an input passed through, or a buffer the policy updates in place,
+    is the same storage on every step; each step must still store its own value."""
+    torch.manual_seed(0)
+    module = TensorDictModule(PassThroughAndCounter(), ["observation"], ["action", "seen", "count"])
+    policy = module if fast else (lambda td: module(td))  # a plain callable takes the slow path
+    with make_vec_env("Hopper-v5", 2, seed=0) as env:
+        collector = Collector(env, policy, frames_per_batch=10)
+        first, second = collector.rollout(), collector.rollout()
+    for batch, start in ((first, 0), (second, 5)):
+        assert torch.equal(batch["seen"], batch["observation"])
+        expected = torch.arange(start + 1, start + 6, dtype=torch.float32)
+        assert torch.equal(batch["count"][..., 0], expected.expand(2, 5))
+
+
 def test_policy_errors_name_the_key():
     def no_action(td):
         td["something"] = torch.zeros(td.batch_size)
