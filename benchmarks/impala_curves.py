@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ def main() -> None:
             log_dir = Path(args.runs) / args.env_id / name / f"seed{seed}"
             done = log_dir / "eval.csv"
             if not (done.is_file() and read_csv(done)[-1]["step"] >= args.total_frames):
+                shutil.rmtree(log_dir, ignore_errors=True)  # an unfinished run starts over
                 module, extra = settings(name, args.env_id)
                 cfg = module.Config(  # type: ignore[attr-defined]
                     env_id=args.env_id, total_frames=args.total_frames, seed=seed,

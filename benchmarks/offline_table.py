@@ -149,7 +149,8 @@ def train_source(env_id: str, role: str, stop_at_return: float | None = None) ->
         module = importlib.import_module(f"recipes.{recipe}")
         extra = {} if stop_at_return is None else {"stop_at_return": stop_at_return}
         print(f"training the {role} run of {env_id}: {recipe} {fields | extra}", flush=True)
-        module.main(module.Config(**fields, **extra, log_dir=str(folder)))
+        # resume: a source run killed before its first checkpoint starts over in its folder
+        module.main(module.Config(**fields, **extra, log_dir=str(folder), resume=True))
     return folder
 
 

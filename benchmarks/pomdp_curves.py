@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shutil
 import statistics
 import sys
 import time
@@ -42,6 +43,7 @@ def main() -> None:
     for seed in args.seeds:
         for name, extra in VARIANTS.items():
             log_dir = Path(args.runs) / args.env_id / name.replace(" ", "_") / f"seed{seed}"
+            shutil.rmtree(log_dir, ignore_errors=True)  # each invocation runs its cells afresh
             cfg = ppo.Config(
                 env_id=args.env_id, total_frames=args.total_frames, seed=seed, log_dir=str(log_dir),
                 progress=False, tensorboard=False, curve=False, checkpoint_every=0,

@@ -302,6 +302,20 @@ def resume_run(
     return payload["counters"]
 
 
+def refuse_used_folder(log_dir: Path) -> None:
+    """A fresh run must not write into a previous run's folder: its rows would be appended to
+    the old logs (two runs in one eval.csv) and a later ``--resume`` would load the old run's
+    checkpoint. ``FileExistsError`` names the folder, what it holds, and the ways out."""
+    held = sorted(p.name for p in log_dir.glob("*.csv"))
+    if latest_checkpoint(log_dir) is not None:
+        held.append(f"{CHECKPOINTS}/")
+    if held:
+        raise FileExistsError(
+            f"the run folder {str(log_dir)!r} holds a previous run ({', '.join(held)}): pass "
+            "--resume to continue it, or --log-dir for a new folder, or remove it"
+        )
+
+
 def drop_rows_after(log_dir: str | os.PathLike, step: int) -> None:
     """Remove rows with ``step`` > ``step`` from every CSV log in ``log_dir``."""
     for path in Path(log_dir).glob("*.csv"):
@@ -479,6 +493,8 @@ class Run:
             loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
             if loaded is not None:
                 self.counters.update(loaded)
+        else:
+            refuse_used_folder(self.log_dir)
         self.frames = collector.frames
         self._logger = Logger(self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb)
         self._log_warnings()

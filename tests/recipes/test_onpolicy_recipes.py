@@ -296,3 +296,17 @@ def test_a_stop_between_evaluations_and_a_resume_without_checkpoint_read_like_a_
     ppo.main(dataclasses.replace(killed, stop_after_frames=0, resume=True))
     assert [row["step"] for row in read_csv(tmp_path / "killed" / "eval.csv")] == [192, 384]
     assert _losses(tmp_path / "killed" / "train.csv") == expected
+
+
+def test_a_fresh_run_refuses_a_used_folder_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    # Without --resume, a second run into the same folder would append its rows to the first
+    # run's logs (two runs in one eval.csv); it is refused before anything is written.
+    cfg = tiny("ppo", tmp_path / "run", env_id="CartPole-v1", total_frames=384)
+    ppo.main(cfg)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").glob("*.csv")}
+    assert "eval.csv" in before
+    with pytest.raises(FileExistsError, match=r"holds a previous run \(eval.csv, .*--resume"):
+        ppo.main(cfg)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").glob("*.csv")} == before
+    ppo.main(dataclasses.replace(cfg, resume=True))  # continuing it is allowed: already done
+    assert [row["step"] for row in read_csv(tmp_path / "run" / "eval.csv")] == [192, 384]
