@@ -100,10 +100,18 @@ def to_device(cfg: RunConfig, *modules: torch.nn.Module | None) -> torch.device:
 def store(buffer: ReplayBuffer, batch: TensorDictBase, run: Run, cfg: OffPolicyConfig) -> int:
     """Put ``batch``'s transitions into ``buffer``; returns the gradient steps due now (at
     ``cfg.utd_ratio`` since ``cfg.init_random_frames``, counted against ``run.updates``, which
-    every recipe advances by one per gradient step of its critic)."""
-    buffer.extend(transitions(batch))
+    every recipe advances by one per gradient step of its critic).
+
+    When a worker collector restarted a dead worker while collecting ``batch``, that worker's
+    streams were cut (its envs start new episodes): the newest stored step of every stream is
+    marked truncated first (:func:`truncate_streams`), as on a resume that is not exact."""
     if run.collector is None:
         raise RuntimeError("store() needs a started Run (call run.start(collector) first)")
+    restarts = getattr(run.collector, "restarts", 0)
+    if restarts != run.restarts_seen:
+        truncate_streams(buffer)
+        run.restarts_seen = restarts
+    buffer.extend(transitions(batch))
     return updates_due(
         run.collector.frames,
         run.updates,

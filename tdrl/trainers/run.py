@@ -436,6 +436,8 @@ class Run:
         self.last_eval: dict[str, float] = {}
         self.metrics: dict[str, Any] = {}
         self.frames = 0
+        # worker restarts the buffer has been told of (offpolicy.store cuts the streams)
+        self.restarts_seen = 0
         self.collector: CollectorLike | None = None
         self._logger: Logger | None = None
         self._bar: tqdm | None = None
@@ -496,6 +498,7 @@ class Run:
         else:
             refuse_used_folder(self.log_dir)
         self.frames = collector.frames
+        self.restarts_seen = getattr(collector, "restarts", 0)
         self._logger = Logger(self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb)
         self._log_warnings()
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
