@@ -20,10 +20,11 @@ them before its next rollout. Batches come back in tdrl's layout with two more e
   ``dropped_batches`` (its frames are not counted) and a warning says so the first time.
 
 A worker that dies (its process killed, its node lost) is restarted with a fresh env (new
-episodes) and its rollout asked again, up to ``max_restarts`` times in all; with
-``on_worker_failure="raise"`` the collector raises an error naming the worker instead. A rollout
-that raises inside a live worker (a bad action, a broken env) is raised here with the worker's
-index: that is a bug to see, not a failure to retry. No batch is counted twice: frames count
+episodes, from seeds no worker used before) and its rollout asked again, up to
+``max_restarts`` times in all; with ``on_worker_failure="raise"`` the collector raises an
+error naming the worker instead. A rollout that raises inside a live worker (a bad action, a
+broken env) is raised here with the worker's index: that is a bug to see, not a failure to
+retry. No batch is counted twice: frames count
 only batches that reached the caller.
 
 Ray starts a local instance on first use (``ray.init()``, nothing to set up) unless one is
@@ -346,6 +347,7 @@ class WorkerCollector:
             env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames, deterministic,
         )  # fmt: skip
         self.workers = [pool.start(w, self._worker_args) for w in range(num_workers)]
+        self._generation = [0] * num_workers  # restarts of each worker (its seeds move on)
         # traj id offset per worker (a multiple of W, raised past the old ids on a restart)
         self._offsets = [0] * num_workers
         self._max_id = [-1] * num_workers
@@ -447,7 +449,11 @@ class WorkerCollector:
         )
         self.restarts += 1
         self.pool.kill(self.workers[w])
-        self.workers[w] = self.pool.start(w, self._worker_args)
+        self._generation[w] += 1
+        env, num_envs, seed, *rest = self._worker_args
+        if seed is not None:  # new seeds, apart from every worker's earlier ones
+            seed += self._generation[w] * self.num_workers * num_envs
+        self.workers[w] = self.pool.start(w, (env, num_envs, seed, *rest))
         self._sent[w] = -1  # the new worker holds the initial weights: send the newest again
         W = self.num_workers
         self._offsets[w] = (self._max_id[w] // W + 1) * W  # above every id it gave out

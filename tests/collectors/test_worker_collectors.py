@@ -164,6 +164,9 @@ def test_a_killed_worker_is_restarted_and_its_ids_stay_unique(backend):
         new_ids = set(after[keys.COLLECTOR_TRAJ_IDS][:2].flatten().tolist())
         assert min(new_ids) > max(old_ids) and all(i % 2 == 0 for i in new_ids)
         assert remote.frames == 160  # the lost rollout is not counted
+        # the restarted worker's envs are seeded afresh: not the first worker's episodes again
+        first_obs = before["observation"][:2, 0]
+        assert not torch.equal(after["observation"][:2, 0], first_obs)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
