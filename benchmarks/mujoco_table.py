@@ -8,7 +8,8 @@ env steps, wall time, the git commit, the exact settings, library versions and h
 machine was (``os.getloadavg()`` at the start and end, ``--jobs`` and how many cells ran at
 once). A rerun skips the cells already in the file, so the table grows across sessions and
 survives interruptions: a line is written (flushed and fsynced) only once its cell has finished;
-a cell cut short starts over next time. ``--jobs N`` runs N cells at a time, each in its own
+a cell cut short starts over next time, but a tdrl cell cut after one of its checkpoints resumes
+from it (its line says so under ``resumed``). ``--jobs N`` runs N cells at a time, each in its own
 subprocess with one torch thread (OMP/MKL threads 1); cells are ordered seed by seed, library by
 library, so with ``--jobs 2`` tdrl and SB3 of one seed run side by side. Another table uses the
 same machinery through its own :class:`Suite` (algorithms, tasks, SB3 runs, page, files):
@@ -68,6 +69,7 @@ from harness import learn_sb3, run_child  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = "result.json"  # a finished cell's line, in its run folder, before it is appended
+STARTED = "cell.json"  # a tdrl cell's fields and starting commit, written when its run starts
 EVAL_EPISODES, EVAL_ENVS = 10, 5  # the table's protocol (tdrl's RunConfig defaults)
 LIBRARIES = ("tdrl", "SB3")
 TASKS = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5")  # the default selection
@@ -107,8 +109,11 @@ ALGOS: dict[str, Algo] = {
     "sac": Algo("sac", (), OFF_POLICY_STEPS, "SAC"),
     "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
     "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),
-    "redq": Algo("redq", (), REDQ_STEPS, None),
+    # checkpoints every 3k steps (the recipe's 100k would be only the last): a REDQ cell takes
+    # ~3 h of a core (600k gradient steps), so a cell cut at a session's end resumes
+    "redq": Algo("redq", (("checkpoint_every", 3_000),), REDQ_STEPS, None),
 }
+
 
 def display_name(algorithm: str) -> str:
     """An algorithm's name in the tables and plots: upper case, but "Rainbow" (not an acronym)."""
@@ -411,11 +416,32 @@ def curve_summary(curve: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-def run_tdrl(cell: Cell, folder: Path, suite: Suite) -> dict[str, Any]:
+def resumable(folder: Path, cell: Cell) -> bool:
+    """Whether ``folder`` holds a checkpoint of ``cell``'s tdrl run, cut before its end (the
+    driver or the machine was stopped): :func:`run_tdrl` then resumes it (``--resume``)."""
+    from tdrl.trainers import latest_checkpoint
+
+    started = folder / STARTED
+    if cell.library != "tdrl" or not started.is_file() or (folder / RESULT).exists():
+        return False
+    try:
+        same = json.loads(started.read_text())["cell"] == dataclasses.asdict(cell)
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return False
+    return same and latest_checkpoint(folder) is not None
+
+
+def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) -> dict[str, Any]:
     """The recipe's ``main`` with its own defaults but the algorithm's preset, the cell's task,
     seed, budget and evaluation protocol, its run folder in ``folder``; the curve is its
-    ``eval.csv``."""
-    from tdrl.trainers import read_csv
+    ``eval.csv``.
+
+    ``resume``: continue the cut run in ``folder`` from its newest checkpoint. Its wall time is
+    the run's own clock at that checkpoint plus this process's time (the steps after the
+    checkpoint, which the cut lost, are counted once: as rerun here); the line's ``resumed``
+    says from which step and with which starting commit.
+    """
+    from tdrl.trainers import latest_checkpoint, read_csv
 
     algo = suite.algos[cell.algorithm]
     module = importlib.import_module(f"recipes.{algo.recipe}")
@@ -423,9 +449,29 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite) -> dict[str, Any]:
         env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
         eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
     ))  # fmt: skip
+    resumed: dict[str, Any] = {}
+    if resume:
+        import torch
+
+        from tdrl.trainers.run import CHECKPOINT
+
+        checkpoint = latest_checkpoint(folder)
+        assert checkpoint is not None, f"no checkpoint to resume in {folder}"
+        counters = torch.load(checkpoint / CHECKPOINT, weights_only=False)["counters"]
+        started = json.loads((folder / STARTED).read_text())
+        resumed = {
+            "from_frames": int(checkpoint.name.split(".")[0]),  # folders are named by step
+            "run_clock_s": float(counters["time"]),
+            "first_commit": started["commit"],
+        }
+        cfg = dataclasses.replace(cfg, resume=True)
+    else:
+        (folder / STARTED).write_text(
+            json.dumps({"cell": dataclasses.asdict(cell), "commit": git_commit()["commit"]})
+        )
     start = time.perf_counter()
     result = module.main(cfg)
-    wall = time.perf_counter() - start
+    wall = time.perf_counter() - start + resumed.get("run_clock_s", 0.0)
     rows = read_csv(folder / "eval.csv")
     curve = {
         "steps": [int(r["step"]) for r in rows],
@@ -444,8 +490,9 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite) -> dict[str, Any]:
         "env_steps": int(result["frames"]),
         "wall_s": wall,
         "curve": curve,
-        "settings": dataclasses.asdict(cfg),
+        "settings": dataclasses.asdict(dataclasses.replace(cfg, resume=False)),
         "versions": versions("torch", "tensordict", "torchrl", *suite.packages),
+        **({"resumed": resumed} if resumed else {}),
     }
 
 
@@ -554,7 +601,7 @@ def run_cell(
     before = machine()
     code = git_commit()  # the code the run starts with (HEAD may move while it runs)
     if cell.library == "tdrl":
-        result = run_tdrl(cell, folder, suite)
+        result = run_tdrl(cell, folder, suite, resume=resumable(folder, cell))
     else:
         result = suite.run_sb3(cell, folder)
     after = machine()
@@ -646,7 +693,8 @@ def run_cells(
 
     A cell's run folder is cleared before it starts (a run cut short starts over), except that a
     ``result.json`` of the same cell run with the same code (its line was lost: the driver was
-    stopped after the run ended) is appended without running again. A failed cell is reported
+    stopped after the run ended) is appended without running again, and a tdrl run cut after a
+    checkpoint resumes from it (:func:`resumable`). A failed cell is reported
     and not recorded.
     """
     done = {line_key(line) for line in read_lines(table)}
@@ -668,8 +716,9 @@ def run_cells(
 
     def one(cell: Cell) -> None:
         folder = cell.folder(workdir)
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        if not resumable(folder, cell):  # a tdrl run cut after a checkpoint goes on from it
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
         with lock:
             running[0] += 1
             now = running[0]

@@ -233,6 +233,34 @@ def test_a_tiny_tdrl_cell_writes_a_well_formed_line(tmp_path: Path) -> None:
     assert rerun.calls == [] and len(table.read_text().splitlines()) == 1
 
 
+def test_a_tdrl_cell_cut_after_a_checkpoint_resumes_and_ends_as_a_straight_run(
+    tmp_path: Path,
+) -> None:
+    """The driver keeps a cut tdrl cell's folder and resumes it (a REDQ cell outlasts a working
+    session); the line says so and its result is the uninterrupted run's (sync envs resume
+    exactly)."""
+    from recipes import ppo
+
+    table, work = tmp_path / "table.jsonl", tmp_path / "work"
+    c = cell("tdrl", "ppo", "Hopper-v5", seed=4)
+    folder = c.folder(work)
+    folder.mkdir(parents=True)
+    fields = dict(env_id="Hopper-v5", seed=4, total_frames=4096, eval_every=2048,
+                  eval_episodes=2, progress=False)  # fmt: skip
+    straight = ppo.main(ppo.Config(**fields, log_dir=str(tmp_path / "straight")))
+    # the cut: the driver's first start wrote cell.json; the run stopped after one checkpoint
+    (folder / mt.STARTED).write_text(json.dumps({"cell": dataclasses.asdict(c), "commit": "x"}))
+    ppo.main(ppo.Config(**fields, log_dir=str(folder), stop_after_frames=2048))
+    assert mt.resumable(folder, c) and not mt.resumable(folder, dataclasses.replace(c, seed=5))
+    assert mt.run_cells([c], table, work) == 0
+    (line,) = mt.read_lines(table)
+    assert line["resumed"]["from_frames"] == 2048 and line["resumed"]["first_commit"] == "x"
+    assert 0 < line["resumed"]["run_clock_s"] < line["wall_s"]
+    assert line["env_steps"] == 4096 and line["curve"]["steps"] == [2048, 4096]
+    assert line["final_return"] == pytest.approx(straight["eval_return_mean"], rel=1e-9)
+    assert line["settings"]["resume"] is False  # the settings are the cell's, as run straight
+
+
 @pytest.mark.parametrize(
     ("algorithm", "steps", "every", "evaluated"),
     [
