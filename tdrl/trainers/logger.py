@@ -98,12 +98,7 @@ class Logger:
                 csv.writer(f).writerow(columns)
         elif any(k not in columns for k in row):
             columns = columns + [k for k in row if k not in columns]
-            old_rows = read_csv(path)
-            with path.open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=columns, restval="")
-                writer.writeheader()
-                for old in old_rows:
-                    writer.writerow({k: format_cell(v) for k, v in old.items()})
+            rewrite_csv(path, columns, read_csv(path))
         self._columns[group] = columns
         with path.open("a", newline="") as f:
             csv.DictWriter(f, fieldnames=columns, restval="").writerow(
@@ -147,6 +142,24 @@ def format_cell(value: float) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def rewrite_csv(path: Path, columns: list[str], rows: list[dict[str, float]]) -> None:
+    """Replace ``path`` by ``columns`` and ``rows`` in one step: written to a temporary file
+    beside it, flushed to disk, then renamed over it, so a kill leaves the old file or the new
+    one, never a cut one."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns, restval="")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: format_cell(v) for k, v in row.items()})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_csv(path: str | os.PathLike, *, partial_last_row: bool = False) -> list[dict[str, float]]:

@@ -34,7 +34,7 @@ from tdrl.trainers.checkpoint import (
     write_checkpoint_dir,
 )
 from tdrl.trainers.config import RunConfig
-from tdrl.trainers.logger import Logger, format_cell, read_csv
+from tdrl.trainers.logger import Logger, read_csv, rewrite_csv
 from tdrl.trainers.offpolicy import crossed, truncate_streams
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.video import record_video
@@ -324,12 +324,7 @@ def drop_rows_after(log_dir: str | os.PathLike, step: int) -> None:
         if not header:
             continue
         rows = read_csv(path, partial_last_row=True)  # a kill may have cut the last row
-        rows = [r for r in rows if r.get("step", 0.0) <= step]
-        with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=header, restval="")
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: format_cell(v) for k, v in row.items()})
+        rewrite_csv(path, header, [r for r in rows if r.get("step", 0.0) <= step])
 
 
 def finish_run(log_dir: Path, title: str) -> Path:

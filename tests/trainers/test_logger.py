@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tdrl.trainers import Logger, plot_learning_curve, read_csv
+from tdrl.trainers.logger import rewrite_csv
 
 
 def test_csv_rows_and_widened_header(tmp_path):
@@ -49,3 +50,17 @@ def test_plot_writes_png(tmp_path):
     png = plot_learning_curve(tmp_path / "eval.csv", tmp_path / "curve.png", title="t")
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+def test_a_rewrite_that_fails_midway_leaves_the_old_file_whole(tmp_path):
+    logger = Logger(tmp_path, tensorboard=False)
+    for step in range(3):
+        logger.log("eval", step, {"return": float(step)})
+    path = tmp_path / "eval.csv"
+    before = path.read_bytes()
+    rows = read_csv(path) + [{"step": 3.0, "unknown": 1.0}]  # the last row cannot be written
+    with pytest.raises(ValueError, match="unknown"):
+        rewrite_csv(path, ["step", "return"], rows)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["eval.csv"]
+    rewrite_csv(path, ["step", "return"], read_csv(path)[:2])
+    assert [r["step"] for r in read_csv(path)] == [0.0, 1.0]
