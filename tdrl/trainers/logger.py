@@ -12,6 +12,7 @@ import csv
 import math
 import numbers
 import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from typing import Any
 import torch
 
 Scalar = float | int | torch.Tensor
+
+
+WANDB_ID = "wandb_id"  # the run folder's W&B run id
 
 
 def _to_float(name: str, value: Scalar) -> float:
@@ -41,6 +45,10 @@ class Logger:
     Args:
         log_dir: folder for ``<group>.csv`` files and the TensorBoard run.
         tensorboard: write TensorBoard event files too.
+        wandb: ``(project, config)``: log to Weights & Biases too; the run's id is kept in
+            ``log_dir/wandb_id``, so a resumed run continues the same W&B run.
+        resume_step: the env step a resumed run continues from: TensorBoard discards the
+            events logged after it (``purge_step``); None for a new run.
 
     The CSV files are flushed on every call, so a run that is killed keeps what it logged.
     """
@@ -51,6 +59,7 @@ class Logger:
         *,
         tensorboard: bool = True,
         wandb: tuple[str, dict[str, Any]] | None = None,
+        resume_step: int | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -65,17 +74,24 @@ class Logger:
                     "W&B logging needs the wandb extra: pip install 'tdrl[wandb]'"
                 ) from err
             project, config = wandb
+            # one W&B run per run folder: its id is kept in the folder, so a resumed run
+            # continues it (an id made from the path could meet another machine's run)
+            id_file = self.log_dir / WANDB_ID
+            if not id_file.is_file():
+                id_file.write_text(secrets.token_hex(6))
             self._wandb = wandb_module.init(
                 project=project,
                 dir=str(self.log_dir),
                 config=config,
                 name=self.log_dir.name,
+                id=id_file.read_text().strip(),
                 resume="allow",
             )
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            # resumed: TensorBoard drops the events the cut run logged after the checkpoint
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=resume_step)
         # Resuming a run: carry on the existing CSV files.
         for path in self.log_dir.glob("*.csv"):
             with path.open(newline="") as f:

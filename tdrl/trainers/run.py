@@ -486,6 +486,7 @@ class Run:
         if self.flush_denormal and self._flush_before is None:
             self._flush_before = flushing_denormals()
             torch.set_flush_denormal(True)
+        loaded = None
         if self.resume if resume is None else resume:
             loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
             if loaded is not None:
@@ -494,7 +495,10 @@ class Run:
             refuse_used_folder(self.log_dir)
         self.frames = collector.frames
         self.restarts_seen = getattr(collector, "restarts", 0)
-        self._logger = Logger(self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb)
+        self._logger = Logger(
+            self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb,
+            resume_step=None if loaded is None else self.frames + 1,
+        )  # fmt: skip
         self._log_warnings()
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]

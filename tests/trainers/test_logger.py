@@ -64,3 +64,18 @@ def test_a_rewrite_that_fails_midway_leaves_the_old_file_whole(tmp_path):
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["eval.csv"]
     rewrite_csv(path, ["step", "return"], read_csv(path)[:2])
     assert [r["step"] for r in read_csv(path)] == [0.0, 1.0]
+
+
+def test_a_resumed_logger_replaces_the_tensorboard_events_after_its_checkpoint(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with Logger(tmp_path) as log:  # a run cut after step 4, its checkpoint at step 2
+        for step in range(1, 5):
+            log.log("train", step, {"loss": float(step)})
+    with Logger(tmp_path, resume_step=3) as log:  # resumed: steps 3 and 4 again, then 5
+        for step in range(3, 6):
+            log.log("train", step, {"loss": 10.0 * step})
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    scalars = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert scalars == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 50.0)]

@@ -17,16 +17,19 @@ sys.path.insert(0, {recipes!r})
 import ppo
 cfg = ppo.Config(env_id={env!r}, total_frames=256, num_envs=2, frames_per_batch=64,
     eval_every=256, eval_episodes=2, eval_envs=2, hidden_sizes=(8, 8), progress=False,
-    tensorboard=False, curve=False, log_dir={log_dir!r}, wandb={wandb}, video={video})
+    tensorboard=False, curve=False, log_dir={log_dir!r}, wandb={wandb}, video={video},
+    resume={resume})
 result = ppo.main(cfg)
 print(json.dumps({{"frames": result["frames"]}}))
 """
 
 
-def _run(tmp_path: Path, env: str, wandb: bool, video: bool) -> subprocess.CompletedProcess:
+def _run(
+    tmp_path: Path, env: str, wandb: bool, video: bool, resume: bool = False
+) -> subprocess.CompletedProcess:
     code = RUN.format(
         recipes=str(ROOT / "recipes"), env=env, log_dir=str(tmp_path / "run"), wandb=wandb,
-        video=video,
+        video=video, resume=resume,
     )  # fmt: skip
     environ = {**os.environ, "WANDB_MODE": "offline", "MUJOCO_GL": "egl", "WANDB_SILENT": "true"}
     return subprocess.run(
@@ -45,6 +48,16 @@ def test_wandb_offline_run_holds_the_logged_scalars(tmp_path):
     data = runs[0].read_bytes()
     for name in (b"train/loss_objective", b"eval/return_mean", b"total_frames"):
         assert name in data, name
+
+
+def test_a_resumed_run_continues_its_wandb_run(tmp_path):
+    pytest.importorskip("wandb")
+    for resume in (False, True):
+        out = _run(tmp_path, "CartPole-v1", wandb=True, video=False, resume=resume)
+        assert out.returncode == 0, out.stderr[-2000:]
+    run_id = (tmp_path / "run" / "wandb_id").read_text()
+    runs = sorted((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert runs and all(p.name.endswith(f"-{run_id}") for p in runs)
 
 
 def test_video_has_one_frame_per_step_plus_the_reset(tmp_path):
