@@ -127,3 +127,11 @@ class Counting(gym.Env):
         end = self.t == self.lengths[self.episode % len(self.lengths)]
         odd = self.episode % 2 == 1
         return self._frame(), 0.0, end and not odd, end and odd, {}
+
+
+def tiny_worker_env(index: int):
+    """A worker collector's env factory: one :class:`Tiny` env; worker 0's raises on its third
+    step (once: the worker lives on)."""
+    from tdrl.envs import make_vec_env
+
+    return make_vec_env([lambda: Tiny(fail_at=3 if index == 0 else 10**9)], 1, seed=index)

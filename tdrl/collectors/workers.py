@@ -380,7 +380,13 @@ class WorkerCollector:
         """One batch: every worker's rollout (sync) or the first one done (async)."""
         if self.sync:
             refs = [self._submit(w) for w in range(self.num_workers)]
-            parts = [self._result(w, ref) for w, ref in enumerate(refs)]
+            parts = []
+            try:
+                for w, ref in enumerate(refs):
+                    parts.append(self._result(w, ref))
+            except Exception:
+                self._discard(refs, after=len(parts))
+                raise
             batch = torch.cat([p[0] for p in parts], dim=0)
             self.episodes = torch.cat([p[1] for p in parts], dim=0)
         else:
@@ -413,6 +419,15 @@ class WorkerCollector:
                     RuntimeWarning,
                     stacklevel=3,
                 )
+
+    def _discard(self, refs: list[Any], after: int) -> None:
+        """Read and drop the replies of the workers after ``after`` (whose rollout raised), so
+        none is left to be taken for the next rollout's."""
+        for w in range(after + 1, len(refs)):
+            try:
+                self.pool.get(self.workers[w], refs[w])
+            except Exception:  # a dead or failed worker shows on the next rollout
+                pass
 
     def _submit(self, w: int) -> Any:
         fresh = self._weights_ref is not None and self._sent[w] != self.version

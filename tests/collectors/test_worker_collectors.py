@@ -310,3 +310,21 @@ def test_an_off_policy_run_cuts_the_replay_streams_at_a_worker_restart(tmp_path)
         store(buffer, remote.rollout(), run, cfg)  # no restart since: nothing more is cut
         assert not truncated[8:16].any()
         run.close()
+
+
+def test_after_a_worker_error_the_next_sync_rollout_is_fresh():
+    """An error in one worker must not leave the others' replies in their pipes: the next
+    rollout would read them (stale batches, one rollout behind from then on)."""
+    from tensordict.nn import TensorDictModule
+
+    from tests.tiny_envs import tiny_worker_env
+
+    torch.manual_seed(0)
+    actor = TensorDictModule(nn.Sequential(nn.Linear(3, 1), nn.Tanh()), ["observation"], ["action"])
+    with ProcessCollector(tiny_worker_env, actor, 8, num_workers=2, num_envs=1) as remote:
+        with pytest.raises(RuntimeError, match="rollout failed in worker process 0: ValueError"):
+            remote.rollout()
+        for _ in range(2):
+            remote.update_policy_weights_()
+            batch = remote.rollout()
+            assert (batch[keys.COLLECTOR_POLICY_VERSION] == remote.version).all()
