@@ -866,6 +866,11 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant
   (seeds 0-2), HalfCheetah and Walker2d (seeds 0-1), 3 and 2 on their seed 2, and 14-61 on
   Hopper: hence the identical Ant rows and seeds 0-1 elsewhere.
+- REDQ cells checkpoint every 3k steps (the recipe's 100k would be only the last), so a cell cut
+  at the end of a working session resumes from its checkpoint; a resumed cell's line says so
+  (`resumed`), and its wall time is the run's clock at that checkpoint plus the resumed part.
+  One REDQ cell is 600k gradient steps on 10 critics (update ratio 20), ~3 hours of one core
+  here (`benchmarks/updates.py`: ~60 REDQ steps/s on one thread).
 """
 
 
