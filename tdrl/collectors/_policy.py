@@ -63,9 +63,9 @@ class PolicyStep:
         self.out_keys: list[NestedKey] | None = None
         # Outputs the policy writes into a buffer it reuses every step (an input it passes
         # through, such as the observation, or a module's own state tensor): the collector
-        # stacks the values of every step, so these are copied each step. Found by comparing
-        # the storages of the first two calls (the first call's values are copied and its
-        # originals held until the second, so no new tensor can take their memory).
+        # stacks the values of every step, so these are copied each step. Found over the
+        # first two calls (_find_reused; the first call's tensors are held until the second,
+        # so no new tensor can take their memory).
         self._calls = 0
         self._first_values: list[torch.Tensor] = []
         self._reused: list[int] = []
@@ -118,18 +118,22 @@ class PolicyStep:
         return action, values + states
 
     def _find_reused(self, values: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The first two calls: finds the outputs whose storage is the same on both (see
-        ``_reused``); the first call's values are all copied."""
+        """The first two calls find the outputs held in a buffer the policy reuses (see
+        ``_reused``): a second-call output that is the first call's tensor (``is_set_to``), or
+        one whose first-call tensor changed since (written over: a view of such a buffer, or
+        an input the collector refills). The first call's values are all copied."""
         self._calls += 1
         if self._calls == 1:
-            self._first_values = values
-            return [v.clone() for v in values]
-        first = [v.untyped_storage().data_ptr() for v in self._first_values]
+            copies = [v.clone() for v in values]
+            self._first_values = [*values, *copies]
+            return copies
+        n = len(values)
+        originals, copies = self._first_values[:n], self._first_values[n:]
         self._first_values = []
         self._reused = [
             j
-            for j, v in enumerate(values)
-            if v.numel() and v.untyped_storage().data_ptr() == first[j]
+            for j, (v, orig, copy) in enumerate(zip(values, originals, copies, strict=True))
+            if v.is_set_to(orig) or not torch.equal(orig, copy)
         ]
         return [v.clone() if j in self._reused else v for j, v in enumerate(values)]
 

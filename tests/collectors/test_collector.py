@@ -188,8 +188,9 @@ def test_batches_do_not_alias_and_init_random_frames():
 
 
 class PassThroughAndCounter(nn.Module):
-    """Returns its input unchanged (``seen``) and a step count kept in a buffer it updates in
-    place (``count``): two outputs that are the same tensor storage on every call."""
+    """Returns its input unchanged (``seen``), a step count kept in a buffer it updates in
+    place (``count``) and a slice of its input (``head``): outputs in the same memory on every
+    call."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -198,7 +199,7 @@ class PassThroughAndCounter(nn.Module):
 
     def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, ...]:
         self.step += 1
-        return self.net(observation), observation, self.step
+        return self.net(observation), observation, self.step, observation[:, :2]
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -206,13 +207,16 @@ def test_outputs_in_reused_buffers_are_stored_per_step(fast):
     """A policy output that is an input passed through, or a buffer the policy updates in place,
     is the same storage on every step; each step must still store its own value."""
     torch.manual_seed(0)
-    module = TensorDictModule(PassThroughAndCounter(), ["observation"], ["action", "seen", "count"])
+    module = TensorDictModule(
+        PassThroughAndCounter(), ["observation"], ["action", "seen", "count", "head"]
+    )
     policy = module if fast else (lambda td: module(td))  # a plain callable takes the slow path
     with make_vec_env("Hopper-v5", 2, seed=0) as env:
         collector = Collector(env, policy, frames_per_batch=10)
         first, second = collector.rollout(), collector.rollout()
     for batch, start in ((first, 0), (second, 5)):
         assert torch.equal(batch["seen"], batch["observation"])
+        assert torch.equal(batch["head"], batch["observation"][..., :2])  # a view of a buffer
         expected = torch.arange(start + 1, start + 6, dtype=torch.float32)
         assert torch.equal(batch["count"][..., 0], expected.expand(2, 5))
 
