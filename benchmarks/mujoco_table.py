@@ -110,7 +110,7 @@ ALGOS: dict[str, Algo] = {
     "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
     "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),
     # checkpoints every 3k steps (the recipe's 100k would be only the last): a REDQ cell takes
-    # ~3 h of a core (600k gradient steps), so a cell cut at a session's end resumes
+    # ~3 h of a core (600k gradient steps), so a cut cell resumes while its run folder is there
     "redq": Algo("redq", (("checkpoint_every", 3_000),), REDQ_STEPS, None),
 }
 
@@ -867,10 +867,11 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   (seeds 0-2), HalfCheetah and Walker2d (seeds 0-1), 3 and 2 on their seed 2, and 14-61 on
   Hopper: hence the identical Ant rows and seeds 0-1 elsewhere.
 - REDQ cells checkpoint every 3k steps (the recipe's 100k would be only the last), so a cell cut
-  at the end of a working session resumes from its checkpoint; a resumed cell's line says so
-  (`resumed`), and its wall time is the run's clock at that checkpoint plus the resumed part.
-  One REDQ cell is 600k gradient steps on 10 critics (update ratio 20), ~3 hours of one core
-  here (`benchmarks/updates.py`: ~60 REDQ steps/s on one thread).
+  (the driver or its process stopped) resumes from its checkpoint while its run folder (under
+  /tmp) is there; a resumed cell's line says so (`resumed`), and its wall time is the run's clock
+  at that checkpoint plus the resumed part. One REDQ cell is 600k gradient steps on 10 critics
+  (update ratio 20), ~3 hours of one core here (`benchmarks/updates.py`: ~60 REDQ steps/s on
+  one thread).
 """
 
 
