@@ -486,8 +486,8 @@ class Run:
         if self.flush_denormal and self._flush_before is None:
             self._flush_before = flushing_denormals()
             torch.set_flush_denormal(True)
-        loaded = None
-        if self.resume if resume is None else resume:
+        resuming = self.resume if resume is None else resume
+        if resuming:
             loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
             if loaded is not None:
                 self.counters.update(loaded)
@@ -497,7 +497,7 @@ class Run:
         self.restarts_seen = getattr(collector, "restarts", 0)
         self._logger = Logger(
             self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb,
-            resume_step=None if loaded is None else self.frames + 1,
+            resume_step=self.frames + 1 if resuming else None,  # no checkpoint: frames 0
         )  # fmt: skip
         self._log_warnings()
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
