@@ -192,6 +192,19 @@ def test_requires_grad_and_zero_stride_leaves(fast_mode):
     assert_last_step_is(rb, b.detach())
 
 
+def test_a_one_element_negative_view_is_stored_with_its_sign(fast_mode):
+    # The .imag of a conjugated complex tensor is a real tensor whose bytes hold the value's
+    # negation; with one element it is contiguous, so a raw byte copy would store the wrong sign.
+    rb = ReplayBuffer(40, num_streams=1)
+    for i in range(3):
+        rb.extend(batch(10.0 * i, streams=1))
+    b = batch(5.0, streams=1)
+    b["next", "reward"] = torch.complex(torch.zeros(1, 1), torch.full((1, 1), 3.0)).conj().imag
+    assert b["next", "reward"].is_neg() and b["next", "reward"].is_contiguous()
+    rb.extend(b)
+    assert_last_step_is(rb, b)  # -3.0
+
+
 def test_compiled_gather_matches_index_select_and_rejects_bad_indices(fast_mode):
     rb = ReplayBuffer(40, num_streams=4)
     warm(rb, 10)
