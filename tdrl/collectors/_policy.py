@@ -67,7 +67,7 @@ class PolicyStep:
         # first two calls (_find_reused; the first call's tensors are held until the second,
         # so no new tensor can take their memory).
         self._calls = 0
-        self._first_values: list[torch.Tensor] = []
+        self._first_values: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tensor, its copy)
         self._reused: list[int] = []
         # With the fast paths on, a plain TensorDictModule is called on its tensors directly
         # (tdrl._fast.policy); found on the first fast call.
@@ -124,15 +124,12 @@ class PolicyStep:
         an input the collector refills). The first call's values are all copied."""
         self._calls += 1
         if self._calls == 1:
-            copies = [v.clone() for v in values]
-            self._first_values = [*values, *copies]
-            return copies
-        n = len(values)
-        originals, copies = self._first_values[:n], self._first_values[n:]
-        self._first_values = []
+            self._first_values = [(v, v.clone()) for v in values]
+            return [copy for _, copy in self._first_values]
+        first, self._first_values = self._first_values, []
         self._reused = [
             j
-            for j, (v, orig, copy) in enumerate(zip(values, originals, copies, strict=True))
+            for j, (v, (orig, copy)) in enumerate(zip(values, first, strict=True))
             if v.is_set_to(orig) or not torch.equal(orig, copy)
         ]
         return [v.clone() if j in self._reused else v for j, v in enumerate(values)]
