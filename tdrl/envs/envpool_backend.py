@@ -119,12 +119,14 @@ def make_envpool(env_id: str, num_envs: int, seed: int | None, **kwargs: Any) ->
             f"envpool has no task {env_id!r}"
             + (f"; it has {close}" if close else "; see envpool.list_all_envs()")
         )
+    if seed is None:  # gymnasium's meaning: fresh entropy (envpool's own default is seed 42)
+        seed = int(np.random.default_rng().integers(2**31 - 1))
     pool = envpool.make(
         env_id,
         env_type="gymnasium",
         num_envs=num_envs,
         batch_size=num_envs,
-        seed=0 if seed is None else seed,
+        seed=seed,
         **kwargs,
     )
     return EnvpoolVectorEnv(pool)

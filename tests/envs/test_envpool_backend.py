@@ -77,3 +77,13 @@ def test_bad_envpool_requests_are_named():
         make_vec_env("Hopper-v5", 2, mode="async", backend="envpool")
     with pytest.raises(ValueError, match="backend must be"):
         make_vec_env("Hopper-v5", 2, backend="brax")  # type: ignore[arg-type]
+
+
+def test_seed_none_draws_fresh_episodes_and_a_seed_repeats_them():
+    def first_observation(seed):
+        with make_vec_env("Hopper-v5", 2, seed=seed, backend="envpool") as env:
+            return env.reset()["observation"]
+
+    # gymnasium's seed=None draws from fresh entropy: two pools start from different states
+    assert not torch.equal(first_observation(None), first_observation(None))
+    torch.testing.assert_close(first_observation(3), first_observation(3), rtol=0, atol=0)
