@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import fcntl
 import functools
 import importlib
@@ -920,6 +921,7 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
         if suite.reference:
             cells.append(suite.reference[1](algorithm, task))
         out.append("| " + " | ".join(cells) + " |")
+    out += seed_pairs(groups)
     out += [
         "",
         "Run conditions: seeds, commits (`+` when tracked files differed from it), cells run "
@@ -945,6 +947,59 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
                 f"| {dates[0]}{' – ' + dates[-1] if dates[-1] != dates[0] else ''} |"
             )
     return "\n".join(out) + "\n"
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The fraction of the shorter of two runs during which both ran (start ``date``, then
+    ``wall_s``): 1 for a pair run side by side, 0 for runs one after the other."""
+    starts = [datetime.datetime.fromisoformat(r["date"]).timestamp() for r in (a, b)]
+    ends = [start + r["wall_s"] for start, r in zip(starts, (a, b), strict=True)]
+    shorter = min(a["wall_s"], b["wall_s"])
+    return max(0.0, min(ends) - max(starts)) / shorter if shorter > 0 else 0.0
+
+
+def seed_pairs(groups: dict[Group, dict[str, dict[int, dict[str, Any]]]]) -> list[str]:
+    """The seeds both libraries ran, one row each (final return, wall time, their ratios, and
+    how much of the time the two ran together), then the pairs where tdrl is behind."""
+    rows, behind, slower = [], [], []
+    for (task, algorithm, steps), libraries in groups.items():
+        ours, theirs = libraries.get("tdrl", {}), libraries.get("SB3", {})
+        for seed in sorted(set(ours) & set(theirs)):
+            a, b = ours[seed], theirs[seed]
+            name = f"{task} {display_name(algorithm)} {fmt_steps(steps)} seed {seed}"
+            final = ratio(a["final_return"], b["final_return"], positive=True)
+            wall = ratio(a["wall_s"], b["wall_s"], positive=False)
+            if a["final_return"] < b["final_return"]:
+                behind.append(f"{name} ({a['final_return']:.1f} against {b['final_return']:.1f})")
+            if a["wall_s"] > b["wall_s"]:
+                slower.append(f"{name} ({a['wall_s']:.0f} s against {b['wall_s']:.0f} s)")
+            rows.append(
+                f"| {task} | {display_name(algorithm)} | {fmt_steps(steps)} | {seed} "
+                f"| {a['final_return']:.1f} | {b['final_return']:.1f} | {final} "
+                f"| {a['wall_s']:.0f} | {b['wall_s']:.0f} | {wall} | {overlap(a, b):.0%} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "Seed by seed against SB3: the seeds both libraries ran; together: the share of the "
+        "shorter run during which the other ran too (100%: side by side, `--jobs 2`; 0%: one "
+        "after the other, under whatever else the machine ran).",
+        "",
+        "| task | algorithm | steps | seed | tdrl final | SB3 final | final tdrl/SB3 "
+        "| tdrl wall s | SB3 wall s | wall tdrl/SB3 | together |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"tdrl's final return below SB3's: {len(behind)} of {len(rows)} pairs{listed(behind)}.",
+        "",
+        f"tdrl's run longer than SB3's: {len(slower)} of {len(rows)} pairs{listed(slower)}.",
+    ]
+
+
+def listed(items: list[str]) -> str:
+    """``": a; b"``, or nothing for no items."""
+    return ": " + "; ".join(items) if items else ""
 
 
 def plot_tasks(lines: list[dict[str, Any]], folder: Path, suite: Suite) -> list[Path]:

@@ -294,7 +294,8 @@ def table_line(library: str, algorithm: str, task: str, seed: int, **kw: Any) ->
 
 
 def row_of(md: str, task: str, algorithm: str) -> list[str]:
-    main_table = md.split("Run conditions")[0]  # the conditions table repeats the first cells
+    # the seed and conditions tables below repeat the first cells
+    main_table = md.split("Seed by seed")[0].split("Run conditions")[0]
     (row,) = [x for x in main_table.splitlines() if x.startswith(f"| {task} | {algorithm} | 1M |")]
     return [cell.strip() for cell in row.strip("|").split("|")]
 
@@ -336,6 +337,44 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
     assert row_of(md, "Hopper-v5", "REINFORCE")[7:] == ["—"] * 6 + ["50.0", "n/a"]
     assert [p.name for p in pngs] == ["mujoco_Hopper-v5.png", "mujoco_Reacher-v5.png"]
     assert all(p.stat().st_size > 10_000 for p in pngs)
+
+
+def test_seed_pairs_give_ratios_overlap_and_the_pairs_where_tdrl_is_behind(
+    tmp_path: Path,
+) -> None:
+    later = "2026-11-25T10:00:00+0000"  # after the tdrl run of seed 1 (30 s from 09:00) ended
+    lines = [
+        table_line("tdrl", "td3", "Hopper-v5", 0, returns=[400.0], wall=100.0),
+        table_line("SB3", "td3", "Hopper-v5", 0, returns=[100.0], wall=200.0),
+        table_line("tdrl", "td3", "Hopper-v5", 1, returns=[200.0], wall=30.0),
+        table_line("SB3", "td3", "Hopper-v5", 1, returns=[400.0], wall=20.0, date=later),
+        table_line("tdrl", "td3", "Hopper-v5", 2, returns=[300.0], wall=10.0),  # no SB3 seed 2
+        table_line("tdrl", "td3", "Reacher-v5", 0, returns=[-5.0], wall=3.0),
+        table_line("SB3", "td3", "Reacher-v5", 0, returns=[-10.0], wall=6.0),
+    ]
+    table = tmp_path / "t.jsonl"
+    for line in lines:
+        mt.append_line(table, line)
+    md = mt.render(table, mt.MUJOCO)[0].read_text()
+    section = md.split("Seed by seed")[1].split("Run conditions")[0]
+    rows = [
+        [c.strip() for c in x.strip("|").split("|")]
+        for x in section.splitlines()
+        if x.startswith("| ") and not x.startswith("| task")
+    ]
+    assert rows == [
+        ["Hopper-v5", "TD3", "1M", "0", "400.0", "100.0", "4.00", "100", "200", "0.50", "100%"],
+        ["Hopper-v5", "TD3", "1M", "1", "200.0", "400.0", "0.50", "30", "20", "1.50", "0%"],
+        ["Reacher-v5", "TD3", "1M", "0", "-5.0", "-10.0", "n/a", "3", "6", "0.50", "100%"],
+    ]
+    assert (
+        "tdrl's final return below SB3's: 1 of 3 pairs: Hopper-v5 TD3 1M seed 1 (200.0 against "
+        "400.0)." in section
+    )
+    assert (
+        "tdrl's run longer than SB3's: 1 of 3 pairs: Hopper-v5 TD3 1M seed 1 (30 s against 20 s)."
+        in section
+    )
 
 
 def test_an_empty_table_renders_a_page_that_says_so(tmp_path: Path) -> None:
