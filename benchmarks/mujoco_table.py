@@ -229,6 +229,21 @@ InvertedDoublePendulum  9359.5±0.4      9349.2±14.3    8364.3±2778.9
 """
 
 
+# rl-baselines3-zoo's published agents (DLR-RM/rl-baselines3-zoo benchmark.md at 0088472b8cb6),
+# the "SB3 zoo (1M)" column: one trained agent per entry (the zoo's own note: "not a quantitative
+# benchmark"), trained for 1M env steps with the zoo's hyperparameters on gym v3 tasks, then its
+# deterministic policy run for ~150k steps: the mean ± std over those episodes. "-": no MuJoCo
+# entry (the zoo's DDPG has PyBullet entries only; its A2C none on Ant and Walker2d).
+_ZOO_1M = """
+task         ppo           a2c           trpo           sac            td3
+Ant          1327.2±451.6  -             4982.3±663.8   4615.8±1354.1  5813.3±589.8
+HalfCheetah  5819.1±663.5  3041.2±157.3  1785.5±68.7    9535.5±100.5   9655.7±969.9
+Hopper       2410.4±10.0   733.5±376.6   3618.4±356.8   2325.5±1129.7  3606.4±4.0
+Walker2d     3478.8±821.7  -             4933.1±1452.5  3863.2±254.3   4717.8±46.3
+Swimmer      281.6±9.7     200.6±2.5     365.7±2.1      345.6±3.1      359.1±1.2
+"""
+
+
 def _parse_table(text: str) -> dict[str, dict[str, str]]:
     """``{column: {row: cell}}`` of a whitespace-separated table with a header line."""
     header, *rows = (line.split() for line in text.strip().splitlines())
@@ -239,6 +254,9 @@ TIANSHOU_1M: dict[str, dict[str, str]] = {
     **_parse_table(_TIANSHOU_1M_ON_POLICY),
     **_parse_table(_TIANSHOU_1M_OFF_POLICY),
 }
+
+
+ZOO_1M: dict[str, dict[str, str]] = _parse_table(_ZOO_1M)
 
 
 def task_name(task: str) -> str:
@@ -306,8 +324,9 @@ class Suite:
     """the page's opening (its first line, less the "# ", is the command line's help)."""
     packages: tuple[str, ...]
     """the env packages whose versions a line records."""
-    reference: tuple[str, Callable[[str, str], str]] | None = None
-    """a last column of published figures: its title and (algorithm, task) -> its cell."""
+    references: tuple[tuple[str, Callable[[str, str], str]], ...] = ()
+    """the last columns, of published figures: each one's title and (algorithm, task) -> its
+    cell."""
 
     @property
     def table(self) -> Path:
@@ -856,6 +875,11 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   ± std over seeds, gym 0.17.3 v3 tasks, 1M env steps, so above the 100k (off-policy) and 30k
   (REDQ) budgets here; n/a where it publishes no 1M figure (REINFORCE: 3M and 10M only; REDQ:
   none).
+- SB3 zoo (1M): DLR-RM/rl-baselines3-zoo `benchmark.md` (commit 0088472b8cb6): one trained
+  agent per entry (the zoo calls it "not a quantitative benchmark"), 1M env steps at the zoo's
+  hyperparameters on gym v3 tasks, then its deterministic policy over ~150k steps: mean ± std
+  over those episodes; n/a where the zoo has no MuJoCo entry (DDPG: PyBullet only; A2C: not on
+  Ant and Walker2d; NPG, REINFORCE and REDQ: not in SB3).
 - Cells whose recipe defaults changed after they ran are kept, with their settings, in
   `mujoco_table_superseded.jsonl` (TRPO and NPG before return scaling became their default),
   and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26)
@@ -880,7 +904,7 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     """The table (one row per task, algorithm and budget) and the run conditions."""
     groups = summarize(lines, suite)
     left_out = sum(1 for line in lines if line["eval_episodes"] != EVAL_EPISODES)
-    reference = [suite.reference[0]] if suite.reference else []  # a column of published figures
+    reference = [title for title, _ in suite.references]  # columns of published figures
     out = [suite.header]
     if left_out:
         out.append(f"{left_out} line(s) with another number of evaluation episodes left out.\n")
@@ -918,8 +942,7 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
             ratio(walls["tdrl"], walls["SB3"], positive=False) if both else "—",
             peak_of_mean(libraries["tdrl"].values()) if "tdrl" in libraries else "—",
         ]
-        if suite.reference:
-            cells.append(suite.reference[1](algorithm, task))
+        cells += [published(algorithm, task) for _, published in suite.references]
         out.append("| " + " | ".join(cells) + " |")
     out += seed_pairs(groups)
     out += [
@@ -1064,9 +1087,16 @@ def tianshou_1m(algorithm: str, task: str) -> str:
     return TIANSHOU_1M.get(algorithm, {}).get(task_name(task), "n/a")
 
 
+def zoo_1m(algorithm: str, task: str) -> str:
+    """rl-baselines3-zoo's published 1M agent of ``algorithm`` on ``task``, or n/a."""
+    figure = ZOO_1M.get(algorithm, {}).get(task_name(task), "-")
+    return "n/a" if figure == "-" else figure
+
+
 MUJOCO = Suite(
     "mujoco", __file__, ALGOS, TASKS, zoo_hyperparameters, run_sb3, HEADER,
-    packages=("gymnasium", "mujoco"), reference=("Tianshou (1M)", tianshou_1m),
+    packages=("gymnasium", "mujoco"),
+    references=(("Tianshou (1M)", tianshou_1m), ("SB3 zoo (1M)", zoo_1m)),
 )  # fmt: skip
 
 

@@ -188,6 +188,10 @@ def test_zoo_entries_are_the_yml_values() -> None:
     assert mt.zoo_hyperparameters("td3", "Ant-v5")["policy_kwargs"] == {"net_arch": [400, 300]}
     assert mt.zoo_hyperparameters("a2c", "Walker2d-v5") == {"normalize": True}
     assert mt.zoo_hyperparameters("sac", "Reacher-v5") is None
+    # published agents (benchmark.md): a figure where the zoo has a MuJoCo entry, else n/a
+    assert mt.zoo_1m("trpo", "HalfCheetah-v5") == "1785.5±68.7"
+    assert mt.zoo_1m("a2c", "Ant-v5") == mt.zoo_1m("ddpg", "Hopper-v5") == "n/a"
+    assert mt.zoo_1m("npg", "Hopper-v5") == "n/a"
 
 
 def strict_json(text: str) -> dict[str, Any]:
@@ -326,15 +330,15 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
     assert row_of(md, "Hopper-v5", "PPO") == [
         "Hopper-v5", "PPO", "1M", "400.0 ± 200.0", "433.3 ± 208.2", "3", "20",
         "250.0 ± 212.1", "250.0 ± 212.1", "2", "40", "1.60", "0.50", "400.0 ± 200.0",
-        "2609.3±700.8",
+        "2609.3±700.8", "2410.4±10.0",
     ]  # fmt: skip
     # one seed: the mean alone; a negative SB3 score gives no return ratio
     assert row_of(md, "Reacher-v5", "PPO")[3:] == [
         "-5.0", "-5.0", "1", "3", "-10.0", "-10.0", "1", "6", "n/a", "0.50", "-5.0",
-        "-4.1±0.3",
+        "-4.1±0.3", "n/a",
     ]  # fmt: skip
     # no SB3 class and no published 1M REINFORCE figure
-    assert row_of(md, "Hopper-v5", "REINFORCE")[7:] == ["—"] * 6 + ["50.0", "n/a"]
+    assert row_of(md, "Hopper-v5", "REINFORCE")[7:] == ["—"] * 6 + ["50.0", "n/a", "n/a"]
     assert [p.name for p in pngs] == ["mujoco_Hopper-v5.png", "mujoco_Reacher-v5.png"]
     assert all(p.stat().st_size > 10_000 for p in pngs)
 
