@@ -38,9 +38,9 @@ CQL and IQL sections (offline): the SAC section's shapes and data, each library'
 ``IQLLoss``, Tianshou's ``CQL``; SB3 has neither, Tianshou no IQL) at one set of settings (see
 ``_offline_tdrl``), 3 interleaved rounds, median.
 
-TD3 section: the SAC section's shapes and data at the MuJoCo table's TD3 settings (rl-zoo3's:
-400x300 MLPs, lr 1e-3, the actor and targets every 2nd critic step), each library's own TD3
-update (see ``section_td3``), 3 interleaved rounds, median.
+TD3 and DDPG sections: the SAC section's shapes and data at the MuJoCo table's TD3 and DDPG
+settings (rl-zoo3's: 400x300 MLPs, lr 1e-3; TD3's actor and targets every 2nd critic step), each
+library's own update (see ``_deterministic_peers``), 3 interleaved rounds, median.
 
 Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac td3 ...]`` (``--help`` lists
 the sections); ``--device cuda --sections ppo sac dqn`` runs those sections on a GPU (every
@@ -1046,140 +1046,184 @@ section_redq = steps_section(
 )  # fmt: skip
 
 
-# --- TD3: gradient steps on HalfCheetah shapes ----------------------------------------------------
-# The settings of the MuJoCo table's 100k TD3 cells (rl-zoo3's, which the SB3 cells run): 400x300
-# ReLU MLPs for the actor and both critics, lr 1e-3 for both, batch 256, target policy noise 0.2
-# clipped at 0.5, the actor and the targets updated every 2nd critic step, tau 0.005; the SAC
-# section's data. Each library runs its own TD3 update: SB3 ``TD3.train``, Tianshou ``TD3.update``
-# (the networks of its examples/mujoco/mujoco_td3.py), TorchRL's ``TD3Loss`` in the loop of its
-# sota-implementations/td3 (critic step every step; actor step and target update every 2nd), tdrl
-# recipes/td3.py's step (trainers.actor_critic_step with one fused Adam). Counted in critic steps.
-TD3_HIDDEN, TD3_LR, TD3_DELAY = [400, 300], 1e-3, 2
+# --- TD3 and DDPG: gradient steps on HalfCheetah shapes -------------------------------------------
+# The settings of the MuJoCo table's 100k TD3 and DDPG cells (rl-zoo3's, which the SB3 cells run):
+# 400x300 ReLU MLPs for the actor and the critics, lr 1e-3 for both, batch 256, tau 0.005; the
+# SAC section's data. TD3: twin critics, target policy noise 0.2 clipped at 0.5, the actor and
+# the targets updated every 2nd critic step; DDPG: one critic, everything every step. Each
+# library runs its own update: SB3 ``TD3.train`` / ``DDPG.train``, Tianshou ``TD3.update`` /
+# ``DDPG.update`` (the networks of its examples/mujoco), TorchRL's ``TD3Loss`` / ``DDPGLoss`` in
+# the loop of its sota-implementations (separate critic and actor steps), tdrl the recipes' step
+# (trainers.actor_critic_step, one fused Adam). Counted in critic steps.
+DET_HIDDEN, DET_LR, TD3_DELAY = [400, 300], 1e-3, 2
 
 
-def td3_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    from tdrl.data import ReplayBuffer
-    from tdrl.modules import DeterministicActor, EnsembleCritic, EnsembleMLP, mlp
-    from tdrl.objectives import SoftUpdate, TD3Loss
-    from tdrl.trainers import actor_critic_step, adam
+def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        from tdrl.data import ReplayBuffer
+        from tdrl.modules import (
+            DeterministicActor,
+            EnsembleCritic,
+            EnsembleMLP,
+            StateActionCritic,
+            mlp,
+        )
+        from tdrl.objectives import DDPGLoss, SoftUpdate, TD3Loss
+        from tdrl.trainers import actor_critic_step, adam
 
-    net = mlp(SAC_OBS, SAC_ACT, TD3_HIDDEN, activation=nn.ReLU)
-    actor = DeterministicActor(net, SAC_ACT, action_low=-1.0, action_high=1.0)
-    critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, TD3_HIDDEN, num_members=2))
-    loss = TD3Loss(actor, critic, policy_noise=0.2, noise_clip=0.5).to(DEVICE)
-    optimizer = adam((actor.parameters(), TD3_LR), (critic.parameters(), TD3_LR))
-    step = actor_critic_step(
-        loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=TD3_DELAY, targets_with_actor=True
-    )
-    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
-    buffer.extend(_td(data).to(DEVICE))
-    start = time.perf_counter()
-    for k in range(1, steps + 1):
-        step(buffer.sample(SAC_BATCH), k)
-    return _elapsed(start)
+        net = mlp(SAC_OBS, SAC_ACT, DET_HIDDEN, activation=nn.ReLU)
+        actor = DeterministicActor(net, SAC_ACT, action_low=-1.0, action_high=1.0)
+        if algo == "td3":  # recipes/td3.py: the twin critics as one batched ensemble
+            critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, DET_HIDDEN, num_members=2))
+            loss = TD3Loss(actor, critic, policy_noise=0.2, noise_clip=0.5).to(DEVICE)
+        else:  # recipes/ddpg.py
+            critic = StateActionCritic(mlp(SAC_OBS + SAC_ACT, 1, DET_HIDDEN, activation=nn.ReLU))
+            loss = DDPGLoss(actor, critic).to(DEVICE)
+        optimizer = adam((actor.parameters(), DET_LR), (critic.parameters(), DET_LR))
+        delay = TD3_DELAY if algo == "td3" else 1
+        step = actor_critic_step(
+            loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=delay,
+            targets_with_actor=algo == "td3",
+        )  # fmt: skip
+        buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
+        buffer.extend(_td(data).to(DEVICE))
+        start = time.perf_counter()
+        for k in range(1, steps + 1):
+            step(buffer.sample(SAC_BATCH), k)
+        return _elapsed(start)
+
+    return bench
 
 
-def td3_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
-    import gymnasium as gym
-    from stable_baselines3 import TD3
+def _deterministic_sb3(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        import gymnasium as gym
+        from stable_baselines3 import DDPG, TD3
 
-    class Shapes(gym.Env):
-        observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
-        action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+        class Shapes(gym.Env):
+            observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
+            action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
 
-    model = _sb3_model(
-        TD3, Shapes, data, learning_rate=TD3_LR, batch_size=SAC_BATCH, policy_delay=TD3_DELAY,
-        policy_kwargs={"net_arch": TD3_HIDDEN},
+        cls, kwargs = (TD3, {"policy_delay": TD3_DELAY}) if algo == "td3" else (DDPG, {})
+        model = _sb3_model(
+            cls, Shapes, data, learning_rate=DET_LR, batch_size=SAC_BATCH,
+            policy_kwargs={"net_arch": DET_HIDDEN}, **kwargs,
+        )  # fmt: skip
+        start = time.perf_counter()
+        model.train(gradient_steps=steps, batch_size=SAC_BATCH)
+        return _elapsed(start)
+
+    return bench
+
+
+def _deterministic_tianshou(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        import gymnasium as gym
+        from tianshou.algorithm import DDPG, TD3
+        from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
+        from tianshou.algorithm.optim import AdamOptimizerFactory
+        from tianshou.utils.net.common import Net
+        from tianshou.utils.net.continuous import ContinuousActorDeterministic, ContinuousCritic
+
+        actor = ContinuousActorDeterministic(
+            preprocess_net=Net(state_shape=SAC_OBS, hidden_sizes=DET_HIDDEN),
+            action_shape=SAC_ACT, max_action=1.0,
+        )  # fmt: skip
+
+        def critic() -> ContinuousCritic:
+            net = Net(
+                state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=DET_HIDDEN, concat=True
+            )
+            return ContinuousCritic(preprocess_net=net)
+
+        space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+        parts: dict[str, Any] = dict(
+            policy=ContinuousDeterministicPolicy(actor=actor, action_space=space),
+            policy_optim=AdamOptimizerFactory(lr=DET_LR), critic=critic(),
+            critic_optim=AdamOptimizerFactory(lr=DET_LR), tau=0.005, gamma=0.99,
+        )  # fmt: skip
+        if algo == "td3":
+            algorithm = TD3(
+                **parts, critic2=critic(), critic2_optim=AdamOptimizerFactory(lr=DET_LR),
+                policy_noise=0.2, update_actor_freq=TD3_DELAY, noise_clip=0.5,
+            )  # fmt: skip
+        else:
+            algorithm = DDPG(**parts)
+        return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
+
+    return bench
+
+
+def _deterministic_torchrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        from tensordict.nn import TensorDictModule, TensorDictSequential
+        from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.modules import MLP, TanhModule, ValueOperator
+        from torchrl.objectives import DDPGLoss, SoftUpdate, TD3Loss
+
+        def net(inputs: int, outputs: int) -> nn.Module:
+            return MLP(in_features=inputs, out_features=outputs, num_cells=DET_HIDDEN,
+                       activation_class=nn.ReLU)  # fmt: skip
+
+        # sota-implementations/td3 and ddpg: an MLP, then tanh into the action box
+        spec = Bounded(-1.0, 1.0, (SAC_ACT,))
+        actor = TensorDictSequential(
+            TensorDictModule(net(SAC_OBS, SAC_ACT), in_keys=["observation"], out_keys=["param"]),
+            TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
+        )
+        qvalue = ValueOperator(net(SAC_OBS + SAC_ACT, 1), in_keys=["observation", "action"])
+        if algo == "td3":
+            loss: Any = TD3Loss(
+                actor, qvalue, action_spec=spec, num_qvalue_nets=2, policy_noise=0.2,
+                noise_clip=0.5,
+            ).to(DEVICE)  # fmt: skip
+            critic_params = loss.qvalue_network_params
+            critic_loss, actor_loss = loss.value_loss, loss.actor_loss
+        else:
+            loss = DDPGLoss(actor, qvalue, delay_actor=True, delay_value=True).to(DEVICE)
+            critic_params = loss.value_network_params
+            critic_loss, actor_loss = loss.loss_value, loss.loss_actor
+        loss.make_value_estimator(gamma=0.99)
+        critic_optim = torch.optim.Adam(critic_params.flatten_keys().values(), lr=DET_LR)
+        actor_optim = torch.optim.Adam(loss.actor_network_params.flatten_keys().values(), lr=DET_LR)
+        updater = SoftUpdate(loss, eps=0.995)
+        buffer = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(SAC_BUFFER, device=DEVICE), batch_size=SAC_BATCH
+        )
+        buffer.extend(_td(data).to(DEVICE))
+        delay = TD3_DELAY if algo == "td3" else 1
+        start = time.perf_counter()
+        for k in range(1, steps + 1):  # the sota-implementations' update(): critic, then actor
+            sample = buffer.sample()
+            critic_loss(sample)[0].backward()
+            critic_optim.step()
+            critic_optim.zero_grad(set_to_none=True)
+            if k % delay == 0:
+                actor_loss(sample)[0].backward()
+                actor_optim.step()
+                actor_optim.zero_grad(set_to_none=True)
+                updater.step()
+        return _elapsed(start)
+
+    return bench
+
+
+def _deterministic_peers(algo: str) -> dict[str, Callable[..., float]]:
+    return peers(
+        _deterministic_tdrl(algo), _deterministic_sb3(algo), _deterministic_tianshou(algo),
+        _deterministic_torchrl(algo),
     )  # fmt: skip
-    start = time.perf_counter()
-    model.train(gradient_steps=steps, batch_size=SAC_BATCH)
-    return _elapsed(start)
 
 
-def td3_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
-    import gymnasium as gym
-    from tianshou.algorithm import TD3
-    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
-    from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.utils.net.common import Net
-    from tianshou.utils.net.continuous import ContinuousActorDeterministic, ContinuousCritic
-
-    actor = ContinuousActorDeterministic(
-        preprocess_net=Net(state_shape=SAC_OBS, hidden_sizes=TD3_HIDDEN), action_shape=SAC_ACT,
-        max_action=1.0,
-    )  # fmt: skip
-
-    def critic() -> ContinuousCritic:
-        net = Net(state_shape=SAC_OBS, action_shape=SAC_ACT, hidden_sizes=TD3_HIDDEN, concat=True)
-        return ContinuousCritic(preprocess_net=net)
-
-    space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
-    algorithm = TD3(
-        policy=ContinuousDeterministicPolicy(actor=actor, action_space=space),
-        policy_optim=AdamOptimizerFactory(lr=TD3_LR),
-        critic=critic(),
-        critic_optim=AdamOptimizerFactory(lr=TD3_LR),
-        critic2=critic(),
-        critic2_optim=AdamOptimizerFactory(lr=TD3_LR),
-        tau=0.005,
-        gamma=0.99,
-        policy_noise=0.2,
-        update_actor_freq=TD3_DELAY,
-        noise_clip=0.5,
-    )
-    return _tianshou_updates(algorithm, data, steps, SAC_BATCH)
-
-
-def td3_torchrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    from tensordict.nn import TensorDictModule, TensorDictSequential
-    from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
-    from torchrl.modules import MLP, TanhModule, ValueOperator
-    from torchrl.objectives import SoftUpdate, TD3Loss
-
-    # sota-implementations/td3's actor: an MLP, then tanh into the action box
-    spec = Bounded(-1.0, 1.0, (SAC_ACT,))
-    net = MLP(in_features=SAC_OBS, out_features=SAC_ACT, num_cells=TD3_HIDDEN,
-              activation_class=nn.ReLU)  # fmt: skip
-    actor = TensorDictSequential(
-        TensorDictModule(net, in_keys=["observation"], out_keys=["param"]),
-        TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
-    )
-    qvalue = ValueOperator(
-        MLP(in_features=SAC_OBS + SAC_ACT, out_features=1, num_cells=TD3_HIDDEN,
-            activation_class=nn.ReLU),
-        in_keys=["observation", "action"],
-    )  # fmt: skip
-    loss = TD3Loss(
-        actor, qvalue, action_spec=spec, num_qvalue_nets=2, policy_noise=0.2, noise_clip=0.5
-    ).to(DEVICE)
-    loss.make_value_estimator(gamma=0.99)
-    critic_optim = torch.optim.Adam(loss.qvalue_network_params.flatten_keys().values(), lr=TD3_LR)
-    actor_optim = torch.optim.Adam(loss.actor_network_params.flatten_keys().values(), lr=TD3_LR)
-    updater = SoftUpdate(loss, eps=0.995)
-    storage = LazyTensorStorage(SAC_BUFFER, device=DEVICE)
-    buffer = TensorDictReplayBuffer(storage=storage, batch_size=SAC_BATCH)
-    buffer.extend(_td(data).to(DEVICE))
-    start = time.perf_counter()
-    for k in range(1, steps + 1):  # sota-implementations/td3's update()
-        sample = buffer.sample()
-        q_loss, _ = loss.value_loss(sample)
-        q_loss.backward()
-        critic_optim.step()
-        critic_optim.zero_grad(set_to_none=True)
-        if k % TD3_DELAY == 0:
-            actor_loss, _ = loss.actor_loss(sample)
-            actor_loss.backward()
-            actor_optim.step()
-            actor_optim.zero_grad(set_to_none=True)
-            updater.step()
-    return _elapsed(start)
-
-
-TD3_PEERS = peers(td3_tdrl, td3_sb3, td3_tianshou, td3_torchrl)
 section_td3 = steps_section(
     f"TD3 gradient steps: batch {SAC_BATCH}, 400x300 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
     f"twin critics, actor and targets every {TD3_DELAY}nd step, {{steps}} steps, 1 thread",
-    TD3_PEERS, sac_data, 600,
+    _deterministic_peers("td3"), sac_data, 600,
+)  # fmt: skip
+section_ddpg = steps_section(
+    f"DDPG gradient steps: batch {SAC_BATCH}, 400x300 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
+    "one critic, actor and targets every step, {steps} steps, 1 thread",
+    _deterministic_peers("ddpg"), sac_data, 600,
 )  # fmt: skip
 
 
@@ -1338,6 +1382,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "iql": section_iql,
     "redq": section_redq,
     "td3": section_td3,
+    "ddpg": section_ddpg,
     "qrdqn_pixels": section_qrdqn_pixels,
     "rainbow_pixels": section_rainbow_pixels,
 }
