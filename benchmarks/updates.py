@@ -621,16 +621,20 @@ def _torchrl_updates(  # noqa: ANN202
     return _elapsed(start)
 
 
+def torchrl_mlp(inputs: int, outputs: int, hidden: list[int] = SAC_HIDDEN) -> nn.Module:
+    """TorchRL's ``MLP`` with ReLU, as its sota-implementations build actors and critics."""
+    from torchrl.modules import MLP
+
+    return MLP(in_features=inputs, out_features=outputs, num_cells=hidden, activation_class=nn.ReLU)
+
+
 def _torchrl_actor_and_critic() -> tuple[Any, Any]:
     """TorchRL's SAC actor (tanh-normal, biased-softplus scale) and one critic, 256x256 ReLU
     MLPs on the SAC section's shapes, as in its sota-implementations/sac and redq."""
     from tensordict.nn import NormalParamExtractor, TensorDictModule
-    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 
-    def net(inputs: int, outputs: int) -> nn.Module:
-        return MLP(in_features=inputs, out_features=outputs, num_cells=SAC_HIDDEN,
-                   activation_class=nn.ReLU)  # fmt: skip
-
+    net = torchrl_mlp
     actor_net = nn.Sequential(
         net(SAC_OBS, 2 * SAC_ACT), NormalParamExtractor(scale_mapping="biased_softplus_1.0")
     )
@@ -895,13 +899,10 @@ def _offline_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
 def _offline_torchrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def run(data: dict[str, torch.Tensor], steps: int) -> float:
         from tensordict.nn import NormalParamExtractor, TensorDictModule
-        from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+        from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
         from torchrl.objectives import CQLLoss, IQLLoss, SoftUpdate
 
-        def net(inputs: int, outputs: int) -> nn.Module:
-            return MLP(in_features=inputs, out_features=outputs, num_cells=SAC_HIDDEN,
-                       activation_class=nn.ReLU)  # fmt: skip
-
+        net = torchrl_mlp
         actor = ProbabilisticActor(
             TensorDictModule(
                 nn.Sequential(net(SAC_OBS, 2 * SAC_ACT), NormalParamExtractor()),
@@ -1158,13 +1159,10 @@ def _deterministic_torchrl(algo: str) -> Callable[[dict[str, torch.Tensor], int]
     def bench(data: dict[str, torch.Tensor], steps: int) -> float:
         from tensordict.nn import TensorDictModule, TensorDictSequential
         from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
-        from torchrl.modules import MLP, TanhModule, ValueOperator
+        from torchrl.modules import TanhModule, ValueOperator
         from torchrl.objectives import DDPGLoss, SoftUpdate, TD3Loss
 
-        def net(inputs: int, outputs: int) -> nn.Module:
-            return MLP(in_features=inputs, out_features=outputs, num_cells=DET_HIDDEN,
-                       activation_class=nn.ReLU)  # fmt: skip
-
+        net = partial(torchrl_mlp, hidden=DET_HIDDEN)
         # sota-implementations/td3 and ddpg: an MLP, then tanh into the action box
         spec = Bounded(-1.0, 1.0, (SAC_ACT,))
         actor = TensorDictSequential(
