@@ -9,9 +9,9 @@ on add (``benchmarks/buffers.py`` prints the fast and plain rates side by side).
 
 Checks stay: every call compares each leaf's (dtype, shape, on CPU) with the layout validated
 by the checked path for this batch size, and contiguity (and the negative bit of one-element
-leaves, see ``RowCopier.learn``); anything else returns None and the
-caller takes the checked path, which copies or raises an error naming the key. "On CPU" is read
-once per batch when the TensorDict says ``device="cpu"`` (tensordict keeps its leaves there).
+leaves, see ``RowCopier.learn``); anything else returns None and the caller takes the checked
+path, which copies or raises an error naming the key. "On CPU" is read once per batch when the
+TensorDict says ``device="cpu"`` (tensordict keeps its leaves there).
 """
 
 from __future__ import annotations
