@@ -528,6 +528,13 @@ def sb3_envs(cell: Cell, n_envs: int = 1) -> tuple[Any, Any]:
     return env, make_vec_env(cell.task, n_envs=n_eval, seed=cell.seed + EVAL_SEED_OFFSET)
 
 
+def print_evaluation(curve: dict[str, list[float]]) -> None:
+    """One line of the run's log (``log.txt``) per evaluation, as the recipes' progress: the
+    step, the mean and std of the returns, the seconds since the start."""
+    step, mean, std, wall = (curve[name][-1] for name in ("steps", "returns", "stds", "wall_s"))
+    print(f"{int(step)} steps: return {mean:.1f} +- {std:.1f}, {wall:.0f} s", flush=True)
+
+
 def train_sb3(
     cell: Cell, model: Any, envs: tuple[Any, Any], start: float, settings: dict[str, Any],
     packages: Iterable[str],
@@ -541,6 +548,7 @@ def train_sb3(
     curve = learn_sb3(
         model, eval_env, steps=cell.steps, eval_every=cell.eval_every,
         episodes=cell.eval_episodes, eval_seed=cell.seed + EVAL_SEED_OFFSET, start=start,
+        on_eval=print_evaluation,
     )  # fmt: skip
     wall = time.perf_counter() - start
     env.close()

@@ -274,7 +274,12 @@ def test_a_tdrl_cell_cut_after_a_checkpoint_resumes_and_ends_as_a_straight_run(
     ],
 )
 def test_a_tiny_sb3_cell_follows_the_zoo_and_the_protocol(
-    tmp_path: Path, algorithm: str, steps: int, every: int, evaluated: list[int]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    algorithm: str,
+    steps: int,
+    every: int,
+    evaluated: list[int],
 ) -> None:
     pytest.importorskip("stable_baselines3", reason="SB3 is the bench extra")
     if algorithm == "trpo":
@@ -290,6 +295,10 @@ def test_a_tiny_sb3_cell_follows_the_zoo_and_the_protocol(
     assert line["settings"]["hyperparameters"] == mt.zoo_hyperparameters(algorithm, "Hopper-v5")
     assert line["settings"]["eval_envs"] == 2
     assert "stable_baselines3" in line["versions"]
+    # the run's log shows its progress: one line per evaluation
+    progress = [x for x in capsys.readouterr().out.splitlines() if " steps: return " in x]
+    assert [int(x.split()[0]) for x in progress] == evaluated
+    assert progress[-1].startswith(f"{steps} steps: return {line['final_return']:.1f} +- ")
 
 
 def table_line(library: str, algorithm: str, task: str, seed: int, **kw: Any) -> dict[str, Any]:
