@@ -8,7 +8,9 @@ rebuilds both stacks when a batch is sampled (as DQN's replay memory did, Mnih e
 
 - root stack of step t: the frames of steps t-k+1 .. t of its stream, clamped at the episode's
   first step (which repeats, as gymnasium's ``FrameStackObservation(padding_type="reset")``
-  does), and at the oldest stored step;
+  does), and at the oldest stored step (also when storing began mid-episode: the first stored
+  steps' older frames, which their batch held, are not kept, and their stacks repeat the oldest
+  stored frame; collect from an episode start to keep them);
 - next frame of step t: the newest frame of step t+1 when step t is not done; the real final
   frame, kept aside in a small growing ring, when it is (terminated or truncated); the newest
   step's next frame is held per stream until its successor arrives;
@@ -276,11 +278,9 @@ class FrameStore:
             data.set(("pending", *key), self.pending[i])
         return data
 
-    def load(self, data: TensorDictBase | None, storage: StreamStorage | None) -> None:
-        """Restore a :meth:`state` (copies), checked against the storage's geometry."""
-        if data is None or storage is None:
-            self.clear()
-            return
+    @staticmethod
+    def check_state(data: TensorDictBase, storage: StreamStorage) -> None:
+        """Raise if a :meth:`state` does not fit the storage's geometry."""
         slot_of, owner = data.get("slot_of"), data.get("owner")
         if slot_of.shape != (storage.capacity,) or owner.dim() != 1:
             raise ValueError(
@@ -290,6 +290,15 @@ class FrameStore:
         size = owner.numel()
         if bool(((slot_of < -1) | (slot_of >= size)).any()):
             raise ValueError(f"frame state: slot_of holds slots outside [-1, {size})")
+
+    def load(self, data: TensorDictBase | None, storage: StreamStorage | None) -> None:
+        """Restore a :meth:`state` (copies), checked against the storage's geometry."""
+        if data is None or storage is None:
+            self.clear()
+            return
+        self.check_state(data, storage)
+        slot_of, owner = data.get("slot_of"), data.get("owner")
+        size = owner.numel()
         self.slot_of, self.owner = slot_of.clone(), owner.clone()
         self.next_slot = int(data.get("next_slot")) % size
         self.finals = [data.get(("finals", *k)).clone() for k in self.keys]

@@ -109,6 +109,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                     f"index[{bad}] = {index_np[bad]} is not a stored item "
                     f"(buffer holds {len(self)})"
                 )
+            p = float(priority_np[bad])
+            if 0 <= p < np.inf:
+                raise ValueError(
+                    f"priority[{bad}] = {p} (index {index_np[bad]}) is too large: (p + eps)^alpha "
+                    f"must stay at most {self._tree.largest_leaf:.4g}, so that the float32 sum "
+                    f"of {self._tree.capacity} items stays finite"
+                )
             raise ValueError(
                 f"priorities must be finite and >= 0: priority[{bad}] = {priority_np[bad]} "
                 f"(index {index_np[bad]})"
@@ -121,6 +128,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if self._tree is not None:
             state[keys.PRIORITY] = torch.from_numpy(self._tree.leaves())
         return state
+
+    def _check_state(self, state: dict[str, Any], storage: StreamStorage | None) -> None:
+        if "max_priority" not in state:
+            raise KeyError("state has no 'max_priority': it was not saved by a prioritized buffer")
+        if storage is not None:
+            priority = state.get(keys.PRIORITY)
+            if priority is None or tuple(np.shape(priority)) != (storage.capacity,):
+                raise ValueError(
+                    f"state {keys.PRIORITY!r}: expected {storage.capacity} leaf priorities, got "
+                    f"{None if priority is None else tuple(np.shape(priority))}"
+                )
+
+    def _clear_storage(self) -> None:
+        super()._clear_storage()
+        self._tree = None
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -283,10 +283,11 @@ class ReplayBuffer:
             return
         try:
             index = torch.frombuffer(bytearray.fromhex(state["index"]), dtype=torch.uint8)
-            self.index_generator.set_state(index)
+            torch.Generator().set_state(index)  # checked on a spare before it is used
         except (TypeError, ValueError, RuntimeError) as err:
             raise ValueError(f"sampler state: unusable 'index' generator state: {err}") from None
         self.rng.bit_generator.state = state["numpy"]
+        self.index_generator.set_state(index)
 
     def state_dict(self) -> dict[str, Any]:
         """Geometry, cursor, sampler state and the storage TensorDict (views, not a copy)."""
@@ -302,38 +303,49 @@ class ReplayBuffer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Copy a :meth:`state_dict` into this buffer (the capacity must match)."""
+        """Copy a :meth:`state_dict` into this buffer (the capacity must match); a state saved
+        empty empties the buffer. Everything is checked before anything changes."""
         if state["capacity"] != self._capacity:
             raise ValueError(
                 f"state has capacity {state['capacity']}, this buffer {self._capacity}"
             )
-        self.load_sampler_state(state["rng"])
-        data = state["storage"]
-        if data is None:
-            self._storage = None
-            return
-        storage = StreamStorage(
-            self._capacity, int(state["num_streams"]), self.device, path=self.storage_path
-        )
-        if tuple(data.batch_size) != (storage.length, storage.num_streams):
-            raise ValueError(
-                f"state storage has batch size {tuple(data.batch_size)}, expected "
-                f"{(storage.length, storage.num_streams)}"
-            )
-        storage.allocate(data, 2)
-        for k, leaf in zip(storage.keys, storage.leaves, strict=False):
-            leaf.copy_(data.get(_spell(k)))
-        storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
-        frames = state.get("frames")
-        saved_with = frames is not None
-        if saved_with != (self._frames is not None):
+        data, storage, frames = state["storage"], None, state.get("frames")
+        saved_with = frames is not None  # an empty buffer saves no frames, with them or not
+        if data is not None and saved_with != (self._frames is not None):
             raise ValueError(
                 f"state was saved {'with' if saved_with else 'without'} frame_keys; this buffer "
                 f"is built {'without' if saved_with else 'with'} them"
             )
+        if data is not None:
+            storage = StreamStorage(
+                self._capacity, int(state["num_streams"]), self.device, path=self.storage_path
+            )
+            if tuple(data.batch_size) != (storage.length, storage.num_streams):
+                raise ValueError(
+                    f"state storage has batch size {tuple(data.batch_size)}, expected "
+                    f"{(storage.length, storage.num_streams)}"
+                )
+            storage.allocate(data, 2)
+            for k, leaf in zip(storage.keys, storage.leaves, strict=False):
+                leaf.copy_(data.get(_spell(k)))
+            storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
+        self._check_state(state, storage)
+        if self._frames is not None and storage is not None:
+            self._frames.check_state(frames, storage)
+        self.load_sampler_state(state["rng"])  # checked, then set
         if self._frames is not None:
-            self._frames.load(frames, storage)
-        self._set_storage(storage)
+            self._frames.load(frames if storage is not None else None, storage)
+        if storage is None:
+            self._clear_storage()
+        else:
+            self._set_storage(storage)
+
+    def _check_state(self, state: dict[str, Any], storage: StreamStorage | None) -> None:
+        """Hook of :meth:`load_state_dict`: raise before anything changes if a subclass's part
+        of ``state`` does not fit ``storage`` (the one to be loaded; None: empty)."""
+
+    def _clear_storage(self) -> None:
+        self._storage = None
 
     def save(self, path: str | Path) -> None:
         """Write the buffer to directory ``path``: tensors memory-mapped, scalars as JSON, with

@@ -258,9 +258,9 @@ class StreamStorage:
     def write_checked(self, td: TensorDictBase) -> int:
         """:meth:`write` with every leaf checked and copied by torch (the plain twin)."""
         T = self.steps_of(td)
+        self.check(td)  # an empty batch too: a wrong one is refused whatever its length
         if T == 0:
             return 0
-        self.check(td)
         L, S = self.length, self.num_streams
         skip = max(T - L, 0)  # more steps than a stream holds: only the newest L survive anyway
         start = (self.cursor + skip) % L

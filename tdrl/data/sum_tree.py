@@ -131,7 +131,7 @@ def _sample(sums, mins, offsets, uniform, num_valid, beta):  # noqa: ANN001, ANN
 
 
 @numba.njit(cache=True, nogil=True)
-def _check_and_update(sums, mins, offsets, index, priority, num_valid, alpha, eps):  # noqa: ANN001, ANN202
+def _check_and_update(sums, mins, offsets, index, priority, num_valid, alpha, eps, limit):  # noqa: ANN001, ANN202
     # Returns (-1, max p) after updating, or (j, 0) for the first bad entry j without updating.
     top = 0.0
     value = np.empty(index.shape[0], dtype=np.float64)
@@ -141,6 +141,8 @@ def _check_and_update(sums, mins, offsets, index, priority, num_valid, alpha, ep
             return j, 0.0
         top = max(top, p + eps)
         value[j] = (p + eps) ** alpha
+        if not value[j] <= limit:
+            return j, 0.0
     _update(sums, mins, offsets, index, value)
     return -1, top
 
@@ -203,15 +205,22 @@ class SumTree:
         importance weights ``(leaf / min leaf)^-beta`` (float32)."""
         return _sample(self.sums, self.mins, self._offsets, uniform, num_valid, beta)
 
+    @property
+    def largest_leaf(self) -> float:
+        """The largest leaf value for which a full tree's float32 total stays finite."""
+        return float(np.finfo(np.float32).max) / self.capacity
+
     def check_and_update(
         self, index: np.ndarray, priority: np.ndarray, num_valid: int, alpha: float, eps: float
     ) -> tuple[int, float]:
-        """Set leaves to ``(priority + eps)^alpha`` if every priority is finite and >= 0 and every
-        index in ``[0, num_valid)``; returns ``(-1, max(priority + eps))``, or ``(j, 0)`` for the
-        first bad entry j (nothing updated). ``priority`` may be float32 or float64."""
+        """Set leaves to ``(priority + eps)^alpha`` if every priority is finite and >= 0, every
+        index in ``[0, num_valid)`` and every leaf at most :attr:`largest_leaf`; returns
+        ``(-1, max(priority + eps))``, or ``(j, 0)`` for the first bad entry j (nothing
+        updated). ``priority`` may be float32 or float64."""
         return _check_and_update(
-            self.sums, self.mins, self._offsets, index, priority, num_valid, alpha, eps
-        )
+            self.sums, self.mins, self._offsets, index, priority, num_valid, alpha, eps,
+            self.largest_leaf,
+        )  # fmt: skip
 
     def find(self, mass: np.ndarray) -> np.ndarray:
         """Leaves where the prefix sum reaches ``mass`` (each in ``[0, total)``)."""

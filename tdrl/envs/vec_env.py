@@ -138,6 +138,9 @@ class VecEnv:
             )
         # Any: the async-only members (step_wait, processes) are not on VectorEnv.
         self._vec: Any = vec_env
+        # A vector env that does not say how it resets (no autoreset_mode in its metadata):
+        # every step checks that each ended episode came with its final observation.
+        self._check_final = mode is None
         self.num_envs: int = vec_env.num_envs
         self.seed = seed
         self.out_of_bounds = out_of_bounds
@@ -155,6 +158,7 @@ class VecEnv:
         if isinstance(space, gym.spaces.Box):
             self._low = np.broadcast_to(space.low, space.shape).astype(space.dtype)
             self._high = np.broadcast_to(space.high, space.shape).astype(space.dtype)
+            self._bounded = bool(np.isfinite(self._low).all() and np.isfinite(self._high).all())
         elif isinstance(space, gym.spaces.Discrete):
             self._n_actions: np.ndarray | int = int(space.n)
         elif isinstance(space, gym.spaces.MultiDiscrete):
@@ -222,9 +226,11 @@ class VecEnv:
             if self.out_of_bounds == "reject":
                 inside = (action >= self._low) & (action <= self._high)
                 if not inside.all():
+                    env, *dim = np.argwhere(~inside)[0].tolist()
+                    d = tuple(dim)
                     raise ValueError(
-                        f"action out of bounds [{self._low.min()}, {self._high.max()}] "
-                        f"(out_of_bounds='reject'): {action[~inside][:4]}"
+                        f"action {action[(env, *d)]} of env {env} at dimension {d} is out of "
+                        f"bounds [{self._low[d]}, {self._high[d]}] (out_of_bounds='reject')"
                     )
             else:
                 # np.clip's Python dispatch costs ~4 us a step; two ufuncs do the same (NaN
@@ -249,6 +255,15 @@ class VecEnv:
             final_obs = info[_FINAL_OBS]
             for i in np.flatnonzero(info[_FINAL_OBS_MASK]):
                 final[int(i)] = self._split(final_obs[i])
+        if self._check_final:
+            missing = [i for i in np.flatnonzero(terminated | truncated) if int(i) not in final]
+            if missing:
+                raise RuntimeError(
+                    f"env {int(missing[0])} ended an episode without its final observation in "
+                    f"info[{_FINAL_OBS!r}]: VecEnv needs same-step autoreset (the vector env's "
+                    "metadata has no 'autoreset_mode'; next-step autoreset would store a dummy "
+                    "step pairing the final observation with the reset one)"
+                )
         observation = self._split(obs)
         if self._mask_leaf is not None:
             self._check_mask(observation[self._mask_leaf], "step")
@@ -318,9 +333,10 @@ class VecEnv:
         *,
         mask: np.ndarray | None = None,
     ) -> torch.Tensor:
-        """Uniform random actions within the bounds; with an ``"action_mask"`` observation,
-        uniform over the allowed actions of ``mask`` (the current one, ``[num_envs, n]``; one
-        step at a time, since the mask changes every step).
+        """Uniform random actions within the bounds (an unbounded dimension draws from a normal,
+        a half-bounded one an exponential off its bound, as gymnasium's ``Box.sample``); with an
+        ``"action_mask"`` observation, uniform over the allowed actions of ``mask`` (the current
+        one, ``[num_envs, n]``; one step at a time, since the mask changes every step).
 
         Shapes:
             [num_envs, *action_shape], or [num_envs, steps, *action_shape] when steps is given.
@@ -336,7 +352,17 @@ class VecEnv:
         if self._is_box:
             low, high = torch.as_tensor(self._low), torch.as_tensor(self._high)
             u = torch.rand(*batch, *low.shape, generator=generator, dtype=low.dtype)
-            return low + u * (high - low)
+            uniform = low + u * (high - low)
+            if self._bounded:
+                return uniform
+            has_low, has_high, shape = low.isfinite(), high.isfinite(), uniform.shape
+            normal = torch.randn(shape, generator=generator, dtype=low.dtype)
+            tail = torch.empty(shape, dtype=low.dtype).exponential_(generator=generator)
+            return torch.where(
+                has_low & has_high,
+                uniform,
+                torch.where(has_low, low + tail, torch.where(has_high, high - tail, normal)),
+            )
         if isinstance(self._n_actions, int):
             return torch.randint(self._n_actions, batch, generator=generator)
         # MultiDiscrete / MultiBinary: one uniform index per component

@@ -211,3 +211,18 @@ def test_a_step_marked_done_after_it_was_written_keeps_its_real_next_frame():
     assert at_seam.any() and sample["next", "truncated"][at_seam].all()
     stream = sample["index"][at_seam] % 2
     assert torch.equal(sample[NEXT_OBS][at_seam], first[NEXT_OBS][stream, 4])
+
+
+def test_an_empty_state_forgets_the_stored_frames():
+    batches = rollouts(num_envs=2, steps=9, batches=2)
+    buffer = ReplayBuffer(40, frame_keys=[OBS], frame_stack=K, generator=0)
+    buffer.extend(batches[0])
+    empty = ReplayBuffer(40, frame_keys=[OBS], frame_stack=K, generator=0)
+    buffer.load_state_dict(empty.state_dict())
+    assert len(buffer) == 0
+    buffer.extend(batches[1])  # starts over as a fresh buffer would
+    fresh = ReplayBuffer(40, frame_keys=[OBS], frame_stack=K, generator=0)
+    fresh.extend(batches[1])
+    assert len(buffer) == len(fresh) == 18
+    assert (buffer.storage == fresh.storage).all()
+    assert (buffer.sample(200) == fresh.sample(200)).all()  # the loaded sampler state too

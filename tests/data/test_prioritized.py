@@ -86,3 +86,51 @@ def test_bad_priorities_name_the_value_and_index():
     with pytest.raises(IndexError, match=r"index\[0\] = 8"):
         rb.update_priority([8], [1.0])
     assert np.array_equal(rb._tree.sums, before)  # nothing was written
+
+
+def test_a_priority_whose_leaf_would_overflow_the_float32_tree_is_refused():
+    # (p + eps)^alpha above float32 max / capacity could make the tree's total inf: sampling
+    # would then pick the last item with weight 1 whatever the priorities.
+    rb = PrioritizedReplayBuffer(8, alpha=1.0, generator=0)
+    fill(rb, 8)
+    before, top = rb._tree.sums.copy(), rb.max_priority
+    limit = float(np.finfo(np.float32).max) / 8
+    for bad in (1e300, 2 * limit):
+        with pytest.raises(ValueError, match=r"priority\[1\] = .* \(index 5\) is too large"):
+            rb.update_priority(torch.tensor([2, 5]), torch.tensor([1.0, bad], dtype=torch.float64))
+    squared = PrioritizedReplayBuffer(8, alpha=2.0, generator=0)
+    fill(squared, 8)
+    with pytest.raises(ValueError, match="too large"):
+        squared.update_priority([0], [1e20])  # finite, but its square is not in float32
+    assert np.array_equal(rb._tree.sums, before) and rb.max_priority == top  # nothing written
+    rb.update_priority([5], [limit / 2])  # large but safe: the total stays finite
+    assert math.isfinite(rb._tree.total)
+    assert (rb.sample(64)["index"] == 5).float().mean() > 0.9
+
+
+def test_an_empty_state_empties_a_filled_buffer_and_a_bad_state_changes_nothing():
+    empty_state = PrioritizedReplayBuffer(8, generator=1).state_dict()
+    rb = PrioritizedReplayBuffer(8, generator=0)
+    fill(rb, 8)
+    rb.update_priority([0], [5.0])
+    rb.load_state_dict(empty_state)
+    assert len(rb) == 0 and rb.max_priority == 1.0
+    with pytest.raises(RuntimeError, match="empty"):
+        rb.sample(2)
+    fill(rb, 4)  # the buffer works again, with fresh priorities
+    assert np.allclose(rb._tree.leaves()[:4], 1.0) and rb._tree.total == pytest.approx(4.0)
+
+    full = PrioritizedReplayBuffer(8, generator=2)
+    fill(full, 8)
+    state = full.state_dict()
+    keep = rb.state_dict()
+    sums, rng = rb._tree.sums.copy(), rb.sampler_state()
+    del state["priority"]
+    with pytest.raises(ValueError, match="'priority': expected 8 leaf priorities, got None"):
+        rb.load_state_dict(state)
+    state = full.state_dict()
+    state["rng"] = {**state["rng"], "index": "00ff"}
+    with pytest.raises(ValueError, match="'index' generator state"):
+        rb.load_state_dict(state)
+    assert np.array_equal(rb._tree.sums, sums) and rb.sampler_state() == rng
+    assert (rb.storage == keep["storage"]).all() and len(rb) == 4

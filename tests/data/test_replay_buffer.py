@@ -271,3 +271,20 @@ def test_disk_backed_storage_samples_what_the_in_memory_one_does(rollout, tmp_pa
     resumed.load(tmp_path / "saved")
     assert (resumed.storage == before).all() and (disk.storage == before).all()
     resumed.extend(td[:, :5])  # and writes into its own files
+
+
+def test_an_empty_batch_is_checked_like_any_other():
+    rb = ReplayBuffer(10)
+    rb.extend(torch.stack(steps(2), 1))  # a [2, 2] rollout: 2 streams
+    empty = steps(1)[0].unsqueeze(1)[:, :0]  # [2, 0]
+    rb.extend(empty)  # writes nothing
+    assert len(rb) == 4
+    wrong = empty.clone()
+    wrong["junk"] = torch.zeros(2, 0)
+    with pytest.raises(KeyError, match=r"extra \['junk'\]"):
+        rb.extend(wrong)
+    wide = empty.clone()
+    wide["observation"] = wide["observation"].double()
+    with pytest.raises((TypeError, ValueError), match="'observation'"):
+        rb.extend(wide)
+    assert len(rb) == 4

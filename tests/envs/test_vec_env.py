@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tdrl.envs import make_vec_env
-from tests.tiny_envs import Tiny
+from tests.tiny_envs import Episodic, Tiny
 
 
 def _hand_episode_end(env_id: str, seed: int, actions: list[np.ndarray], **make_kwargs):
@@ -267,3 +267,68 @@ def test_async_worker_killed_surfaces_as_error():
     _fails_fast_without_orphans(
         env, td, processes, RuntimeError, "an env worker failed during step"
     )
+
+
+def test_a_rejected_action_names_its_env_its_dimension_and_that_dimensions_bounds():
+    from tdrl.envs import VecEnv
+
+    space = gym.spaces.Box(np.array([-1.0, -2.0]), np.array([1.0, 2.0]), dtype=np.float32)
+    vec = gym.vector.SyncVectorEnv(
+        [lambda: Episodic(5, action_space=space)] * 2,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    with VecEnv(vec, seed=0, out_of_bounds="reject") as env:
+        td = env.reset()
+        td["action"] = torch.tensor([[0.0, 0.0], [1.5, 0.0]])  # 1.5 is inside dimension 1's
+        with pytest.raises(
+            ValueError,
+            match=r"1.5 of env 1 at dimension \(0,\) is out of bounds "
+            r"\[-1.0, 1.0\]",
+        ):
+            env.step(td)
+
+
+def test_random_actions_on_unbounded_dimensions_are_finite_and_follow_the_bounds_they_have():
+    # gymnasium's Box.sample: unbounded -> normal, bounded below -> low + exponential, bounded
+    # above -> high - exponential, bounded -> uniform
+    from tdrl.envs import VecEnv
+
+    inf = np.inf
+    space = gym.spaces.Box(
+        np.array([-inf, 0.5, -inf, -1.0]), np.array([inf, inf, -0.5, 1.0]), dtype=np.float32
+    )
+    vec = gym.vector.SyncVectorEnv(
+        [lambda: Episodic(5, action_space=space)] * 2,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    with VecEnv(vec, seed=0) as env:
+        a = env.rand_action(torch.Generator().manual_seed(0), steps=2000)
+        assert a.shape == (2, 2000, 4) and a.dtype == torch.float32
+        assert bool(a.isfinite().all())
+        free, low, high, both = a.unbind(-1)
+        assert free.min() < -1 and free.max() > 1 and abs(float(free.mean())) < 0.1
+        assert low.min() >= 0.5 and low.max() > 2.5
+        assert high.max() <= -0.5 and high.min() < -2.5
+        assert both.min() >= -1 and both.max() <= 1
+        again = env.rand_action(torch.Generator().manual_seed(0), steps=2000)
+        assert torch.equal(a, again)  # the generator alone decides
+
+
+def test_an_ended_episode_without_its_final_observation_is_refused():
+    # A vector env that does not state its autoreset mode is checked step by step: next-step
+    # autoreset would store gymnasium's dummy step (final obs paired with the reset obs).
+    from tdrl.collectors import Collector
+    from tdrl.envs import VecEnv
+
+    vec = gym.vector.SyncVectorEnv([lambda: Episodic(2)] * 2)  # NEXT_STEP
+    vec.metadata = {k: v for k, v in vec.metadata.items() if k != "autoreset_mode"}
+    with VecEnv(vec, seed=0) as env:
+        with pytest.raises(RuntimeError, match="env 0 ended an episode without its final obs"):
+            Collector(env, None, 8).rollout()
+    same = gym.vector.SyncVectorEnv(
+        [lambda: Episodic(2)] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    same.metadata = {k: v for k, v in same.metadata.items() if k != "autoreset_mode"}
+    with VecEnv(same, seed=0) as env:
+        batch = Collector(env, None, 8).rollout()
+        assert batch["next", "terminated"].sum() == 4  # episodes of 2 over 4 steps x 2 envs
