@@ -87,7 +87,8 @@ class ValueEstimator(TensorDictModuleBase):
         if truncation not in TRUNCATION_POLICIES:
             raise ValueError(f"truncation must be one of {TRUNCATION_POLICIES}, got {truncation!r}")
         self._check_discount("gamma", gamma)
-        self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.get_default_dtype()))
+        # float64, cast to the reward's dtype at use: float64 rollouts get gamma's full precision
+        self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.float64))
         # Not a submodule (as in TorchRL): the loss owns the critic's parameters.
         self.__dict__["value_network"] = value_network
         self.differentiable = differentiable
@@ -200,7 +201,14 @@ class ValueEstimator(TensorDictModuleBase):
         self._gamma_source: NestedKey = (
             "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
         )
-        return gamma if steps is None else gamma ** steps.reshape(reward.shape)
+        if steps is None:
+            return gamma
+        if steps.numel() != reward.numel():
+            raise ValueError(
+                f"{type(self).__name__}: key {self._gamma_source!r}: shape "
+                f"{tuple(steps.shape)} does not fit reward's {tuple(reward.shape)}"
+            )
+        return gamma ** steps.reshape(reward.shape)
 
     def _key_of(self, argument: str) -> NestedKey:
         k = self.tensor_keys

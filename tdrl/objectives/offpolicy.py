@@ -157,6 +157,11 @@ class OffPolicyLoss(TensorDictModuleBase):
             )
         keys = self.tensor_keys
         reward = self._per_sample(batch, next_key(keys.reward))
+        if not reward.is_floating_point():  # an integer reward would truncate gamma ** k
+            raise TypeError(
+                f"{type(self).__name__}: {next_key(keys.reward)!r} must be a floating-point "
+                f"tensor, got {reward.dtype}"
+            )
         terminated = self._per_sample(batch, next_key(keys.terminated))
         if terminated.dtype != torch.bool:
             raise TypeError(

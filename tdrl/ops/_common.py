@@ -53,35 +53,42 @@ def check_discount(name: str, value: float | Tensor) -> None:
         raise InputError(name, f"must lie in [0, 1], got {value}")
 
 
-def check_float(name: str, x: Tensor, shape: torch.Size, dtype: torch.dtype) -> None:
-    """Raise ``InputError`` unless ``x`` is a floating tensor of ``shape`` and ``dtype``."""
+def check_float(name: str, x: Tensor, reward: Tensor) -> None:
+    """Raise ``InputError`` unless ``x`` is a tensor of ``reward``'s shape, dtype and device."""
     if not isinstance(x, Tensor):
         raise InputError(name, f"expected a tensor, got {type(x).__name__}")
-    if x.dtype != dtype:
-        raise InputError(name, f"dtype {x.dtype} differs from reward's {dtype}")
-    if x.shape != shape:
-        raise InputError(name, f"shape {tuple(x.shape)} does not match reward's {tuple(shape)}")
+    if x.dtype != reward.dtype:
+        raise InputError(name, f"dtype {x.dtype} differs from reward's {reward.dtype}")
+    _check_like(name, x, reward)
 
 
-def check_flag(name: str, x: Tensor, shape: torch.Size) -> None:
-    """Raise ``InputError`` unless ``x`` is a bool tensor of ``shape``."""
+def _check_like(name: str, x: Tensor, reward: Tensor) -> None:
+    if x.shape != reward.shape:
+        raise InputError(
+            name, f"shape {tuple(x.shape)} does not match reward's {tuple(reward.shape)}"
+        )
+    if x.device != reward.device:
+        raise InputError(name, f"device {x.device} differs from reward's {reward.device}")
+
+
+def check_flag(name: str, x: Tensor, reward: Tensor) -> None:
+    """Raise ``InputError`` unless ``x`` is a bool tensor of ``reward``'s shape and device."""
     if not isinstance(x, Tensor):
         raise InputError(name, f"expected a bool tensor, got {type(x).__name__}")
     if x.dtype != torch.bool:
         raise InputError(name, f"episode-end flags must be torch.bool, got {x.dtype}")
-    if x.shape != shape:
-        raise InputError(name, f"shape {tuple(x.shape)} does not match reward's {tuple(shape)}")
+    _check_like(name, x, reward)
 
 
 def check_flags(
-    terminated: Tensor, done: Tensor | None, truncated: Tensor | None, shape: torch.Size
+    terminated: Tensor, done: Tensor | None, truncated: Tensor | None, reward: Tensor
 ) -> None:
-    """Dtype and shape of the flags (metadata only: no pass over the data)."""
-    check_flag("terminated", terminated, shape)
+    """Dtype, shape and device of the flags (metadata only: no pass over the data)."""
+    check_flag("terminated", terminated, reward)
     if done is not None:
-        check_flag("done", done, shape)
+        check_flag("done", done, reward)
     if truncated is not None:
-        check_flag("truncated", truncated, shape)
+        check_flag("truncated", truncated, reward)
 
 
 def check_done(terminated: Tensor, done: Tensor, truncated: Tensor | None) -> None:

@@ -184,10 +184,10 @@ def prepare(
         raise InputError("reward", f"expected a floating tensor with a time dim, got {_d(reward)}")
     shape = reward.shape
     if validate:
-        check_float("next_value", next_value, shape, reward.dtype)
+        check_float("next_value", next_value, reward)
         if value is not None:
-            check_float("value", value, shape, reward.dtype)
-        check_flags(terminated, done, truncated, shape)
+            check_float("value", value, reward)
+        check_flags(terminated, done, truncated, reward)
     tdim = normalize_time_dim(time_dim, reward.ndim)
     if shape[tdim] == 0:
         raise InputError("reward", f"the time dimension (dim {tdim} of {tuple(shape)}) is empty")

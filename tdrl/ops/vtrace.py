@@ -68,7 +68,7 @@ def vtrace(
         all inputs and outputs ``[*B, T, *F]``.
     """
     if validate:
-        check_float("log_rho", log_rho, reward.shape, reward.dtype)
+        check_float("log_rho", log_rho, reward)
     rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
                    truncation=truncation, time_dim=time_dim, backend=backend, validate=validate,
                    extra=(log_rho,))  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -273,3 +275,42 @@ def test_bad_batches_name_the_key():
         E.GAE(gamma=0.9, lmbda=0.9, value_network=None)(td)
     with pytest.raises(KeyError, match="missing key 'target_log_prob'"):
         E.VTrace(gamma=0.9, value_network=value_net())(make_td())
+
+
+def test_a_bad_steps_to_next_obs_shape_or_a_flag_on_another_device_names_the_key():
+    est = E.GAE(gamma=0.9, lmbda=0.9, value_network=value_net())
+    td = make_td()
+    td["steps_to_next_obs"] = torch.ones(*td.shape, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"key 'steps_to_next_obs': shape \(4, 15, 2\) does not"):
+        est(td)
+    # the meta device stands in for a GPU: a device mismatch is named before any kernel runs
+    for key in (("next", "terminated"), ("next", "truncated")):
+        td = make_td()
+        td[key] = td[key].to("meta")
+        with pytest.raises(ValueError, match=rf"key {re.escape(repr(key))}: device meta differs"):
+            est(td)
+
+
+def test_float64_rollouts_get_gamma_at_float64_precision():
+    # A 400-step episode of reward 1 and value 0 (it ends at the batch cut, terminated): the
+    # discounted sum, written out, in float64. A float32 gamma would be off by ~1e-4.
+    T, gamma = 400, 0.99
+    td = TensorDict(
+        {
+            "state_value": torch.zeros(1, T, 1, dtype=torch.float64),
+            "next": {
+                "reward": torch.ones(1, T, 1, dtype=torch.float64),
+                "state_value": torch.zeros(1, T, 1, dtype=torch.float64),
+                "terminated": torch.arange(T).eq(T - 1).view(1, T, 1),
+                "done": torch.arange(T).eq(T - 1).view(1, T, 1),
+            },
+        },
+        batch_size=[1, T],
+    )
+    want = torch.tensor(
+        [sum(gamma**k for k in range(T - t)) for t in range(T)], dtype=torch.float64
+    )
+    for est in (E.TD1Estimator(gamma=gamma), E.GAE(gamma=gamma, lmbda=1.0)):
+        got = est(td.clone())["value_target"].view(T)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

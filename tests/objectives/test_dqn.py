@@ -154,6 +154,13 @@ def test_input_is_not_mutated():
         (lambda td: td.set("action", torch.tensor([0, 5, 1])), "'action' holds indices outside"),
         (lambda td: td.set(("next", "terminated"), torch.zeros(3, 1)), "must be bool"),
         (lambda td: td.set(("next", "reward"), torch.zeros(3, 2)), "'next', 'reward'.*shape"),
+        # an integer reward would have cast the n-step discount gamma ** k to 0
+        (
+            lambda td: td.set(("next", "reward"), torch.ones(3, 1, dtype=torch.long)).set(
+                "steps_to_next_obs", torch.full((3, 1), 3)
+            ),
+            r"\('next', 'reward'\) must be a floating-point tensor, got torch.int64",
+        ),
     ],
 )
 def test_bad_input_names_the_key(mutate, match):
