@@ -103,6 +103,11 @@ class EnsembleLinear(nn.Module):
         elif members is not None:
             weight, bias = weight[:members], bias[:members]
         e = weight.shape[0]
+        if x.shape[-1] != self.in_features:  # the one-output product below would broadcast it
+            raise ValueError(
+                f"{type(self).__name__}: input has {x.shape[-1]} features (shape "
+                f"{tuple(x.shape)}), the layer takes {self.in_features}"
+            )
         # The common inputs ([B, in] shared, [E, B, in] per member) go in as they are: every
         # reshape or view is one more autograd node, and the update step is overhead-bound.
         if shared:
@@ -383,6 +388,8 @@ class ModuleEnsemble(TensorDictModuleBase):
         if isinstance(module, Sequence):
             members = list(module)
         else:
+            if num_members < 1:
+                raise ValueError(f"ModuleEnsemble: num_members must be >= 1, got {num_members}")
             members = [module] + [copy.deepcopy(module) for _ in range(num_members - 1)]
             for member in members[1:]:
                 _reset_parameters(member)

@@ -78,11 +78,22 @@ def _register_bounds(
     return low_t, high_t
 
 
+def _check_width(owner: str, out: torch.Tensor, width: int, what: str) -> None:
+    """Raise unless the network's last dim is ``width`` (a narrower parameter would broadcast)."""
+    if out.shape[-1] != width:
+        raise ValueError(
+            f"{owner}: the network outputs {out.shape[-1]} values (shape {tuple(out.shape)}), "
+            f"{what} is {width}"
+        )
+
+
 def _tanh_to_box(pre_tanh: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
     """``mid + half tanh(x)``: the real line onto the box ``[low, high]``."""
     mid = (high + low) / 2
     half = (high - low) / 2
-    return mid + half * torch.tanh(pre_tanh)
+    # mid + half * tanh rounds past a bound when tanh saturates (e.g. high = -0.016532650
+    # gave -0.016532421): clamped, the action lies in the box.
+    return torch.maximum(torch.minimum(mid + half * torch.tanh(pre_tanh), high), low)
 
 
 class _ProbabilisticActor(TensorDictModuleBase):
@@ -178,6 +189,7 @@ class GaussianActor(_ProbabilisticActor):
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         loc = _apply(self.net, observation, self.in_keys[0], "GaussianActor")
+        _check_width("GaussianActor", loc, self.log_std.shape[-1], "action_dim")
         if self.rescale:
             loc = self.action_mid + self.action_half * loc
             return {LOC: loc, SCALE: (self.action_half * self.log_std.exp()).expand_as(loc)}
@@ -241,6 +253,7 @@ class TanhGaussianActor(_ProbabilisticActor):
 
     def _log_std(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.log_std is not None:
+            _check_width("TanhGaussianActor", out, self.action_dim, "action_dim")
             return out, self.log_std.expand_as(out)
         if out.shape[-1] != 2 * self.action_dim:
             raise ValueError(

@@ -36,6 +36,14 @@ __all__ = [
 ]
 
 
+def _noiseless() -> bool:
+    """Noise is off under every interaction type but RANDOM (DETERMINISTIC, and TorchRL's MODE
+    and MEAN, as the actors and exploration modules read them); on when none is set (the
+    training step of a noisy net draws it)."""
+    mode = interaction_type()
+    return mode is not None and mode is not InteractionType.RANDOM
+
+
 class NoisyLinear(nn.Module):
     """Linear layer with factorized Gaussian noise (Fortunato et al. 2017, arXiv 1706.10295):
 
@@ -87,7 +95,7 @@ class NoisyLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = nn.functional.linear(x, self.weight_mu, self.bias_mu)
-        if interaction_type() == InteractionType.DETERMINISTIC:
+        if _noiseless():
             return mean
         # (sigma_w * f(e_out) f(e_in)^T) x = f(e_out) * (sigma_w (f(e_in) * x)): the factored
         # noise never forms the [out, in] noisy weight (a third of a Rainbow step on a Nature
@@ -332,7 +340,7 @@ class IQNQValueActor(_GreedyQActor):
     def policy_taus(self, batch: int, like: torch.Tensor) -> torch.Tensor:
         """The fractions the greedy action averages over, ``[batch, num_policy_taus]``."""
         K = self.num_policy_taus
-        if interaction_type() == InteractionType.DETERMINISTIC:
+        if _noiseless():
             even = (torch.arange(K, dtype=like.dtype, device=like.device) + 0.5) / K
             return even.expand(batch, K)
         return torch.rand(batch, K, dtype=like.dtype, device=like.device)

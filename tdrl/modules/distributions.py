@@ -16,6 +16,17 @@ import torch
 from torch.distributions import Distribution, register_kl
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _check_event(dist: Distribution, value: torch.Tensor) -> None:
+    """Raise unless ``value`` ends in the event shape (a narrower action would broadcast)."""
+    if value.shape[-1:] != dist.event_shape:
+        raise ValueError(
+            f"{type(dist).__name__}.log_prob: the action has shape {tuple(value.shape)}, the "
+            f"distribution's event shape is {tuple(dist.event_shape)}"
+        )
+
+
 _LOG_2 = math.log(2.0)
 
 
@@ -72,6 +83,7 @@ class IndependentNormal(Distribution):
             return self.rsample(sample_shape)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        _check_event(self, value)
         z = (value - self.loc) / self.scale
         return (-0.5 * z * z - self.log_scale).sum(-1) - _HALF_LOG_2PI * self.loc.shape[-1]
 
@@ -196,6 +208,7 @@ class TanhNormal(Distribution):
             return self.rsample(sample_shape)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        _check_event(self, value)
         y = ((value - self._mid) / self._half).clamp(-self._limit, self._limit)
         # log(1 - y^2) as log1p(-y) + log1p(y): exact near |y| = 1, where 1 - y*y cancels.
         log_det = torch.log1p(-y) + torch.log1p(y)

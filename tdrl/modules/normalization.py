@@ -96,7 +96,10 @@ class RunningObservationNorm(TensorDictModuleBase):
         return (self.var + self.epsilon).sqrt()
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalize with the current statistics (no update); keeps ``x``'s dtype."""
+        """Normalize with the current statistics (no update); keeps ``x``'s dtype when it is
+        floating (integer observations, e.g. uint8, come out in the default float dtype)."""
+        if not x.is_floating_point():  # the statistics would be truncated to integers
+            x = x.to(torch.get_default_dtype())
         mean = self.mean.to(x.dtype)
         std = self.std.to(x.dtype)
         out = (x - mean) / std

@@ -126,6 +126,13 @@ class _RecurrentModule(TensorDictModuleBase):
             )
         return state
 
+    def _check_is_init(self, is_init: Tensor) -> None:
+        if is_init.dtype != torch.bool:
+            raise TypeError(
+                f"{type(self).__name__}: {IS_INIT!r} must be bool (True where an episode "
+                f"starts), got {is_init.dtype}"
+            )
+
     def _step(
         self, x: Tensor, states: list[Tensor], is_init: Tensor
     ) -> tuple[Tensor, list[Tensor]]:
@@ -136,6 +143,7 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"{type(self).__name__}: {IS_INIT!r} has shape {tuple(is_init.shape)}, expected "
                 f"{(*batch, 1)} for input {tuple(x.shape)}"
             )
+        self._check_is_init(is_init)
         reset = is_init.reshape(1, -1, 1)
         hidden = [s.reshape(-1, *self.state_shape).transpose(0, 1).masked_fill(reset, 0.0)
                   for s in states]  # fmt: skip
@@ -152,12 +160,14 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"{tuple(x.shape)} (step mode takes one step)"
             )
         lead, steps = x.shape[:-2], x.shape[-2]
-        starts = is_init.reshape(-1, steps)  # [B, T]
-        if starts.shape[0] != lead.numel():
+        if is_init.shape not in ((*lead, steps), (*lead, steps, 1)):  # not only its size:
+            # a [T, B, 1] layout has [B, T]'s element count
             raise ValueError(
                 f"{type(self).__name__}: {IS_INIT!r} has shape {tuple(is_init.shape)}, expected "
                 f"{(*lead, steps, 1)} for input {tuple(x.shape)}"
             )
+        self._check_is_init(is_init)
+        starts = is_init.reshape(-1, steps)  # [B, T]
         flat = x.reshape(-1, steps, x.shape[-1])
         hidden = [s.reshape(-1, steps, *self.state_shape)[:, 0].transpose(0, 1) for s in states]
         cuts = [0, *(torch.nonzero(starts[:, 1:].any(0)).flatten() + 1).tolist(), steps]

@@ -78,6 +78,12 @@ class TD3Loss(_DeterministicActorCritic):
             low, high = bounds
         self.register_buffer("min_action", torch.as_tensor(low, dtype=torch.float32).clone())
         self.register_buffer("max_action", torch.as_tensor(high, dtype=torch.float32).clone())
+        if not (policy_noise >= 0 and noise_clip >= 0):  # False for NaN
+            # a negative clip makes clamp(c, -c) return -c: a constant, biased target action
+            raise ValueError(
+                f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise}, "
+                f"{noise_clip}"
+            )
         self.policy_noise = policy_noise
         self.noise_clip = noise_clip
 

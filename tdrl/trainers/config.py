@@ -29,7 +29,8 @@ _POSITIVE = {
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
-    "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq",
+    "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq", "policy_noise",
+    "noise_clip",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
 

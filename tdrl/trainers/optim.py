@@ -54,6 +54,9 @@ def optimizer_step(
     actor only, and so on), so one backward of the sum updates every network at once.
     ``parameters`` (default: those of the optimizers) are clipped when ``max_grad_norm`` is set.
     """
+    if max_grad_norm is not None and not max_grad_norm > 0:  # False for NaN
+        # < 0 would flip every gradient (ascent), 0 zero them, NaN make them NaN
+        raise ValueError(f"max_grad_norm must be > 0 (inf: no clipping), got {max_grad_norm}")
     use_fast = _fast.enabled()
     for optimizer in optimizers:
         if not (use_fast and fast.zero_grad(optimizer)):
