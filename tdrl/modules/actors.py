@@ -91,9 +91,12 @@ def _tanh_to_box(pre_tanh: torch.Tensor, low: torch.Tensor, high: torch.Tensor) 
     """``mid + half tanh(x)``: the real line onto the box ``[low, high]``."""
     mid = (high + low) / 2
     half = (high - low) / 2
+    action = mid + half * torch.tanh(pre_tanh)
+    if action.requires_grad:  # a loss's action: a rounding excess is harmless there, and a
+        return action  # clamp node would add ~1% to a TD3 update step
     # mid + half * tanh rounds past a bound when tanh saturates (e.g. high = -0.016532650
-    # gave -0.016532421): clamped, the action lies in the box.
-    return torch.maximum(torch.minimum(mid + half * torch.tanh(pre_tanh), high), low)
+    # gave -0.016532421): the actions sent to an env are clamped into the box.
+    return action.clamp(low, high)
 
 
 class _ProbabilisticActor(TensorDictModuleBase):
