@@ -45,7 +45,9 @@ class Config(trainers.OnPolicyConfig):
     algo: Literal["trpo", "npg"] = "trpo"
     """the actor's step: TRPO (KL-bounded line search) or NPG (normalized natural gradient)."""
     critic_steps: int = 20
-    """full-batch critic steps per batch."""
+    """critic passes over the batch per batch (full-batch steps by default)."""
+    critic_minibatch_size: int | None = None
+    """the critic's minibatch (None: the whole batch, Tianshou's; SB3's TRPO: 128)."""
     lmbda: float = 0.95
     """GAE lambda."""
     max_kl: float = 0.01
@@ -89,8 +91,9 @@ def main(cfg: Config) -> dict[str, float]:
     def update(batch: TensorDictBase) -> dict[str, float]:
         # GAE on the whole rollout, the natural-gradient actor step, then critic steps
         return trainers.natural_gradient_update(
-            batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps
-        )
+            batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps,
+            critic_minibatch_size=cfg.critic_minibatch_size,
+        )  # fmt: skip
 
     # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
     #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard

@@ -17,7 +17,8 @@ them before its next rollout. Batches come back in tdrl's layout with two more e
 - ``sync=False``: whichever worker finishes first is yielded (stragglers do not hold the learner
   back) and at once sent its next rollout with the newest weights. A batch whose weights are more
   than ``max_policy_lag`` updates old when it arrives is not yielded: it is counted in
-  ``dropped_batches`` (its frames are not counted) and a warning says so the first time.
+  ``dropped_batches`` (its frames are not counted) and a warning says so the first time. The
+  episodes that ended in it did happen: they are in the next yielded batch's ``episodes``.
 
 A worker that dies (its process killed, its node lost) is restarted with a fresh env (new
 episodes, from seeds no worker used before) and its rollout asked again, up to
@@ -339,6 +340,8 @@ class WorkerCollector:
         self.version = 0
         self.restarts = 0
         self.dropped_batches = 0
+        # the episodes that ended in dropped batches: they are reported with the next batch
+        self._late_episodes: list[TensorDict] = []
         self.episodes = TensorDict({}, batch_size=[0])
         policy_ref = pool.share(_on_cpu(policy), "policy")
         worker_frames = frames_per_batch // num_workers if sync else frames_per_batch
@@ -408,8 +411,12 @@ class WorkerCollector:
             finally:
                 self._pending[self._submit(w)] = w  # keep every worker busy
             if self.version - version <= self.max_policy_lag:
+                if self._late_episodes:  # those of the dropped batches come first
+                    episodes = torch.cat([*self._late_episodes, episodes])
+                    self._late_episodes.clear()
                 return batch, episodes
             self.dropped_batches += 1
+            self._late_episodes.append(episodes)
             if not self._warned_drop:
                 self._warned_drop = True
                 warnings.warn(

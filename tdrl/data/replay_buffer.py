@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -316,29 +317,43 @@ class ReplayBuffer:
                 f"state was saved {'with' if saved_with else 'without'} frame_keys; this buffer "
                 f"is built {'without' if saved_with else 'with'} them"
             )
-        if data is not None:
-            storage = StreamStorage(
-                self._capacity, int(state["num_streams"]), self.device, path=self.storage_path
-            )
-            if tuple(data.batch_size) != (storage.length, storage.num_streams):
-                raise ValueError(
-                    f"state storage has batch size {tuple(data.batch_size)}, expected "
-                    f"{(storage.length, storage.num_streams)}"
-                )
-            storage.allocate(data, 2)
-            for k, leaf in zip(storage.keys, storage.leaves, strict=False):
-                leaf.copy_(data.get(_spell(k)))
-            storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
-        self._check_state(state, storage)
-        if self._frames is not None and storage is not None:
-            self._frames.check_state(frames, storage)
-        self.load_sampler_state(state["rng"])  # checked, then set
+        # A memory-mapped state is built in a folder of its own inside storage_path and moved
+        # in only once every check passed: the files of the storage in use stay as they are.
+        staging = None if self.storage_path is None else Path(self.storage_path) / ".loading"
+        try:
+            if data is not None:
+                storage = self._storage_from_state(data, state, staging)
+            self._check_state(state, storage)
+            if self._frames is not None and storage is not None:
+                self._frames.check_state(frames, storage)
+            self.load_sampler_state(state["rng"])  # checked, then set
+        except BaseException:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if storage is not None and staging is not None:
+            storage.move_files(self.storage_path)  # type: ignore[arg-type]
         if self._frames is not None:
             self._frames.load(frames if storage is not None else None, storage)
         if storage is None:
             self._clear_storage()
         else:
             self._set_storage(storage)
+
+    def _storage_from_state(
+        self, data: TensorDictBase, state: dict[str, Any], path: Path | None
+    ) -> StreamStorage:
+        storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device, path=path)
+        if tuple(data.batch_size) != (storage.length, storage.num_streams):
+            raise ValueError(
+                f"state storage has batch size {tuple(data.batch_size)}, expected "
+                f"{(storage.length, storage.num_streams)}"
+            )
+        storage.allocate(data, 2)
+        for k, leaf in zip(storage.keys, storage.leaves, strict=False):
+            leaf.copy_(data.get(_spell(k)))
+        storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
+        return storage
 
     def _check_state(self, state: dict[str, Any], storage: StreamStorage | None) -> None:
         """Hook of :meth:`load_state_dict`: raise before anything changes if a subclass's part

@@ -130,6 +130,23 @@ class StreamStorage:
     def capacity(self) -> int:
         return self.length * self.num_streams
 
+    def move_files(self, path: str | os.PathLike) -> None:
+        """Move a memory-mapped storage's files into folder ``path`` (replacing the ones there,
+        and dropping any ``leaf*.bin`` there beyond this storage's leaves; a live map of a
+        replaced file keeps its data) and remove its old, now empty, folder."""
+        if self.path is None:
+            raise ValueError("move_files: this storage is in memory, not memory-mapped")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        names = {f"leaf{i}.bin" for i in range(len(self.leaves))}
+        for name in sorted(names):
+            os.replace(self.path / name, path / name)
+        for stale in path.glob("leaf*.bin"):
+            if stale.name not in names:
+                stale.unlink()
+        self.path.rmdir()
+        self.path = path
+
     # --- allocation ------------------------------------------------------------------------
     def allocate(self, td: TensorDictBase, batch_dims: int) -> None:
         """Create one ``[L, S, *F]`` tensor per leaf of ``td`` (nested keys included)."""

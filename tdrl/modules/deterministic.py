@@ -10,7 +10,7 @@ from torch import nn
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION
-from tdrl.modules.actors import Bound, _apply, _register_bounds, _tanh_to_box
+from tdrl.modules.actors import Bound, _apply, _check_width, _register_bounds, _tanh_to_box
 
 
 class DeterministicActor(TensorDictModuleBase):
@@ -52,11 +52,7 @@ class DeterministicActor(TensorDictModuleBase):
         key = self.in_keys[0]
         observation = require(tensordict, key, "DeterministicActor")
         out = _apply(self.net, observation, key, "DeterministicActor")
-        if out.shape[-1] != self.action_dim:
-            raise ValueError(
-                f"DeterministicActor: the network must output action_dim={self.action_dim} "
-                f"values, got shape {tuple(out.shape)}"
-            )
+        _check_width("DeterministicActor", out, self.action_dim, "action_dim")
         return _tanh_to_box(out, self.action_low, self.action_high)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -90,6 +90,8 @@ class EpsilonGreedy(_Exploration):
             self.in_keys = [*self.in_keys, mask_key]
         if not 0.0 <= eps_end <= 1.0 or not 0.0 <= eps_init <= 1.0:
             raise ValueError(f"epsilons must lie in [0, 1], got {eps_init}, {eps_end}")
+        if num_actions < 1:
+            raise ValueError(f"EpsilonGreedy: num_actions must be >= 1, got {num_actions}")
         self.num_actions = num_actions
         self.eps_init = eps_init
         self.eps_end = eps_end
@@ -116,6 +118,12 @@ class EpsilonGreedy(_Exploration):
             random = torch.randint_like(action, self.num_actions)
         else:  # the arg-max of iid uniforms over the valid actions is uniform among them
             mask = require(tensordict, self.mask_key, "EpsilonGreedy")
+            if mask.shape != (*action.shape, self.num_actions):
+                raise ValueError(
+                    f"EpsilonGreedy: {self.mask_key!r} has shape {tuple(mask.shape)}, expected "
+                    f"{(*action.shape, self.num_actions)} ({key!r} {tuple(action.shape)} plus "
+                    f"num_actions={self.num_actions}; the action is an index, not one-hot)"
+                )
             noise = masked_logits(torch.rand(mask.shape, device=mask.device), mask, self.mask_key)
             random = noise.argmax(-1).to(action.dtype)
         tensordict.set(key, torch.where(explore, random, action))
@@ -164,8 +172,12 @@ class _ActionNoise(_Exploration):
             )
         return action
 
-    def _write(self, tensordict: TensorDictBase, action: torch.Tensor) -> TensorDictBase:
-        tensordict.set(self.in_keys[0], action.clamp(self.action_low, self.action_high))
+    def _write(
+        self, tensordict: TensorDictBase, action: torch.Tensor, noisy: torch.Tensor
+    ) -> TensorDictBase:
+        # the bounds and the state are float32: the noisy action keeps the action's own dtype
+        noisy = noisy.clamp(self.action_low, self.action_high).to(action.dtype)
+        tensordict.set(self.in_keys[0], noisy)
         return tensordict
 
 
@@ -219,7 +231,8 @@ class AdditiveGaussianNoise(_ActionNoise):
             return tensordict
         action = self._action(tensordict)
         half = (self.action_high - self.action_low) / 2
-        return self._write(tensordict, action + self.sigma * half * torch.randn_like(action))
+        noise = torch.randn(action.shape, device=action.device, dtype=half.dtype)
+        return self._write(tensordict, action, action + self.sigma * half * noise)
 
 
 class OrnsteinUhlenbeckNoise(_ActionNoise):
@@ -263,6 +276,10 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         **options: Unpack[NoiseOptions],
     ) -> None:
         super().__init__(action_dim, **(NOISE_DEFAULTS | options))
+        if not dt > 0 or not sigma >= 0:  # sqrt(dt) scales the noise; NaN fails both
+            raise ValueError(
+                f"OrnsteinUhlenbeckNoise: dt must be > 0 and sigma >= 0, got dt={dt}, sigma={sigma}"
+            )
         self.theta, self.mu, self.sigma, self.dt, self.x0 = theta, mu, sigma, dt, x0
         # Per-env state, saved with ``state_dict`` so a resumed run continues the same noise;
         # its shape follows the number of envs (empty until the first call).
@@ -279,8 +296,14 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         if mask is None or self.state.numel() == 0:
             self.state = torch.empty(0, device=self.state.device)
             return
-        mask = mask.reshape(self.state.shape[:-1]).to(torch.bool)
-        self.state[mask] = self.x0
+        envs = self.state.shape[:-1]
+        if mask.dtype is not torch.bool or mask.shape not in (envs, (*envs, 1)):
+            raise ValueError(
+                f"OrnsteinUhlenbeckNoise: the reset mask ({IS_INIT!r} when read from the input) "
+                f"must be bool of shape {tuple(envs)} or {(*envs, 1)}, one per env of the "
+                f"state; got {mask.dtype} {tuple(mask.shape)}"
+            )
+        self.state[mask.reshape(envs)] = self.x0
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not self._exploring():
@@ -295,4 +318,4 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
         drift = self.theta * (self.mu - self.state) * self.dt
         self.state = self.state + drift + self.sigma * self.dt**0.5 * noise
         half = (self.action_high - self.action_low) / 2
-        return self._write(tensordict, action + half * self.state)
+        return self._write(tensordict, action, action + half * self.state)

@@ -133,11 +133,20 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"starts), got {is_init.dtype}"
             )
 
+    def _check_states(self, states: list[Tensor], lead: torch.Size, x: Tensor) -> None:
+        for key, state in zip(self.state_keys, states, strict=True):
+            if state.shape[:-2] != lead:  # a state of another batch would be reshaped across rows
+                raise ValueError(
+                    f"{type(self).__name__}: {key!r} has shape {tuple(state.shape)}, expected "
+                    f"{(*lead, *self.state_shape)} for input {tuple(x.shape)}"
+                )
+
     def _step(
         self, x: Tensor, states: list[Tensor], is_init: Tensor
     ) -> tuple[Tensor, list[Tensor]]:
         """One step: ``x`` ``[*B, F]``, states ``[*B, L, H]``, ``is_init`` ``[*B, 1]``."""
         batch = x.shape[:-1]
+        self._check_states(states, batch, x)
         if is_init.shape not in (batch, (*batch, 1)):
             raise ValueError(
                 f"{type(self).__name__}: {IS_INIT!r} has shape {tuple(is_init.shape)}, expected "
@@ -160,6 +169,7 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"{tuple(x.shape)} (step mode takes one step)"
             )
         lead, steps = x.shape[:-2], x.shape[-2]
+        self._check_states(states, x.shape[:-1], x)
         if is_init.shape not in ((*lead, steps), (*lead, steps, 1)):  # not only its size:
             # a [T, B, 1] layout has [B, T]'s element count
             raise ValueError(

@@ -25,7 +25,7 @@ _POSITIVE = {
     "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
-    "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size",
+    "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size", "critic_minibatch_size",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",

@@ -131,10 +131,11 @@ def test_async_batches_carry_their_version_within_the_lag_bound(backend):
         backend, "CartPole-v1", actor, 20, num_workers=2, num_envs=2, seed=0, sync=False,
         max_policy_lag=1,
     ) as remote:  # fmt: skip
-        lags, workers = [], set()
+        lags, workers, ended = [], set(), []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for i, batch in enumerate(remote):
+                ended += remote.episodes[keys.TRAJ_IDS].tolist()
                 version = batch[keys.COLLECTOR_POLICY_VERSION].unique().tolist()
                 assert len(version) == 1  # one policy acted the whole batch
                 lags.append(remote.version - version[0])
@@ -148,6 +149,12 @@ def test_async_batches_carry_their_version_within_the_lag_bound(backend):
         assert remote.dropped_batches >= 1  # the too-old batches were not yielded, but counted
         assert any("dropped a batch" in str(w.message) for w in caught)
         assert remote.frames == 9 * 20  # only the yielded batches count
+        # but every episode that ended is reported, those of the dropped batches too: of each
+        # worker's ids (w, w + 2, ...) only its envs' running episodes (2) may be missing
+        assert len(ended) == len(set(ended))
+        for w in (0, 1):  # (a worker may have ended no episode: which is first is timing)
+            mine = {(i - w) // 2 for i in ended if i % 2 == w}
+            assert len(set(range(max(mine, default=-1) + 1)) - mine) <= 2, (w, sorted(mine))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -273,6 +273,28 @@ def test_disk_backed_storage_samples_what_the_in_memory_one_does(rollout, tmp_pa
     resumed.extend(td[:, :5])  # and writes into its own files
 
 
+def test_a_refused_load_leaves_a_disk_backed_buffer_and_its_files_as_they_were(rollout, tmp_path):
+    folder = tmp_path / "rb"
+    disk = ReplayBuffer(60, generator=7, storage_path=folder)
+    disk.extend(rollout(3, 20))
+    other = ReplayBuffer(60, generator=8)
+    other.extend(rollout(3, 20) * 2)
+    good = other.state_dict()
+    bad = dict(good, rng={"numpy": good["rng"]["numpy"], "index": "00"})
+    files = {p.name: (p.stat().st_ino, p.read_bytes()) for p in folder.iterdir()}
+    before = disk.storage.clone()
+    with pytest.raises(ValueError, match="unusable 'index' generator state"):
+        disk.load_state_dict(bad)  # its files were replaced by the half-loaded state before
+    assert {p.name: (p.stat().st_ino, p.read_bytes()) for p in folder.iterdir()} == files
+    assert (disk.storage == before).all()
+    disk.load_state_dict(good)
+    assert (disk.storage == other.storage).all() and not (folder / ".loading").exists()
+    leaf = disk.stream_storage.leaves[0]
+    again = torch.from_file(str(folder / "leaf0.bin"), size=leaf.numel(), dtype=leaf.dtype)
+    assert torch.equal(again.view(leaf.shape), leaf)  # the loaded data are in the folder's files
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+
+
 def test_an_empty_batch_is_checked_like_any_other():
     rb = ReplayBuffer(10)
     rb.extend(torch.stack(steps(2), 1))  # a [2, 2] rollout: 2 streams

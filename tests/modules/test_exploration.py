@@ -108,7 +108,7 @@ def test_deterministic_actor_bounds():
     assert bool((action >= low).all() and (action <= high).all())
     expected = (low + high) / 2 + (high - low) / 2 * torch.tanh(actor.net(td["observation"]))
     torch.testing.assert_close(action, expected)
-    with pytest.raises(ValueError, match="action_dim=3"):
+    with pytest.raises(ValueError, match="outputs 2 values .*action_dim is 3"):
         DeterministicActor(torch.nn.Linear(3, 2), 3)(td)
 
 

@@ -13,9 +13,12 @@ from torch import nn
 
 from tdrl.ensembles import EnsembleLinear, as_ensemble
 from tdrl.modules import (
+    AdditiveGaussianNoise,
     DeterministicActor,
+    EpsilonGreedy,
     GaussianActor,
     GRUModule,
+    OrnsteinUhlenbeckNoise,
     RunningObservationNorm,
     StateActionCritic,
     TanhGaussianActor,
@@ -84,6 +87,57 @@ def test_recurrent_is_init_must_be_bool_and_batch_first():
     seq(td.clone().set("is_init", is_init))  # [B, T, 1] runs
     with pytest.raises(ValueError, match=r"'is_init' has shape \(3, 2, 1\), expected \(2, 3, 1\)"):
         seq(td.clone().set("is_init", is_init.transpose(0, 1).contiguous()))  # same size
+
+
+def test_a_recurrent_state_of_another_batch_is_refused_in_both_modes():
+    torch.manual_seed(0)
+    B, T, F, H = 4, 3, 2, 5
+    module = GRUModule(F, H, in_key="obs", out_key="feat")
+    step = TensorDict({"obs": torch.randn(B, F), "is_init": torch.zeros(B, 1, dtype=torch.bool)})
+    module(step.clone().set("recurrent_state", torch.randn(B, 1, H)))
+    with pytest.raises(ValueError, match=r"'recurrent_state' has shape \(2, 1, 5\), expected"):
+        module(step.clone().set("recurrent_state", torch.randn(2, 1, H)))  # was a raw size error
+    seq = module.set_recurrent_mode(True)
+    td = TensorDict({"obs": torch.randn(2, 2 * T, F), "is_init": torch.zeros(2, 2 * T, 1) > 0})
+    seq(td.clone().set("recurrent_state", torch.randn(2, 2 * T, 1, H)))
+    with pytest.raises(ValueError, match=r"'recurrent_state' has shape \(4, 3, 1, 5\)"):
+        # same element count: it was read as 2 rows of 6 steps, each row's t=0 from another row
+        seq(td.clone().set("recurrent_state", torch.randn(B, T, 1, H)))
+
+
+def test_exploration_arguments_and_masks_are_checked():
+    with pytest.raises(ValueError, match="num_actions must be >= 1, got 0"):
+        EpsilonGreedy(0)  # failed at the first call before
+    greedy = EpsilonGreedy(3, eps_init=1.0, mask_key="action_mask")
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    ok = TensorDict({"action": torch.zeros(4, dtype=torch.int64), "action_mask": mask}, [4])
+    assert greedy(ok)["action"].shape == (4,)
+    one_hot = TensorDict({"action": torch.eye(3, dtype=torch.int64)[[0, 1, 2, 0]]}, [4])
+    with pytest.raises(ValueError, match=r"'action_mask' has shape \(4, 3\), expected \(4, 3, 3\)"):
+        greedy(one_hot.set("action_mask", mask))  # each component was overwritten by an index
+    for bad in ({"dt": -0.01}, {"dt": 0.0}, {"sigma": -0.2}, {"dt": math.nan}):
+        with pytest.raises(ValueError, match="dt must be > 0 and sigma >= 0"):
+            OrnsteinUhlenbeckNoise(2, **bad)  # dt < 0: NaN noise through sqrt(dt)
+    noise = OrnsteinUhlenbeckNoise(2)
+    noise(TensorDict({"action": torch.zeros(3, 2)}, [3]))
+    for bad in (torch.zeros(2, 1, dtype=torch.bool), torch.zeros(3, 1)):
+        with pytest.raises(ValueError, match=r"reset mask .*bool of shape \(3,\) or \(3, 1\)"):
+            noise.reset(bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("kind", ["gaussian", "ou"])
+def test_action_noise_keeps_the_action_dtype(kind, dtype):
+    torch.manual_seed(0)
+    noise = (
+        AdditiveGaussianNoise(2, sigma_init=0.5)
+        if kind == "gaussian"
+        else (OrnsteinUhlenbeckNoise(2, sigma=5.0))
+    )
+    action = torch.zeros(64, 2, dtype=dtype)
+    out = noise(TensorDict({"action": action}, [64]))["action"]
+    assert out.dtype == dtype  # float32 before (the bounds and the state are float32)
+    assert float(out.abs().max()) <= 1.0 and float(out.std()) > 0
 
 
 @pytest.mark.parametrize(
