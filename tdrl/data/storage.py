@@ -15,6 +15,7 @@ all leaves); the checked per-leaf copies below are the plain twins.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,8 @@ class StreamStorage:
     def move_files(self, path: str | os.PathLike) -> None:
         """Move a memory-mapped storage's files into folder ``path`` (replacing the ones there,
         and dropping any ``leaf*.bin`` there beyond this storage's leaves; a live map of a
-        replaced file keeps its data) and remove its old, now empty, folder."""
+        replaced file keeps its data) and remove its old folder (with any file a crashed
+        earlier load left there)."""
         if self.path is None:
             raise ValueError("move_files: this storage is in memory, not memory-mapped")
         path = Path(path)
@@ -144,7 +146,7 @@ class StreamStorage:
         for stale in path.glob("leaf*.bin"):
             if stale.name not in names:
                 stale.unlink()
-        self.path.rmdir()
+        shutil.rmtree(self.path, ignore_errors=True)
         self.path = path
 
     # --- allocation ------------------------------------------------------------------------
