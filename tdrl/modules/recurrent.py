@@ -126,33 +126,35 @@ class _RecurrentModule(TensorDictModuleBase):
             )
         return state
 
-    def _check_is_init(self, is_init: Tensor) -> None:
-        if is_init.dtype != torch.bool:
-            raise TypeError(
-                f"{type(self).__name__}: {IS_INIT!r} must be bool (True where an episode "
-                f"starts), got {is_init.dtype}"
-            )
-
-    def _check_states(self, states: list[Tensor], lead: torch.Size, x: Tensor) -> None:
+    def _check_inputs(self, x: Tensor, states: list[Tensor], is_init: Tensor) -> None:
+        """Every input leads with ``x``'s dims but its features (step: ``[*B]``, sequence:
+        ``[*B, T]``): not only the element count, since a ``[T, B, 1]`` ``is_init`` or a state of
+        another batch would be reshaped across rows."""
+        lead = x.shape[:-1]
+        owner = type(self).__name__
         for key, state in zip(self.state_keys, states, strict=True):
-            if state.shape[:-2] != lead:  # a state of another batch would be reshaped across rows
+            if state.shape[:-2] != lead:
                 raise ValueError(
-                    f"{type(self).__name__}: {key!r} has shape {tuple(state.shape)}, expected "
+                    f"{owner}: {key!r} has shape {tuple(state.shape)}, expected "
                     f"{(*lead, *self.state_shape)} for input {tuple(x.shape)}"
                 )
+        if is_init.shape not in (lead, (*lead, 1)):
+            raise ValueError(
+                f"{owner}: {IS_INIT!r} has shape {tuple(is_init.shape)}, expected "
+                f"{(*lead, 1)} for input {tuple(x.shape)}"
+            )
+        if is_init.dtype != torch.bool:
+            raise TypeError(
+                f"{owner}: {IS_INIT!r} must be bool (True where an episode starts), got "
+                f"{is_init.dtype}"
+            )
 
     def _step(
         self, x: Tensor, states: list[Tensor], is_init: Tensor
     ) -> tuple[Tensor, list[Tensor]]:
         """One step: ``x`` ``[*B, F]``, states ``[*B, L, H]``, ``is_init`` ``[*B, 1]``."""
         batch = x.shape[:-1]
-        self._check_states(states, batch, x)
-        if is_init.shape not in (batch, (*batch, 1)):
-            raise ValueError(
-                f"{type(self).__name__}: {IS_INIT!r} has shape {tuple(is_init.shape)}, expected "
-                f"{(*batch, 1)} for input {tuple(x.shape)}"
-            )
-        self._check_is_init(is_init)
+        self._check_inputs(x, states, is_init)
         reset = is_init.reshape(1, -1, 1)
         hidden = [s.reshape(-1, *self.state_shape).transpose(0, 1).masked_fill(reset, 0.0)
                   for s in states]  # fmt: skip
@@ -169,14 +171,7 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"{tuple(x.shape)} (step mode takes one step)"
             )
         lead, steps = x.shape[:-2], x.shape[-2]
-        self._check_states(states, x.shape[:-1], x)
-        if is_init.shape not in ((*lead, steps), (*lead, steps, 1)):  # not only its size:
-            # a [T, B, 1] layout has [B, T]'s element count
-            raise ValueError(
-                f"{type(self).__name__}: {IS_INIT!r} has shape {tuple(is_init.shape)}, expected "
-                f"{(*lead, steps, 1)} for input {tuple(x.shape)}"
-            )
-        self._check_is_init(is_init)
+        self._check_inputs(x, states, is_init)
         starts = is_init.reshape(-1, steps)  # [B, T]
         flat = x.reshape(-1, steps, x.shape[-1])
         hidden = [s.reshape(-1, steps, *self.state_shape)[:, 0].transpose(0, 1) for s in states]
