@@ -121,11 +121,10 @@ def env_state(env: VecEnv) -> list[dict[str, Any]] | None:
     not a gymnasium ``SyncVectorEnv`` (e.g. a TorchRL env through ``from_torchrl``), or holding
     state this module cannot read (MinAtar's game, a frame stack's queue, an Atari emulator):
     such envs are re-seeded on resume, as async ones, rather than restored half-way."""
-    if not isinstance(env._vec, gym.vector.SyncVectorEnv):
+    subs = env.sync_envs
+    if subs is None or any(_unreadable(sub) for sub in subs):
         return None
-    if any(_unreadable(sub) for sub in env._vec.envs):
-        return None
-    return [_sub_env_state(sub) for sub in env._vec.envs]
+    return [_sub_env_state(sub) for sub in subs]
 
 
 def load_env_state(env: VecEnv, state: list[dict[str, Any]] | None, *, reseed: int) -> bool:
@@ -137,12 +136,15 @@ def load_env_state(env: VecEnv, state: list[dict[str, Any]] | None, *, reseed: i
     if state is None:
         env.reseed(reseed)
         return False
-    if env.is_async:
-        raise ValueError("this checkpoint holds sync env states; resume with mode='sync'")
-    subs = env._vec.envs
+    subs = env.sync_envs
+    if subs is None:
+        raise ValueError(
+            "this checkpoint holds the states of gymnasium sync envs; resume with "
+            "make_vec_env(..., mode='sync')"
+        )
     if len(subs) != len(state):
         raise ValueError(f"checkpoint has {len(state)} env states, the env has {len(subs)} envs")
-    env._seeded = True  # the next reset continues the restored random streams
+    env.continue_streams()
     for sub, sub_state in zip(subs, state, strict=True):
         _load_sub_env_state(sub, sub_state)
     return True

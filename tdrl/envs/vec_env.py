@@ -420,6 +420,19 @@ class VecEnv:
         """The next ``reset_arrays()`` without a seed seeds env ``i`` with ``seed + i``."""
         self.seed, self._seeded = seed, False
 
+    def continue_streams(self) -> None:
+        """The next ``reset_arrays()`` without a seed continues the envs' random streams, as after
+        a first reset (for envs whose state and streams were restored from a checkpoint)."""
+        self._seeded = True
+
+    @property
+    def sync_envs(self) -> list[gym.Env] | None:
+        """The sub-envs of a gymnasium ``SyncVectorEnv`` (in this process); ``None`` otherwise
+        (async workers, a TorchRL env through ``from_torchrl``)."""
+        if isinstance(self._vec, gym.vector.SyncVectorEnv):
+            return list(self._vec.envs)
+        return None
+
     @property
     def worker_processes(self) -> list[multiprocessing.process.BaseProcess]:
         """The async workers (empty in sync mode)."""
