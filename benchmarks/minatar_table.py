@@ -157,9 +157,10 @@ end; one torch thread per run.
 
 - final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's
   max over its evaluations, mean ± std over seeds; wall: mean seconds per run (envs, training
-  and evaluations); ratios: tdrl mean / SB3 mean (returns: only where SB3's mean is > 0).
-- peak: the max over evaluation steps of the mean over seeds, ± the std over seeds at that
-  step, from tdrl's curves.
+  and evaluations); ratios: tdrl mean / SB3 mean over the seeds both ran (returns: only
+  where SB3's mean is > 0).
+- peak: the max over evaluation steps of the mean over seeds, ± the population std over seeds
+  at that step (Tianshou's way), from tdrl's curves.
 """
 
 MINATAR = mt.Suite(

@@ -59,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -483,12 +483,24 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
             "from_frames": int(checkpoint.name.split(".")[0]),  # folders are named by step
             "run_clock_s": float(counters["time"]),
             "first_commit": started["commit"],
+            "first_date": started.get("date"),
         }
+        if not same_code(started["commit"]):
+            print(
+                f"resuming {cell} at {resumed['from_frames']} steps with other code than it "
+                f"started with ({started['commit']}): tdrl/ or recipes/ changed since; the "
+                "line shows both commits",
+                flush=True,
+            )
         cfg = dataclasses.replace(cfg, resume=True)
     else:
         (folder / STARTED).write_text(
-            json.dumps({"cell": dataclasses.asdict(cell), "commit": git_commit()["commit"]})
-        )
+            json.dumps({
+                "cell": dataclasses.asdict(cell),
+                "commit": git_commit()["commit"],
+                "date": machine()["time"],
+            })
+        )  # fmt: skip
     start = time.perf_counter()
     result = module.main(cfg)
     wall = time.perf_counter() - start + resumed.get("run_clock_s", 0.0)
@@ -682,13 +694,31 @@ def read_lines(table: Path) -> list[dict[str, Any]]:
         if not text.strip():
             continue
         try:
-            line = json.loads(text)
+            line = numbers(json.loads(text))
             line_key(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             print(f"{table}:{number}: not a complete line, left out: {text[:80]!r}")
             continue
         lines.append(line)
     return lines
+
+
+NUMBERS = ("final_return", "final_return_std", "best_return", "wall_s")
+
+
+def numbers(line: dict[str, Any]) -> dict[str, Any]:
+    """``line`` with the returns, stds and wall time that :func:`finite` wrote as strings
+    (``"nan"``: a diverged run) read back as floats."""
+    line = dict(line)
+    for name in NUMBERS:
+        if isinstance(line.get(name), str):
+            line[name] = float(line[name])
+    if isinstance(line.get("curve"), dict):
+        line["curve"] = {
+            name: [float(v) if isinstance(v, str) else v for v in values]
+            for name, values in line["curve"].items()
+        }
+    return line
 
 
 def append_line(table: Path, line: dict[str, Any]) -> None:
@@ -723,7 +753,8 @@ def run_cells(
     ``result.json`` of the same cell run with the same code (its line was lost: the driver was
     stopped after the run ended) is appended without running again, and a tdrl run cut after a
     checkpoint resumes from it (:func:`resumable`). A failed cell is reported
-    and not recorded.
+    and not recorded. A cell another driver is running (its ``<folder>.lock`` is held) is
+    skipped.
     """
     done = {line_key(line) for line in read_lines(table)}
     todo = []
@@ -744,6 +775,18 @@ def run_cells(
 
     def one(cell: Cell) -> None:
         folder = cell.folder(workdir)
+        # The cell's lock, held while its run goes on: a second driver (another shell, the same
+        # command twice) skips the cell instead of clearing or resuming its folder under it.
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with (folder.parent / f"{folder.name}.lock").open("w") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"running in another driver, skipped: {cell}", flush=True)
+                return
+            run_one(cell, folder)
+
+    def run_one(cell: Cell, folder: Path) -> None:
         if not resumable(folder, cell):  # a tdrl run cut after a checkpoint goes on from it
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
@@ -802,19 +845,43 @@ def ratio(numerator: float, denominator: float, *, positive: bool) -> str:
 Group = tuple[str, str, int]  # (task, algorithm, budget)
 
 
+def table_lines(lines: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The lines a table row may average, and why the others are left out: a row holds one
+    evaluation protocol, 10 episodes every ``eval_every`` steps, with ``eval_every`` the one
+    most of its (task, algorithm, budget) lines ran (the first seen of those tied); lines of
+    another protocol are left out (their best evaluations and curves do not compare)."""
+    counts: dict[Group, Counter[int]] = defaultdict(Counter)
+    for line in lines:
+        if line["eval_episodes"] == EVAL_EPISODES:
+            counts[(line["task"], line["algorithm"], line["steps"])][line["eval_every"]] += 1
+    kept, left_out = [], []
+    for line in lines:
+        group = (line["task"], line["algorithm"], line["steps"])
+        if line["eval_episodes"] != EVAL_EPISODES:
+            left_out.append(f"{line['eval_episodes']} evaluation episodes, not {EVAL_EPISODES}")
+            continue
+        protocol = counts[group].most_common(1)[0][0]
+        if line["eval_every"] != protocol:
+            left_out.append(
+                f"{line['library']} {group[1]} {group[0]} seed {line['seed']}: evaluated every "
+                f"{line['eval_every']} steps, the row's other lines every {protocol}"
+            )
+            continue
+        kept.append(line)
+    return kept, left_out
+
+
 def summarize(
     lines: list[dict[str, Any]], suite: Suite
 ) -> dict[Group, dict[str, dict[int, dict[str, Any]]]]:
-    """(task, algorithm, budget) -> library -> seed -> line, in ``suite``'s order; lines of
-    another evaluation protocol than 10 episodes are left out; a cell appended twice counts
-    once."""
+    """(task, algorithm, budget) -> library -> seed -> line, in ``suite``'s order, of the
+    lines :func:`table_lines` keeps; a cell appended twice counts once."""
     groups: dict[Group, dict[str, dict[int, dict[str, Any]]]] = defaultdict(
         lambda: defaultdict(dict)
     )
-    for line in lines:
-        if line["eval_episodes"] == EVAL_EPISODES:
-            group = (line["task"], line["algorithm"], line["steps"])
-            groups[group][line["library"]][line["seed"]] = line
+    for line in table_lines(lines)[0]:
+        group = (line["task"], line["algorithm"], line["steps"])
+        groups[group][line["library"]][line["seed"]] = line
     task_order = {task: i for i, task in enumerate(suite.tasks)}
     algo_order = {algo: i for i, algo in enumerate(suite.algos)}
 
@@ -843,13 +910,18 @@ def mean_curve(
 
 
 def peak_of_mean(runs: Iterable[dict[str, Any]]) -> str:
-    """Tianshou's figure: the max over the steps of the mean curve, ± the std over seeds there."""
+    """Tianshou's figure: the max over the steps of the mean curve, ± the std over seeds there,
+    the population std (ddof 0) as its ``examples/mujoco/tools.py`` computes it (``np.std``)."""
     runs = list(runs)
-    steps, means, stds = mean_curve(runs)
+    steps, means, _ = mean_curve(runs)
     if not steps:
         return "n/a"
     best = max(range(len(steps)), key=means.__getitem__)
-    return f"{means[best]:.1f}" if len(runs) == 1 else f"{means[best]:.1f} ± {stds[best]:.1f}"
+    if len(runs) == 1:
+        return f"{means[best]:.1f}"
+    at_best = [dict(zip(r["curve"]["steps"], r["curve"]["returns"], strict=True)) for r in runs]
+    std = statistics.pstdev(c[steps[best]] for c in at_best)
+    return f"{means[best]:.1f} ± {std:.1f}"
 
 
 def fmt_steps(steps: int) -> str:
@@ -875,9 +947,13 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
 
 - final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's
   max over its evaluations, mean ± std over seeds; wall: mean seconds per run (envs, training
-  and evaluations); ratios: tdrl mean / SB3 mean (returns: only where SB3's mean is > 0).
+  and evaluations); ratios: tdrl mean / SB3 mean over the seeds both ran (their number shown
+  where either ran others too; returns: only where SB3's mean is > 0).
 - peak (Tianshou's metric): the max over evaluation steps of the mean over seeds, ± the std
-  over seeds at that step, from tdrl's curves.
+  over seeds at that step (the population std, as Tianshou's `examples/mujoco/tools.py`
+  computes it), from tdrl's curves.
+- A row holds one evaluation protocol (10 episodes every `eval_every` steps); a line of another
+  is left out, and the page says which.
 - Tianshou (1M): thu-ml/tianshou `examples/mujoco/README.md` (commit f2402056b03a), the
   "Tianshou (1M)" columns: max over training of the mean over 10 seeds of 10 test episodes,
   ± std over seeds, gym 0.17.3 v3 tasks, 1M env steps, so above the 100k (off-policy) and 30k
@@ -912,14 +988,27 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
 """
 
 
+def run_commits(line: dict[str, Any]) -> str:
+    """The line's commit (``+``: tracked files differed from it); a resumed run's starting
+    commit before it where that was another (``first→last``)."""
+    last = (line["commit"] or "?")[:8] + ("+" if line["dirty"] else "")
+    first = (line.get("resumed", {}).get("first_commit") or "")[:8]
+    return f"{first}→{last}" if first and not last.startswith(first) else last
+
+
 def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     """The table (one row per task, algorithm and budget) and the run conditions."""
     groups = summarize(lines, suite)
-    left_out = sum(1 for line in lines if line["eval_episodes"] != EVAL_EPISODES)
+    left_out = table_lines(lines)[1]
     reference = [title for title, _ in suite.references]  # columns of published figures
     out = [suite.header]
     if left_out:
-        out.append(f"{left_out} line(s) with another number of evaluation episodes left out.\n")
+        reasons = Counter(left_out)
+        out.append(
+            f"{len(left_out)} line(s) of another evaluation protocol left out: "
+            + "; ".join(f"{why}{f' (x{n})' if n > 1 else ''}" for why, n in reasons.items())
+            + ".\n"
+        )
     if not groups:
         out.append("No cell has finished yet.\n")
         return "\n".join(out)
@@ -932,26 +1021,19 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     ]
     for (task, algorithm, steps), libraries in groups.items():
         cells: list[str] = [task, display_name(algorithm), fmt_steps(steps)]
-        walls: dict[str, float] = {}
-        finals: dict[str, float] = {}
         for library in LIBRARIES:
             runs = list(libraries.get(library, {}).values())
             if not runs:
                 cells += ["—"] * 4
                 continue
-            final = [r["final_return"] for r in runs]
-            finals[library] = statistics.fmean(final)
-            walls[library] = statistics.fmean(r["wall_s"] for r in runs)
             cells += [
-                pm(final),
+                pm([r["final_return"] for r in runs]),
                 pm([r["best_return"] for r in runs]),
                 str(len(runs)),
-                f"{walls[library]:.0f}",
+                f"{statistics.fmean(r['wall_s'] for r in runs):.0f}",
             ]
-        both = len(finals) == 2
         cells += [
-            ratio(finals["tdrl"], finals["SB3"], positive=True) if both else "—",
-            ratio(walls["tdrl"], walls["SB3"], positive=False) if both else "—",
+            *paired_ratios(libraries.get("tdrl", {}), libraries.get("SB3", {})),
             peak_of_mean(libraries["tdrl"].values()) if "tdrl" in libraries else "—",
         ]
         cells += [published(algorithm, task) for _, published in suite.references]
@@ -970,10 +1052,11 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     for (task, algorithm, steps), libraries in groups.items():
         for library, by_seed in libraries.items():
             runs = [by_seed[s] for s in sorted(by_seed)]
-            commits = sorted({(r["commit"] or "?")[:8] + ("+" if r["dirty"] else "") for r in runs})
+            commits = sorted({run_commits(r) for r in runs})
             start = statistics.fmean(r["load_start"][0] for r in runs)
             end = statistics.fmean(r["load_end"][0] for r in runs)
-            dates = sorted(r["date"][:10] for r in runs)
+            starts = [(r["date"], r.get("resumed", {}).get("first_date")) for r in runs]
+            dates = sorted(d[:10] for pair in starts for d in pair if d)
             out.append(
                 f"| {task} | {display_name(algorithm)} | {fmt_steps(steps)} | {library} "
                 f"| {','.join(map(str, sorted(by_seed)))} | {' '.join(commits)} "
@@ -984,13 +1067,39 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     return "\n".join(out) + "\n"
 
 
-def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
+def paired_ratios(
+    ours: dict[int, dict[str, Any]], theirs: dict[int, dict[str, Any]]
+) -> tuple[str, str]:
+    """tdrl mean / SB3 mean of the final return and of the wall time over the seeds both ran
+    (with their number when either library ran others too); "—" without such seeds."""
+    seeds = sorted(set(ours) & set(theirs))
+    if not seeds:
+        return "—", "—"
+    note = "" if set(ours) == set(theirs) else f" ({len(seeds)} seed{'s' * (len(seeds) > 1)})"
+
+    def mean(runs: dict[int, dict[str, Any]], name: str) -> float:
+        return statistics.fmean(runs[seed][name] for seed in seeds)
+
+    final = ratio(mean(ours, "final_return"), mean(theirs, "final_return"), positive=True)
+    wall = ratio(mean(ours, "wall_s"), mean(theirs, "wall_s"), positive=False)
+    return final + note, wall + note
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     """The fraction of the shorter of two runs during which both ran (start ``date``, then
-    ``wall_s``): 1 for a pair run side by side, 0 for runs one after the other."""
+    ``wall_s``): 1 for a pair run side by side, 0 for runs one after the other; ``None`` when
+    either was resumed (its clock holds a cut it did not run through)."""
+    if "resumed" in a or "resumed" in b:
+        return None
     starts = [datetime.datetime.fromisoformat(r["date"]).timestamp() for r in (a, b)]
     ends = [start + r["wall_s"] for start, r in zip(starts, (a, b), strict=True)]
     shorter = min(a["wall_s"], b["wall_s"])
     return max(0.0, min(ends) - max(starts)) / shorter if shorter > 0 else 0.0
+
+
+def together(a: dict[str, Any], b: dict[str, Any]) -> str:
+    share = overlap(a, b)
+    return "resumed" if share is None else f"{share:.0%}"
 
 
 def seed_pairs(groups: dict[Group, dict[str, dict[int, dict[str, Any]]]]) -> list[str]:
@@ -1004,14 +1113,14 @@ def seed_pairs(groups: dict[Group, dict[str, dict[int, dict[str, Any]]]]) -> lis
             name = f"{task} {display_name(algorithm)} {fmt_steps(steps)} seed {seed}"
             final = ratio(a["final_return"], b["final_return"], positive=True)
             wall = ratio(a["wall_s"], b["wall_s"], positive=False)
-            if a["final_return"] < b["final_return"]:
+            if not a["final_return"] >= b["final_return"]:  # a diverged (nan) run is behind
                 behind.append(f"{name} ({a['final_return']:.1f} against {b['final_return']:.1f})")
             if a["wall_s"] > b["wall_s"]:
                 slower.append(f"{name} ({a['wall_s']:.0f} s against {b['wall_s']:.0f} s)")
             rows.append(
                 f"| {task} | {display_name(algorithm)} | {fmt_steps(steps)} | {seed} "
                 f"| {a['final_return']:.1f} | {b['final_return']:.1f} | {final} "
-                f"| {a['wall_s']:.0f} | {b['wall_s']:.0f} | {wall} | {overlap(a, b):.0%} |"
+                f"| {a['wall_s']:.0f} | {b['wall_s']:.0f} | {wall} | {together(a, b)} |"
             )
     if not rows:
         return []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -332,14 +333,17 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
     md_path, pngs = mt.render(table, mt.MUJOCO)
     md = md_path.read_text()
     assert md_path == tmp_path / "docs" / "mujoco_table.md"
-    assert "1 line(s) with another number of evaluation episodes left out" in md
+    assert (
+        "1 line(s) of another evaluation protocol left out: 2 evaluation episodes, not 10." in md
+    )
     # tdrl finals 400, 200, 600: 400 ± 200 (sample std); bests 500, 200, 600: 433.3 ± 208.2;
-    # SB3 finals 100, 400: 250 ± 212.1; returns 400 / 250 = 1.60; wall 20 / 40 = 0.50; the
-    # seed-mean curve is (300, 400): its peak 400 at the last step, std there 200.
+    # SB3 finals 100, 400: 250 ± 212.1. The ratios pair the seeds both ran (0 and 1): returns
+    # (400 + 200) / 2 / 250 = 1.20; wall (10 + 20) / 2 / 40 = 0.38. The seed-mean curve is
+    # (300, 400): its peak 400 at the last step, with Tianshou's population std there: 163.3.
     assert row_of(md, "Hopper-v5", "PPO") == [
         "Hopper-v5", "PPO", "1M", "400.0 ± 200.0", "433.3 ± 208.2", "3", "20",
-        "250.0 ± 212.1", "250.0 ± 212.1", "2", "40", "1.60", "0.50", "400.0 ± 200.0",
-        "2609.3±700.8", "2410.4±10.0",
+        "250.0 ± 212.1", "250.0 ± 212.1", "2", "40", "1.20 (2 seeds)", "0.38 (2 seeds)",
+        "400.0 ± 163.3", "2609.3±700.8", "2410.4±10.0",
     ]  # fmt: skip
     # one seed: the mean alone; a negative SB3 score gives no return ratio
     assert row_of(md, "Reacher-v5", "PPO")[3:] == [
@@ -413,3 +417,69 @@ def test_a_line_records_the_commit_its_run_started_with(
     suite = dataclasses.replace(mt.MUJOCO, run_sb3=run_sb3)
     line = mt.run_cell(c, tmp_path / "run", suite)
     assert line["commit"] == "a" * 40
+
+
+def test_a_row_keeps_one_evaluation_protocol_and_a_diverged_run_renders(tmp_path: Path) -> None:
+    every_500k = dict(eval_every=500_000)
+    lines = [
+        table_line("tdrl", "ppo", "Hopper-v5", 0, returns=[100.0, 300.0]),
+        table_line("tdrl", "ppo", "Hopper-v5", 1, returns=[200.0, 500.0]),
+        # seed 0 again, evaluated every 500k steps: its best and curve do not compare; it must
+        # neither replace seed 0's line nor shrink the curve's common steps
+        table_line("tdrl", "ppo", "Hopper-v5", 0, returns=[9000.0], **every_500k),
+        table_line("SB3", "ppo", "Hopper-v5", 0, returns=[100.0, 200.0]),
+        table_line("SB3", "ppo", "Hopper-v5", 1, returns=[100.0, 200.0]),
+        # a diverged run: finite() writes its nan return as a string
+        table_line("tdrl", "a2c", "Hopper-v5", 0, returns=[10.0, math.nan]),
+        table_line("SB3", "a2c", "Hopper-v5", 0, returns=[10.0, 20.0]),
+    ]
+    lines[-2]["final_return"] = math.nan  # curve_summary took the last, as run_cell does
+    table = tmp_path / "t.jsonl"
+    for line in lines:
+        mt.append_line(table, line)
+    assert '"final_return": "nan"' in table.read_text()
+    md = mt.render(table, mt.MUJOCO)[0].read_text()
+    assert (
+        "1 line(s) of another evaluation protocol left out: tdrl ppo Hopper-v5 seed 0: evaluated "
+        "every 500000 steps, the row's other lines every 10." in md
+    )
+    # finals 300 and 500; the mean curve (150, 400) peaks at 400, population std 100 there
+    assert row_of(md, "Hopper-v5", "PPO")[3:7] == ["400.0 ± 141.4", "400.0 ± 141.4", "2", "1"]
+    assert row_of(md, "Hopper-v5", "PPO")[11:14] == ["2.00", "1.00", "400.0 ± 100.0"]
+    assert row_of(md, "Hopper-v5", "A2C")[3] == "nan"
+    assert "Hopper-v5 A2C 1M seed 0 (nan against 20.0)" in md  # counted behind, not skipped
+
+
+def test_a_resumed_line_shows_both_commits_and_no_overlap(tmp_path: Path) -> None:
+    ours = table_line("tdrl", "sac", "Hopper-v5", 0, returns=[100.0], wall=50.0)
+    ours["resumed"] = {"from_frames": 3000, "run_clock_s": 20.0, "first_commit": "1" * 40,
+                       "first_date": "2026-11-24T08:00:00+0000"}  # fmt: skip
+    theirs = table_line("SB3", "sac", "Hopper-v5", 0, returns=[50.0], wall=60.0)
+    table = tmp_path / "t.jsonl"
+    for line in (ours, theirs):
+        mt.append_line(table, line)
+    md = mt.render(table, mt.MUJOCO)[0].read_text()
+    pair = [x for x in md.split("Seed by seed")[1].splitlines() if x.startswith("| Hopper")]
+    assert pair[0].rstrip(" |").endswith("resumed")
+    conditions = md.split("Run conditions")[1]
+    (row,) = [x for x in conditions.splitlines() if x.startswith("| Hopper-v5 | SAC | 1M | tdrl")]
+    assert "11111111→00000000" in row and "2026-11-24 – 2026-11-25" in row
+
+
+def test_a_cell_another_driver_runs_is_skipped_not_cleared(tmp_path: Path) -> None:
+    import fcntl
+
+    table, work = tmp_path / "table.jsonl", tmp_path / "work"
+    busy, free = cell(seed=0), cell(seed=1)
+    folder = busy.folder(work)
+    folder.mkdir(parents=True)
+    (folder / "eval.csv").write_text("step,return_mean\n2048,1\n")  # the other driver's run
+    with (folder.parent / f"{folder.name}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        launch = FakeLaunch()
+        assert mt.run_cells([busy, free], table, work, launch=launch) == 0
+        assert launch.calls == [free]
+        assert (folder / "eval.csv").exists()
+    again = FakeLaunch()  # once the other driver is gone (its lock let go), the cell runs
+    mt.run_cells([busy, free], table, work, launch=again)
+    assert again.calls == [busy]
