@@ -333,9 +333,7 @@ def test_the_table_means_stds_ratios_and_references(tmp_path: Path) -> None:
     md_path, pngs = mt.render(table, mt.MUJOCO)
     md = md_path.read_text()
     assert md_path == tmp_path / "docs" / "mujoco_table.md"
-    assert (
-        "1 line(s) of another evaluation protocol left out: 2 evaluation episodes, not 10." in md
-    )
+    assert "1 line(s) of another evaluation protocol left out: 2 evaluation episodes, not 10." in md
     # tdrl finals 400, 200, 600: 400 ± 200 (sample std); bests 500, 200, 600: 433.3 ± 208.2;
     # SB3 finals 100, 400: 250 ± 212.1. The ratios pair the seeds both ran (0 and 1): returns
     # (400 + 200) / 2 / 250 = 1.20; wall (10 + 20) / 2 / 40 = 0.38. The seed-mean curve is
