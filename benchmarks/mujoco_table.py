@@ -988,8 +988,8 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
   side by side (together 0%, 0%, 2%). Run side by side for 30k steps (seeds 0 and 1, `--jobs 2
   --steps 30000`, 2026-11-27; not table cells), tdrl took 463 and 469 s, SB3 515 and 499 s
-  (0.90x, 0.94x); the 20k update steps alone, from the 10k to the 30k evaluation: 449 and
-  455 s against 500 and 488 s (docs/benchmarks/session_2026-11-27b.txt).
+  (0.90x, 0.94x); from the 10k to the 30k evaluation (20k update steps, two evaluations): 449
+  and 455 s against 500 and 488 s (docs/benchmarks/session_2026-11-27b.txt).
 """
 
 
