@@ -4,6 +4,7 @@ state-action pairs, whose output is the policy's reward."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -83,8 +84,8 @@ class GAILLoss(TensorDictModuleBase):
                 "GAILLoss: the discriminator must read two keys (observation, action), got "
                 f"{getattr(discriminator_network, 'in_keys', None)}"
             )
-        if gp_lambda < 0:
-            raise ValueError(f"gp_lambda must be >= 0, got {gp_lambda}")
+        if not (math.isfinite(gp_lambda) and gp_lambda >= 0):  # NaN would make the loss NaN
+            raise ValueError(f"gp_lambda must be finite and >= 0, got {gp_lambda}")
         self.discriminator_network = discriminator_network
         self.use_grad_penalty, self.gp_lambda = use_grad_penalty, gp_lambda
         self.tensor_keys = GAILKeys()

@@ -43,8 +43,10 @@ def _check_field(name: str, value: object) -> None:
         return
     if name in _POSITIVE and value < 1:
         raise ValueError(f"{flag} must be >= 1, got {value}")
-    if name in _NON_NEGATIVE and value < 0:
+    if name in _NON_NEGATIVE and not value >= 0:  # NaN too
         raise ValueError(f"{flag} must be >= 0, got {value}")
+    if name == "stop_at_return" and math.isnan(value):
+        raise ValueError(f"{flag} must be a number (inf: never stop), got {value}")
     if (name == "lr" or name.endswith("_lr")) and not (math.isfinite(value) and value > 0):
         raise ValueError(f"{flag} (a learning rate) must be finite and > 0, got {value}")
     if name in _UNIT and not 0.0 <= value <= 1.0:
@@ -83,6 +85,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             _check_field(f.name, getattr(self, f.name))
+        if self.stop_after_frames and not self.checkpoint_every:
+            raise ValueError(
+                f"--stop-after-frames {self.stop_after_frames} pauses the run to be resumed, "
+                "but --checkpoint-every 0 writes no checkpoint to resume from"
+            )
         self.torch_device  # noqa: B018  # checks --device
 
     @property
@@ -135,7 +142,8 @@ class RunConfig:
     """env steps between checkpoints, one also at the end (0: never); off-policy checkpoints
     include the replay buffer."""
     stop_after_frames: int = 0
-    """end this process after this many env steps (0: never); the run stays resumable."""
+    """end this process after this many env steps of its own (0: never; a resumed run counts
+    from where it resumed); it checkpoints there, so --resume goes on (needs checkpoint_every)."""
     resume: bool = False
     """continue from log_dir's checkpoint if there is one."""
     seed: int = 0

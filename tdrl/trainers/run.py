@@ -365,7 +365,8 @@ class Run:
         eval_seed: reset seed of every evaluation (the same states every time).
         checkpoint_every: env steps between checkpoints, one also at the end (0: never).
         log_every: env steps between ``train`` rows (0: every batch).
-        stop_after_frames: end this process after this many env steps (0: never).
+        stop_after_frames: end this process after this many env steps of its own (0: never;
+            a resumed run counts from where it resumed).
         stop_at_return: end once an evaluation's mean return reaches this.
         buffer: a replay buffer to checkpoint with the rest (off-policy).
         resume: :meth:`start` resumes from ``log_dir``'s checkpoint when there is one.
@@ -494,6 +495,8 @@ class Run:
         else:
             refuse_used_folder(self.log_dir)
         self.frames = collector.frames
+        # stop_after_frames counts this process's env steps (a resumed run starts mid-way)
+        self._stop_frames = self.frames + self.stop_after_frames if self.stop_after_frames else 0
         self.restarts_seen = getattr(collector, "restarts", 0)
         self._logger = Logger(
             self.log_dir, tensorboard=self.tensorboard, wandb=self.wandb,
@@ -524,11 +527,11 @@ class Run:
             counters["episode_return_sum"] += float(episodes[keys.EPISODE_RETURN].sum())
             counters["episode_length_sum"] += float(episodes[keys.EPISODE_LENGTH].sum())
         counters["time"] = time.perf_counter() - self._start
-        if self.log_every <= 0 or crossed(frames, previous, self.log_every):
-            self._log_train(frames)
         finished = frames >= self.total_frames
+        if self.log_every <= 0 or crossed(frames, previous, self.log_every) or finished:
+            self._log_train(frames)  # and at the end: the steps since the last row
         # a stop_after_frames stop is a pause: no evaluation a straight run would not make
-        done = finished or 0 < self.stop_after_frames <= frames
+        done = finished or 0 < self._stop_frames <= frames
         if frames >= counters["next_eval"] or finished:
             self.last_eval = evaluate_and_log(
                 self._logger, self.eval_env, self.policy, step=frames,
@@ -638,11 +641,14 @@ class Run:
         }
         result.update({k: float(v) for k, v in self.metrics.items()})
         result.update({f"eval_{k}": v for k, v in self.last_eval.items()})
-        ret = self.last_eval.get("return_mean", float("nan"))
-        std = self.last_eval.get("return_std", float("nan"))
+        if self.last_eval:
+            ret, std = self.last_eval["return_mean"], self.last_eval["return_std"]
+            evaluated = f"eval return {ret:.1f} +- {std:.1f}"
+        else:  # a pause (stop_after_frames) before this process's first evaluation
+            evaluated = "paused before an evaluation (--resume goes on)"
         print(
-            f"{self.title}: {self.frames} steps in {self.counters['time']:.0f} s, eval return "
-            f"{ret:.1f} +- {std:.1f}; {report} in {self.log_dir}"
+            f"{self.title}: {self.frames} steps in {self.counters['time']:.0f} s, {evaluated}; "
+            f"{report} in {self.log_dir}"
         )
         return result
 

@@ -116,5 +116,11 @@ def test_keys_can_be_renamed_and_bad_input_is_named():
         GAILLoss(d)(bad)
     with pytest.raises(ValueError, match="must read two keys"):
         GAILLoss(mlp(OBS + ACT, 1))
-    with pytest.raises(ValueError, match="gp_lambda must be >= 0"):
+    with pytest.raises(ValueError, match="gp_lambda must be finite and >= 0"):
         GAILLoss(d, gp_lambda=-1.0)
+
+
+def test_a_gradient_penalty_weight_that_is_not_a_finite_non_negative_number_is_refused():
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"gp_lambda must be finite and >= 0, got {bad}"):
+            GAILLoss(discriminator(), use_grad_penalty=True, gp_lambda=bad)

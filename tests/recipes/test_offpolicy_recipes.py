@@ -495,3 +495,39 @@ def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeyp
     assert minari.get_normalized_score(random, 1490.0) == pytest.approx(0.5)  # (1490+20)/3020
     with pytest.raises(FileNotFoundError, match="needs --run"):
         make.main(make.Config(kind="policy", run=str(tmp_path / "nothing"), **common))
+
+
+def test_stop_after_frames_counts_each_process_steps_and_needs_checkpoints(tmp_path, capsys):
+    # Running in chunks: the same command with --resume goes on by stop_after_frames each time
+    # (it counted the run's total before: a resumed process stopped after one batch).
+    module, cfg = config(
+        "dqn", tmp_path, total_frames=1024, eval_every=512, checkpoint_every=128,
+        stop_after_frames=256,
+    )  # fmt: skip
+    assert module.main(cfg)["frames"] == 256
+    out = capsys.readouterr().out
+    assert "paused before an evaluation (--resume goes on)" in out and "nan" not in out
+    resumed = dataclasses.replace(cfg, resume=True)
+    assert module.main(resumed)["frames"] == 512  # evaluated at 512
+    assert module.main(resumed)["frames"] == 768
+    assert [r["step"] for r in read_csv(Path(cfg.log_dir) / "eval.csv")] == [512]
+    with pytest.raises(ValueError, match="--stop-after-frames 256 .* --checkpoint-every 0"):
+        dataclasses.replace(cfg, checkpoint_every=0)
+
+
+def test_the_last_train_row_is_logged_when_the_budget_is_not_a_multiple_of_log_every(tmp_path):
+    module, cfg = config("td3", tmp_path, checkpoint_every=0, log_every=33)
+    module.main(cfg)  # 300 frames
+    steps = [r["step"] for r in read_csv(Path(cfg.log_dir) / "train.csv")]
+    assert steps[-2:] == [297, 300] and len(steps) == len(set(steps))
+
+
+def test_nan_is_refused_where_a_number_bounds_a_setting():
+    gail = importlib.import_module("gail")
+    for field in ("gp_lambda", "policy_noise", "noise_clip"):
+        module = gail if field == "gp_lambda" else importlib.import_module("td3")
+        flag = "--" + field.replace("_", "-")
+        with pytest.raises(ValueError, match=f"{flag} must be >= 0, got nan"):
+            module.Config(**{field: float("nan")})
+    with pytest.raises(ValueError, match="--stop-at-return must be a number"):
+        gail.Config(stop_at_return=float("nan"))
