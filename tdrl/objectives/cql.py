@@ -96,7 +96,7 @@ class CQLLoss(SACLoss):
             )
         self.register_buffer("_action_low", low_t, persistent=False)
         self.register_buffer("_action_high", high_t, persistent=False)
-        if weight < 0 or num_random < 1 or lagrange_init <= 0:
+        if not weight >= 0 or num_random < 1 or lagrange_init <= 0:
             raise ValueError(
                 f"need weight >= 0, num_random >= 1 and lagrange_init > 0; got {weight}, "
                 f"{num_random}, {lagrange_init}"
@@ -183,16 +183,17 @@ class DiscreteCQLLoss(DQNLoss):
 
     ::
 
-        loss = DQN's + weight * mean_B w (log sum_a exp Q(s, a) - Q(s, a_data))
+        loss = DQN's / 2 + weight * mean_B w (log sum_a exp Q(s, a) - Q(s, a_data))
 
-    Everything else (double Q, n-step, PER, the episode ends of the target) is
-    :class:`DQNLoss`'s. ``weight``: CQL's alpha (1.0 for Atari in the paper, 4.0 in some
-    follow-ups).
+    The TD term is halved as in eq. 4 (``1/2 E (Q - B Q)^2``) and TorchRL's
+    ``DiscreteCQLLoss`` (``0.5 * distance_loss``), so ``weight`` is the paper's alpha (1.0 for
+    Atari there, 4.0 in some follow-ups). Everything else (double Q, n-step, PER, the episode
+    ends of the target, the priorities) is :class:`DQNLoss`'s.
     """
 
     def __init__(self, value_network: Any, *, weight: float = 1.0, **kwargs: Any) -> None:
         super().__init__(value_network, **kwargs)
-        if weight < 0:
+        if not weight >= 0:
             raise ValueError(f"weight must be >= 0, got {weight}")
         self.weight = weight
 
@@ -201,5 +202,5 @@ class DiscreteCQLLoss(DQNLoss):
         action_value = self._action_values(self.value_network, batch)
         index = self._action_index(batch, action_value.shape[-1])
         gap = torch.logsumexp(action_value, dim=-1) - self._gather_action(action_value, index)
-        out[LOSS] = out[LOSS] + self.weight * self._mean(gap, self._weights(batch))
+        out[LOSS] = 0.5 * out[LOSS] + self.weight * self._mean(gap, self._weights(batch))
         return out

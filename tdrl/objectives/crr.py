@@ -56,6 +56,8 @@ class CRRLoss(OffPolicyLoss):
             raise ValueError(f"mode must be 'binary' or 'exp', got {mode!r}")
         if not beta > 0 or num_samples < 1:
             raise ValueError(f"need beta > 0 and num_samples >= 1, got {beta}, {num_samples}")
+        if not max_weight > 0:  # <= 0 would push the actor away from the data's actions
+            raise ValueError(f"max_weight must be > 0, got {max_weight}")
         self.actor_network = actor_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue=True)
         self.mode, self.beta, self.max_weight = mode, beta, max_weight
@@ -86,7 +88,9 @@ class CRRLoss(OffPolicyLoss):
             filter_ = (advantage > 0).to(advantage.dtype)
         else:
             filter_ = torch.exp(advantage / self.beta).clamp(max=self.max_weight)
-        log_prob = self.actor_network.get_dist(batch).log_prob(action).reshape(advantage.shape)
+        # select: an actor that writes its outputs (TorchRL's) leaves the caller's batch alone
+        dist = self.actor_network.get_dist(batch.select(*self.actor_network.in_keys))
+        log_prob = dist.log_prob(action).reshape(advantage.shape)
         out = {
             LOSS_ACTOR: self._mean(-filter_ * log_prob, weights),
             LOSS_QVALUE: loss_qvalue,

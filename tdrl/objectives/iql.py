@@ -58,6 +58,8 @@ class IQLLoss(OffPolicyLoss):
             raise ValueError(f"expectile must lie in (0, 1), got {expectile}")
         if not beta >= 0:
             raise ValueError(f"beta must be >= 0, got {beta}")
+        if not max_weight > 0:  # <= 0 would push the actor away from the data's actions
+            raise ValueError(f"max_weight must be > 0, got {max_weight}")
         self.actor_network = actor_network
         self.value_network = value_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue=True)
@@ -85,7 +87,9 @@ class IQLLoss(OffPolicyLoss):
         loss_qvalue = self._mean(per_sample, weights)
         advantage = target_q - value.detach()
         awr = torch.exp(self.beta * advantage).clamp(max=self.max_weight)
-        log_prob = self.actor_network.get_dist(batch).log_prob(self._get(batch, action_key))
+        # select: an actor that writes its outputs (TorchRL's) leaves the caller's batch alone
+        states = batch.select(*self.actor_network.in_keys)
+        log_prob = self.actor_network.get_dist(states).log_prob(self._get(batch, action_key))
         loss_actor = self._mean(-awr * log_prob.reshape(awr.shape), weights)
         out = {
             LOSS_ACTOR: loss_actor,

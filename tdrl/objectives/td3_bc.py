@@ -34,6 +34,11 @@ class TD3BCLoss(TD3Loss):
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
         action = self._act(self.actor_network, batch)
         data_action = self._get(batch, self.tensor_keys.action)
+        if action.shape != data_action.shape:  # [B] against [B, 1] would broadcast to [B, B]
+            raise ValueError(
+                f"TD3BCLoss: the actor's {self.tensor_keys.action!r} has shape "
+                f"{tuple(action.shape)}, the data's {tuple(data_action.shape)}"
+            )
         with frozen(self.qvalue_network):
             q = actor_critic_value(
                 self.qvalue_network, batch, action, self.tensor_keys.action, "first"

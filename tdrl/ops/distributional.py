@@ -84,6 +84,10 @@ def categorical_projection(
         raise InputError("terminated", f"must be bool, got {terminated.dtype}")
     v_min, v_max = atoms[0], atoms[-1]
     delta = (v_max - v_min) / (K - 1)
+    # A terminated row's next state is not read: its mass all lands on r (every tz below is r),
+    # and any distribution gives that; a uniform one keeps a NaN of s' out (DQN and QR-DQN
+    # replace their terminated bootstraps the same way).
+    next_probs = torch.where(terminated.unsqueeze(-1), 1.0 / K, next_probs)
     keep = (~terminated).to(next_probs.dtype)
     scale = keep * discount if isinstance(discount, Tensor) else keep * float(discount)
     tz = (reward.unsqueeze(-1) + scale.unsqueeze(-1) * atoms).clamp(v_min, v_max)  # [B, K]

@@ -232,7 +232,7 @@ def test_discrete_cql_adds_the_logsumexp_gap_by_hand():
     base = DQNLoss(q, gamma=0.9)(td)
     s = td["observation"][:, :2]
     gap = torch.log(s.exp().sum(-1)) - s.gather(1, td["action"].view(-1, 1)).squeeze(1)
-    expected = base["loss"] + 3.0 * (gap * td["priority_weight"]).mean()
+    expected = 0.5 * base["loss"] + 3.0 * (gap * td["priority_weight"]).mean()  # eq. 4's 1/2
     torch.testing.assert_close(out["loss"], expected)
     torch.testing.assert_close(out["td_error"], base["td_error"])  # priorities: DQN's
     with pytest.raises(ValueError, match="weight must be >= 0"):
@@ -276,3 +276,59 @@ def test_crr_losses_by_hand(mode):
     )
     torch.testing.assert_close(out["loss_qvalue"], expected_q)
     torch.testing.assert_close(out["loss_actor"], -(f * log_prob).mean())
+
+
+def test_td3_bc_names_a_data_action_of_another_shape():
+    # [B] against the actor's [B, 1] would broadcast the behaviour-cloning term to [B, B]
+    td = transitions(4, OBS, 1)
+    td["action"] = td["action"][:, 0]
+    with pytest.raises(ValueError, match=r"TD3BCLoss: the actor's 'action' has shape \(4, 1\)"):
+        TD3BCLoss(linear_actor(), critic((1.5, 0.5), (-1.0, 0.0))).actor_loss(td)
+
+
+def test_iql_and_crr_leave_the_callers_batch_alone_and_refuse_a_non_positive_max_weight():
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torch import nn
+    from torchrl.modules import ProbabilisticActor, TanhNormal
+
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, ValueCritic
+    from tdrl.objectives import CRRLoss, IQLLoss
+
+    # TorchRL's actor writes "loc" and "scale" into what it is given
+    net = nn.Sequential(nn.Linear(OBS, 2), NormalParamExtractor())
+    actor = ProbabilisticActor(
+        TensorDictModule(net, ["observation"], ["loc", "scale"]), in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+    )  # fmt: skip
+    q = EnsembleCritic(EnsembleMLP(OBS + 1, 1, (8,), num_members=2))
+    value = ValueCritic(nn.Linear(OBS, 1))
+    for loss in (IQLLoss(actor, q, value), CRRLoss(actor, q)):
+        td = transitions(5, OBS, 1)
+        before = set(td.keys(True, True))
+        loss(td)
+        assert set(td.keys(True, True)) == before, type(loss).__name__
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match=f"max_weight must be > 0, got {bad}"):
+            IQLLoss(actor, q, value, max_weight=bad)
+        with pytest.raises(ValueError, match=f"max_weight must be > 0, got {bad}"):
+            CRRLoss(actor, q, max_weight=bad)
+
+
+def test_discrete_cql_is_torchrls_discrete_cql():
+    # TorchRL's DiscreteCQLLoss: 0.5 * its DQN distance + the logsumexp gap (eq. 4's weights);
+    # episode ends of every kind in the batch
+    from test_distributional_losses import batch
+    from torch import nn
+    from torchrl.objectives import DiscreteCQLLoss as TorchRLDiscreteCQLLoss
+
+    from tdrl.modules import QValueActor
+    from tdrl.objectives import DiscreteCQLLoss
+
+    torch.manual_seed(0)
+    q = QValueActor(nn.Linear(3, 2))
+    td = batch([False, True, False, False, True, False], [False, False, True, False, True, False])
+    ours = DiscreteCQLLoss(q, weight=1.0, delay_value=False, gamma=0.9)(td.clone())["loss"]
+    reference = TorchRLDiscreteCQLLoss(q, action_space="categorical", delay_value=False)
+    reference.make_value_estimator(gamma=0.9)
+    theirs = reference(td.clone())
+    torch.testing.assert_close(ours, theirs["loss_qvalue"] + theirs["loss_cql"])

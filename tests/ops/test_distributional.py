@@ -78,6 +78,13 @@ def test_terminated_rows_differ_and_truncated_rows_bootstrap():
     torch.testing.assert_close(running[1], torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0]))  # at 1
     torch.testing.assert_close(ended[1], torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0]))  # at r = 0
     torch.testing.assert_close(running[0], ended[0])
+    # a terminated row's next distribution is not read: a NaN there (an inf s') stays out
+    broken = probs.clone()
+    broken[1] = float("nan")
+    nan_ended = categorical_projection(
+        broken, reward, torch.tensor([False, True]), atoms, discount=0.5
+    )
+    torch.testing.assert_close(nan_ended, ended)
 
 
 def test_bad_supports_and_shapes_name_the_argument():
