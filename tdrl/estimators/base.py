@@ -21,7 +21,7 @@ from torch import Tensor
 from tdrl import keys as K
 from tdrl.keyed import next_key, renamed, require
 from tdrl.ops import InputError
-from tdrl.ops._common import TRUNCATION_POLICIES, check_discount
+from tdrl.ops._common import TRUNCATION_POLICIES, check_discount, working_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +196,7 @@ class ValueEstimator(TensorDictModuleBase):
     def _gamma(self, tensordict: TensorDictBase, reward: Tensor) -> float | Tensor:
         """Scalar gamma, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
-        gamma = self.gamma.to(reward.dtype)
+        gamma = self.gamma.to(working_dtype(reward.dtype))  # float32 for half (bf16: 0.999 -> 1)
         # An error about gamma then names what it came from: the batch's steps or the argument.
         self._gamma_source: NestedKey = (
             "gamma" if steps is None else self.tensor_keys.steps_to_next_obs

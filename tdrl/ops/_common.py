@@ -152,6 +152,15 @@ def normalize_time_dim(time_dim: int, ndim: int) -> int:
 _KERNEL_FLOATS = (torch.float32, torch.float64)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the ops compute in: float32 for half-precision inputs (bfloat16 rounds a
+    gamma of 0.999 to 1.0, and float16 sums overflow at 65504), else the input's own."""
+    return torch.float32 if dtype in _HALF else dtype
+
+
 def use_numba(backend: str, *tensors: Tensor | float) -> bool:
     """The compiled CPU kernels run unless a gradient is needed or a tensor is not on CPU."""
     if backend not in ("auto", "numba", "torch"):

@@ -23,6 +23,7 @@ from tdrl.ops._common import (
     raise_nan,
     to_rows,
     use_numba,
+    working_dtype,
 )
 from tdrl.ops._kernels import BOOTSTRAP, MASK, TERMINATE, KernelRows
 
@@ -46,14 +47,16 @@ class Rows:
     truncation: str
     numba: bool
     validate: bool
+    dtype: torch.dtype  # the caller's: results are cast back to it
 
     @property
     def mask(self) -> bool:
         return self.truncation == "mask"
 
     def back(self, x: Tensor) -> Tensor:
-        """``[N, T]`` -> the caller's ``[*B, T, *F]``."""
-        return from_rows(x, self.shape, self.time_dim)
+        """``[N, T]`` -> the caller's ``[*B, T, *F]`` (a result in the caller's dtype)."""
+        out = from_rows(x, self.shape, self.time_dim)
+        return out.to(self.dtype) if out.is_floating_point() else out
 
     # --- numba path ---------------------------------------------------------------------
     def kernel_rows(self) -> KernelRows:
@@ -204,6 +207,11 @@ def prepare(
             ) from err
     else:
         gamma = float(gamma)
+    dtype, work = reward.dtype, working_dtype(reward.dtype)
+    if work != dtype:  # half precision: computed in float32, returned in the caller's dtype
+        reward, next_value = reward.to(work), next_value.to(work)
+        value = None if value is None else value.to(work)
+        extra = tuple(x.to(work) for x in extra)
     numba = use_numba(backend, reward, next_value, *(x for x in (value, *extra) if x is not None))
     return Rows(
         reward=to_rows(reward, tdim),
@@ -218,6 +226,7 @@ def prepare(
         truncation=truncation,
         numba=numba,
         validate=validate,
+        dtype=dtype,
     )
 
 

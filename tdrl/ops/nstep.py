@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tdrl.ops._common import InputError, check_discount
+from tdrl.ops._common import InputError, check_discount, check_done
 
 __all__ = ["nstep_return", "nstep_steps"]
 
@@ -88,6 +88,8 @@ def nstep_return(
         raise InputError(
             "terminated", f"episode-end flags must be torch.bool, got {terminated.dtype}"
         )
+    if done is not terminated and done.dtype == torch.bool:  # (nstep_steps names another)
+        check_done(terminated, done, None)  # a terminal step not done: the sum would go on
     steps = nstep_steps(done, n, time_dim=time_dim)
     r = _time_first(reward, time_dim)
     k = _time_first(steps, time_dim)

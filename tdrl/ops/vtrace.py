@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from tdrl.ops import _kernels
-from tdrl.ops._common import AdvantageEstimate, check_float
+from tdrl.ops._common import AdvantageEstimate, InputError, check_float
 from tdrl.ops._prepare import np_view, prepare, scalar
 from tdrl.ops.scan import reverse_linear_scan
 
@@ -75,7 +75,11 @@ def vtrace(
     lam = scalar("lmbda", lmbda, unit=True)
     rho_max = scalar("rho_thresh", rho_thresh)
     c_max = scalar("c_thresh", c_thresh)
+    for name, clip in (("rho_thresh", rho_max), ("c_thresh", c_max)):
+        if not clip > 0:  # False for NaN (the kernel's min() would then skip the clip)
+            raise InputError(name, f"must be > 0 (a clip of importance ratios), got {clip}")
     assert rows.value is not None
+    log_rho = log_rho.to(rows.reward.dtype)  # float32 for half-precision inputs, as prepare's
     log_rho_rows = log_rho.movedim(rows.time_dim, -1).reshape(rows.reward.shape)
     if rows.numba:
         advantage = torch.empty_like(rows.reward)

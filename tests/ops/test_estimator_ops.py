@@ -354,3 +354,53 @@ def test_doubling_cumprod_is_cumprod_with_zeros_and_underflow(k):
     x[0] = 1e-200
     torch.testing.assert_close(_doubling_cumprod(x), x.cumprod(-1), rtol=1e-12, atol=0)
     assert (_doubling_cumprod(x)[0, :, 1:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs_are_computed_in_float32_and_returned_in_their_dtype(dtype):
+    # bfloat16 rounds gamma = 0.999 to 1.0 (300 undiscounted steps gave 300, not 260.0), and
+    # float16 sums overflow at 65504 (which, on the torch path, turned other episodes to NaN)
+    ones, ended = torch.ones(1, 300), torch.zeros(1, 300, dtype=torch.bool)
+    exact = td1_return(ones, ones, ended, truncated=ended, gamma=0.999, time_dim=-1)
+    half = td1_return(ones.to(dtype), ones.to(dtype), ended, truncated=ended, gamma=0.999,
+                      time_dim=-1)  # fmt: skip
+    assert half.dtype == dtype
+    torch.testing.assert_close(half.float(), exact, rtol=1e-2, atol=0.0)
+    reward = torch.zeros(1, 16)
+    reward[0, 8:] = 20_000.0
+    terminated = torch.zeros(1, 16, dtype=torch.bool)
+    terminated[0, 7] = True
+    zeros = torch.zeros(1, 16, dtype=dtype)
+    for backend in ("auto", "torch"):
+        advantage, _ = gae(reward.to(dtype), zeros, zeros, terminated, gamma=0.99, lmbda=0.95,
+                           time_dim=-1, backend=backend)  # fmt: skip
+        assert advantage.dtype == dtype
+        assert torch.equal(advantage[0, :8], zeros[0, :8])  # the first episode earns nothing
+    from tensordict import TensorDict
+
+    from tdrl.estimators import TD1Estimator
+
+    td = TensorDict({
+        ("next", "reward"): torch.ones(1, 300, 1, dtype=dtype),
+        ("next", "terminated"): torch.zeros(1, 300, 1, dtype=torch.bool),
+        ("next", "done"): torch.zeros(1, 300, 1, dtype=torch.bool),
+        "state_value": torch.ones(1, 300, 1, dtype=dtype),
+        ("next", "state_value"): torch.ones(1, 300, 1, dtype=dtype),
+    }, batch_size=[1, 300])  # fmt: skip
+    TD1Estimator(gamma=0.999)(td)
+    assert abs(float(td["value_target"][0, 0]) - float(exact[0, 0])) < 0.01 * float(exact[0, 0])
+
+
+def test_vtrace_clips_and_nstep_flags_are_checked():
+    from tdrl.ops import nstep_return
+
+    x = torch.zeros(1, 3, 1)
+    flags = torch.zeros(1, 3, 1, dtype=torch.bool)
+    for name in ("rho_thresh", "c_thresh"):
+        for bad in (math.nan, 0.0, -1.0):
+            with pytest.raises(InputError, match=f"{name}.*must be > 0"):
+                vtrace(x, x, x, x, flags, gamma=0.9, **{name: bad})
+    terminated = torch.tensor([[False, True, False]])
+    with pytest.raises(InputError, match="done.*True wherever terminated is"):
+        nstep_return(torch.ones(1, 3), None, terminated, torch.zeros(1, 3, dtype=torch.bool),
+                     gamma=1.0, n=3, time_dim=-1)  # fmt: skip
