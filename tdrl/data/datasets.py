@@ -200,7 +200,9 @@ def load_minari(
     parts = []
     for episode in data.iterate_episodes():
         T = len(episode.rewards)
-        obs = np.asarray(episode.observations, dtype=np.float32)
+        # floating observations as the envs give them (float32); integer ones (pixels) as stored
+        obs = np.asarray(episode.observations)
+        obs = obs.astype(np.float32) if np.issubdtype(obs.dtype, np.floating) else obs
         if obs.shape != (T + 1, *space.shape):
             raise ValueError(
                 f"dataset {data.id!r}, episode {episode.id}: observations of shape {obs.shape}, "

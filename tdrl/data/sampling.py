@@ -18,6 +18,7 @@ from tdrl import keys
 from tdrl.data.frames import frame_stack_index
 from tdrl.data.storage import NestedKey, StreamStorage
 from tdrl.ops import nstep_return, nstep_steps
+from tdrl.ops._common import working_dtype
 
 __all__ = ["frame_stack_index", "nstep_leaves", "sample_slices", "uniform_index"]
 
@@ -66,7 +67,10 @@ def nstep_leaves(
             leaves.append(storage.flat[i].index_select(0, last if k[0] == keys.NEXT else index))
     extra: dict[NestedKey, Tensor] = {
         keys.STEPS_TO_NEXT_OBS: steps.unsqueeze(-1),
-        keys.GAMMA: (gamma**steps).unsqueeze(-1).to(reward.dtype),
+        # gamma ** k in the reward's precision (float32 for half): an int power is float32
+        keys.GAMMA: torch.pow(gamma, steps.to(working_dtype(reward.dtype)))
+        .unsqueeze(-1)
+        .to(reward.dtype),
     }
     return leaves, extra
 

@@ -121,3 +121,31 @@ def test_an_episode_without_an_end_flag_loads_as_truncated_and_slices_stay_insid
     buffer = load_minari("tdrl/noflag-v0", generator=0)
     ids = buffer.sample_slices(64, 4)["collector", "traj_ids"]
     assert (ids == ids[:, :1]).all()  # no slice spans two episodes
+
+
+def test_integer_observations_keep_their_dtype_and_float_ones_become_float32():
+    import gymnasium as gym
+    import numpy as np
+    from minari.data_collector import EpisodeBuffer
+
+    env = gym.make("Pendulum-v1")
+    rng = np.random.default_rng(0)
+    for name, dtype, space in (
+        ("tdrl/pixels-v0", np.uint8, gym.spaces.Box(0, 255, (3,), np.uint8)),
+        ("tdrl/float64-v0", np.float64, gym.spaces.Box(-np.inf, np.inf, (3,), np.float64)),
+    ):
+        T = 4
+        observations = rng.integers(0, 255, (T + 1, 3)).astype(dtype)
+        buffer = EpisodeBuffer(
+            id=0, observations=list(observations), actions=list(np.zeros((T, 1), np.float32)),
+            rewards=list(np.ones(T)), terminations=[False] * (T - 1) + [True],
+            truncations=[False] * T,
+        )  # fmt: skip
+        minari.create_dataset_from_buffers(
+            name, [buffer], env=env.spec, observation_space=space, action_space=env.action_space
+        )
+        stored = load_minari(name).storage[:, 0]
+        want = torch.uint8 if dtype == np.uint8 else torch.float32  # float32 before: 4x pixels
+        assert stored["observation"].dtype == stored["next", "observation"].dtype == want
+        assert torch.equal(stored["observation"].double(), torch.as_tensor(observations[:T]))
+    env.close()

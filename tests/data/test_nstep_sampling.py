@@ -95,3 +95,15 @@ def test_nstep_window_never_reads_past_the_write_cursor():
     assert torch.equal(k, torch.clamp(12 - obs, max=5))  # steps 7..11 have fewer than 5 ahead
     assert torch.equal(s["next", "observation"][:, 0], obs + k)
     assert torch.equal(s["next", "reward"][:, 0], k)
+
+
+def test_the_gamma_entry_is_exact_in_the_rewards_precision(rollout):
+    td = rollout(1, 30)
+    td["next", "reward"] = td["next", "reward"].double()
+    rb = ReplayBuffer(100, n_steps=3, gamma=0.999, generator=0)
+    rb.extend(td)
+    sample = rb.sample(64)
+    k = sample["steps_to_next_obs"].double()
+    assert sample["gamma"].dtype == torch.float64
+    # an int power of a float is computed in float32: 0.9980010390 for k = 2 before
+    torch.testing.assert_close(sample["gamma"], 0.999**k, rtol=1e-15, atol=0.0)
