@@ -49,7 +49,8 @@ class KernelRows(NamedTuple):
 @numba.njit(inline="always")
 def _step(rows: KernelRows, i: int, t: int) -> tuple[float, float, float, float, bool, bool, bool]:
     """``(r, V, V', gamma, done, masked, flags_ok)`` of step ``(i, t)`` after the truncation
-    policy: ``V'`` is 0 after a terminal state; ``masked`` is a truncated step under MASK."""
+    policy: ``V'`` is 0 after a terminal state and at a masked one; ``masked`` is a truncated
+    step under MASK."""
     # Bitwise, not short-circuit, operators: no branches, so the loops vectorize.
     term = rows.terminated[i, t]
     if rows.has_done:
@@ -61,8 +62,10 @@ def _step(rows: KernelRows, i: int, t: int) -> tuple[float, float, float, float,
     if rows.policy == TERMINATE:
         term = done
     gamma = rows.gamma_steps[i, t] if rows.per_step_gamma else rows.gamma
-    next_value = 0.0 if term else rows.next_value[i, t]
     masked = (rows.policy == MASK) & done & (not term)
+    # V' is read after a running step only: 0 after a terminal one, and after a truncated one
+    # under MASK (no final observation: its V' may be NaN and must not reach a product)
+    next_value = 0.0 if term | masked else rows.next_value[i, t]
     return rows.reward[i, t], rows.value[i, t], next_value, gamma, done, masked, ok
 
 

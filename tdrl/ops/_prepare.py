@@ -116,14 +116,19 @@ class Rows:
     def nan_check(self, value_where: Tensor | None, log_rho: Tensor | None = None) -> None:
         """Raise for NaN in reward and log_rho (anywhere), value where ``value_where`` (None:
         everywhere; the value is not checked if absent), next_value where it is used."""
-        terminated, _ = effective_flags(self.terminated, self.done, self.truncated, self.truncation)
+        terminated, done = effective_flags(
+            self.terminated, self.done, self.truncated, self.truncation
+        )
+        # next_value enters after a step that is not terminal; under "mask" (no final
+        # observation) not after a truncated one either
+        next_used = ~done if self.mask else ~terminated
         named = [
             ("reward", self.reward),
             ("value", self.value),
             ("next_value", self.next_value),
             ("log_rho", log_rho),
         ]
-        bad = nan_bits(named, [None, value_where, ~terminated, None])
+        bad = nan_bits(named, [None, value_where, next_used, None])
         if bad:
             raise_nan(bad, [(n, self._back(x)) for n, x in named])
 
@@ -137,7 +142,8 @@ class Rows:
         truncated = done & ~terminated
         if self.validate:
             self.nan_check(truncated if value_only_truncated and self.mask else None, log_rho)
-        return done, truncated, torch.where(terminated, 0.0, self.next_value)
+        unread = done if self.mask else terminated  # as the kernels' _step: V' is not read
+        return done, truncated, torch.where(unread, 0.0, self.next_value)
 
     def truncated_after_policy(self) -> Tensor:
         terminated, done = effective_flags(

@@ -404,3 +404,32 @@ def test_vtrace_clips_and_nstep_flags_are_checked():
     with pytest.raises(InputError, match="done.*True wherever terminated is"):
         nstep_return(torch.ones(1, 3), None, terminated, torch.zeros(1, 3, dtype=torch.bool),
                      gamma=1.0, n=3, time_dim=-1)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_under_mask_a_truncated_steps_next_value_is_not_read_nor_checked(backend):
+    # "mask" is for envs without a final observation: their next value there may be NaN
+    T = 5
+    r, v, nv = torch.ones(1, T, 1), torch.full((1, T, 1), 0.5), torch.full((1, T, 1), 0.7)
+    term = torch.zeros(1, T, 1, dtype=torch.bool)
+    trunc = term.clone()
+    trunc[0, 2] = True
+    kw = dict(truncated=trunc, gamma=0.9, truncation="mask")
+    ops = {
+        "gae": lambda n: gae(r, v, n, term, trunc, lmbda=0.95, backend=backend, **kw)[0],
+        "td_lambda": lambda n: td_lambda_return(
+            r, n, term, trunc, value=v, lmbda=0.95, backend=backend, **kw
+        ),  # fmt: skip
+        "td1": lambda n: td1_return(r, n, term, trunc, value=v, backend=backend, **kw),
+        "td0": lambda n: td0_return(r, n, term, trunc, value=v, **kw),
+        "vtrace": lambda n: vtrace(
+            r, v, n, torch.zeros_like(r), term, trunc, backend=backend, **kw
+        )[0],  # fmt: skip
+    }
+    unread, read = nv.clone(), nv.clone()
+    unread[0, 2] = math.nan
+    read[0, 1] = math.nan  # a running step's next value is read: still refused
+    for name, op in ops.items():
+        assert torch.equal(op(unread), op(nv)), name
+        with pytest.raises(InputError, match="next_value: contains NaN"):
+            op(read)
