@@ -187,21 +187,29 @@ def raise_nan(bad: int, named: list[tuple[str, Tensor | None]]) -> None:
     """Turn a NaN bitmask (bit i: ``named[i]``) into an ``InputError`` naming the argument."""
     for bit, (name, x) in enumerate(named):
         if bad & (1 << bit) and x is not None:
-            where = torch.isnan(x.detach()).nonzero()
+            where = _bad(name, x.detach()).nonzero()
             index = tuple(int(i) for i in where[0])
             raise InputError(
-                name, f"contains NaN (first at index {index} of shape {tuple(x.shape)})"
+                name,
+                f"contains NaN{'' if name == 'log_rho' else ' or inf'} (first at index "
+                f"{index} of shape {tuple(x.shape)})",
             )
+
+
+def _bad(name: str, x: Tensor) -> Tensor:
+    """Where ``x`` cannot enter a return: NaN, and for rewards and values also +-inf (0 * inf
+    in the torch scan would turn other episodes to NaN). ``log_rho`` may be -inf (rho = 0)."""
+    return torch.isnan(x) if name == "log_rho" else ~torch.isfinite(x)
 
 
 def nan_bits(named: list[tuple[str, Tensor | None]], used: list[Tensor | None]) -> int:
     """Torch-path twin of the kernels' NaN bitmask: bit i set if ``named[i]`` has a NaN where
     ``used[i]`` (a bool mask, or ``None`` for everywhere) says the value enters the result."""
     bad = 0
-    for bit, ((_, x), keep) in enumerate(zip(named, used, strict=True)):
+    for bit, ((name, x), keep) in enumerate(zip(named, used, strict=True)):
         if x is None:
             continue
-        isnan = torch.isnan(x.detach())
+        isnan = _bad(name, x.detach())
         if keep is not None:
             isnan = isnan & keep
         if bool(isnan.any()):

@@ -96,7 +96,7 @@ class Rows:
         if not flags_ok:
             assert self.done is not None
             check_done(self.back(self.terminated), self.back(self.done), self._back(self.truncated))
-        if math.isnan(checksum):
+        if not math.isfinite(checksum):  # NaN or inf somewhere: find and name it
             where = self.truncated_after_policy() if value_truncated_only else None
             self.nan_check(where, log_rho)
 

@@ -313,7 +313,7 @@ def test_bad_input_names_the_argument():
         for j, name in enumerate(("reward", "value", "next_value")):
             bad = [r.clone(), v.clone(), nv.clone()]
             bad[j][0, 2, 0] = float("nan")
-            msg = rf"{name}: contains NaN \(first at index \(0, 2, 0\)"
+            msg = rf"{name}: contains NaN or inf \(first at index \(0, 2, 0\)"
             with pytest.raises(InputError, match=msg):
                 gae(*bad, term, truncated=trunc, backend=backend, **kw)
         with pytest.raises(InputError, match="log_rho: contains NaN"):
@@ -433,3 +433,19 @@ def test_under_mask_a_truncated_steps_next_value_is_not_read_nor_checked(backend
         assert torch.equal(op(unread), op(nv)), name
         with pytest.raises(InputError, match="next_value: contains NaN"):
             op(read)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_an_infinite_reward_is_refused_and_a_zero_importance_ratio_is_not(backend):
+    # the torch scan multiplies 0 * inf into NaN, which reached the other episodes
+    reward, zeros = torch.zeros(1, 8, 1), torch.zeros(1, 8, 1)
+    reward[0, 5] = math.inf
+    terminated = torch.zeros(1, 8, 1, dtype=torch.bool)
+    terminated[0, 3] = True
+    with pytest.raises(InputError, match=r"reward: contains NaN or inf .*\(0, 5, 0\)"):
+        gae(reward, zeros, zeros, terminated, gamma=0.9, lmbda=0.9, backend=backend)
+    log_rho = zeros.clone()
+    log_rho[0, 2] = -math.inf  # the target policy never takes the logged action: rho = 0
+    advantage, _ = vtrace(zeros + 1, zeros, zeros, log_rho, terminated, gamma=0.9,
+                          backend=backend)  # fmt: skip
+    assert torch.isfinite(advantage).all() and advantage[0, 2] == 0
