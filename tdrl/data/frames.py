@@ -164,7 +164,7 @@ class FrameStore:
             s, t = (int(i) for i in bad.nonzero()[0])
             where = f"stream {s}, step {t} of the batch"
         elif newest_done is not None:
-            first = (self.pending[i] == root[:, 0]).flatten(1).all(-1)
+            first = (self.pending[i].to(root.device) == root[:, 0]).flatten(1).all(-1)
             bad0 = ~(first | newest_done.to(first.device))
             if bad0.any():
                 where = f"stream {int(bad0.nonzero()[0, 0])}, the stored newest step"
@@ -182,6 +182,9 @@ class FrameStore:
         nexts, done = self._staged
         self._staged = None
         S, length = storage.num_streams, storage.length
+        # The frames live on the storage's device, whatever the batch's (a CUDA buffer may be
+        # fed CPU rollouts).
+        nexts = [x.to(storage.device) for x in nexts]
         if not self.pending:  # the first write: allocate from its shapes
             self.slot_of = torch.full((storage.capacity,), -1, dtype=torch.int64)
             size = max(16, 4 * S)
@@ -299,10 +302,11 @@ class FrameStore:
         self.check_state(data, storage)
         slot_of, owner = data.get("slot_of"), data.get("owner")
         size = owner.numel()
-        self.slot_of, self.owner = slot_of.clone(), owner.clone()
+        self.slot_of, self.owner = slot_of.to("cpu", copy=True), owner.to("cpu", copy=True)
         self.next_slot = int(data.get("next_slot")) % size
-        self.finals = [data.get(("finals", *k)).clone() for k in self.keys]
-        self.pending = [data.get(("pending", *k)).clone() for k in self.keys]
+        dev = storage.device  # the frames on the storage's, the bookkeeping on the CPU
+        self.finals = [data.get(("finals", *k)).to(dev, copy=True) for k in self.keys]
+        self.pending = [data.get(("pending", *k)).to(dev, copy=True) for k in self.keys]
 
 
 def _streams_first(x: Tensor, batch_dims: int, num_streams: int) -> Tensor:

@@ -45,9 +45,11 @@ class CQLLoss(SACLoss):
                       actions at s and at s' (each weighed by its density, log pi detached)
 
     With ``with_lagrange`` the multiplier ``alpha' = exp(log_alpha_prime)`` (clamped to [0, 1e6])
-    is learned by ``loss_alpha_prime = -alpha' * mean(gap - target_action_gap)`` (the gap
-    detached there, ``alpha'`` detached in ``loss_qvalue``: each term trains its own parameter);
-    without it ``alpha' = 1`` and ``target_action_gap`` does not matter.
+    is learned by ``loss_alpha_prime = -weight * alpha' * mean_e mean_B w (gap_e -
+    target_action_gap)``: the mean over critics, the authors' ``(-min_qf1_loss -
+    min_qf2_loss) * 0.5`` for two (TorchRL's too); the gap is detached there and ``alpha'`` in
+    ``loss_qvalue``, so each term trains its own parameter. Without it ``alpha' = 1`` and
+    ``target_action_gap`` does not matter.
 
     Args:
         weight: CQL's alpha (5.0 for the D4RL MuJoCo tasks in the authors' code).
@@ -60,6 +62,11 @@ class CQLLoss(SACLoss):
         action_low, action_high: the action box the uniform actions are drawn from (float or
             ``[A]``); default: the actor's ``action_low`` / ``action_high`` (tdrl's actors
             have them); an actor without them needs these, else a ValueError.
+        deterministic_backup: leave SAC's entropy term ``- alpha log pi(a'|s')`` out of the
+            Bellman target, as the authors' script does by default (``--deterministic_backup
+            True`` in ``d4rl/examples/cql_mujoco_new.py``) and TorchRL's ``CQLLoss``. tdrl
+            keeps SAC's soft target by default (``False``; the offline table's CQL cells ran
+            so).
         **kwargs: :class:`SACLoss`'s.
     """
 
@@ -77,9 +84,11 @@ class CQLLoss(SACLoss):
         lagrange_init: float = 1.0,
         action_low: float | torch.Tensor | None = None,
         action_high: float | torch.Tensor | None = None,
+        deterministic_backup: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(actor_network, qvalue_network, **kwargs)
+        self.deterministic_backup = bool(deterministic_backup)
         low = getattr(actor_network, "action_low", None) if action_low is None else action_low
         high = getattr(actor_network, "action_high", None) if action_high is None else action_high
         if low is None or high is None:
@@ -113,6 +122,14 @@ class CQLLoss(SACLoss):
         """The box ``[A]`` (a float bound broadcast over the action's entries)."""
         shape = like.shape[1:]
         return self._action_low.to(like).expand(shape), self._action_high.to(like).expand(shape)
+
+    def value_target(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """SAC's soft target, without its entropy term under ``deterministic_backup``."""
+        if self.deterministic_backup:
+            alpha = torch.zeros_like(self.alpha if alpha is None else alpha)
+        return super().value_target(batch, alpha)
 
     def _policy_q(
         self, td: TensorDictBase, at: TensorDictBase
@@ -159,7 +176,8 @@ class CQLLoss(SACLoss):
         alpha_prime = self.log_alpha_prime.exp().clamp(0.0, 1e6)
         conservative = self.weight * alpha_prime.detach() * self._mean(per_sample, weights)
         if self.with_lagrange:
-            lagrange = -alpha_prime * self.weight * self._mean(per_sample.detach(), weights)
+            per_critic = per_sample.detach() / gap.shape[0]  # mean over the critics
+            lagrange = -alpha_prime * self.weight * self._mean(per_critic, weights)
         else:
             lagrange = torch.zeros((), device=per_sample.device)
         return {

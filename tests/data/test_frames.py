@@ -68,6 +68,34 @@ def test_samples_equal_the_env_stacks_across_batch_cuts_and_episode_ends():
     assert sample["index"].unique().numel() == 2 * 35
 
 
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ),
+    ],
+)
+def test_a_buffer_fed_cpu_rollouts_keeps_its_frames_on_its_device(tmp_path, device):
+    batches = rollouts(num_envs=2, steps=7, batches=5)
+    truth = ground_truth(batches)
+    cpu = ReplayBuffer(30, frame_keys=[OBS], frame_stack=K, generator=0)
+    buffer = ReplayBuffer(30, device=device, frame_keys=[OBS], frame_stack=K, generator=0)
+    for batch in batches:  # the ring wraps: final frames of overwritten and live episodes
+        cpu.extend(batch)
+        buffer.extend(batch)
+    a, b = cpu.sample(500), buffer.sample(500)
+    assert b[OBS].device.type == device and (a == b.cpu()).all()
+    check_against_env(a, truth, length=15)
+    buffer.save(tmp_path / "rb")
+    loaded = ReplayBuffer(30, device=device, frame_keys=[OBS], frame_stack=K, generator=0)
+    loaded.load(tmp_path / "rb")  # the sampler state too: the next draws agree
+    c, d = loaded.sample(500), buffer.sample(500)
+    assert c[NEXT_OBS].device.type == device and (c == d).all()
+
+
 def test_one_frame_is_stored_a_step_and_the_next_observation_not_at_all():
     batches = rollouts(num_envs=2, steps=6, batches=1)
     buffer = ReplayBuffer(100, frame_keys=[OBS], frame_stack=K)

@@ -179,8 +179,41 @@ def test_cql_adds_the_gap_to_the_critic_loss_and_learns_its_multiplier(with_lagr
         # gradient ascent on alpha' * (gap - target): a gap above the target raises alpha'
         gap_minus = float((gap - 1.0).sum(0).mean())
         assert float(loss.log_alpha_prime.grad) * gap_minus < 0
+        # its value: the mean over the two critics, the authors' (-q1_loss - q2_loss) * 0.5
+        expected_alpha_prime = -0.5 * 2.0 * 0.5 * ((gap[0] - 1.0).mean() + (gap[1] - 1.0).mean())
+        torch.testing.assert_close(
+            out["loss_alpha_prime"].detach(), expected_alpha_prime, rtol=1e-5, atol=1e-6
+        )
     else:
         assert float(out["loss_alpha_prime"]) == 0.0
+
+
+def test_cql_deterministic_backup_drops_the_entropy_term_of_the_target():
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor
+    from tdrl.objectives import CQLLoss, SACLoss
+
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(linear([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), 1)
+    q = EnsembleCritic(EnsembleMLP(OBS + 1, 1, (8,), num_members=2))
+    td = transitions(6, OBS, 1, terminated=[True] + [False] * 5, truncated=[False] * 6)
+    soft = CQLLoss(actor, q, gamma=0.9, alpha_init=0.3)
+    hard = CQLLoss(actor, q, gamma=0.9, alpha_init=0.3, deterministic_backup=True)
+    sac = SACLoss(actor, q, gamma=0.9, alpha_init=0.3)
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        y_soft = soft.value_target(td)
+        torch.manual_seed(seed)
+        y_hard = hard.value_target(td)
+        torch.manual_seed(seed)
+        y_sac = sac.value_target(td)
+        torch.manual_seed(seed)  # the same next action and log pi, by hand
+        next_action, next_log_prob = sac._sample(td["next"])
+        torch.testing.assert_close(y_soft, y_sac)
+        # y_soft - y_hard = gamma * (1 - terminated) * (-alpha log pi(a'|s'))
+        not_term = (~td["next", "terminated"].reshape(-1)).float()
+        expected = 0.9 * not_term * (-0.3 * next_log_prob.reshape(-1))
+        torch.testing.assert_close(y_soft - y_hard, expected, rtol=1e-5, atol=1e-5)
+    assert bool((y_soft != y_hard)[1:].all())
 
 
 def test_cql_takes_its_action_box_from_the_actor_or_its_arguments_and_refuses_none():
