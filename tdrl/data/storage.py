@@ -123,6 +123,18 @@ class StreamStorage:
     # the next time position to write, and the written positions per stream
     cursor, size = _Counter(0), _Counter(1)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle takes: the leaves and counters, not the fast twin (its
+        writers hold this storage's memory addresses and counters; a copy builds its own on
+        first use) nor the flat views (a pickle would store them as separate tensors)."""
+        state = self.__dict__.copy()
+        state["_copier"], state["fast_writers"], state["flat"] = None, {}, []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.flat = [x.view(self.length * self.num_streams, *x.shape[2:]) for x in self.leaves]
+
     @property
     def allocated(self) -> bool:
         return bool(self.leaves)

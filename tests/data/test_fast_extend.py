@@ -299,3 +299,28 @@ def test_bfloat16_priorities_set_what_float32_ones_set():
         rb.extend(TensorDict({"id": torch.arange(4)}, [4]))
         rb.update_priority(torch.arange(4), torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=dtype))
     assert torch.equal(rbs[0].state_dict()["priority"], rbs[1].state_dict()["priority"])
+
+
+@pytest.mark.parametrize("buffer_type", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_copied_or_pickled_buffer_is_independent_of_the_original(fast_mode, buffer_type):
+    import copy
+    import gc
+    import pickle
+
+    rb = buffer_type(16, num_streams=4, generator=0)
+    warm(rb)  # the fast writer and gatherer are built and bound to rb's memory
+    copied = copy.deepcopy(rb)
+    unpickled = pickle.loads(pickle.dumps(rb))
+    before = rb.storage["observation"].clone()
+    for other in (copied, unpickled):
+        assert torch.equal(other.storage["observation"], before)
+        other.extend(batch(99.0))  # into the copy only
+        assert torch.equal(rb.storage["observation"], before), "the copy wrote into rb"
+        assert len(other) == len(rb) + 4 and other.stream_storage.cursor != rb.stream_storage.cursor
+    rb.extend(batch(50.0))  # into the original only
+    assert not (copied.storage["observation"] == 50.0).any()
+    del rb
+    gc.collect()  # the copies own their memory: sampling after the original is gone
+    for other in (copied, unpickled):
+        obs = other.sample(256)["observation"][:, 0]
+        assert set(obs.tolist()) == {base + v for base in (0.0, 10.0, 20.0, 99.0) for v in range(4)}
