@@ -10,7 +10,14 @@ from torch import nn
 from torchrl.modules import set_recurrent_mode
 
 from tdrl.keyed import next_key, require
-from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, IS_INIT, LOSS, VALUE_TARGET
+from tdrl.keys import (
+    ACTION_VALUE,
+    CHOSEN_ACTION_VALUE,
+    IS_INIT,
+    LOSS,
+    TRUNCATED,
+    VALUE_TARGET,
+)
 from tdrl.objectives.offpolicy import OffPolicyLoss
 from tdrl.objectives.target import make_target
 
@@ -42,7 +49,10 @@ class DRQNLoss(OffPolicyLoss):
 
     Reads the network's in-keys (their ``("next", ...)`` twins for the extra step; the stored
     recurrent state at ``t = 0``), ``"is_init"``, ``"action"`` (index ``[B, L]``) and
-    ``("next", "reward"|"terminated")``. Returns ``loss``, batch means of
+    ``("next", "reward"|"terminated")`` (bool flags; ``("next", "truncated"|"done")`` too when
+    present: no step but the last may end an episode, else a ValueError), and PER's
+    ``"priority_weight"`` ``[B, L]`` when present (each step's loss weighed). ``"action"``
+    may be an index or one-hot ``[B, L, n]``. Returns ``loss``, batch means of
     ``chosen_action_value`` and ``value_target``, and ``td_error`` ``[B]`` (each slice's mean
     absolute TD error over the trained steps).
 
@@ -118,6 +128,76 @@ class DRQNLoss(OffPolicyLoss):
             rest.get(key)[:, 0] = state[key]
         return rest
 
+    def _slice_transitions(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(reward, terminated)`` ``[B, L]``, checked; a slice must not end an episode before
+        its last step (``Q(s_{t+1})`` is read one step later in the same sequence)."""
+        owner, keys = type(self).__name__, self.tensor_keys
+        size, steps = batch.batch_size
+        flags = {}
+        for name in (keys.reward, keys.terminated, TRUNCATED, keys.done):
+            key = next_key(name)
+            value = batch.get(key, None)
+            if value is None and name in (keys.reward, keys.terminated):
+                value = require(batch, key, owner)
+            if value is None:
+                continue
+            if value.shape not in ((size, steps), (size, steps, 1)):
+                raise ValueError(
+                    f"{owner}: {key!r} must be [B, L] or [B, L, 1] = {(size, steps, 1)}, got "
+                    f"{tuple(value.shape)}"
+                )
+            if name == keys.reward and not value.is_floating_point():
+                raise TypeError(
+                    f"{owner}: {key!r} must be a floating-point tensor, got {value.dtype}"
+                )
+            if name != keys.reward and value.dtype != torch.bool:
+                raise TypeError(f"{owner}: {key!r} must be bool, got {value.dtype}")
+            flags[name] = value.reshape(size, steps)
+        ended = flags[keys.terminated]
+        for name in (TRUNCATED, keys.done):
+            if name in flags:
+                ended = ended | flags[name]
+        if bool(ended[:, :-1].any()):
+            b, t = (int(i) for i in ended[:, :-1].nonzero()[0])
+            raise ValueError(
+                f"{owner}: slice {b} ends its episode at step {t} of {steps} "
+                f"({next_key(keys.done)!r}); a slice must hold one episode's steps, only its last "
+                "one done (ReplayBuffer.sample_slices), since Q(s_{t+1}) is read one step later "
+                "in the same sequence"
+            )
+        return flags[keys.reward], flags[keys.terminated]
+
+    def _slice_actions(self, batch: TensorDictBase, num_actions: int) -> torch.Tensor:
+        """The action as an index ``[B, L]``, from an index (``[B, L]`` or ``[B, L, 1]``) or a
+        one-hot ``[B, L, n]`` entry (TorchRL's ``QValueActor`` writes one-hot actions)."""
+        owner, key = type(self).__name__, self.tensor_keys.action
+        size, steps = batch.batch_size
+        action = require(batch, key, owner)
+        if num_actions > 1 and action.shape == (size, steps, num_actions):
+            return action.to(torch.uint8).argmax(-1)  # argmax takes no bool
+        if action.shape not in ((size, steps), (size, steps, 1)) or (
+            action.is_floating_point() or action.dtype == torch.bool
+        ):
+            raise ValueError(
+                f"{owner}: {key!r} must be action indices [B, L] (or [B, L, 1]) or one-hot "
+                f"{(size, steps, num_actions)}, got {tuple(action.shape)} {action.dtype}"
+            )
+        return action.reshape(size, steps)
+
+    def _slice_weights(self, batch: TensorDictBase) -> torch.Tensor | None:
+        """PER's ``priority_weight`` per step ``[B, L]`` (``[B, L]`` or ``[B, L, 1]``)."""
+        key = self.tensor_keys.priority_weight
+        weights = batch.get(key, None)
+        if weights is None:
+            return None
+        size, steps = batch.batch_size
+        if weights.shape not in ((size, steps), (size, steps, 1)):
+            raise ValueError(
+                f"{type(self).__name__}: {key!r} must be per step {(size, steps)} (or with a "
+                f"trailing 1), got {tuple(weights.shape)}"
+            )
+        return weights.reshape(size, steps)
+
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         owner = type(self).__name__
         if batch.batch_dims != 2 or batch.batch_size[1] <= self.burn_in:
@@ -125,7 +205,7 @@ class DRQNLoss(OffPolicyLoss):
                 f"{owner}: needs [B, L] slices longer than burn_in={self.burn_in}, got batch "
                 f"size {tuple(batch.batch_size)}"
             )
-        steps = batch.batch_size[1]
+        reward, terminated = self._slice_transitions(batch)
         seq = self._extended(batch)
         trained_seq = self._burned_in(seq) if self.burn_in else seq
         q = self._sequence_q(self.value_network, trained_seq)  # [B, L + 1 - burn_in, n]
@@ -137,12 +217,10 @@ class DRQNLoss(OffPolicyLoss):
             else:
                 best = next_target.argmax(-1, keepdim=True)
             next_value = next_target.gather(-1, best).squeeze(-1)
-            size, b = q.shape[0], self.burn_in
-            reward = require(batch, next_key(self.tensor_keys.reward), owner)
-            terminated = require(batch, next_key(self.tensor_keys.terminated), owner)
-            keep = (~terminated.reshape(size, steps)[:, b:]).to(next_value.dtype)
-            target = reward.reshape(size, steps)[:, b:] + self.gamma * keep * next_value
-        action = require(batch, self.tensor_keys.action, owner).reshape(size, steps)[:, b:]
+            b = self.burn_in
+            keep = (~terminated[:, b:]).to(next_value.dtype)
+            target = reward[:, b:] + self.gamma * keep * next_value
+        action = self._slice_actions(batch, q.shape[-1])[:, b:]
         try:
             chosen = q[:, :-1].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         except RuntimeError as error:
@@ -151,8 +229,10 @@ class DRQNLoss(OffPolicyLoss):
                 f"[0, {q.shape[-1]}): {error}"
             ) from error
         td_error = (chosen.detach() - target).abs()
+        weights = self._slice_weights(batch)
+        per_step = self._distance(chosen, target)  # [B, L - burn_in]
         out = {
-            LOSS: self._distance(chosen, target).mean(),
+            LOSS: self._mean(per_step, None if weights is None else weights[:, b:]),
             self.tensor_keys.priority: td_error.mean(1),  # per slice [B]
             CHOSEN_ACTION_VALUE: chosen.detach().mean(),
             VALUE_TARGET: target.mean(),

@@ -197,6 +197,8 @@ class OffPolicyLoss(TensorDictModuleBase):
                     f"{type(self).__name__}: a one-hot {key!r} must have shape "
                     f"{(*shape, num_actions)}, got {tuple(action.shape)}"
                 )
+            if action.dtype == torch.bool:  # argmax takes no bool
+                action = action.to(torch.uint8)
             return action.argmax(-1)
         return self._per_sample(batch, key)
 

@@ -118,6 +118,8 @@ def test_one_hot_actions_equal_index_actions():
     one_hot = td.clone()
     one_hot["action"] = torch.nn.functional.one_hot(td["action"], 2).float()
     torch.testing.assert_close(loss(one_hot)["loss"], loss(td)["loss"])
+    one_hot["action"] = one_hot["action"].bool()  # a bool one-hot spec's actions
+    torch.testing.assert_close(loss(one_hot)["loss"], loss(td)["loss"])
 
 
 def test_target_network_is_frozen_and_hard_updated():

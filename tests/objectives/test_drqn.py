@@ -111,3 +111,67 @@ def test_burn_in_steps_get_no_gradient():
     loss(batch)["loss"].backward()
     assert torch.equal(obs.grad[:, :2], torch.zeros_like(obs.grad[:, :2]))
     assert (obs.grad[:, 2:].abs().sum(-1) > 0).all()  # every trained step is reached
+
+
+def test_integer_flags_a_mid_slice_episode_end_and_bad_actions_are_refused_by_name():
+    loss = DRQNLoss(qnet())
+    for dtype in (torch.uint8, torch.int64):  # ~x of an integer flag is not 1 - x
+        bad = slices()
+        bad["next", "terminated"] = bad["next", "terminated"].to(dtype)
+        with pytest.raises(
+            TypeError, match=r"'terminated'\) must be bool, got torch\.(uint8|int64)"
+        ):
+            loss(bad)
+    bad = slices()
+    bad["next", "reward"] = bad["next", "reward"].long()
+    with pytest.raises(TypeError, match="'reward'.*floating-point"):
+        loss(bad)
+    # a raw rollout cut by a time limit at step 2: Q(s_3) would be the next episode's reset
+    for key in ("truncated", "done"):
+        bad = slices()
+        bad["next", key][0, 2] = True
+        with pytest.raises(ValueError, match="slice 0 ends its episode at step 2 of 5"):
+            loss(bad)
+    bad = slices()
+    bad["action"] = bad["action"].float()
+    with pytest.raises(ValueError, match="'action' must be action indices"):
+        loss(bad)
+
+
+def test_one_hot_actions_give_the_index_loss():
+    torch.manual_seed(0)
+    loss = DRQNLoss(qnet(), burn_in=1, gamma=GAMMA)
+    batch = slices()
+    one_hot = batch.clone()
+    one_hot["action"] = torch.nn.functional.one_hot(batch["action"], N).bool()
+    torch.testing.assert_close(loss(one_hot)["loss"], loss(batch)["loss"])
+    one_hot["action"] = one_hot["action"].float()  # TorchRL's QValueActor may write floats
+    torch.testing.assert_close(loss(one_hot)["loss"], loss(batch)["loss"])
+
+
+def test_priority_weights_weigh_each_step():
+    torch.manual_seed(0)
+    loss = DRQNLoss(qnet(), burn_in=2, gamma=GAMMA)
+    batch = slices()
+    plain = loss(batch.clone())
+    with torch.no_grad():
+        q = stepped_q(loss.value_network, batch)
+        q_target = stepped_q(loss.target_value_network, batch)
+    next_value = q_target[:, 1:].gather(-1, q[:, 1:].argmax(-1, keepdim=True)).squeeze(-1)
+    keep = (~batch["next", "terminated"][..., 0]).float()
+    target = batch["next", "reward"][..., 0] + GAMMA * keep * next_value
+    chosen = q[:, :L].gather(-1, batch["action"][..., None]).squeeze(-1)
+    per_step = torch.nn.functional.smooth_l1_loss(chosen, target, reduction="none")[:, 2:]
+    w = torch.tensor([0.0, 2.0, 0.5])
+    weighted = batch.clone()
+    weighted["priority_weight"] = w[:, None].expand(B, L)  # a slice sampler's: one per slice
+    expected = (per_step * w[:, None]).mean()
+    torch.testing.assert_close(loss(weighted)["loss"], expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(expected, plain["loss"])
+    per_step_w = torch.rand(B, L)
+    weighted["priority_weight"] = per_step_w.unsqueeze(-1)
+    expected = (per_step * per_step_w[:, 2:]).mean()
+    torch.testing.assert_close(loss(weighted)["loss"], expected, rtol=1e-5, atol=1e-6)
+    weighted["priority_weight"] = torch.ones(B, L, 2)
+    with pytest.raises(ValueError, match="'priority_weight' must be per step"):
+        loss(weighted)
