@@ -139,3 +139,33 @@ def test_tdrl_lstm_module_runs_in_a_torchrl_env_rollout():
     carried = ~rollout["is_init"][1:, 0]
     assert torch.equal(h[1:][carried], nxt[:-1][carried])
     assert (h[1:][carried].abs().sum((-1, -2)) > 0).all()
+
+
+def test_an_estimator_runs_a_recurrent_critic_step_by_step_under_global_sequence_mode():
+    # V(s_{t+1}) at an episode end is the ended episode's final observation, and the step
+    # after it starts the next episode: a sequence over the ("next", ...) inputs would carry
+    # the ended episode's state across (is_init is False there), so the estimator runs the
+    # critic from each step's stored state, whatever TorchRL's global mode.
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.collectors import Collector
+    from tdrl.envs import make_vec_env
+    from tdrl.estimators import GAE
+    from tdrl.modules import actor_critic
+
+    torch.manual_seed(0)
+    with make_vec_env("CartPole-v1", 2, seed=0, max_episode_steps=7) as env:
+        actor, critic, _ = actor_critic(
+            env.observation_spec, env.action_spec, recurrent="lstm", recurrent_size=8,
+            recurrent_critic=True, normalize_observations=False,
+        )  # fmt: skip
+        batch = Collector(env, TensorDictSequential(actor, critic), 2 * 12).rollout()
+    assert batch["next", "truncated"][:, :-1].any()  # an episode ends inside the batch
+    gae = GAE(gamma=0.9, lmbda=0.95, value_network=critic)
+    with torch.no_grad():
+        step = gae(batch.clone())
+        with set_recurrent_mode(True):
+            under_sequence = gae(batch.clone())
+    torch.testing.assert_close(step["state_value"], batch["state_value"])  # as collected
+    for key in ("state_value", ("next", "state_value"), "advantage", "value_target"):
+        torch.testing.assert_close(under_sequence[key], step[key])
