@@ -129,7 +129,15 @@ class _RayPool:
     name = "Ray worker"
 
     def __init__(self, address: str | None, num_workers: int, num_cpus: float) -> None:
-        self.ray = _start_ray(address, num_workers * num_cpus)
+        need = num_workers * num_cpus
+        self.ray = _start_ray(address, need)
+        total = float(self.ray.cluster_resources().get("CPU", 0.0))
+        if total < need:  # the actors would wait for CPUs forever, and rollout() with them
+            raise ValueError(
+                f"RayCollector: {num_workers} workers x num_cpus_per_worker={num_cpus} need "
+                f"{need:g} CPUs, and the Ray cluster has {total:g}; use fewer workers, a "
+                "smaller num_cpus_per_worker, or a Ray instance with more CPUs"
+            )
         self.actor = self.ray.remote(num_cpus=num_cpus)(_Worker)
 
     def share(self, value: Any, what: str) -> Any:
@@ -357,6 +365,10 @@ class WorkerCollector:
         self._weights_ref: Any = None  # the newest weights (None: the workers' initial copy)
         self._sent = [0] * num_workers  # version each worker holds
         self._pending: dict[Any, int] = {}  # async: in-flight rollout -> worker
+        # each worker's request whose reply is not read yet (a reader interrupted, e.g. by
+        # Ctrl-C, leaves it): read and dropped before the worker's next request, so no reply
+        # is ever taken for a later request's
+        self._unread: list[Any] = [None] * num_workers
         self._warned_drop = False
 
     # --- weights ---------------------------------------------------------------------------
@@ -388,7 +400,8 @@ class WorkerCollector:
                 for w, ref in enumerate(refs):
                     parts.append(self._result(w, ref))
             except Exception:
-                self._discard(refs, after=len(parts))
+                for w in range(len(parts) + 1, len(refs)):  # the failed one's reply was read
+                    self._drain(w)
                 raise
             batch = torch.cat([p[0] for p in parts], dim=0)
             self.episodes = torch.cat([p[1] for p in parts], dim=0)
@@ -427,21 +440,26 @@ class WorkerCollector:
                     stacklevel=3,
                 )
 
-    def _discard(self, refs: list[Any], after: int) -> None:
-        """Read and drop the replies of the workers after ``after`` (whose rollout raised), so
-        none is left to be taken for the next rollout's."""
-        for w in range(after + 1, len(refs)):
-            try:
-                self.pool.get(self.workers[w], refs[w])
-            except Exception:  # a dead or failed worker shows on the next rollout
-                pass
+    def _drain(self, w: int) -> None:
+        """Read and drop worker ``w``'s unread reply, if any (waiting for it)."""
+        ref = self._unread[w]
+        if ref is None:
+            return
+        try:
+            self.pool.get(self.workers[w], ref)
+        except Exception:  # a dead or failed worker shows on the next rollout
+            pass
+        self._unread[w] = None
 
     def _submit(self, w: int) -> Any:
+        self._drain(w)
         fresh = self._weights_ref is not None and self._sent[w] != self.version
         self._sent[w] = self.version
         weights = self._weights_ref if fresh else None
         random = self.policy is None or self.frames < self.init_random_frames
-        return self.pool.submit(self.workers[w], weights, self.version, random)
+        ref = self.pool.submit(self.workers[w], weights, self.version, random)
+        self._unread[w] = ref
+        return ref
 
     def _result(self, w: int, ref: Any) -> tuple[TensorDict, TensorDict, int]:
         """The rollout ``ref`` of worker ``w``, asked again of a restarted worker if it died."""
@@ -449,6 +467,7 @@ class WorkerCollector:
         while True:
             try:
                 batch, episodes, version = self.pool.get(self.workers[w], ref)
+                self._unread[w] = None
                 break
             except _WorkerDied as err:
                 if self.on_worker_failure == "raise" or self.restarts >= self.max_restarts:
@@ -460,6 +479,7 @@ class WorkerCollector:
                 self._restart(w, err)
                 ref = self._submit(w)
             except RuntimeError as err:
+                self._unread[w] = None  # the reply was the worker's error
                 raise RuntimeError(f"rollout failed in {name} {w}: {err}") from err
         return self._tag(w, batch, version), self._tag_episodes(w, episodes), version
 
@@ -471,6 +491,7 @@ class WorkerCollector:
         )
         self.restarts += 1
         self.pool.kill(self.workers[w])
+        self._unread[w] = None  # its reply died with it
         self._generation[w] += 1
         env, num_envs, seed, *rest = self._worker_args
         if seed is not None:  # new seeds, apart from every worker's earlier ones
@@ -515,7 +536,11 @@ class WorkerCollector:
         self.frames, self.version = int(state["frames"]), int(state["version"])
         self.restarts, self.dropped_batches = int(state["restarts"]), int(state["dropped_batches"])
         W = self.num_workers
-        self._max_id = [int(i) for i in state["max_id"]]
+        saved = [int(i) for i in state["max_id"]]
+        if len(saved) == W:  # each worker above the ids it gave out
+            self._max_id = saved
+        else:  # saved with another num_workers: every worker above all the saved ids
+            self._max_id = [max(saved, default=-1)] * W
         self._offsets = [(i // W + 1) * W for i in self._max_id]
         if self.policy is not None:
             self.update_policy_weights_()  # the loaded weights reach the workers

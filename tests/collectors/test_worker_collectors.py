@@ -335,3 +335,69 @@ def test_after_a_worker_error_the_next_sync_rollout_is_fresh():
             remote.update_policy_weights_()
             batch = remote.rollout()
             assert (batch[keys.COLLECTOR_POLICY_VERSION] == remote.version).all()
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_after_an_interrupted_rollout_every_batch_is_fresh(sync):
+    """A Ctrl-C (KeyboardInterrupt, not an Exception) while the learner waits for a reply
+    leaves that reply, and the other workers', in their pipes: each is read and dropped before
+    the worker's next request, so no later batch is a reply to an older request."""
+    actor = policy()
+    workers = 2 if sync else 1  # async, one worker: each batch was asked for one update ago
+    with collector(
+        "process", "CartPole-v1", actor, 40, num_workers=workers, num_envs=1, seed=0,
+        sync=sync, max_policy_lag=5,
+    ) as remote:  # fmt: skip
+        remote.rollout()
+        real_get = remote.pool.get
+
+        def interrupted_get(*args):
+            remote.pool.get = real_get  # once: as if Ctrl-C came while waiting
+            raise KeyboardInterrupt
+
+        remote.pool.get = interrupted_get
+        with pytest.raises(KeyboardInterrupt):
+            remote.rollout()
+        for _ in range(3):
+            remote.update_policy_weights_()
+            version = remote.rollout()[keys.COLLECTOR_POLICY_VERSION]
+            # sync: acted with the newest weights; async: asked for before this update
+            assert (version == (remote.version if sync else remote.version - 1)).all()
+
+
+@pytest.mark.parametrize("saved_workers, resumed_workers", [(3, 2), (2, 3)])
+def test_a_resume_with_another_worker_count_gives_new_ids(saved_workers, resumed_workers):
+    def ids_of(remote, batches):
+        return {
+            int(i)
+            for _ in range(batches)
+            for i in remote.rollout()[keys.COLLECTOR_TRAJ_IDS].unique()
+        }
+
+    actor = policy()
+    with collector(
+        "process", "CartPole-v1", actor, 60 * saved_workers, num_workers=saved_workers,
+        num_envs=1, seed=0,
+    ) as remote:  # fmt: skip
+        old = ids_of(remote, 3)
+        state = remote.state_dict()
+    with collector(
+        "process", "CartPole-v1", actor, 60 * resumed_workers, num_workers=resumed_workers,
+        num_envs=1, seed=1,
+    ) as resumed:  # fmt: skip
+        resumed.load_state_dict(state)
+        new = ids_of(resumed, 3)
+    assert len(new) > resumed_workers  # episodes ended, so ids were handed out
+    assert min(new) > max(old), sorted(old & new)
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not HAS_RAY, reason="no ray")
+def test_a_ray_instance_with_too_few_cpus_is_named_not_waited_on():
+    import ray
+
+    cpus = float(ray.cluster_resources().get("CPU", 0.0))
+    with pytest.raises(
+        ValueError, match=rf"need {int(cpus) + 1} CPUs, and the Ray cluster has {cpus:g}"
+    ):
+        RayCollector("CartPole-v1", policy(), 8, num_workers=int(cpus) + 1, num_envs=1)
