@@ -249,6 +249,7 @@ def q_network_and_loss(
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    trainers.require_local_collector(cfg, "dqn.py", "its env wrappers and epsilon live here")
     pixel_options = dict(frame_stack=cfg.frame_stack) if cfg.frame_stack > 1 else {}
     life_loss = dict(terminal_on_life_loss=True) if cfg.terminal_on_life_loss else {}
     env, eval_env = trainers.setup(

@@ -63,6 +63,7 @@ class Config(trainers.QLearningConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train DRQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    trainers.require_local_collector(cfg, "drqn.py", "its epsilon and LSTM states live here")
     env, eval_env = trainers.setup(cfg, actions="discrete")
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 

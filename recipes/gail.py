@@ -153,6 +153,7 @@ def main(cfg: Config) -> dict[str, float]:
             batch, loss, estimator, optimizer, epochs=cfg.epochs,
             minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.max_grad_norm,
             recompute_advantage=cfg.recompute_advantage,
+            seq_len=cfg.sequence_length,  # --recurrent: minibatches of whole sequences
         )  # fmt: skip
         return {
             **metrics,

@@ -51,7 +51,8 @@ from tdrl.objectives import (
 
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
 # Gu 2021, sec. 5). On HalfCheetah medium at 10k steps (seed 0) it lifted TD3+BC's normalized
-# score from 17.1 to 44.2 (docs/benchmarks/offline_table.md).
+# score from 17.1 to 44.2 (docs/benchmarks/session_2026-11-25e.txt; the cells are in
+# offline_table.jsonl and offline_table_superseded.jsonl).
 NORMALIZED_BY_AUTHORS = ("td3bc",)
 
 

@@ -17,9 +17,9 @@ by the running std of the discounted return, so the critic learns targets of uni
 Tianshou's ``rew_norm`` divides the returns by their running std for the same end). Differences:
 that scaling's form (the rewards, as SB3's VecNormalize, rather than the returns), NPG's step (see
 above) and a short default budget (Tianshou: 3M). The scaling is on by default since it was tried
-on seed 100 (Hopper-v5): NPG's final evaluation at 1M steps 1923 with it, where the unscaled
-recipe's seeds 0-2 ended at 613-890; TRPO 3268 at 300k steps, where the unscaled seeds 0-2 were
-at 371-563 (docs/benchmarks/session_2026-11-25c.txt). The table's seeds are 0-2.
+on seed 100 (Hopper-v5): NPG's final evaluation at 1M steps 1453 with it (1923 at 980k), where
+the unscaled recipe's seeds 0-2 ended at 627-914; TRPO 3268 at 300k steps, where the unscaled
+seeds 0-2 were at 371-563 (docs/benchmarks/session_2026-11-25c.txt). The table's seeds are 0-2.
 """
 
 from __future__ import annotations

@@ -165,6 +165,23 @@ def make_collector(
     )  # fmt: skip
 
 
+def require_local_collector(cfg: RunConfig, recipe: str, why: str) -> None:
+    """Refuse the worker collectors' flags (``--collector ray|process``, ``--steps-per-batch``)
+    in a recipe that collects in its own process with ``--frames-per-batch``, naming the
+    recipe and why, rather than ignore them."""
+    if cfg.collector != "local":
+        raise ValueError(
+            f"{recipe} collects in this process ({why}): --collector {cfg.collector} is not "
+            "available here (leave it at local)"
+        )
+    steps = getattr(cfg, "steps_per_batch", 1)
+    if steps != 1:
+        raise ValueError(
+            f"{recipe} collects --frames-per-batch frames per batch; --steps-per-batch {steps} "
+            "is for the worker collectors of the other off-policy recipes"
+        )
+
+
 def training_envs(cfg: RunConfig, **make_kwargs: Any) -> VecEnv:
     """The training envs of ``cfg`` on its ``env_backend`` (evaluation always uses gymnasium);
     ``make_kwargs`` go to each gymnasium env's maker."""

@@ -106,3 +106,16 @@ def test_disc_normalize_standardizes_with_the_expert_pairs_statistics(dataset, t
     # fixed: the statistics are the demonstrations' after the run's updates, not the policy's
     torch.testing.assert_close(mean, pairs.mean(0))
     torch.testing.assert_close(var, pairs.var(0, unbiased=False))
+
+
+def test_a_recurrent_policy_trains_on_whole_sequences(dataset, tmp_path):
+    # --seq-len reaches the update (it was dropped: a recurrent GAIL actor trained on shuffled
+    # single steps), so a length that does not divide the rollout is named there
+    cfg = gail.Config(
+        **{**TINY, "total_frames": 128}, dataset=dataset, recurrent="lstm", recurrent_size=8,
+        seq_len=7, log_dir=str(tmp_path / "bad"),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="seq_len=7 does not divide"):
+        gail.main(cfg)
+    good = dataclasses.replace(cfg, seq_len=16, log_dir=str(tmp_path / "good"))
+    assert gail.main(good)["frames"] == 128

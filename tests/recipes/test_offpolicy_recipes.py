@@ -531,3 +531,17 @@ def test_nan_is_refused_where_a_number_bounds_a_setting():
             module.Config(**{field: float("nan")})
     with pytest.raises(ValueError, match="--stop-at-return must be a number"):
         gail.Config(stop_at_return=float("nan"))
+
+
+@pytest.mark.parametrize("name", ["dqn", "drqn"])
+def test_recipes_that_collect_locally_refuse_the_worker_collectors_flags(name, tmp_path):
+    # dqn.py and drqn.py build their own local collector: --collector ray|process and
+    # --steps-per-batch would be ignored silently, so they are refused before anything starts
+    for overrides, message in (
+        ({"collector": "process", "num_workers": 2}, "--collector process is not available"),
+        ({"steps_per_batch": 50}, "--steps-per-batch 50 is for the worker collectors"),
+    ):
+        module, cfg = config(name, tmp_path, **overrides)
+        with pytest.raises(ValueError, match=message):
+            module.main(cfg)
+    assert not (tmp_path / name).exists()
