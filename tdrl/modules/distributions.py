@@ -254,7 +254,21 @@ class Categorical(torch.distributions.Categorical):
             return (self.logits - gumbel).argmax(-1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        if self._validate_args or value.shape != self.logits.shape[:-1]:
+        if value.is_floating_point() or value.is_complex():  # .long() would truncate 1.7 to 1
+            raise ValueError(
+                f"Categorical.log_prob: the action must hold integer indices, got {value.dtype} "
+                "(a one-hot action belongs to a one-hot distribution)"
+            )
+        batch = self.logits.shape[:-1]
+        if value.shape != batch:
+            if value.shape[value.dim() - len(batch) :] != batch:  # [B, 1] would broadcast
+                raise ValueError(
+                    f"Categorical.log_prob: the action has shape {tuple(value.shape)}, expected "
+                    f"the batch shape {tuple(batch)} (indices, no trailing 1), optionally after "
+                    "sample dimensions"
+                )
+            return super().log_prob(value)
+        if self._validate_args:
             return super().log_prob(value)
         return self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
 
@@ -298,6 +312,7 @@ class MultiCategorical(Distribution):
         return torch.stack([part.sample(sample_shape) for part in self.parts], -1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        _check_event(self, value)  # one index per component, no more, no fewer
         return sum(  # type: ignore[return-value]
             part.log_prob(value[..., i]) for i, part in enumerate(self.parts)
         )
@@ -334,6 +349,7 @@ class IndependentBernoulli(Distribution):
             return (u < torch.sigmoid(self.logits)).long()
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        _check_event(self, value)  # a [*B, 1] action would broadcast over the n choices
         # log sigma(l) for a 1, log sigma(-l) for a 0
         signed = torch.where(value.bool(), self.logits, -self.logits)
         return torch.nn.functional.logsigmoid(signed).sum(-1)

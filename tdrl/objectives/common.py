@@ -50,6 +50,8 @@ def advantage_of(
             f"value estimator (e.g. tdrl.estimators.GAE) on the whole rollout first, then split "
             f"it into minibatches."
         )
+    if not advantage.is_floating_point():  # standardizing or weighting needs floats
+        raise TypeError(f"{owner}: {key!r} must be a floating-point tensor, got {advantage.dtype}")
     return as_batch_shape(advantage, batch_shape, key, owner)
 
 
@@ -203,7 +205,7 @@ class OnPolicyLoss(TensorDictModuleBase):
         keys = self.tensor_keys
         target = require(batch, keys.value_target, owner)
         out = self.critic_network(batch.select(*self.critic_network.in_keys))
-        value = out.get(keys.value)
+        value = require(out, keys.value, owner, "the critic must write it (or set_keys(value=...))")
         if value.shape != target.shape:
             raise ValueError(
                 f"{owner}: the critic's {keys.value!r} has shape {tuple(value.shape)} but "

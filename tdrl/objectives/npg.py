@@ -14,8 +14,11 @@ class NPGLoss(NaturalPolicyGradient):
     No line search: the measured KL matches ``max_kl`` up to the quadratic approximation, and
     damping makes it smaller. Tianshou's NPG takes a fixed step size (``trust_region_size`` 0.5)
     instead; the normalized step (Rajeswaran et al. 2017, arXiv 1703.02660) keeps the KL bounded
-    without tuning. ``actor_step`` reads ``"action"`` and ``"advantage"`` plus the actor's
-    in-keys; ``forward`` reads ``"value_target"`` plus the critic's in-keys.
+    without tuning. Their step ``sqrt(delta / g^T F^-1 g)`` puts the quadratic KL model at
+    ``delta / 2``; this one (TRPO's, Schulman et al. 2015, appendix C) at ``max_kl``, so
+    ``max_kl = delta / 2`` for a ``delta`` taken from their paper. ``actor_step`` reads
+    ``"action"`` and ``"advantage"`` plus the actor's in-keys; ``forward`` reads
+    ``"value_target"`` plus the critic's in-keys.
 
     Args and shapes: as :class:`~tdrl.objectives.TRPOLoss`; ``backtrack_ratio`` and
     ``max_backtracks`` (its line search) are unused.

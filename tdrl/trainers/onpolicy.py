@@ -205,6 +205,7 @@ def ppo_update(
     missing = [key for key in loss.in_keys if key not in flat.keys(True)]
     if missing:
         raise KeyError(f"ppo_update: the batch has no {missing} entries needed by the loss")
+    _check_finite(flat, loss, "ppo_update")
     if seq_len is not None:
         minibatch_size = max(minibatch_size // seq_len, 1)  # whole chunks
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -222,6 +223,23 @@ def ppo_update(
                     history.setdefault(key, []).append(value.detach())
     means = {key: torch.stack(values).mean() for key, values in history.items()}
     return TensorDict(means, batch_size=[])
+
+
+def _check_finite(batch: TensorDictBase, loss: Any, owner: str) -> None:
+    """Raise, naming the key, where the loss's advantage, value target or behaviour log-prob
+    holds a NaN or an inf: one such entry would turn a standardized minibatch, and then every
+    weight the optimizer steps, into NaN. Once per rollout (three reductions)."""
+    names = getattr(loss, "tensor_keys", None)
+    for field in ("advantage", "value_target", "sample_log_prob"):
+        key = getattr(names, field, None)
+        value = None if key is None else batch.get(key, None)
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if not bool(value.isfinite().all()):
+                bad = int((~value.isfinite()).sum())
+                raise ValueError(
+                    f"{owner}: {key!r} contains NaN or inf ({bad} of {value.numel()} entries); "
+                    "check the rewards, the values and the policy's log-probs of this rollout"
+                )
 
 
 def _chunks(batch: TensorDictBase, seq_len: int) -> TensorDictBase:
@@ -263,6 +281,7 @@ def natural_gradient_update(
     with torch.no_grad():
         estimator(batch)
     flat = batch.reshape(-1)
+    _check_finite(flat, loss, "natural_gradient_update")  # before the actor moves
     metrics = _scalars(loss.actor_step(flat))  # type: ignore[operator]
     size = flat.numel() if critic_minibatch_size is None else critic_minibatch_size
     metrics.update(

@@ -66,6 +66,27 @@ def test_log_prob_of_an_action_of_the_wrong_width_is_refused(dist):
         dist.log_prob(torch.full((4, 1), 0.5))  # broadcast, it read as [0.5, 0.5]
 
 
+def test_discrete_log_probs_refuse_actions_that_would_broadcast_or_truncate():
+    from tdrl.modules.distributions import Categorical, IndependentBernoulli, MultiCategorical
+
+    bernoulli = IndependentBernoulli(torch.zeros(4, 3))
+    assert bernoulli.log_prob(torch.ones(4, 3, dtype=torch.long)).shape == (4,)
+    with pytest.raises(ValueError, match=r"action has shape \(4, 1\).*event shape is \(3,\)"):
+        bernoulli.log_prob(torch.ones(4, 1, dtype=torch.long))  # read as [1, 1, 1]
+    multi = MultiCategorical(torch.zeros(4, 7), [3, 4])
+    assert multi.log_prob(torch.ones(4, 2, dtype=torch.long)).shape == (4,)
+    for width in (1, 3):  # an IndexError, or a column silently ignored
+        with pytest.raises(ValueError, match=rf"action has shape \(4, {width}\)"):
+            multi.log_prob(torch.ones(4, width, dtype=torch.long))
+    categorical = Categorical(torch.zeros(4, 5))
+    assert categorical.log_prob(torch.ones(4, dtype=torch.long)).shape == (4,)
+    assert categorical.log_prob(torch.ones(6, 4, dtype=torch.long)).shape == (6, 4)  # samples
+    with pytest.raises(ValueError, match=r"action has shape \(4, 1\), expected the batch shape"):
+        categorical.log_prob(torch.ones(4, 1, dtype=torch.long))  # would broadcast to [4, 4]
+    with pytest.raises(ValueError, match="integer indices, got torch.float32"):
+        categorical.log_prob(torch.full((4,), 1.7))  # would be read as 1
+
+
 def test_recurrent_is_init_must_be_bool_and_batch_first():
     torch.manual_seed(0)
     B, T, F, H = 2, 3, 4, 5

@@ -140,3 +140,21 @@ def test_actor_step_writes_parameters_in_place(loss_cls) -> None:
         assert param is same and param.data_ptr() == ptr, name
         assert param.untyped_storage().nbytes() == param.numel() * param.element_size(), name
     assert any(not torch.equal(p, before[n][2]) for n, p in actor.named_parameters())
+
+
+def test_natural_gradient_update_refuses_a_nan_advantage_before_the_actor_moves() -> None:
+    from tdrl.trainers import natural_gradient_update
+
+    torch.manual_seed(0)
+    actor, critic = GaussianActor(mlp(OBS, ACT), ACT), ValueCritic(mlp(OBS, 1))
+    loss = TRPOLoss(actor, critic)
+    td = batch().reshape(16, 16)
+
+    def estimator(rollout: TensorDict) -> TensorDict:  # one that lets a NaN through
+        rollout["advantage"][0, 3] = float("nan")
+        return rollout
+
+    before = [p.detach().clone() for p in loss.parameters()]
+    with pytest.raises(ValueError, match=r"natural_gradient_update: 'advantage' contains NaN"):
+        natural_gradient_update(td, loss, estimator, torch.optim.Adam(critic.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))

@@ -170,6 +170,34 @@ def test_errors_name_the_key() -> None:
         loss.make_value_estimator("gae", gamma=0.99)
     with pytest.raises(TypeError, match="get_dist"):
         ClipPPOLoss(ValueCritic(mlp(OBS, 1)))
+    bad = td.clone()
+    bad["advantage"] = torch.ones(32, 1, dtype=torch.int64)
+    with pytest.raises(
+        TypeError, match="'advantage' must be a floating-point tensor, got torch.int64"
+    ):
+        ClipPPOLoss(*networks(), normalize_advantage=True)(bad)
+    # a critic that writes another key (a TorchRL ValueOperator with out_keys=["value"])
+    actor, _ = networks()
+    from tensordict.nn import TensorDictModule
+
+    other = TensorDictModule(mlp(OBS, 1), ["observation"], ["value"])
+    with pytest.raises(KeyError, match="'state_value'.*critic must write it"):
+        ClipPPOLoss(actor, other)(td)
+
+
+@pytest.mark.parametrize("key", ["advantage", "value_target", "action_log_prob"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_ppo_update_refuses_a_nan_or_inf_before_any_step(key, bad) -> None:
+    # one NaN advantage, standardized over the minibatch, turned every weight to NaN
+    actor, critic = networks()
+    loss = ClipPPOLoss(actor, critic, normalize_advantage=True)
+    opt = torch.optim.Adam(loss.parameters(), lr=1e-3)
+    td = rollout()
+    td[key][3] = bad
+    before = [p.detach().clone() for p in loss.parameters()]
+    with pytest.raises(ValueError, match=rf"ppo_update: '{key}' contains NaN or inf \(1 of 32"):
+        ppo_update(loss, opt, td, epochs=1, minibatch_size=8)
+    assert all(torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))
 
 
 def test_set_keys_and_estimator_instance() -> None:
