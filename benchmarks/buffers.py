@@ -105,7 +105,8 @@ def sb3(capacity: int, pool: list[dict[str, np.ndarray]]) -> tuple[Callable, Cal
     from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
 
     box = lambda n: spaces.Box(-np.inf, np.inf, (n,), np.float32)  # noqa: E731
-    rb = SB3Buffer(capacity // N_ENVS, box(OBS), box(ACT), device="cpu", n_envs=N_ENVS)
+    # SB3 divides buffer_size by n_envs itself (capacity // N_ENVS rows of N_ENVS transitions)
+    rb = SB3Buffer(capacity, box(OBS), box(ACT), device="cpu", n_envs=N_ENVS)
     infos = [[{"TimeLimit.truncated": bool(t)} for t in c["truncated"]] for c in pool]
     dones = [c["terminated"] | c["truncated"] for c in pool]
 

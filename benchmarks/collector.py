@@ -492,6 +492,9 @@ def main() -> None:
     for _ in range(rounds):
         for name, runner in runners.items():
             for env_id, mlp in columns:
+                # TorchRL's SerialEnv.close() raises torch's thread count (batched_envs.py):
+                # every runner starts on one thread again
+                torch.set_num_threads(1)
                 try:
                     rate = runner(env_id, mlp, args.num_envs, frames)
                 except ModuleNotFoundError as err:  # a peer not installed on this machine

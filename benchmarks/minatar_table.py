@@ -144,7 +144,7 @@ HEADER = """\
 
 Written by `python benchmarks/minatar_table.py --render` from `minatar_table.jsonl` (one line
 per finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine
-load); all 12 cells ran (2026-11-25/26; the Rainbow cells before f568008, when a target copy
+load); all 18 cells ran (2026-11-25/26; the Rainbow cells before f568008, when a target copy
 also copied the online network's noise draw, so the target used it on the update after each
 copy: 1 in 1000). Every cell: MinAtar's published DQN settings (Young & Tian
 2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99, epsilon

@@ -940,7 +940,8 @@ def report(algo: str, task: str, results: dict[str, list[Result]]) -> None:
         if not shown_rows:
             continue
         print(f"\n{title} {task} ({comparison}): seconds to mean eval return >= "
-              f"{THRESHOLD[task]:g}")  # fmt: skip
+              f"{THRESHOLD[task]:g} (ratio: peer median / tdrl median, > 1: tdrl "
+              "faster)")  # fmt: skip
         tdrl_name = runners[0][0]
         tdrl_median = (
             statistics.median(r.seconds for r in results[tdrl_name])
@@ -952,7 +953,9 @@ def report(algo: str, task: str, results: dict[str, list[Result]]) -> None:
             steps = statistics.median(r.steps for r in runs)
             shown = ", ".join(fmt(r.seconds) for r in runs)
             note = ""
-            if name != tdrl_name and tdrl_median is not None:
+            if name.startswith("tdrl"):  # an ablation of tdrl's own (e.g. no memory): no ratio
+                note = ""
+            elif tdrl_median is not None:
                 note = f"  ratio {ratio(median, tdrl_median)}"
             print(f"  {name:34s} median {fmt(median):>6s} s  (steps {steps:8.0f})  "
                   f"[{shown}]{note}")  # fmt: skip
