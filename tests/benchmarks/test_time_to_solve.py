@@ -188,4 +188,19 @@ def test_report_shows_only_the_rows_that_ran(capsys: pytest.CaptureFixture) -> N
     tts.report("ppo_lstm", "PendulumNoVel-v1", {"tdrl PPO-LSTM (zoo settings)": [R(3.0, 9)]})
     out = capsys.readouterr().out
     assert "(tuned)" not in out and "(same settings)" in out
-    assert "[3.0]" in out and "ratio" not in out and "sb3-contrib" not in out
+    assert "[3.0]" in out and "]  ratio" not in out and "sb3-contrib" not in out
+
+
+def test_report_gives_no_ratio_to_tdrl_s_own_ablation_row(capsys: pytest.CaptureFixture) -> None:
+    # the MLP row is tdrl against tdrl: no "inf (only tdrl solved)" when it does not solve
+    R = tts.Result
+    tts.report("ppo_lstm", "PendulumNoVel-v1", {
+        "tdrl PPO-LSTM (tuned)": [R(10.0, 9)],
+        "sb3-contrib RecurrentPPO (zoo)": [R(30.0, 9)],
+        "tdrl PPO, MLP (no memory)": [R(math.inf, 9)],
+    })  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert "peer median / tdrl median" in lines[1]
+    zoo = next(line for line in lines if line.strip().startswith("sb3-contrib"))
+    mlp = next(line for line in lines if "MLP (no memory)" in line)
+    assert zoo.endswith("ratio 3.00x") and "ratio" not in mlp
