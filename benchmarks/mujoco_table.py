@@ -979,8 +979,9 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   (the driver or its process stopped) resumes from its checkpoint while its run folder (under
   /tmp) is there; a resumed cell's line says so (`resumed`), and its wall time is the run's clock
   at that checkpoint plus the resumed part. One REDQ cell is 600k gradient steps on 10 critics
-  (update ratio 20), ~3 hours of one core here (`benchmarks/updates.py`: ~60 REDQ steps/s on
-  one thread).
+  (update ratio 20): ~3 hours of one idle core by `benchmarks/updates.py`'s ~60 REDQ steps/s on
+  one thread, ~5 hours as the cells ran here (seed 0: 17837 s, with tests and reviews beside
+  it part of the time).
 - TRPO Walker2d, where tdrl is below SB3: tdrl's recipe with the zoo's TRPO settings instead
   (2 envs x 1024 steps, critic minibatches of 128, constant lr, 25 CG iterations, log-std 0)
   ended seed 0 at 966.3 and seed 1 at 3874.5 (defaults: 3842.2, 3769.9), so the recipe keeps its
