@@ -82,6 +82,8 @@ class Config(trainers.TD3Config, trainers.EntropyConfig):
     """cql: weight of the conservative term."""
     crr_mode: Literal["binary", "exp"] = "binary"
     """crr: the advantage filter."""
+    crr_advantage: Literal["mean", "max"] = "mean"
+    """crr: the baseline over the sampled policy actions (the paper's A_mean or A_max)."""
     bcq_phi: float = 0.05
     """bcq: the perturbation range, a fraction of the half action range."""
     bcq_lmbda: float = 0.75
@@ -156,7 +158,9 @@ def main(cfg: Config) -> dict[str, float]:
             )  # fmt: skip
             critic = q_ensemble(obs_spec, act_spec, hidden)
             if cfg.algo == "crr":
-                loss = CRRLoss(actor, critic, mode=cfg.crr_mode, gamma=cfg.gamma)
+                loss = CRRLoss(
+                    actor, critic, mode=cfg.crr_mode, advantage=cfg.crr_advantage, gamma=cfg.gamma
+                )
             else:
                 loss = IQLLoss(
                     actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=cfg.gamma

@@ -19,6 +19,7 @@ class CRRLoss(OffPolicyLoss):
         y           = r + discount (1 - terminated) mean_j min_e Q'_e(s', a'_j),  a'_j ~ pi(s')
         loss_qvalue = sum_e mean_B w (Q_e(s, a) - y)^2
         A(s, a)     = min_e Q_e(s, a) - mean_j min_e Q_e(s, a_j),  a_j ~ pi(s)      (no gradient)
+                      (max_j in place of mean_j with advantage="max", the paper's A_max)
         loss_actor  = -mean_B w f(A(s, a)) log pi(a | s)
         f           = 1[A > 0] ("binary")  or  min(exp(A / beta), max_weight) ("exp")
 
@@ -30,6 +31,9 @@ class CRRLoss(OffPolicyLoss):
         actor_network: a probabilistic actor with ``get_dist``.
         qvalue_network: an ``EnsembleCritic`` or one keyed critic.
         mode: ``"binary"`` or ``"exp"``. ``beta``, ``max_weight``: the exp filter's.
+        advantage: the baseline over the sampled actions, ``"mean"`` (the paper's ``A_mean``,
+            default) or ``"max"`` (``A_max``: only actions better than every sampled one pass
+            the binary filter). The target always takes the mean (an expectation under pi).
         num_samples: policy actions per state for the value baseline and the target.
         gamma: discount.
 
@@ -45,6 +49,7 @@ class CRRLoss(OffPolicyLoss):
         qvalue_network: Any,
         *,
         mode: Literal["binary", "exp"] = "binary",
+        advantage: Literal["mean", "max"] = "mean",
         beta: float = 1.0,
         max_weight: float = 20.0,
         num_samples: int = 4,
@@ -54,25 +59,28 @@ class CRRLoss(OffPolicyLoss):
         super().__init__(gamma=gamma, loss_function="l2")
         if mode not in ("binary", "exp"):
             raise ValueError(f"mode must be 'binary' or 'exp', got {mode!r}")
+        if advantage not in ("mean", "max"):
+            raise ValueError(f"advantage must be 'mean' or 'max', got {advantage!r}")
         if not beta > 0 or num_samples < 1:
             raise ValueError(f"need beta > 0 and num_samples >= 1, got {beta}, {num_samples}")
         if not max_weight > 0:  # <= 0 would push the actor away from the data's actions
             raise ValueError(f"max_weight must be > 0, got {max_weight}")
         self.actor_network = actor_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue=True)
-        self.mode, self.beta, self.max_weight = mode, beta, max_weight
+        self.mode, self.advantage, self.beta, self.max_weight = mode, advantage, beta, max_weight
         self.num_samples = num_samples
 
     @torch.no_grad()
-    def _sampled_value(self, critic: Any, td: TensorDictBase) -> torch.Tensor:
-        """``mean_j min_e Q_e(s, a_j)`` over ``num_samples`` policy actions ``[B]``."""
+    def _sampled_value(self, critic: Any, td: TensorDictBase, reduce: str = "mean") -> torch.Tensor:
+        """``mean_j`` (or ``max_j``) ``min_e Q_e(s, a_j)`` over ``num_samples`` actions ``[B]``."""
         m, B = self.num_samples, td.shape[0]
         states = td.select(*self.actor_network.in_keys, strict=False)
         repeated = states.unsqueeze(0).expand(m, B).reshape(m * B)
         action = self.actor_network.get_dist(repeated).sample()
         inputs = td.select(*critic.in_keys, strict=False).unsqueeze(0).expand(m, B).reshape(m * B)
         q = critic_values(critic, inputs, action, self.tensor_keys.action)  # [E, m * B]
-        return q.min(dim=0).values.view(m, B).mean(0)
+        q = q.min(dim=0).values.view(m, B)
+        return q.mean(0) if reduce == "mean" else q.max(0).values
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         reward, terminated, discount = self._transition(batch)
@@ -83,7 +91,8 @@ class CRRLoss(OffPolicyLoss):
         y = bellman_target(reward, next_value, terminated, discount)
         q = critic_values(self.qvalue_network, batch, None, action_key)  # [E, B]
         loss_qvalue = self._mean(self._distance(q, y.expand_as(q)).sum(0), weights)
-        advantage = q.detach().min(dim=0).values - self._sampled_value(self.qvalue_network, batch)
+        baseline = self._sampled_value(self.qvalue_network, batch, self.advantage)
+        advantage = q.detach().min(dim=0).values - baseline
         if self.mode == "binary":
             filter_ = (advantage > 0).to(advantage.dtype)
         else:

@@ -131,58 +131,21 @@ class DRQNLoss(OffPolicyLoss):
     def _slice_transitions(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(reward, terminated)`` ``[B, L]``, checked; a slice must not end an episode before
         its last step (``Q(s_{t+1})`` is read one step later in the same sequence)."""
-        owner, keys = type(self).__name__, self.tensor_keys
-        size, steps = batch.batch_size
-        flags = {}
-        for name in (keys.reward, keys.terminated, TRUNCATED, keys.done):
-            key = next_key(name)
-            value = batch.get(key, None)
-            if value is None and name in (keys.reward, keys.terminated):
-                value = require(batch, key, owner)
-            if value is None:
-                continue
-            if value.shape not in ((size, steps), (size, steps, 1)):
-                raise ValueError(
-                    f"{owner}: {key!r} must be [B, L] or [B, L, 1] = {(size, steps, 1)}, got "
-                    f"{tuple(value.shape)}"
-                )
-            if name == keys.reward and not value.is_floating_point():
-                raise TypeError(
-                    f"{owner}: {key!r} must be a floating-point tensor, got {value.dtype}"
-                )
-            if name != keys.reward and value.dtype != torch.bool:
-                raise TypeError(f"{owner}: {key!r} must be bool, got {value.dtype}")
-            flags[name] = value.reshape(size, steps)
-        ended = flags[keys.terminated]
+        keys = self.tensor_keys
+        reward, terminated = self._reward_terminated(batch)
+        ended = terminated
         for name in (TRUNCATED, keys.done):
-            if name in flags:
-                ended = ended | flags[name]
+            if batch.get(next_key(name), None) is not None:
+                ended = ended | self._flag(batch, next_key(name))
         if bool(ended[:, :-1].any()):
             b, t = (int(i) for i in ended[:, :-1].nonzero()[0])
             raise ValueError(
-                f"{owner}: slice {b} ends its episode at step {t} of {steps} "
-                f"({next_key(keys.done)!r}); a slice must hold one episode's steps, only its last "
-                "one done (ReplayBuffer.sample_slices), since Q(s_{t+1}) is read one step later "
-                "in the same sequence"
+                f"{type(self).__name__}: slice {b} ends its episode at step {t} of "
+                f"{batch.batch_size[1]} ({next_key(keys.done)!r}); a slice must hold one "
+                "episode's steps, only its last one done (ReplayBuffer.sample_slices), since "
+                "Q(s_{t+1}) is read one step later in the same sequence"
             )
-        return flags[keys.reward], flags[keys.terminated]
-
-    def _slice_actions(self, batch: TensorDictBase, num_actions: int) -> torch.Tensor:
-        """The action as an index ``[B, L]``, from an index (``[B, L]`` or ``[B, L, 1]``) or a
-        one-hot ``[B, L, n]`` entry (TorchRL's ``QValueActor`` writes one-hot actions)."""
-        owner, key = type(self).__name__, self.tensor_keys.action
-        size, steps = batch.batch_size
-        action = require(batch, key, owner)
-        if num_actions > 1 and action.shape == (size, steps, num_actions):
-            return action.to(torch.uint8).argmax(-1)  # argmax takes no bool
-        if action.shape not in ((size, steps), (size, steps, 1)) or (
-            action.is_floating_point() or action.dtype == torch.bool
-        ):
-            raise ValueError(
-                f"{owner}: {key!r} must be action indices [B, L] (or [B, L, 1]) or one-hot "
-                f"{(size, steps, num_actions)}, got {tuple(action.shape)} {action.dtype}"
-            )
-        return action.reshape(size, steps)
+        return reward, terminated
 
     def _slice_weights(self, batch: TensorDictBase) -> torch.Tensor | None:
         """PER's ``priority_weight`` per step ``[B, L]`` (``[B, L]`` or ``[B, L, 1]``)."""
@@ -220,7 +183,7 @@ class DRQNLoss(OffPolicyLoss):
             b = self.burn_in
             keep = (~terminated[:, b:]).to(next_value.dtype)
             target = reward[:, b:] + self.gamma * keep * next_value
-        action = self._slice_actions(batch, q.shape[-1])[:, b:]
+        action = self._action_index(batch, q.shape[-1])[:, b:]  # index or one-hot
         try:
             chosen = q[:, :-1].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         except RuntimeError as error:

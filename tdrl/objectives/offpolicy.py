@@ -145,7 +145,8 @@ class OffPolicyLoss(TensorDictModuleBase):
         return require(batch, key, type(self).__name__)
 
     def _per_sample(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
-        """``batch[key]`` as ``[B]``, accepting the trailing singleton of TorchRL's layout."""
+        """``batch[key]`` in the batch's shape (``[B]``; ``[B, L]`` for slices), accepting the
+        trailing singleton of TorchRL's layout."""
         return as_batch_shape(self._get(batch, key), batch.batch_size, key, type(self).__name__)
 
     def _transition(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, Any]:
@@ -155,20 +156,26 @@ class OffPolicyLoss(TensorDictModuleBase):
                 f"{type(self).__name__}: expected a flat batch of transitions [B], got batch "
                 f"size {tuple(batch.batch_size)} (reshape(-1) a [num_envs, T] rollout first)"
             )
-        keys = self.tensor_keys
-        reward = self._per_sample(batch, next_key(keys.reward))
+        return (*self._reward_terminated(batch), self._discount(batch))
+
+    def _reward_terminated(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(reward, terminated)`` in the batch's shape (``[B]``, or ``[B, L]`` for slices),
+        checked: a floating-point reward and a bool flag."""
+        key = next_key(self.tensor_keys.reward)
+        reward = self._per_sample(batch, key)
         if not reward.is_floating_point():  # an integer reward would truncate gamma ** k
             raise TypeError(
-                f"{type(self).__name__}: {next_key(keys.reward)!r} must be a floating-point "
-                f"tensor, got {reward.dtype}"
+                f"{type(self).__name__}: {key!r} must be a floating-point tensor, got "
+                f"{reward.dtype}"
             )
-        terminated = self._per_sample(batch, next_key(keys.terminated))
-        if terminated.dtype != torch.bool:
-            raise TypeError(
-                f"{type(self).__name__}: {next_key(keys.terminated)!r} must be bool, got "
-                f"{terminated.dtype}"
-            )
-        return reward, terminated, self._discount(batch)
+        return reward, self._flag(batch, next_key(self.tensor_keys.terminated))
+
+    def _flag(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
+        """A bool flag in the batch's shape (``~`` of an integer flag is not ``1 - flag``)."""
+        flag = self._per_sample(batch, key)
+        if flag.dtype != torch.bool:
+            raise TypeError(f"{type(self).__name__}: {key!r} must be bool, got {flag.dtype}")
+        return flag
 
     def _discount(self, batch: TensorDictBase) -> torch.Tensor | float:
         keys = self.tensor_keys
@@ -181,7 +188,8 @@ class OffPolicyLoss(TensorDictModuleBase):
         return self.gamma
 
     def _action_index(self, batch: TensorDictBase, num_actions: int) -> torch.Tensor:
-        """The discrete action as an index ``[B]``, from an index or a one-hot entry.
+        """The discrete action as an index in the batch's shape (``[B]``; ``[B, L]`` for slices),
+        from an index or a one-hot entry.
 
         The range of an index is not checked here: :meth:`_gather_action` checks it through
         ``gather``'s own bounds check, which costs nothing when the indices are valid (a

@@ -134,7 +134,7 @@ def test_integer_flags_a_mid_slice_episode_end_and_bad_actions_are_refused_by_na
             loss(bad)
     bad = slices()
     bad["action"] = bad["action"].float()
-    with pytest.raises(ValueError, match="'action' must be action indices"):
+    with pytest.raises(ValueError, match="one-hot 'action' must have shape"):
         loss(bad)
 
 

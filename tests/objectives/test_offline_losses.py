@@ -272,29 +272,30 @@ def test_discrete_cql_adds_the_logsumexp_gap_by_hand():
         DiscreteCQLLoss(q, weight=-1.0)
 
 
+@pytest.mark.parametrize("advantage", ["mean", "max"])
 @pytest.mark.parametrize("mode", ["binary", "exp"])
-def test_crr_losses_by_hand(mode):
+def test_crr_losses_by_hand(mode, advantage):
     from tdrl.objectives import CRRLoss
 
     actor = GaussianActor(linear([[1.0, 0.0, 0.0]]), 1, init_log_std=-0.5)  # mu(s) = s_0
     q = critic((1.5, 0.5), (-1.0, 0.2))  # min_e Q_e(s, a) = min(1.5 a + 0.5, 0.2 - a)
     td = transitions(5, OBS, 1, terminated=[False, True, False, False, False],
                      truncated=[False, False, True, False, False])  # fmt: skip
-    loss = CRRLoss(actor, q, mode=mode, beta=0.5, num_samples=3, gamma=0.9)
+    loss = CRRLoss(actor, q, mode=mode, advantage=advantage, beta=0.5, num_samples=3, gamma=0.9)
     torch.manual_seed(4)
     out = loss(td)
 
     def q_min(a):
         return torch.minimum(1.5 * a + 0.5, 0.2 - a)
 
-    def sampled_value(states):  # the loss's draws, replayed: 3 actions per state
+    def sampled_values(states):  # the loss's draws, replayed: 3 actions per state, [3, 5]
         repeated = states.select("observation").unsqueeze(0).expand(3, 5).reshape(15)
-        a = actor.get_dist(repeated).sample().view(3, 5)
-        return q_min(a).mean(0)
+        return q_min(actor.get_dist(repeated).sample().view(3, 5))
 
     torch.manual_seed(4)
-    next_value = sampled_value(td["next"])  # the target first, then the baseline
-    baseline = sampled_value(td)
+    next_value = sampled_values(td["next"]).mean(0)  # the target first (always the mean)
+    drawn = sampled_values(td)
+    baseline = drawn.mean(0) if advantage == "mean" else drawn.max(0).values
     keep = (~td["next", "terminated"][:, 0]).float()
     y = td["next", "reward"][:, 0] + 0.9 * keep * next_value
     a = td["action"][:, 0]
@@ -345,6 +346,8 @@ def test_iql_and_crr_leave_the_callers_batch_alone_and_refuse_a_non_positive_max
             IQLLoss(actor, q, value, max_weight=bad)
         with pytest.raises(ValueError, match=f"max_weight must be > 0, got {bad}"):
             CRRLoss(actor, q, max_weight=bad)
+    with pytest.raises(ValueError, match="advantage must be 'mean' or 'max', got 'min'"):
+        CRRLoss(actor, q, advantage="min")
 
 
 def test_discrete_cql_is_torchrls_discrete_cql():
