@@ -25,8 +25,11 @@ clip); the peers run their own defaults (TorchRL's loops here, as in its sota-im
 SB3 and Tianshou: torch's single-tensor Adam on the CPU), so part of each ratio is that choice,
 which each peer could make too. A review (2026-11-27) measured an Adam step on the PPO section's
 parameters at 847 us default, 463 us foreach, 164 us fused, and the PPO section's peers faster
-with fused Adam by 20% (TorchRL) and 10% (SB3), interleaved under load. Running the peers with
-tdrl's optimizer is not an option of this script yet.
+with fused Adam by 20% (TorchRL) and 10% (SB3), interleaved under load. ``--fused-peers`` adds a
+row per peer ("SB3 fused", ...) running the peer's own code with torch's Adam defaulting to
+``fused=True`` (``fused_adam_default``: every ``torch.optim.Adam`` the peer builds, its entropy
+coefficient's included), so each ratio can be read with the optimizer's share taken out; the
+"fastest peer" then counts those rows too.
 
 Float mode: every library runs with subnormal floats flushed to zero, as tdrl's recipes do
 (``RunConfig.flush_denormal``); otherwise Adam's moments of dead ReLU units decay into
@@ -58,11 +61,12 @@ library that takes a device; one CPU thread each, as on CPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -101,6 +105,45 @@ def plain(bench: Callable[..., float]) -> Callable[..., float]:
     return run
 
 
+@contextlib.contextmanager
+def fused_adam_default() -> Iterator[None]:
+    """Every ``torch.optim.Adam`` built inside defaults to ``fused=True`` (unless its caller
+    asks for ``foreach`` or ``fused``): the peers' own code, with tdrl's choice of optimizer."""
+    init = torch.optim.Adam.__init__
+
+    def fused_init(self: torch.optim.Adam, params: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("foreach") is None and kwargs.get("fused") is None:
+            kwargs["fused"] = True
+        init(self, params, *args, **kwargs)
+
+    torch.optim.Adam.__init__ = fused_init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.optim.Adam.__init__ = init  # type: ignore[method-assign]
+
+
+def fused(bench: Callable[..., float]) -> Callable[..., float]:
+    """``bench`` (a peer's) with torch's Adam defaulting to fused, as tdrl steps it."""
+
+    def run(*args: Any) -> float:
+        with fused_adam_default():
+            return bench(*args)
+
+    return run
+
+
+PEER_NAMES = ("SB3", "Tianshou", "TorchRL")
+PEER_TABLES: list[dict[str, Callable[..., float]]] = []  # every section's, for --fused-peers
+
+
+def add_fused_rows() -> None:
+    """``--fused-peers``: a "<peer> fused" row after the rows of every section's table."""
+    for table in PEER_TABLES:
+        for name in [name for name in table if not name.startswith("tdrl")]:
+            table[f"{name} fused"] = fused(table[name])
+
+
 def peers(
     tdrl_bench: Callable[..., float],
     sb3: Callable[..., float] | None,
@@ -110,8 +153,10 @@ def peers(
     """One section's libraries in table order; "tdrl plain" runs tdrl with its fast paths off;
     a library without the algorithm (None) has no row."""
     table = {"tdrl": tdrl_bench, "tdrl plain": plain(tdrl_bench)}
-    others = {"SB3": sb3, "Tianshou": tianshou, "TorchRL": torchrl}
-    return {**table, **{name: bench for name, bench in others.items() if bench is not None}}
+    others = dict(zip(PEER_NAMES, (sb3, tianshou, torchrl), strict=True))
+    table.update({name: bench for name, bench in others.items() if bench is not None})
+    PEER_TABLES.append(table)
+    return table
 
 
 def ppo_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -404,6 +449,10 @@ def lstm_sb3_contrib(data: dict[str, torch.Tensor], epochs: int, minibatch: int)
     return _elapsed(start)
 
 
+LSTM_PEERS = {"tdrl": lstm_tdrl, "tdrl plain": plain(lstm_tdrl), "sb3-contrib": lstm_sb3_contrib}
+PEER_TABLES.append(LSTM_PEERS)
+
+
 def section_ppo_lstm(quick: bool) -> None:
     epochs, minibatch = (2, 256) if quick else (10, 256)
     data = lstm_data()
@@ -411,7 +460,7 @@ def section_ppo_lstm(quick: bool) -> None:
     print(f"\nRecurrent PPO update: {LSTM_ENVS} envs x {LSTM_STEPS} steps x {epochs} epochs, "
           f"minibatch {minibatch} ({minibatch // LSTM_EPISODE} sequences of {LSTM_EPISODE}), "
           f"LSTM {LSTM_SIZE}, 1 thread")  # fmt: skip
-    peers = {"tdrl": lstm_tdrl, "tdrl plain": plain(lstm_tdrl), "sb3-contrib": lstm_sb3_contrib}
+    peers = dict(LSTM_PEERS)
     times: dict[str, list[float]] = {name: [] for name in peers}
     for bench in peers.values():
         bench(data, 1, minibatch)  # warm-up
@@ -419,12 +468,16 @@ def section_ppo_lstm(quick: bool) -> None:
         for name, bench in peers.items():
             times[name].append(bench(data, epochs, minibatch))
     rates = {name: samples * epochs / statistics.median(t) for name, t in times.items()}
-    print(f"{'library':<12} {'samples/s':>10} {'vs tdrl':>8}")
+    print(f"{'library':<18} {'samples/s':>10} {'vs tdrl':>8}")
     for name, rate in rates.items():
-        print(f"{name:<12} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}")
+        print(f"{name:<18} {rate:>10,.0f} {rate / rates['tdrl']:>8.2f}")
     print(f"tdrl / sb3-contrib RecurrentPPO: {rates['tdrl'] / rates['sb3-contrib']:.2f}x "
           f"(target >= 1.5x); plain (TDRL_FAST=0): "
           f"{rates['tdrl plain'] / rates['sb3-contrib']:.2f}x")  # fmt: skip
+    if "sb3-contrib fused" in rates:
+        print(
+            f"tdrl / sb3-contrib with fused Adam: {rates['tdrl'] / rates['sb3-contrib fused']:.2f}x"
+        )
 
 
 # --- SAC: gradient steps on HalfCheetah shapes ------------------------------------------------
@@ -800,7 +853,7 @@ def _steps_table(
     the PPO section's steps are epochs of ``scale`` samples)."""
     print(title if DEVICE.type == "cpu" else f"{title}, on {_device_name()}")
     if DEVICE.type != "cpu":
-        peers = {name: bench for name, bench in peers.items() if name != "Tianshou"}
+        peers = {name: bench for name, bench in peers.items() if not name.startswith("Tianshou")}
         print("(Tianshou's row is CPU-only in this script: left out)")
     for name, bench in list(peers.items()):
         try:
@@ -814,10 +867,10 @@ def _steps_table(
             per_round[name].append(scale * steps / bench(data, steps))
     rates = {name: statistics.median(values) for name, values in per_round.items()}
     best_peer = max(rate for name, rate in rates.items() if not name.startswith("tdrl"))
-    print(f"{'library':<10} {unit:>10} {'vs tdrl':>8}   per round")
+    print(f"{'library':<14} {unit:>10} {'vs tdrl':>8}   per round")
     for name, rate in rates.items():
         shown = ", ".join(f"{r:,.1f}" for r in per_round[name])
-        print(f"{name:<10} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}   [{shown}]")
+        print(f"{name:<14} {rate:>10,.1f} {rate / rates['tdrl']:>8.2f}   [{shown}]")
     print(f"tdrl / fastest peer: {rates['tdrl'] / best_peer:.2f}x (target >= 1.3x)")
     if "tdrl plain" in rates:
         print(
@@ -1408,7 +1461,14 @@ def main() -> None:
         default="cpu",
         help=f"where networks, losses and buffers live; cuda runs {', '.join(CUDA_SECTIONS)}",
     )
+    parser.add_argument(
+        "--fused-peers",
+        action="store_true",
+        help="add a row per peer with torch's Adam defaulting to fused (tdrl's optimizer)",
+    )
     args = parser.parse_args()
+    if args.fused_peers:
+        add_fused_rows()
     global DEVICE
     DEVICE = torch.device(args.device)
     if DEVICE.type != "cpu" and set(args.sections) - set(CUDA_SECTIONS):
