@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModuleBase
+from tensordict.nn import InteractionType, ProbabilisticTensorDictModule, TensorDictModuleBase
 from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
@@ -119,6 +119,12 @@ class _ProbabilisticActor(TensorDictModuleBase):
         # What TorchRL's losses read off a ProbabilisticActor to find the sample and its log-prob.
         self.dist_sample_keys: list[NestedKey] = [ACTION]
         self.log_prob_keys: list[NestedKey] = [ACTION_LOG_PROB]
+        # TorchRL's KLPENPPOLoss finds the distribution's parameter keys on a
+        # ProbabilisticTensorDictModule inside the actor; this one only names them (it holds no
+        # state and never runs: the behaviour policy comes from build_dist_from_params).
+        self.dist_params = ProbabilisticTensorDictModule(
+            in_keys=list(param_keys), out_keys=[ACTION], distribution_class=Distribution
+        )
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
         raise NotImplementedError
@@ -133,6 +139,17 @@ class _ProbabilisticActor(TensorDictModuleBase):
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
         """The action distribution for ``tensordict``; nothing is written into it."""
         return self._dist(self._inputs(tensordict))
+
+    def build_dist_from_params(self, tensordict: TensorDictBase) -> Distribution:
+        """The distribution of the parameters stored in ``tensordict`` (``param_keys``, as
+        :meth:`forward` wrote them at collection), without running the network: the behaviour
+        policy, as TorchRL's ``KLPENPPOLoss`` reads it off a ``ProbabilisticActor``."""
+        owner = type(self).__name__
+        return self._stored_dist({key: require(tensordict, key, owner) for key in self.param_keys})
+
+    def _stored_dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        """``_dist`` of stored parameters (override where ``_dist`` reads a live parameter)."""
+        return self._dist(params)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         params = self._inputs(tensordict)
@@ -201,6 +218,9 @@ class GaussianActor(_ProbabilisticActor):
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
         log_scale = self.log_std + self.action_half.log() if self.rescale else self.log_std
         return IndependentNormal(params[LOC], params[SCALE], log_scale)
+
+    def _stored_dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
+        return IndependentNormal(params[LOC], params[SCALE])  # not today's log_std
 
 
 class TanhGaussianActor(_ProbabilisticActor):

@@ -261,3 +261,8 @@ class RecurrentActor(TensorDictSequential):
         for module in self.module[:-1]:
             td = module(td)
         return self.head.get_dist(td)  # type: ignore[operator]
+
+    def build_dist_from_params(self, tensordict: TensorDictBase) -> Distribution:
+        """The head's distribution of the parameters stored in ``tensordict`` (no network runs;
+        TorchRL's ``KLPENPPOLoss`` reads the behaviour policy this way)."""
+        return self.head.build_dist_from_params(tensordict)  # type: ignore[operator]

@@ -110,3 +110,40 @@ def test_torchrl_gae_then_tdrl_ppo_on_a_rollout() -> None:
     out = ClipPPOLoss(actor, critic)(td)
     torch.testing.assert_close(out["kl_approx"], torch.tensor(0.0))  # same policy: ratio 1
     assert torch.isfinite(out["loss_objective"] + out["loss_critic"])
+
+
+def test_tdrl_actors_train_in_torchrl_klpen_ppo_loss() -> None:
+    from torchrl.objectives import KLPENPPOLoss
+
+    from tdrl.modules import CategoricalActor
+
+    # The behaviour policy is the one whose parameters were stored at collection; the actor
+    # has moved since, so the penalty is the KL between the stored and the current policy.
+    torch.manual_seed(0)
+    gaussian = GaussianActor(mlp(OBS, ACT), ACT, init_log_std=-0.5)
+    categorical = CategoricalActor(mlp(OBS, 3))
+    for actor in (gaussian, categorical):
+        td = TensorDict(observation=torch.randn(16, OBS), batch_size=[16])
+        with torch.no_grad():
+            actor(td)
+            old = actor.get_dist(td)
+            for p in actor.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        td["advantage"], td["value_target"] = torch.randn(16, 1), torch.randn(16, 1)
+        loss = KLPENPPOLoss(actor, ValueCritic(mlp(OBS, 1)), entropy_bonus=False, beta=0.5)
+        out = loss(td.clone())
+        new = actor.get_dist(td)
+        if (
+            actor is gaussian
+        ):  # explicit: sum over actions of log(s1/s0) + (s0^2 + dm^2)/2s1^2 - 1/2
+            m0, s0, m1, s1 = old.mean, old.stddev, new.mean, new.stddev
+            kl = (s1.log() - s0.log() + (s0**2 + (m0 - m1) ** 2) / (2 * s1**2) - 0.5).sum(-1)
+        else:  # explicit: sum over actions of p0 (log p0 - log p1)
+            p0 = old.probs
+            kl = (p0 * (p0.log() - new.probs.log())).sum(-1)
+        torch.testing.assert_close(out["kl"].squeeze(-1), kl.detach())
+        ratio = (new.log_prob(td["action"]) - td["action_log_prob"]).exp()
+        objective = -(ratio * td["advantage"].squeeze(-1) - 0.5 * kl).mean()
+        torch.testing.assert_close(out["loss_objective"], objective)
+        out["loss_objective"].backward()
+        assert all(p.grad is not None for p in actor.net.parameters())
