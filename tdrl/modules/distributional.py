@@ -109,10 +109,13 @@ def to_noisy(module: nn.Module, sigma_init: float = 0.5, *, heads_only: bool = F
     (Rainbow's noisy value network: Hessel et al. make every fully connected layer noisy);
     returns the module.
 
-    ``heads_only``: only the output layers, the last ``nn.Linear`` of each head of a
-    :class:`~tdrl.modules.Dueling` network (its ``value_head`` and ``advantage_head``), else the
-    last one of ``module`` (Tianshou's Rainbow makes its dueling heads' output layers noisy).
+    ``heads_only``: only the output layers, the last ``nn.Linear`` of each head of every
+    :class:`~tdrl.modules.Dueling` network inside ``module`` (its ``value_head`` and
+    ``advantage_head``; a CNN's dueling ``head`` too), else the last one of ``module``
+    (Tianshou's Rainbow makes its dueling heads' output layers noisy).
     """
+    if isinstance(module, nn.Linear):
+        raise ValueError("to_noisy cannot replace the module it is given: pass its parent")
     if not heads_only:
         for name, child in module.named_children():
             if isinstance(child, nn.Linear):
@@ -122,13 +125,16 @@ def to_noisy(module: nn.Module, sigma_init: float = 0.5, *, heads_only: bool = F
                 to_noisy(child, sigma_init)
         return module
     linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
-    heads = ("value_head", "advantage_head") if isinstance(module, Dueling) else ("",)
+    duelings = [name for name, m in module.named_modules() if isinstance(m, Dueling)]
+    heads = [
+        f"{prefix}.{head}" if prefix else head
+        for prefix in duelings
+        for head in ("value_head", "advantage_head")
+    ] or [""]
     for head in heads:
         inside = [n for n in linears if not head or n == head or n.startswith(head + ".")]
         if not inside:
             raise ValueError(f"to_noisy(heads_only=True): no nn.Linear in {head or 'the module'}")
-        if not inside[-1]:
-            raise ValueError("to_noisy cannot replace the module it is given: pass its parent")
         parent_name, _, attr = inside[-1].rpartition(".")
         parent = module.get_submodule(parent_name)
         layer = getattr(parent, attr)

@@ -212,7 +212,10 @@ def _recurrent_actor(
         return mlp(size, out_features, hidden_sizes, activation=activation, output_gain=POLICY_GAIN)
 
     actor: TensorDictModuleBase
-    if isinstance(spec, CategoricalSpec) and not isinstance(spec, MultiCategoricalSpec):
+    # TorchRL's Binary is a subclass of its Categorical (space.n == 2): test it first
+    if isinstance(spec, CategoricalSpec) and not isinstance(
+        spec, (MultiCategoricalSpec, BinarySpec)
+    ):
         actor = CategoricalActor(head(int(spec.space.n)), in_key=EMBED)
     elif isinstance(spec, (CategoricalSpec, BinarySpec)):
         raise ValueError(f"recurrent actors are Categorical or Gaussian; got {type(spec).__name__}")
@@ -323,7 +326,8 @@ def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int
             "networks by hand for dict or image observations"
         )
     if isinstance(action_spec, CategoricalSpec) and not isinstance(
-        action_spec, MultiCategoricalSpec
+        action_spec,
+        (MultiCategoricalSpec, BinarySpec),  # Binary subclasses Categorical
     ):
         return int(leaf.shape[-1]), int(action_spec.space.n)
     return int(leaf.shape[-1]), int(action_spec.shape[-1])

@@ -7,6 +7,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
@@ -88,3 +89,17 @@ def test_ppo_a2c_and_reinforce_learn_multidiscrete_and_multibinary_targets():
             # random play matches sum(1/n) (or k/2) components; learning gets close to all k
             assert last > first + 0.5 and last > 0.75 * k, (space, loss_cls.__name__, first, last)
             assert not math.isnan(last)
+
+
+def test_multibinary_specs_are_not_taken_for_a_two_way_categorical():
+    # TorchRL's Binary subclasses its Categorical (space.n == 2)
+    from torchrl.data import Binary, Composite, MultiCategorical, Unbounded
+
+    from tdrl.modules.networks import actor_critic, flat_dims
+
+    obs = Composite(observation=Unbounded(shape=(4,)))
+    assert flat_dims(obs, Binary(n=3, shape=(3,))) == (4, 3)
+    assert type(actor_critic(obs, Binary(n=3, shape=(3,)))[0]).__name__ == "BernoulliActor"
+    for spec in (Binary(n=3, shape=(3,)), MultiCategorical(nvec=[2, 3])):
+        with pytest.raises(ValueError, match="recurrent actors are Categorical or Gaussian"):
+            actor_critic(obs, spec, recurrent="gru")

@@ -80,5 +80,14 @@ def test_to_noisy_heads_only_swaps_the_output_layer_of_each_head():
     # a plain MLP: its output layer only
     mlp_net = to_noisy(q_mlp(4, 2, (8, 8)), heads_only=True)
     assert noisy_names(mlp_net) == [[n for n, m in mlp_net.named_modules()][-1]]
-    with pytest.raises(ValueError, match="cannot replace the module it is given"):
-        to_noisy(nn.Linear(2, 2), heads_only=True)
+    for heads_only in (True, False):
+        with pytest.raises(ValueError, match="cannot replace the module it is given"):
+            to_noisy(nn.Linear(2, 2), heads_only=heads_only)
+    # a CNN holds its dueling network as .head: both of its heads (recipes/dqn.py's pixel
+    # Rainbow with --noisy-layers heads)
+    from tdrl.modules import MinAtarCNN
+
+    cnn = to_noisy(MinAtarCNN(4, 3 * 5, dueling=True, atoms=5), heads_only=True)
+    names = noisy_names(cnn)
+    assert len(names) == 2
+    assert names[0].startswith("head.value_head.") and names[1].startswith("head.advantage_head.")
