@@ -113,6 +113,13 @@ class EpsilonGreedy(_Exploration):
             raise TypeError(
                 f"EpsilonGreedy: {key!r} must be an integer action index, got {action.dtype}"
             )
+        batch = tuple(tensordict.batch_size)
+        if action.shape not in (batch, (*batch, 1)):  # a one-hot [*B, n] would be corrupted
+            raise ValueError(
+                f"EpsilonGreedy: {key!r} must be an action index of the batch's shape {batch} "
+                f"(or {(*batch, 1)}), got {tuple(action.shape)}; a one-hot action (TorchRL's "
+                "QValueActor on a OneHot spec) is not taken: give it a Categorical spec"
+            )
         explore = torch.rand(action.shape, device=action.device) < self.eps
         if self.mask_key is None:
             random = torch.randint_like(action, self.num_actions)

@@ -20,13 +20,15 @@ class RunningObservationNorm(TensorDictModuleBase):
     while ``update_stats`` is True: every ``forward`` then first folds the batch of the first
     in-key into them with the parallel-variance update of Chan et al. (1979), which equals
     Welford's for one sample and is exact for any split of the data. The count starts at
-    ``epsilon`` as in SB3's ``RunningMeanStd``. Typical use: put it before the actor in the
-    collection policy with ``update_stats = True`` (a TorchRL collector then stores the
-    normalized observations the policy saw, as SB3's ``VecNormalize`` does; tdrl's
-    ``Collector`` stores the env's raw observation and gives the policy each step's new one),
-    list ``("next", "observation")`` as a second in-key so bootstrapped values see the same
-    transform, and set ``update_stats = False`` for evaluation. tdrl's recipes put it inside the
-    networks instead (``NormalizedInput``), so stored data stays raw.
+    ``epsilon`` as in SB3's ``RunningMeanStd``. Every in-key must be present. Typical use: put
+    it before the actor in the collection policy with ``update_stats = True`` (a TorchRL
+    collector then stores the normalized observations the policy saw, as SB3's
+    ``VecNormalize`` does, and the env's raw ``("next", "observation")``; tdrl's ``Collector``
+    stores the env's raw observation and gives the policy each step's new one), give the
+    bootstrapped values the same transform by applying :meth:`normalize` to the stored batch's
+    raw next observations (a policy step has no ``("next", ...)`` entry, so it is no in-key of
+    the policy's module), and set ``update_stats = False`` for evaluation. tdrl's recipes put it
+    inside the networks instead (``NormalizedInput``), so stored data stays raw.
 
     Args:
         shape: observation shape (without batch dims).
@@ -75,7 +77,7 @@ class RunningObservationNorm(TensorDictModuleBase):
             return
         if not bool(torch.isfinite(flat).all()):
             # One NaN would make the statistics NaN for the rest of the run: refuse it.
-            bad = int((~torch.isfinite(flat)).any(-1).sum()) if flat.dim() > 1 else 1
+            bad = int((~torch.isfinite(flat)).reshape(batch_count, -1).any(-1).sum())
             raise ValueError(
                 f"RunningObservationNorm.update: {bad} of {batch_count} observations have "
                 "NaN or infinite entries; the statistics were left unchanged"

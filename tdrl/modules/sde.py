@@ -56,7 +56,9 @@ class GSDEActor(_ProbabilisticActor):
 
     Shapes:
         reads ``[*B, obs]``; writes ``loc``, ``scale``, ``action`` ``[*B, A]``,
-        ``action_log_prob`` ``[*B]``; the held noise is ``[B, F, A]`` for ``[B]`` calls.
+        ``action_log_prob`` ``[*B]``; the held noise is ``[B, F, A]`` for calls whose
+        features are ``[B, F]`` (an image observation too; one unbatched env counts as
+        ``B = 1``); ``[B, T]`` sequences draw noise afresh.
     """
 
     noise: torch.Tensor
@@ -131,9 +133,14 @@ class GSDEActor(_ProbabilisticActor):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         observation = tensordict.get(self.in_keys[0], None)
         mode = interaction_type() or self.default_interaction_type
-        if mode is not InteractionType.RANDOM or observation is None or observation.dim() != 2:
-            return super().forward(tensordict)  # evaluation, and batches that are not [B] steps
-        latent = self._features(observation)
+        if mode is not InteractionType.RANDOM or observation is None:
+            return super().forward(tensordict)  # evaluation
+        latent = self._features(observation)  # [B, F] steps, whatever the observation's rank
+        if latent.dim() > 2:  # [B, T] sequences are no env steps: noise drawn afresh
+            return super().forward(tensordict)
+        single = latent.dim() == 1  # one unbatched env (a plain TorchRL env): a batch of 1
+        if single:
+            latent = latent.unsqueeze(0)
         params = self._params_of(latent)
         batch = latent.shape[0]
         if self.noise.shape[0] != batch or int(self.calls) % self.sample_freq == 0:
@@ -142,6 +149,9 @@ class GSDEActor(_ProbabilisticActor):
         # loc + phi E, per env: [B, 1, F] @ [B, F, A]
         noise = (latent.detach().unsqueeze(-2) @ self.noise).squeeze(-2)
         action = params[LOC] + self.action_half * noise
+        if single:
+            params = {key: value.squeeze(0) for key, value in params.items()}
+            action = action.squeeze(0)
         for key, value in params.items():
             tensordict.set(key, value)
         tensordict.set(ACTION, action)

@@ -138,3 +138,20 @@ def test_noise_options_take_their_defaults_and_refuse_unknown_names():
     assert noise.action_low.tolist() == [-1.0, -1.0] and noise.action_high.tolist() == [1.0, 1.0]
     with pytest.raises(TypeError, match="sigma"):
         AdditiveGaussianNoise(2, sigma=0.1)  # type: ignore[call-arg]  # its name is sigma_init
+
+
+def test_epsilon_greedy_refuses_a_one_hot_action_by_name():
+    # TorchRL's QValueActor on a OneHot spec writes int64 one-hot [B, n]: replacing entries by
+    # random indices would corrupt it silently
+    one_hot = torch.nn.functional.one_hot(torch.tensor([3, 1, 0]), 4)
+    td = TensorDict(action=one_hot, batch_size=[3])
+    with (
+        set_interaction_type(InteractionType.RANDOM),
+        pytest.raises(ValueError, match=r"'action' must be an action index .*got \(3, 4\)"),
+    ):
+        EpsilonGreedy(4)(td)
+    assert torch.equal(td["action"], one_hot)
+    td = TensorDict(action=torch.zeros(3, 1, dtype=torch.int64), batch_size=[3])  # [B, 1] passes
+    with set_interaction_type(InteractionType.RANDOM):
+        EpsilonGreedy(4, eps_init=1.0, eps_end=1.0)(td)
+    assert td["action"].shape == (3, 1)

@@ -134,8 +134,10 @@ def test_exploration_arguments_and_masks_are_checked():
     ok = TensorDict({"action": torch.zeros(4, dtype=torch.int64), "action_mask": mask}, [4])
     assert greedy(ok)["action"].shape == (4,)
     one_hot = TensorDict({"action": torch.eye(3, dtype=torch.int64)[[0, 1, 2, 0]]}, [4])
-    with pytest.raises(ValueError, match=r"'action_mask' has shape \(4, 3\), expected \(4, 3, 3\)"):
+    with pytest.raises(ValueError, match=r"'action' must be an action index .*got \(4, 3\)"):
         greedy(one_hot.set("action_mask", mask))  # each component was overwritten by an index
+    with pytest.raises(ValueError, match=r"'action_mask' has shape \(4, 2\), expected \(4, 3\)"):
+        greedy(ok.clone().set("action_mask", mask[:, :2]))
     for bad in ({"dt": -0.01}, {"dt": 0.0}, {"sigma": -0.2}, {"dt": math.nan}):
         with pytest.raises(ValueError, match="dt must be > 0 and sigma >= 0"):
             OrnsteinUhlenbeckNoise(2, **bad)  # dt < 0: NaN noise through sqrt(dt)

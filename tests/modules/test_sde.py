@@ -77,6 +77,32 @@ def test_noise_is_held_for_sample_freq_calls_and_actions_are_loc_plus_phi_e():
     assert not torch.equal(held[0][0], held[0][1])  # one matrix per env
 
 
+def test_one_unbatched_env_and_image_observations_explore_with_the_held_noise():
+    # one env without a batch dim (a plain TorchRL env) is a batch of 1; an image observation
+    # has [B, F] features like any other: both act loc + phi E with E held (they drew i.i.d.
+    # Gaussian noise every call before)
+    a = actor(sample_freq=100)
+    obs = td(1)["observation"][0]
+    with set_interaction_type(InteractionType.RANDOM):
+        first = a(TensorDict(observation=obs))
+        second = a(TensorDict(observation=obs))
+    assert first["action"].shape == (A,) and first["action_log_prob"].shape == ()
+    torch.testing.assert_close(first["action"], second["action"])
+    z = a.body(obs).detach()
+    expected = first["loc"] + torch.tensor([2.0, 0.5]) * (z @ a.noise[0])
+    torch.testing.assert_close(first["action"], expected)
+    assert a.noise.shape == (1, F, A)
+    torch.manual_seed(0)
+    pixels = GSDEActor(
+        nn.Sequential(nn.Flatten(), nn.Linear(6, F), nn.Tanh()), F, A, sample_freq=100
+    )
+    images = TensorDict(observation=torch.randn(4, 2, 3), batch_size=[4])
+    with set_interaction_type(InteractionType.RANDOM):
+        actions = [pixels(images.clone())["action"] for _ in range(2)]
+    torch.testing.assert_close(actions[0], actions[1])
+    assert pixels.noise.shape == (4, F, A)
+
+
 def test_actions_over_the_noise_have_the_scale_as_their_std():
     a, batch = actor(), td(n=1)
     draws = []

@@ -137,6 +137,13 @@ def test_observation_statistics_never_absorb_nan():
     assert all(
         torch.equal(a, b) for a, b in zip(before, (norm.mean, norm.var, norm.count), strict=True)
     )
+    # the count is of observations, whatever their rank: 1 bad frame of 2, 2 bad scalars of 4
+    frames = torch.zeros(2, 4, 5, 5)
+    frames[1, :, 0, 0] = math.inf
+    with pytest.raises(ValueError, match="1 of 2 observations have NaN"):
+        RunningObservationNorm((4, 5, 5)).update(frames)
+    with pytest.raises(ValueError, match="2 of 4 observations have NaN"):
+        RunningObservationNorm(()).update(torch.tensor([0.0, math.nan, 1.0, math.nan]))
 
 
 @pytest.mark.parametrize(
