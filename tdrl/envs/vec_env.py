@@ -145,6 +145,8 @@ class VecEnv:
         self.seed = seed
         self.out_of_bounds = out_of_bounds
         self.step_timeout = step_timeout
+        # What make_vec_env passed to gymnasium.make (another env of the same kind: videos)
+        self.make_kwargs: dict[str, Any] = {}
         self.is_async = isinstance(vec_env, gym.vector.AsyncVectorEnv)
         self.obs_leaves: list[Leaf] = observation_leaves(
             vec_env.single_observation_space, obs_dtype
@@ -369,6 +371,10 @@ class VecEnv:
         n = torch.as_tensor(self._n_actions)
         u = torch.rand(*batch, *n.shape, generator=generator, dtype=torch.float64)
         return (u * n).long().clamp_max(n - 1)
+
+    def render(self) -> Any:
+        """Each env's ``render()`` (a tuple of frames with ``render_mode="rgb_array"``)."""
+        return self._vec.render()
 
     def close(self) -> None:
         """Closes the envs and their worker processes; safe to call twice.
@@ -697,6 +703,8 @@ def make_vec_env(
         vec = gym.vector.AsyncVectorEnv(
             traced, shared_memory=True, copy=False, context=context, autoreset_mode=same_step
         )
-    return VecEnv(
+    env = VecEnv(
         vec, seed=seed, obs_dtype=obs_dtype, out_of_bounds=out_of_bounds, step_timeout=step_timeout
     )
+    env.make_kwargs = dict(make_kwargs)
+    return env

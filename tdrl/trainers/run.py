@@ -641,7 +641,11 @@ class Run:
         """
         if self.video is not None:
             frames = record_video(
-                self.video, self.policy, self.log_dir / "video" / "final.mp4", seed=self.eval_seed
+                self.video,
+                self.policy,
+                self.log_dir / "video" / "final.mp4",
+                seed=self.eval_seed,
+                env_kwargs=getattr(self.eval_env, "make_kwargs", None),
             )
             print(f"{self.title}: video frames {frames}")
             if self._logger is not None:

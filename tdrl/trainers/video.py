@@ -8,16 +8,14 @@ in the shell: ``MUJOCO_GL=egl python recipes/ppo.py --video``). Needs the ``vide
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
-
-from tdrl import keys
 
 __all__ = ["record_video"]
 
@@ -31,34 +29,40 @@ def record_video(
     max_steps: int = 1000,
     size: int = 256,
     fps: int = 30,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> int:
     """Render one deterministic episode of ``policy`` on ``env_id`` to the MP4 file ``path``;
-    returns the number of frames (the reset frame plus one per step)."""
+    returns the number of frames: the reset frame plus one per step, but for the last step of
+    an episode that ends (the env has reset by then).
+
+    The env is made as the evaluation's is (``make_vec_env`` with ``env_kwargs``, e.g.
+    ``frame_stack``), and the policy runs as :func:`~tdrl.collectors.evaluate` runs it: the
+    env's observation dtypes, ``"is_init"`` and the recurrent state carried from step to step,
+    inputs on the policy's device."""
     try:
         import imageio.v2 as imageio
     except ImportError as err:
         raise ImportError("videos need the video extra: pip install 'tdrl[video]'") from err
+    from tdrl.collectors._policy import PolicyStep
+    from tdrl.envs import make_vec_env
+
+    kwargs = {"render_mode": "rgb_array", **(env_kwargs or {})}
     try:
-        env = gym.make(env_id, render_mode="rgb_array", width=size, height=size)
+        env = make_vec_env(env_id, 1, seed=seed, width=size, height=size, **kwargs)
     except TypeError:  # not a MuJoCo env: its own frame size
-        env = gym.make(env_id, render_mode="rgb_array")
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        env.close()
-        raise NotImplementedError(
-            f"videos need a Box observation, {env_id} has {env.observation_space}"
-        )
-    obs, _ = env.reset(seed=seed)
-    frames = [env.render()]
-    with torch.no_grad(), set_interaction_type(InteractionType.DETERMINISTIC):
-        for _ in range(max_steps):
-            observation = torch.as_tensor(np.asarray(obs), dtype=torch.float32).unsqueeze(0)
-            td = policy(TensorDict({keys.OBSERVATION: observation}, batch_size=[1]))
-            action = td.get(keys.ACTION)[0].cpu().numpy()
-            obs, _, terminated, truncated, _ = env.step(action)
-            frames.append(env.render())
-            if terminated or truncated:
-                break
-    env.close()
+        env = make_vec_env(env_id, 1, seed=seed, **kwargs)
+    with env:
+        runner = PolicyStep(env, policy)
+        runner.set_observation(env.reset_arrays(seed), reset=True)
+        frames = [env.render()[0]]
+        with torch.no_grad(), set_interaction_type(InteractionType.DETERMINISTIC):
+            for _ in range(max_steps):
+                out = env.step_arrays(runner()[0].numpy())
+                if out.final_observation:  # the env has reset: its frame is the next episode's
+                    break
+                runner.set_observation(out.observation)
+                runner.set_episode_starts(out.final_observation)  # none: "is_init" cleared
+                frames.append(env.render()[0])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     imageio.mimwrite(path, [np.asarray(f) for f in frames], fps=fps, macro_block_size=1)
