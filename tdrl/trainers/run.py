@@ -508,6 +508,8 @@ class Run:
         if resuming:
             loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
             if loaded is not None:
+                # the last update's metrics: a batch without an update logs them again
+                self.metrics = dict(loaded.pop("metrics", {}))
                 self.counters.update(loaded)
         else:
             refuse_used_folder(self.log_dir)
@@ -562,7 +564,10 @@ class Run:
             self._bar.set_postfix(eval_return=f"{ret:.1f}")
         counters["time"] = time.perf_counter() - self._start
         if self.checkpoint_every > 0 and (crossed(frames, previous, self.checkpoint_every) or done):
-            save_run(self.log_dir, collector, counters, self.buffer, **self.state)
+            metrics = {k: float(v) for k, v in self.metrics.items()}
+            save_run(
+                self.log_dir, collector, {**counters, "metrics": metrics}, self.buffer, **self.state
+            )
         return done
 
     def _log_train(self, frames: int) -> None:
