@@ -88,6 +88,11 @@ def observation_leaves(space: gym.Space, obs_dtype: torch.dtype | None) -> list[
         elif isinstance(sub, gym.spaces.Box):
             shape, dtype = tuple(sub.shape), torch_dtype(sub.dtype, obs_dtype)
         elif isinstance(sub, gym.spaces.Discrete):
+            if int(sub.start) != 0:  # its spec, Categorical(n), covers [0, n) only
+                raise NotImplementedError(
+                    f"Discrete observation space with start={sub.start} at "
+                    f"{path or 'the root'}: only start=0 is supported"
+                )
             shape, dtype = (), torch.int64
         else:
             raise NotImplementedError(

@@ -71,3 +71,13 @@ def test_multibinary_spec_and_collector():
 def test_unsupported_multidiscrete_layout_is_named():
     with pytest.raises(NotImplementedError, match="flat nvec"):
         make_vec_env(lambda: Combo(gym.spaces.MultiDiscrete([[2, 2], [2, 2]])), 1)
+
+
+def test_a_discrete_observation_not_starting_at_zero_is_named():
+    # its spec, Categorical(n), covers [0, n): an embedding sized from it would index past it
+    from tdrl.envs.specs import observation_leaves
+
+    space = gym.spaces.Dict(position=gym.spaces.Discrete(3, start=10))
+    with pytest.raises(NotImplementedError, match=r"start=10 at \('position',\)"):
+        observation_leaves(space, None)
+    assert observation_leaves(gym.spaces.Discrete(3), None)[0].dtype == torch.int64
