@@ -202,8 +202,9 @@ class OffPolicyLoss(TensorDictModuleBase):
         if one_hot or action.dtype.is_floating_point or action.dtype == torch.bool:
             if not one_hot:
                 raise ValueError(
-                    f"{type(self).__name__}: a one-hot {key!r} must have shape "
-                    f"{(*shape, num_actions)}, got {tuple(action.shape)}"
+                    f"{type(self).__name__}: {key!r} must be an integer action index "
+                    f"{tuple(shape)} (or {(*shape, 1)}) or one-hot {(*shape, num_actions)}, got "
+                    f"{tuple(action.shape)} {action.dtype}"
                 )
             if action.dtype == torch.bool:  # argmax takes no bool
                 action = action.to(torch.uint8)
