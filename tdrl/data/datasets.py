@@ -32,6 +32,8 @@ from tdrl.data.replay_buffer import ReplayBuffer
 
 __all__ = ["load_minari", "save_minari", "split_episodes"]
 
+NAMESPACE_METADATA = "namespace_metadata.json"  # Minari's file in a namespace folder
+
 
 def _minari() -> Any:
     try:
@@ -174,6 +176,14 @@ def save_minari(
             )  # fmt: skip
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / dataset_id, final)  # complete, or not there at all
+        # a new namespace's metadata, which Minari wrote beside the dataset (its namespace
+        # functions and uploads read it)
+        namespace = Path(dataset_id).parent
+        while namespace != Path("."):
+            written = staging / namespace / NAMESPACE_METADATA
+            if written.exists() and not (root / namespace / NAMESPACE_METADATA).exists():
+                os.replace(written, root / namespace / NAMESPACE_METADATA)
+            namespace = namespace.parent
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(env, str):

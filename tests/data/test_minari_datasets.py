@@ -78,7 +78,15 @@ def test_a_dataset_is_written_whole_or_not_at_all_and_bad_input_is_named(tmp_pat
     with pytest.raises(KeyError, match="'action'"):
         save_minari(batch.exclude("action"), "tdrl/noaction-v0", "Hopper-v5")
     root = tmp_path / "datasets"
-    assert sorted(p.name for p in (root / "tdrl").iterdir()) == ["once-v0"]
+    # the dataset, and the new namespace's metadata Minari writes beside it
+    assert sorted(p.name for p in (root / "tdrl").iterdir()) == [
+        "namespace_metadata.json",
+        "once-v0",
+    ]
+    from minari import namespace
+
+    assert "tdrl" in namespace.list_local_namespaces()
+    namespace.get_namespace_metadata("tdrl")  # raised "does not exist locally" before
     assert not any(p.name.startswith(".tdrl-") for p in root.iterdir())  # no staging left
     # observations that do not fit the env are refused before anything is written
     with pytest.raises(ValueError, match=r"observations of shape \(11,\) per step do not fit"):
