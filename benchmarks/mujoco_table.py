@@ -997,8 +997,9 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   the comparable figure). Three of four tasks each: the issue's bar.
 - TRPO Walker2d, the one row where tdrl's mean final and mean best are below SB3's: final
   3995.6 against 4460.8 (0.90x, -465.2), best 4173.9 against 4740.1 (0.88x, -566.2); seeds 0
-  and 2 are behind (0.79x, 0.87x), seed 1 ahead (1.08x). tdrl's recipe with the zoo's TRPO settings instead
-  (2 envs x 1024 steps, critic minibatches of 128, constant lr, 25 CG iterations, log-std 0)
+  and 2 are behind (0.79x, 0.87x), seed 1 ahead (1.08x). tdrl's recipe with the zoo's TRPO
+  settings instead (2 envs x 1024 steps, critic minibatches of 128, constant lr, 25 CG
+  iterations, log-std 0)
   ended seed 0 at 966.3 and seed 1 at 3874.5 (defaults: 3842.2, 3769.9), so the recipe keeps its
   defaults (docs/benchmarks/session_2026-11-27.txt; not table cells).
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
