@@ -260,6 +260,10 @@ def evaluate_and_log(
     return result
 
 
+# the checkpoint entry beside the counters that holds the last update's metrics
+SAVED_METRICS = "metrics"
+
+
 def save_run(
     root: Path,
     collector: CollectorLike,
@@ -509,7 +513,7 @@ class Run:
             loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
             if loaded is not None:
                 # the last update's metrics: a batch without an update logs them again
-                self.metrics = dict(loaded.pop("metrics", {}))
+                self.metrics = dict(loaded.pop(SAVED_METRICS, {}))
                 self.counters.update(loaded)
         else:
             refuse_used_folder(self.log_dir)
@@ -566,7 +570,11 @@ class Run:
         if self.checkpoint_every > 0 and (crossed(frames, previous, self.checkpoint_every) or done):
             metrics = {k: float(v) for k, v in self.metrics.items()}
             save_run(
-                self.log_dir, collector, {**counters, "metrics": metrics}, self.buffer, **self.state
+                self.log_dir,
+                collector,
+                {**counters, SAVED_METRICS: metrics},
+                self.buffer,
+                **self.state,
             )
         return done
 
