@@ -211,8 +211,9 @@ Add = Callable[[str, str, Callable[[], object]], None]
 
 
 def rows_on_gpu(add: Add, x: dict[str, torch.Tensor], td: TensorDict) -> None:
-    """The GPU rows: tdrl's ops (the blockwise torch scan) and modules, TorchRL's estimators,
-    and tdrl's numba kernel on a CPU copy with the result moved back."""
+    """The GPU rows: tdrl's ops (``backend="auto"``: the Triton scan; and the blockwise torch
+    scan) and modules, TorchRL's estimators, and tdrl's numba kernel on a CPU copy with the
+    result moved back."""
     r, v, nv, lr = x["reward"], x["value"], x["next_value"], x["log_rho"]
     term, trunc, done = x["terminated"], x["truncated"], x["done"]
     kw = dict(truncated=trunc, gamma=GAMMA)
@@ -225,8 +226,10 @@ def rows_on_gpu(add: Add, x: dict[str, torch.Tensor], td: TensorDict) -> None:
 
         return call
 
-    add("GAE", "tdrl ops.gae (torch scan, GPU)",
+    add("GAE", "tdrl ops.gae (Triton, GPU)",
         lambda: gae(r, v, nv, term, done, lmbda=LMBDA, **kw))  # fmt: skip
+    add("GAE", "tdrl ops.gae (torch scan, GPU)",
+        lambda: gae(r, v, nv, term, done, lmbda=LMBDA, backend="torch", **kw))  # fmt: skip
     ours = E.GAE(gamma=GAMMA, lmbda=LMBDA, value_network=None)
     add("GAE", "tdrl GAE module (GPU)", lambda: ours(td.copy()))
     for vec in (True, False):
@@ -234,14 +237,19 @@ def rows_on_gpu(add: Add, x: dict[str, torch.Tensor], td: TensorDict) -> None:
         add("GAE", f"TorchRL GAE vectorized={vec} (GPU)", lambda m=theirs: m(td.copy()))
     add("GAE", "tdrl ops.gae (numba on a CPU copy)",
         round_trip(gae, r, v, nv, term, done, lmbda=LMBDA, **kw))  # fmt: skip
-    add("TD(lambda)", "tdrl ops.td_lambda_return (torch scan, GPU)",
+    add("TD(lambda)", "tdrl ops.td_lambda_return (Triton, GPU)",
         lambda: td_lambda_return(r, nv, term, done, lmbda=LMBDA, **kw))  # fmt: skip
+    add("TD(lambda)", "tdrl ops.td_lambda_return (torch scan, GPU)",
+        lambda: td_lambda_return(r, nv, term, done, lmbda=LMBDA, backend="torch",
+                                 **kw))  # fmt: skip
     for vec in (True, False):
         theirs = trl.TDLambdaEstimator(gamma=GAMMA, lmbda=LMBDA, value_network=None,
                                        vectorized=vec)  # fmt: skip
         add("TD(lambda)", f"TorchRL TDLambda vectorized={vec} (GPU)", lambda m=theirs: m(td.copy()))
-    add("V-trace", "tdrl ops.vtrace (torch scan, GPU)",
+    add("V-trace", "tdrl ops.vtrace (Triton, GPU)",
         lambda: vtrace(r, v, nv, lr, term, done, **kw))  # fmt: skip
+    add("V-trace", "tdrl ops.vtrace (torch scan, GPU)",
+        lambda: vtrace(r, v, nv, lr, term, done, backend="torch", **kw))  # fmt: skip
     add("V-trace", "TorchRL vtrace_advantage_estimate (GPU)", lambda: vtrace_advantage_estimate(
         GAMMA, lr, torch.zeros_like(lr), v, nv, r, done, term))  # fmt: skip
     add("V-trace", "tdrl ops.vtrace (numba on a CPU copy)",
@@ -255,7 +263,7 @@ def main() -> None:
     torch.set_num_threads(1)
     where = "CPU" if device == "cpu" else torch.cuda.get_device_name(device)
     print(f"value estimators, float32, {where}, torch.set_num_threads(1); median ms per call;")
-    base_kind = "(numba)" if device == "cpu" else "(torch scan, GPU)"
+    base_kind = "(numba)" if device == "cpu" else "(Triton, GPU)"
     print(f"ratio = time / tdrl's op {base_kind} of the same estimator and shape\n")
     shapes = ((64, 2048), (8, 256)) if device == "cpu" else ((8, 2048), (64, 2048), (1024, 1000))
     for b, t in shapes:

@@ -20,7 +20,7 @@ if [ "${1:-run}" = wheels ]; then
         tensordict==0.14.3 torchrl==0.14.1 gymnasium==1.4.0 mujoco==4.0.0 mujoco-core==4.0.0 \
         mujoco-studio==4.0.0 stable-baselines3==2.9.2 minari==0.5.4 tyro docstring-parser \
         typeguard shtab farama-notifications cloudpickle orjson pyvers hoptorch \
-        importlib_metadata glfw pyopengl websockets
+        importlib_metadata glfw pyopengl websockets minatar==1.0.15 pytz
     du -sh .gpu/wheels
     exit 0
 fi

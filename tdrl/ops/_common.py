@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 Truncation = Literal["bootstrap", "mask", "terminate"]
-Backend = Literal["auto", "numba", "torch"]
+Backend = Literal["auto", "numba", "triton", "torch"]
+BACKENDS: tuple[str, ...] = ("auto", "numba", "triton", "torch")
 TRUNCATION_POLICIES: tuple[str, ...] = ("bootstrap", "mask", "terminate")
 
 
@@ -163,9 +164,9 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def use_numba(backend: str, *tensors: Tensor | float) -> bool:
     """The compiled CPU kernels run unless a gradient is needed or a tensor is not on CPU."""
-    if backend not in ("auto", "numba", "torch"):
-        raise ValueError(f"backend must be 'auto', 'numba' or 'torch', got {backend!r}")
-    if backend == "torch":
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend in ("torch", "triton"):
         return False
     ok, needs_grad = True, False
     for t in tensors:  # one loop: this runs on every estimator call

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tdrl.ops import _triton
 from tdrl.ops._common import (
     TRUNCATION_POLICIES,
     InputError,
@@ -26,6 +27,7 @@ from tdrl.ops._common import (
     working_dtype,
 )
 from tdrl.ops._kernels import BOOTSTRAP, MASK, TERMINATE, KernelRows
+from tdrl.ops.scan import reverse_linear_scan
 
 _POLICY_CODE = {"bootstrap": BOOTSTRAP, "mask": MASK, "terminate": TERMINATE}
 _NO_STEPS = np.zeros((1, 1))  # the per-step gamma array when gamma is a scalar
@@ -46,6 +48,7 @@ class Rows:
     time_dim: int
     truncation: str
     numba: bool
+    triton: bool  # the torch path's scan is the Triton kernel (CUDA, no gradient)
     validate: bool
     dtype: torch.dtype  # the caller's: results are cast back to it
 
@@ -101,6 +104,15 @@ class Rows:
             self.nan_check(where, log_rho)
 
     # --- torch path ---------------------------------------------------------------------
+    def scan(self, a: Tensor, c: Tensor) -> Tensor:
+        """``x_t = a_t + c_t x_{t+1}`` backwards over the rows: the Triton kernel where it was
+        chosen (and works), else the differentiable torch scan."""
+        if self.triton:
+            x = _triton.reverse_scan(a, c)
+            if x is not None:
+                return x
+        return reverse_linear_scan(a, c)
+
     def gamma_t(self) -> float | Tensor:
         """``gamma`` for the torch path, in the reward's dtype."""
         if isinstance(self.gamma, Tensor):
@@ -218,7 +230,14 @@ def prepare(
         reward, next_value = reward.to(work), next_value.to(work)
         value = None if value is None else value.to(work)
         extra = tuple(x.to(work) for x in extra)
-    numba = use_numba(backend, reward, next_value, *(x for x in (value, *extra) if x is not None))
+    tensors = (reward, next_value, *(x for x in (value, *extra, gamma) if x is not None))
+    numba = use_numba(backend, *tensors)
+    triton = backend in ("auto", "triton") and not numba and _triton.usable(*tensors)
+    if backend == "triton" and not triton:
+        raise ValueError(
+            "backend='triton' needs CUDA float32/float64 tensors, no gradient and an importable, "
+            "working Triton; use backend='torch' (or 'auto')"
+        )
     return Rows(
         reward=to_rows(reward, tdim),
         value=None if value is None else to_rows(value, tdim),
@@ -231,6 +250,7 @@ def prepare(
         time_dim=tdim,
         truncation=truncation,
         numba=numba,
+        triton=triton,
         validate=validate,
         dtype=dtype,
     )

@@ -29,8 +29,10 @@ A step that is both terminated and truncated is terminated. ``done`` must equal
 
 TD(1) is TD(lambda) at lambda = 1 (Monte Carlo, bootstrapped at cuts); TD(0) at lambda = 0.
 
-Backends: a numba kernel on CPU when no gradient is needed (one pass, float64 arithmetic), else a
-differentiable pure-torch blockwise scan (``tdrl.ops.scan``); both give the same numbers. Inputs
+Backends: a numba kernel on CPU when no gradient is needed (one pass, float64 arithmetic); on CUDA
+without a gradient, the torch terms and one Triton kernel for the recursion (``tdrl.ops._triton``,
+where Triton imports); else a differentiable pure-torch blockwise scan (``tdrl.ops.scan``). All
+give the same numbers up to float rounding. Inputs
 are checked (shapes, dtypes, bool flags, ``done`` consistency, NaN in reward/value, and in
 next_value where it is used); errors are ``InputError`` naming the argument.
 """
@@ -43,7 +45,6 @@ from torch import Tensor
 from tdrl.ops import _kernels
 from tdrl.ops._common import AdvantageEstimate, InputError
 from tdrl.ops._prepare import prepare, scalar
-from tdrl.ops.scan import reverse_linear_scan
 
 
 def _check_mask_value(truncation: str, value: Tensor | None) -> None:
@@ -83,7 +84,8 @@ def gae(
         lmbda: GAE lambda (scalar).
         truncation: ``"bootstrap"``, ``"mask"`` or ``"terminate"``.
         time_dim: The time dim of the tensors.
-        backend: ``"auto"`` (numba on CPU without grad, else torch), ``"numba"`` or ``"torch"``.
+        backend: ``"auto"`` (numba on CPU and the Triton scan on CUDA, without grad; else
+            torch), ``"numba"``, ``"triton"`` (an error where they cannot run) or ``"torch"``.
         validate: Check shapes, dtypes, flags and NaNs (cheap; off only for trusted callers).
 
     Returns:
@@ -111,7 +113,7 @@ def gae(
     if rows.mask:
         delta = torch.where(truncated_rows, 0.0, delta)
     coeff = (g * lam) * (~rows.cut(done_rows)).to(delta.dtype)
-    advantage = reverse_linear_scan(delta, torch.as_tensor(coeff, dtype=delta.dtype))
+    advantage = rows.scan(delta, torch.as_tensor(coeff, dtype=delta.dtype))
     return AdvantageEstimate(rows.back(advantage), rows.back(advantage + rows.value))
 
 
@@ -163,7 +165,7 @@ def td_lambda_return(
     if rows.mask:
         assert rows.value is not None
         offset = torch.where(truncated_rows, rows.value, offset)
-    return rows.back(reverse_linear_scan(offset, torch.as_tensor(coeff, dtype=nv.dtype)))
+    return rows.back(rows.scan(offset, torch.as_tensor(coeff, dtype=nv.dtype)))
 
 
 def td1_return(

@@ -13,7 +13,6 @@ from torch import Tensor
 from tdrl.ops import _kernels
 from tdrl.ops._common import AdvantageEstimate, InputError, check_float
 from tdrl.ops._prepare import np_view, prepare, scalar
-from tdrl.ops.scan import reverse_linear_scan
 
 
 def vtrace(
@@ -58,7 +57,7 @@ def vtrace(
         lmbda: Trace decay (scalar).
         truncation: ``"bootstrap"``, ``"mask"`` or ``"terminate"``.
         time_dim: The time dim of the tensors.
-        backend: ``"auto"``, ``"numba"`` or ``"torch"``.
+        backend: ``"auto"``, ``"numba"``, ``"triton"`` or ``"torch"`` (as in :func:`gae`).
         validate: Check shapes, dtypes, flags and NaNs.
 
     Returns:
@@ -99,7 +98,7 @@ def vtrace(
     if rows.mask:
         delta = torch.where(truncated_rows, 0.0, delta)
     coeff = g * lam * rho.clamp_max(c_max) * keep.to(delta.dtype)
-    vs = rows.value + reverse_linear_scan(delta, coeff)
+    vs = rows.value + rows.scan(delta, coeff)
     vs_next = torch.cat([vs[:, 1:], vs.new_zeros(vs.shape[0], 1)], dim=1)
     q = torch.where(keep, vs_next, nv)
     advantage = rho_bar * (rows.reward + g * q - rows.value)

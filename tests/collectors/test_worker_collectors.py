@@ -220,7 +220,7 @@ def test_batches_come_back_where_the_learner_s_policy_lives(device):
         "process", "CartPole-v1", actor, 20, num_workers=1, num_envs=2, seed=0
     ) as remote:
         batch = remote.rollout()
-        assert remote.storing_device == torch.device(device)
+        assert remote.storing_device == next(actor.parameters()).device  # cuda:0, not "cuda"
         assert batch[keys.OBSERVATION].device.type == torch.device(device).type
         assert actor(batch[:, 0].clone())[keys.ACTION].shape == (2,)  # usable by the learner
     with collector(

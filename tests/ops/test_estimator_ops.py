@@ -58,11 +58,19 @@ def per_row(fn, *tensors, **kw):
     return torch.tensor(np.stack(outs)).unsqueeze(-1)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+def triton_runs() -> bool:
+    from tdrl.ops import _triton
+
+    return torch.cuda.is_available() and _triton.usable(torch.zeros(1, device="cuda"))
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "triton"])
 @pytest.mark.parametrize("truncation", POLICIES)
 def test_against_definitions(truncation, backend, device):
     if device == "cuda" and backend == "numba":
         pytest.skip("the numba kernels are CPU-only (backend='numba' refuses CUDA tensors)")
+    if backend == "triton" and (device == "cpu" or not triton_runs()):
+        pytest.skip("the Triton scan runs on CUDA tensors, where Triton imports")
     batch = make_batch(FLAGS)
     rows = [x[..., 0].numpy() for x in batch]
     r, v, nv, term, trunc, log_rho = (x.to(device) for x in batch)
@@ -123,8 +131,8 @@ def test_policies_differ_exactly_at_truncated_steps():
 
 def test_auto_backend_keeps_the_device_and_matches_the_cpu_kernel_at_ppo_size(device):
     # [num_envs, T] as a MuJoCo PPO batch has it, float32, many episode ends: the default
-    # backend on `device` (numba on CPU, the blockwise torch scan elsewhere) against the CPU
-    # kernel, and the outputs stay where the inputs live.
+    # backend on `device` (numba on CPU, the Triton scan on CUDA: two chunks of 1024 steps a
+    # row) against the CPU kernel, and the outputs stay where the inputs live.
     g = torch.Generator().manual_seed(5)
     b, t = 16, 2048
     r, v, nv = (torch.randn(b, t, 1, generator=g) for _ in range(3))
@@ -184,6 +192,25 @@ def test_gradients_on_torch_path():
     torch.autograd.gradcheck(
         lambda v_: gae(r, v_, nv, term, truncated=trunc, gamma=0.9, lmbda=0.8)[0], (v,)
     )
+
+
+def test_the_triton_backend_is_refused_where_it_cannot_run_and_a_gradient_skips_it(device):
+    r, v, nv, term, trunc, _ = (x.to(device) for x in make_batch(FLAGS, dtype=torch.float32))
+    nv = torch.nan_to_num(nv)
+    kw = dict(truncated=trunc, gamma=0.9, lmbda=0.8)
+    if device == "cpu" or not triton_runs():
+        with pytest.raises(ValueError, match="backend='triton' needs CUDA"):
+            gae(r, v, nv, term, backend="triton", **kw)
+        return
+    v = v.clone().requires_grad_()
+    with pytest.raises(ValueError, match="no gradient"):
+        gae(r, v, nv, term, backend="triton", **kw)
+    adv, _ = gae(r, v, nv, term, **kw)  # auto: the differentiable torch scan
+    adv.sum().backward()
+    assert v.grad is not None and v.grad.abs().sum() > 0
+    with torch.no_grad():
+        fast = gae(r, v, nv, term, **kw)[0]  # auto without a gradient: the Triton scan
+    torch.testing.assert_close(fast, adv.detach())
 
 
 def test_per_step_gamma():
