@@ -9,11 +9,16 @@ machine was (``os.getloadavg()`` at the start and end, ``--jobs`` and how many c
 once). A rerun skips the cells already in the file, so the table grows across sessions and
 survives interruptions: a line is written (flushed and fsynced) only once its cell has finished;
 a cell cut short starts over next time, but a tdrl cell cut after one of its checkpoints resumes
-from it (its line says so under ``resumed``). ``--jobs N`` runs N cells at a time, each in its own
-subprocess with one torch thread (OMP/MKL threads 1); cells are ordered seed by seed, library by
-library, so with ``--jobs 2`` tdrl and SB3 of one seed run side by side. Another table uses the
-same machinery through its own :class:`Suite` (algorithms, tasks, SB3 runs, page, files):
-``benchmarks/minatar_table.py`` (issue 16) is one; ``MUJOCO`` is this file's.
+from it (its line says so under ``resumed``). The key of a cell holds no settings, so every
+run (and ``--dry-run``) compares the selected lines' recorded settings with what their cells
+would run now (:func:`settings_drift`): a line run with another preset, recipe default or zoo
+entry is printed as STALE (it still counts as done until its line is moved to the superseded
+file), and settings a line has no record of (fields added since) are counted. ``--jobs N``
+runs N cells at a time, each in its own subprocess with one torch thread (OMP/MKL threads 1);
+cells are ordered seed by seed, library by library, so with ``--jobs 2`` tdrl and SB3 of one
+seed run side by side. Another table uses the same machinery through its own :class:`Suite`
+(algorithms, tasks, SB3 runs, page, files): ``benchmarks/minatar_table.py`` (issue 16) is one;
+``MUJOCO`` is this file's.
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
 task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
@@ -457,6 +462,64 @@ def resumable(folder: Path, cell: Cell) -> bool:
     return same and latest_checkpoint(folder) is not None
 
 
+def tdrl_config(cell: Cell, folder: Path, suite: Suite) -> Any:
+    """The recipe Config a tdrl cell runs: the recipe's defaults, the algorithm's preset, the
+    cell's task, seed, budget and evaluation protocol, its run folder in ``folder``."""
+    algo = suite.algos[cell.algorithm]
+    module = importlib.import_module(f"recipes.{algo.recipe}")
+    return module.Config(**dict(algo.preset) | dict(
+        env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
+        eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
+    ))  # fmt: skip
+
+
+# Settings that say where a run was, not how it ran.
+PLACE_SETTINGS = ("log_dir", "resume")
+
+
+def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[str]]:
+    """How a line's recorded settings stand against what its cell would run now: ``(changed,
+    unrecorded)``, the settings recorded with another value (a recipe default, a preset or a
+    zoo entry changed since: the line is stale) and those it holds no record of (a field added
+    since, whose default may or may not be what the run did). The cell key holds no settings,
+    so this is what tells a stale line from a done cell. SB3 lines: the hyperparameters of
+    ``suite.sb3_settings``."""
+    cell = Cell(**{name: line[name] for name in CELL_FIELDS})
+    recorded = line.get("settings") or {}
+    if cell.library == "SB3":
+        now = finite(suite.sb3_settings(cell.algorithm, cell.task) or {})
+        recorded = recorded.get("hyperparameters", {})
+    else:
+        now = finite(dataclasses.asdict(tdrl_config(cell, Path("."), suite)))
+        now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
+    now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
+    changed = [
+        f"{name}: {recorded[name]!r} then, {value!r} now"
+        for name, value in now.items()
+        if name in recorded and recorded[name] != value
+    ]
+    return changed, [name for name in now if name not in recorded]
+
+
+def report_drift(lines: Iterable[dict[str, Any]], suite: Suite) -> int:
+    """Print the lines whose settings differ from what their cells would run now, and the
+    settings lines hold no record of; returns the number of stale lines."""
+    stale, unrecorded = 0, Counter[str]()
+    for line in lines:
+        changed, missing = settings_drift(line, suite)
+        unrecorded.update(f"{line['library']} {line['algorithm']}: {name}" for name in missing)
+        if changed:
+            stale += 1
+            cell = Cell(**{name: line[name] for name in CELL_FIELDS})
+            print(f"STALE (in the table with other settings than now): {cell}: "
+                  + "; ".join(changed))  # fmt: skip
+    for what, count in sorted(unrecorded.items()):
+        print(f"not recorded in {count} line(s), added since: {what}")
+    if stale:
+        print(f"{stale} stale line(s) count as done: move them to the superseded file to rerun")
+    return stale
+
+
 def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) -> dict[str, Any]:
     """The recipe's ``main`` with its own defaults but the algorithm's preset, the cell's task,
     seed, budget and evaluation protocol, its run folder in ``folder``; the curve is its
@@ -469,12 +532,8 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
     """
     from tdrl.trainers import latest_checkpoint, read_csv
 
-    algo = suite.algos[cell.algorithm]
-    module = importlib.import_module(f"recipes.{algo.recipe}")
-    cfg = module.Config(**dict(algo.preset) | dict(
-        env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
-        eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
-    ))  # fmt: skip
+    module = importlib.import_module(f"recipes.{suite.algos[cell.algorithm].recipe}")
+    cfg = tdrl_config(cell, folder, suite)
     resumed: dict[str, Any] = {}
     if resume:
         import torch
@@ -1294,6 +1353,8 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
         suite, args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
     )  # fmt: skip
+    keys = {cell.key for cell in cells}
+    report_drift([line for line in read_lines(args.table) if line_key(line) in keys], suite)
     if args.dry_run:
         done = {line_key(line) for line in read_lines(args.table)}
         todo = [cell for cell in cells if cell.key not in done]

@@ -174,6 +174,35 @@ def test_dry_run_lists_only_the_cells_left(tmp_path: Path, capsys: pytest.Captur
     assert len(listed) == 3 and str(done) not in listed and "3 of 4 cells to run" in out
 
 
+def test_a_line_run_with_other_settings_is_reported_stale_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # The cell key holds no settings: a changed preset, recipe default or zoo entry is found by
+    # comparing what a line recorded with what its cell would run now.
+    td3 = mt.Cell("tdrl", "td3", "Hopper-v5", 0, 100_000, 10_000, 10)
+    line = fake_line(td3, [1.0])
+    settings = mt.finite(dataclasses.asdict(mt.tdrl_config(td3, tmp_path, mt.MUJOCO)))
+    line["settings"] = json.loads(json.dumps(settings))  # as run_tdrl records it
+    assert mt.settings_drift(line, mt.MUJOCO) == ([], [])  # log_dir is the place, not a setting
+    line["settings"]["actor_lr"] = 3e-4  # the recipe's 1M default, not the table's preset
+    del line["settings"]["critic_lr"]
+    changed, unrecorded = mt.settings_drift(line, mt.MUJOCO)
+    assert changed == ["actor_lr: 0.0003 then, 0.001 now"] and unrecorded == ["critic_lr"]
+    sb3 = mt.Cell("SB3", "sac", "Hopper-v5", 0, 100_000, 10_000, 10)
+    sb3_line = fake_line(sb3, [1.0])
+    zoo = json.loads(json.dumps(mt.zoo_hyperparameters("sac", "Hopper-v5")))
+    sb3_line["settings"] = {"hyperparameters": zoo | {"learning_starts": 1}, "eval_envs": 5}
+    assert mt.settings_drift(sb3_line, mt.MUJOCO)[0][0].startswith("learning_starts: 1 then")
+    table = tmp_path / "t.jsonl"
+    for x in (line, sb3_line):
+        mt.append_line(table, x)
+    args = ["--algos", "td3", "sac", "--tasks", "Hopper-v5", "--seeds", "0", "--table", str(table)]
+    assert mt.main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("STALE") == 2 and "2 stale line(s) count as done" in out
+    assert "not recorded in 1 line(s), added since: tdrl td3: critic_lr" in out
+
+
 def test_zoo_entries_are_the_yml_values() -> None:
     for algo in ("ppo", "a2c", "trpo", "sac", "td3", "ddpg"):
         for task in mt.TASKS:
