@@ -76,6 +76,15 @@ ALGOS = {
 PACKAGES = ("gymnasium", "minatar")
 
 
+def sb3_cell_settings(cell: mt.Cell) -> dict[str, Any] | None:
+    """SB3 DQN's arguments for one cell: :func:`sb3_settings` and the epsilon decay over
+    ``EPS_FRAMES`` env steps as a fraction of the cell's budget."""
+    kwargs = sb3_settings(cell.algorithm, cell.task)
+    if kwargs is not None:
+        kwargs["exploration_fraction"] = EPS_FRAMES / cell.steps  # epsilon's decay in env steps
+    return kwargs
+
+
 def sb3_settings(algorithm: str, task: str) -> dict[str, Any] | None:
     """SB3 DQN's arguments with the published values (exploration_fraction, which depends on the
     budget, is added per cell); None for Rainbow."""
@@ -118,10 +127,9 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
             # SB3 hands floats (normalize_images=False: still MinAtar's 0/1, exact in uint8)
             return self.body(observations.to(torch.uint8))
 
-    kwargs = sb3_settings(cell.algorithm, cell.task)
+    kwargs = sb3_cell_settings(cell)
     if kwargs is None:
         raise ValueError(f"SB3 has no {cell.algorithm}")
-    kwargs["exploration_fraction"] = EPS_FRAMES / cell.steps  # epsilon's decay in env steps
     start = time.perf_counter()
     envs = mt.sb3_envs(cell)
     policy_kwargs = dict(features_extractor_class=MinAtarFeatures, net_arch=[])
@@ -164,8 +172,9 @@ end; one torch thread per run.
 """
 
 MINATAR = mt.Suite(
-    "minatar", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES
-)
+    "minatar", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES,
+    sb3_cell_settings=sb3_cell_settings,
+)  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(mt.main(suite=MINATAR))

@@ -338,6 +338,9 @@ class Suite:
     references: tuple[tuple[str, Callable[[str, str], str]], ...] = ()
     """the last columns, of published figures: each one's title and (algorithm, task) -> its
     cell."""
+    sb3_cell_settings: Callable[[Cell], dict[str, Any] | None] | None = None
+    """the hyperparameters an SB3 cell runs with, where they depend on more than (algorithm,
+    task) (MinAtar's epsilon decay: on the budget); default :attr:`sb3_settings`'."""
 
     @property
     def table(self) -> Path:
@@ -487,17 +490,24 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
     cell = Cell(**{name: line[name] for name in CELL_FIELDS})
     recorded = line.get("settings") or {}
     if cell.library == "SB3":
-        now = finite(suite.sb3_settings(cell.algorithm, cell.task) or {})
+        if suite.sb3_cell_settings is not None:
+            now = suite.sb3_cell_settings(cell)
+        else:
+            now = suite.sb3_settings(cell.algorithm, cell.task)
+        now = finite(now or {})
         recorded = recorded.get("hyperparameters", {})
     else:
         now = finite(dataclasses.asdict(tdrl_config(cell, Path("."), suite)))
         now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
+        recorded = {k: v for k, v in recorded.items() if k not in PLACE_SETTINGS}
     now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
     changed = [
         f"{name}: {recorded[name]!r} then, {value!r} now"
         for name, value in now.items()
         if name in recorded and recorded[name] != value
     ]
+    # a setting the run had that nothing sets now (a field removed or renamed)
+    changed += [f"{k}: {recorded[k]!r} then, gone now" for k in recorded if k not in now]
     return changed, [name for name in now if name not in recorded]
 
 

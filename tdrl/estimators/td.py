@@ -28,7 +28,8 @@ class GAE(ValueEstimator):
         lmbda: GAE lambda.
         value_network: Critic writing ``"state_value"``, or ``None`` to read values from the batch.
         average_gae: Standardize the advantage over the batch.
-        differentiable: Keep the graph (torch backend); otherwise a compiled CPU kernel runs.
+        differentiable: Keep the graph (the torch scan); otherwise a compiled kernel runs
+            (numba on CPU, Triton on CUDA).
         time_dim: Time dim of the batch (default: the dim named ``"time"``, else the last).
         truncation: ``"bootstrap"`` (default), ``"mask"`` or ``"terminate"``.
         validate: Check inputs (shapes, dtypes, flags, NaN).

@@ -49,6 +49,7 @@ class Rows:
     truncation: str
     numba: bool
     triton: bool  # the torch path's scan is the Triton kernel (CUDA, no gradient)
+    backend: str  # as asked: "triton" raises where the kernel fails, "auto" falls back
     validate: bool
     dtype: torch.dtype  # the caller's: results are cast back to it
 
@@ -108,7 +109,7 @@ class Rows:
         """``x_t = a_t + c_t x_{t+1}`` backwards over the rows: the Triton kernel where it was
         chosen (and works), else the differentiable torch scan."""
         if self.triton:
-            x = _triton.reverse_scan(a, c)
+            x = _triton.reverse_scan(a, c, strict=self.backend == "triton")
             if x is not None:
                 return x
         return reverse_linear_scan(a, c)
@@ -230,7 +231,10 @@ def prepare(
         reward, next_value = reward.to(work), next_value.to(work)
         value = None if value is None else value.to(work)
         extra = tuple(x.to(work) for x in extra)
-    tensors = (reward, next_value, *(x for x in (value, *extra, gamma) if x is not None))
+    # gamma takes part in the choice (a per-step gamma that needs a gradient must not reach a
+    # kernel), at the working dtype, as the other inputs (a bfloat16 gamma is computed in float32)
+    g = gamma.to(working_dtype(gamma.dtype)) if isinstance(gamma, Tensor) else None
+    tensors = (reward, next_value, *(x for x in (value, *extra, g) if x is not None))
     numba = use_numba(backend, *tensors)
     triton = backend in ("auto", "triton") and not numba and _triton.usable(*tensors)
     if backend == "triton" and not triton:
@@ -251,6 +255,7 @@ def prepare(
         truncation=truncation,
         numba=numba,
         triton=triton,
+        backend=backend,
         validate=validate,
         dtype=dtype,
     )

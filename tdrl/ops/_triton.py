@@ -45,10 +45,11 @@ def usable(*tensors: Tensor | float) -> bool:
     return _kernel() is not None
 
 
-def reverse_scan(a: Tensor, c: Tensor) -> Tensor | None:
+def reverse_scan(a: Tensor, c: Tensor, *, strict: bool = False) -> Tensor | None:
     """Solve ``x_t = a_t + c_t x_{t+1}`` backwards over the last dim with ``x_T = 0``, as
     :func:`~tdrl.ops.scan.reverse_linear_scan` does; ``None`` if the kernel failed (warned
-    once; the caller runs the torch scan).
+    once; the caller runs the torch scan), or with ``strict`` (``backend="triton"``) the
+    kernel's error.
 
     Shapes:
         a, c, x: ``[N, T]`` on one CUDA device.
@@ -64,6 +65,8 @@ def reverse_scan(a: Tensor, c: Tensor) -> Tensor | None:
             _kernel()[(n,)](a, c, x, t, BLOCK=block, num_warps=4 if block >= 512 else 1)
     except Exception as err:  # a compile or launch failure: fall back for good, say why
         _broken.append(f"{type(err).__name__}: {err}")
+        if strict:
+            raise
         warnings.warn(
             f"tdrl's Triton scan failed ({_broken[0]}); the torch scan runs instead",
             RuntimeWarning,

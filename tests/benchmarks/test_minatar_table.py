@@ -120,6 +120,15 @@ def test_a_tiny_sb3_cell_has_tdrls_q_network(table: tuple[Path, Path]) -> None:
     hyper = line["settings"]["hyperparameters"]
     assert hyper["exploration_fraction"] == 100_000 / 300  # epsilon decays over 100k env steps
     assert line["settings"]["eval_envs"] == 5
+    # the real lines read as current; a changed epsilon decay (set per cell, from the budget)
+    # reads as stale
+    assert mt.settings_drift(line, mn.MINATAR) == ([], [])
+    line["settings"]["hyperparameters"]["exploration_fraction"] = 0.1
+    assert mt.settings_drift(line, mn.MINATAR)[0] == [
+        f"exploration_fraction: 0.1 then, {100_000 / 300!r} now"
+    ]
+    tdrl_line = line_of(table[0], "tdrl")
+    assert mt.settings_drift(tdrl_line, mn.MINATAR) == ([], [])
 
 
 @needs_sb3

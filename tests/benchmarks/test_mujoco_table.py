@@ -186,8 +186,11 @@ def test_a_line_run_with_other_settings_is_reported_stale_by_name(
     assert mt.settings_drift(line, mt.MUJOCO) == ([], [])  # log_dir is the place, not a setting
     line["settings"]["actor_lr"] = 3e-4  # the recipe's 1M default, not the table's preset
     del line["settings"]["critic_lr"]
+    line["settings"]["noise"] = 0.2  # a field since removed or renamed
     changed, unrecorded = mt.settings_drift(line, mt.MUJOCO)
-    assert changed == ["actor_lr: 0.0003 then, 0.001 now"] and unrecorded == ["critic_lr"]
+    assert changed == ["actor_lr: 0.0003 then, 0.001 now", "noise: 0.2 then, gone now"]
+    assert unrecorded == ["critic_lr"]
+    del line["settings"]["noise"]
     sb3 = mt.Cell("SB3", "sac", "Hopper-v5", 0, 100_000, 10_000, 10)
     sb3_line = fake_line(sb3, [1.0])
     zoo = json.loads(json.dumps(mt.zoo_hyperparameters("sac", "Hopper-v5")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -211,6 +212,45 @@ def test_the_triton_backend_is_refused_where_it_cannot_run_and_a_gradient_skips_
     with torch.no_grad():
         fast = gae(r, v, nv, term, **kw)[0]  # auto without a gradient: the Triton scan
     torch.testing.assert_close(fast, adv.detach())
+
+
+def test_a_failed_triton_kernel_falls_back_under_auto_and_raises_when_asked_for(monkeypatch):
+    # No GPU here: a kernel that fails at launch stands in for a failed compile. Under "auto"
+    # reverse_scan returns None, so Rows.scan runs the torch scan (one warning, the kernel off
+    # from then on); asked for by name, the kernel's error propagates.
+    from tdrl.ops import _triton
+
+    class Failing:
+        def __getitem__(self, grid):
+            raise RuntimeError("no C compiler for Triton's launcher")
+
+    monkeypatch.setattr(_triton, "_kernel", lambda: Failing())
+    monkeypatch.setattr(_triton, "_broken", [])
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    a, c = torch.randn(2, 9), torch.full((2, 9), 0.9)
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        _triton.reverse_scan(a, c, strict=True)
+    monkeypatch.setattr(_triton, "_broken", [])
+    with pytest.warns(RuntimeWarning, match="the torch scan runs instead"):
+        assert _triton.reverse_scan(a, c) is None
+    assert _triton._broken and not _triton.usable(a.cuda() if torch.cuda.is_available() else a)
+
+
+def test_a_per_step_gamma_in_half_precision_or_with_a_gradient_picks_the_right_backend():
+    r, v, nv, term, trunc, _ = make_batch(FLAGS, dtype=torch.float32)
+    nv = torch.nan_to_num(nv)
+    gamma = torch.full_like(r, 0.875)  # exact in bfloat16
+    want = gae(r, v, nv, term, truncated=trunc, gamma=gamma, lmbda=0.8, backend="torch")
+    # a bfloat16 gamma is computed in float32, as half-precision rewards are: numba takes it
+    half = gae(r, v, nv, term, truncated=trunc, gamma=gamma.bfloat16(), lmbda=0.8,
+               backend="numba")  # fmt: skip
+    torch.testing.assert_close(half.advantage, want.advantage)
+    # a gamma that needs a gradient goes to the torch scan (a kernel would drop it)
+    g = gamma.clone().requires_grad_()
+    gae(r, v, nv, term, truncated=trunc, gamma=g, lmbda=0.8).advantage.sum().backward()
+    assert g.grad is not None and g.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="no gradient"):
+        gae(r, v, nv, term, truncated=trunc, gamma=g, lmbda=0.8, backend="numba")
 
 
 def test_per_step_gamma():
