@@ -4,7 +4,9 @@ One run, float32, ``[num_envs, T]`` batches with terminated and truncated steps.
 warmed up before timing; each figure is the median of repeated calls; ratios are to tdrl's
 default (compiled) op in the same run. ``torch.set_num_threads(1)`` for all, so every library
 gets one core. Run: ``python benchmarks/estimators.py``; ``--device cuda`` times the GPU paths
-(tdrl's torch scan, TorchRL's estimators, and tdrl's CPU kernel on a copy, round trip included).
+(tdrl's Triton and torch scans, TorchRL's estimators, and tdrl's CPU kernel on a copy, round
+trip included); ``--head-to-head 400`` times only GAE against Tianshou's kernel, in 400
+interleaved rounds (the figure to quote for that pair on a shared machine).
 """
 
 from __future__ import annotations
@@ -256,10 +258,66 @@ def rows_on_gpu(add: Add, x: dict[str, torch.Tensor], td: TensorDict) -> None:
         round_trip(vtrace, r, v, nv, lr, term, done, **kw))  # fmt: skip
 
 
+def head_to_head(b: int, t: int, rounds: int = 400, seed: int = 0) -> dict[str, list[float]]:
+    """GAE on CPU, tdrl against Tianshou's numba kernel, in interleaved rounds: each round calls
+    every implementation once, in a shuffled order, so a load that comes and goes (a shared
+    machine) or the order of calls (caches, the CPU's clock) weighs on all alike. Returns the
+    seconds of every call, by implementation."""
+    import random
+
+    x = make(b, t)
+    r, v, nv = x["reward"], x["value"], x["next_value"]
+    term, trunc, done = x["terminated"], x["truncated"], x["done"]
+    kernel, full = tianshou_calls(x)
+    ours = E.GAE(gamma=GAMMA, lmbda=LMBDA, value_network=None)
+    td = as_td(x)
+    calls: dict[str, Callable[[], object]] = {
+        "tdrl ops.gae (numba)": lambda: gae(
+            r, v, nv, term, done, truncated=trunc, gamma=GAMMA, lmbda=LMBDA
+        ),  # fmt: skip
+        "tdrl GAE module": lambda: ours(td.copy()),
+        "Tianshou _gae numba kernel": kernel,
+        "Tianshou compute_episodic_return": full,
+    }
+    for call in calls.values():
+        call()  # compile, warm the caches
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    order, shuffle = list(calls), random.Random(seed).shuffle
+    for _ in range(rounds):
+        shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def print_head_to_head(b: int, t: int, rounds: int) -> None:
+    times = head_to_head(b, t, rounds)
+    base = statistics.median(times["tdrl ops.gae (numba)"])
+    print(f"[{b}, {t}] GAE head to head, {rounds} interleaved rounds (shuffled order each round)")
+    print(f"  {'implementation':<40} {'median ms':>10} {'min ms':>8} {'ratio':>8}")
+    for name, sec in times.items():
+        med = statistics.median(sec)
+        print(f"  {name:<40} {med * 1e3:>10.3f} {min(sec) * 1e3:>8.3f} {med / base:>8.2f}")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: every op on the GPU")
-    device = parser.parse_args().device
+    parser.add_argument(
+        "--head-to-head", type=int, default=0, metavar="ROUNDS",
+        help="only GAE against Tianshou's kernel on CPU, in ROUNDS interleaved rounds",
+    )  # fmt: skip
+    args = parser.parse_args()
+    device = args.device
+    if args.head_to_head:
+        torch.set_num_threads(1)
+        print("GAE, float32, CPU, torch.set_num_threads(1); ratio = median / tdrl ops.gae's\n")
+        for b, t in ((64, 2048), (8, 256)):
+            print_head_to_head(b, t, args.head_to_head)
+        return
     torch.set_num_threads(1)
     where = "CPU" if device == "cpu" else torch.cuda.get_device_name(device)
     print(f"value estimators, float32, {where}, torch.set_num_threads(1); median ms per call;")
