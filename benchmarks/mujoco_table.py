@@ -1057,8 +1057,11 @@ deterministic episodes on a separate env every `eval_every` env steps (the recip
   at that checkpoint plus the resumed part; in the run conditions a resumed cell's load and
   date are those of its last segment. One REDQ cell is 600k gradient steps on 10 critics
   (update ratio 20): ~3 hours of one idle core by `benchmarks/updates.py`'s ~60 REDQ steps/s on
-  one thread, ~5 hours as the cells ran here (seed 0: 17837 s, with tests and reviews beside
-  it part of the time).
+  one thread, 4-5 hours as the cells ran here (seeds 0, 1, 2: 17837, 18310 and 14466 s, each
+  resumed from a checkpoint after a session's stop, with tests, reviews or another cell on the
+  other core part of the time). REDQ has no SB3 class and no published 30k figure; against
+  tdrl's SAC cells (update ratio 1) at their 30k evaluation (341, 306, 680: mean 442), REDQ's
+  1004.9 at 30k env steps is 2.3x, the sample efficiency its ratio of 20 is for.
 - Against Tianshou's published 1M figures (its metric is the peak column's: best against
   best), tdrl's PPO, TRPO and NPG are at or above on Hopper, HalfCheetah and Walker2d and
   below on Ant: PPO 1245.6 against 3258.4 (0.38x), TRPO 2322.2 against 2866.7 (0.81x), NPG
