@@ -1010,15 +1010,16 @@ HEADER = """\
 
 Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl` (one line per
 finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load);
-the table is being filled. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is
-`trpo.py --algo npg`), except TD3 and DDPG at 100k steps, which run the SB3 cells' settings:
-`--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3 --hidden-sizes 400 300` (their
-defaults, Tianshou's for 1M steps, spend 25k of the budget on random steps; see
-`recipes/td3.py`); SB3 2.9.2 (TRPO: sb3-contrib):
-rl-baselines3-zoo 2.9.2's hyperparameters for the algorithm and task (its v4 entries, run on
-v5). Evaluation, both libraries: 10
-deterministic episodes on a separate env every `eval_every` env steps (the recipe's default:
-20k on-policy, 10k off-policy) and at the end; one torch thread per run.
+every cell issue 19 asks for is in (2026-11-27): the on-policy algorithms on four tasks at 1M
+steps, SAC, TD3 and DDPG on Hopper and HalfCheetah at 100k, REDQ on Hopper at 30k, 3 seeds each,
+and SB3's PPO, TRPO, SAC, TD3 and DDPG on the same cells. tdrl: the recipe's own defaults
+(`recipes/<algo>.py`; NPG is `trpo.py --algo npg`), except TD3 and DDPG at 100k steps, which run
+the SB3 cells' settings: `--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3
+--hidden-sizes 400 300` (their defaults, Tianshou's for 1M steps, spend 25k of the budget on
+random steps; see `recipes/td3.py`); SB3 2.9.2 (TRPO: sb3-contrib): rl-baselines3-zoo 2.9.2's
+hyperparameters for the algorithm and task (its v4 entries, run on v5). Evaluation, both
+libraries: 10 deterministic episodes on a separate env every `eval_every` env steps (the
+recipe's default: 20k on-policy, 10k off-policy) and at the end; one torch thread per run.
 
 - final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's
   max over its evaluations, mean ± std over seeds; wall: mean seconds per run (envs, training
