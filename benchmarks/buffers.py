@@ -10,7 +10,7 @@ Batches, TensorDicts for TorchRL and tdrl, on device "cpu" as tdrl's ``VecEnv.st
 TorchRL's envs return them), pre-built in a pool of 64 chunks so that making data is not timed.
 The TensorDicts hold the transition content SB3 stores (observation, action, ("next",
 observation / reward / done / terminated / truncated): 7 leaves); the row "tdrl full batch"
-stores the whole 11-leaf collector layout of DESIGN.md (root flags, traj ids).
+stores the whole 11-leaf collector layout of docs/design.md (root flags, traj ids).
 One thread for torch (torch.set_num_threads(1)): the peers run single-threaded here too.
 Rows marked "(plain)" run tdrl with its fast paths off (``tdrl.set_fast(False)``, as
 ``TDRL_FAST=0``): the public-API twins of the compiled copies, so a reader sees what they buy.

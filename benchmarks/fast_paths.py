@@ -3,9 +3,9 @@
 Every row times one operation twice in the same process, in interleaved rounds (median of
 ``--rounds``): with all fast paths on, and with that one fast path replaced by its plain
 public-API twin (the rest left on); the last rows of each operation switch all of them off
-(``tdrl.set_fast(False)``, as ``TDRL_FAST=0``). DESIGN.md keeps a fast path only if it buys about
-1% of its step or more. Rows marked "dropped" time fast paths that were removed for buying less:
-they are rebuilt here only to show the figure.
+(``tdrl.set_fast(False)``, as ``TDRL_FAST=0``). docs/design.md keeps a fast path only if it
+buys about 1% of its step or more. Rows marked "dropped" time fast paths that were removed for
+buying less: they are rebuilt here only to show the figure.
 
 Operations (one CPU thread, subnormals flushed as in the recipes):
 - DQN gradient step: CartPole shapes, batch 64, 256x256 MLP, Huber, clip 10 (the recipe's loop).

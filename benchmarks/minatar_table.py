@@ -1,4 +1,4 @@
-"""The MinAtar benchmark table (issue 16): DQN and Rainbow on pixels, tdrl beside SB3's DQN.
+"""The MinAtar benchmark table: DQN and Rainbow on pixels, tdrl beside SB3's DQN.
 
 The cells, their JSON lines (``docs/benchmarks/minatar_table.jsonl``: one fsynced line per
 finished cell, done cells skipped), ``--jobs``, the subprocess per cell with one thread, the
@@ -9,16 +9,16 @@ algorithms with their settings, the tasks, SB3's DQN and the page's header.
 Settings: MinAtar's published DQN (Young & Tian 2019, arXiv 1903.03176; its examples/dqn.py) for
 every cell: batch 32, replay 100k, learning rate 2.5e-4, gamma 0.99, epsilon 1 -> 0.1 over 100k env
 steps (greedy in evaluation), a hard target copy every 1000 updates, 5k uniform random steps before
-learning, one update per env step, the Huber loss; the env's own sticky actions (0.1) and
-difficulty ramping. Where both libraries differ from the paper: Adam (eps 1e-8) instead of centered
-RMSprop (momentum 0.95, squared-gradient momentum 0.95, eps 0.01), the gradient norm clipped at 10
-(SB3's default), epsilon decaying from step 0 (the paper: from the end of the random steps, so 0.1
-at 105k), 500k env steps instead of 5M. tdrl: ``recipes/dqn.py``'s ``main(Config(...))`` with these
+learning, one update per env step, the Huber loss; the env's own sticky actions (0.1) and difficulty
+ramping. Where both libraries differ from the paper: Adam (eps 1e-8) instead of centered RMSprop
+(momentum 0.95, squared-gradient momentum 0.95, eps 0.01), the gradient norm clipped at 10 (SB3's
+default), epsilon decaying from step 0 (the paper: from the end of the random steps, so 0.1 at
+105k), 500k env steps instead of 5M. tdrl: ``recipes/dqn.py``'s ``main(Config(...))`` with these
 fields (``ALGOS``), the MinAtarCNN Q network the recipe picks on MinAtar frames (16 3x3 filters
-stride 1, a 128-unit layer), frames stored plainly (the recipe's ``store_frames_once``: frame-
-efficient storage only for stacks and large frames; cells before 2026-11-26 03:10 UTC stored them
-once, the same samples at about 15% more time a step), no checkpoints (a cell cut
-short starts over anyway). "dqn" is plain DQN as in the paper and SB3 (``double_dqn=False``);
+stride 1, a 128-unit layer), frames stored plainly (the recipe's ``store_frames_once``:
+frame-efficient storage only for stacks and large frames; storing these frames once, as the table's
+earliest cells did, draws the same samples at about 15% more time a step), no checkpoints (a cell
+cut short starts over anyway). "dqn" is plain DQN as in the paper and SB3 (``double_dqn=False``);
 "rainbow" is ``--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`` on the same
 settings, with the recipe's C51 support [0, 100] (Obando-Ceron & Castro 2021, arXiv 2011.14826, use
 ±100 on MinAtar) and PER alpha 0.6, beta 0.4 -> 1. SB3 (DQN only; SB3 has no Rainbow):
@@ -32,8 +32,8 @@ x 10, registered by ``tdrl.envs``).
 Evaluation, the same for both (mujoco_table's): 10 greedy episodes on 5 separate envs reset with
 seed + 10,000 every 25k env steps and at the end. Budget: 500k env steps.
 
-Speed, from 20k-step Breakout runs on this 2-core machine with 3-4 other jobs running (1-minute
-load 3-6), one thread, env steps/s between 10k and 20k (all learning): tdrl DQN 172, SB3 DQN
+Speed, from 20k-step Breakout runs on a 2-core machine with other jobs running (1-minute load
+3-6), one thread, env steps/s between 10k and 20k (all learning): tdrl DQN 172, SB3 DQN
 184, tdrl Rainbow 57 (C51 + noisy nets + PER). A 500k cell: about 48 min, 45 min and 2.4 h;
 the 18 cells (2 games x 3 seeds x {tdrl DQN, SB3 DQN, tdrl Rainbow}): about 24 h of one core,
 12 h with ``--jobs 2`` on two free cores.
@@ -148,18 +148,18 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
 
 
 HEADER = """\
-# MinAtar benchmark table (issue 16)
+# MinAtar benchmark table
 
 Written by `python benchmarks/minatar_table.py --render` from `minatar_table.jsonl` (one line
 per finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine
-load); all 18 cells ran (2026-11-25/26; the Rainbow cells before f568008, when a target copy
-also copied the online network's noise draw, so the target used it on the update after each
-copy: 1 in 1000). Every cell: MinAtar's published DQN settings (Young & Tian
+load). The Rainbow cells ran at commits before f568008, where a target copy also copied the
+online network's noise draw, so the target used it on the update after each copy (1 update in
+1000). Every cell: MinAtar's published DQN settings (Young & Tian
 2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99, epsilon
 1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random steps, one update a step),
 the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor is
 tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q; Rainbow: `--algo c51 --noisy
---dueling --prioritized --n-steps 3 --double-dqn`); SB3 2.9.2: `DQN` (no Rainbow there).
+--dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no Rainbow there).
 Evaluation, both libraries: 10 greedy episodes on a separate env every 25k env steps and at the
 end; one torch thread per run.
 

@@ -1,4 +1,4 @@
-"""The MuJoCo benchmark table (issue 19): tdrl's recipes and Stable-Baselines3, cell by cell.
+"""The MuJoCo benchmark table: tdrl's recipes and Stable-Baselines3, cell by cell.
 
 A cell is (library, algorithm, task, seed, env-step budget, evaluation protocol). Every finished
 cell appends one JSON line to ``docs/benchmarks/mujoco_table.jsonl`` (``--table``): the final
@@ -6,7 +6,7 @@ deterministic evaluation (mean and std over the episodes), the best evaluation d
 (the max over the periodic evaluations), the evaluation curve (steps, returns, stds, seconds),
 env steps, wall time, the git commit, the exact settings, library versions and how loaded the
 machine was (``os.getloadavg()`` at the start and end, ``--jobs`` and how many cells ran at
-once). A rerun skips the cells already in the file, so the table grows across sessions and
+once). A rerun skips the cells already in the file, so the table grows run by run and
 survives interruptions: a line is written (flushed and fsynced) only once its cell has finished;
 a cell cut short starts over next time, but a tdrl cell cut after one of its checkpoints resumes
 from it (its line says so under ``resumed``). The key of a cell holds no settings, so every
@@ -17,7 +17,7 @@ file), and settings a line has no record of (fields added since) are counted. ``
 runs N cells at a time, each in its own subprocess with one torch thread (OMP/MKL threads 1);
 cells are ordered seed by seed, library by library, so with ``--jobs 2`` tdrl and SB3 of one
 seed run side by side. Another table uses the same machinery through its own :class:`Suite`
-(algorithms, tasks, SB3 runs, page, files): ``benchmarks/minatar_table.py`` (issue 16) is one;
+(algorithms, tasks, SB3 runs, page, files): ``benchmarks/minatar_table.py`` is one;
 ``MUJOCO`` is this file's.
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
@@ -46,8 +46,8 @@ included, the recipe's defaults), for SB3 the last evaluation (SB3 logs nothing 
         --jobs 2                                                              # 100k steps
     python benchmarks/mujoco_table.py --algos redq --tasks Hopper-v5 --jobs 2   # REDQ: 30k
 
-(the issue's cells; without ``--tasks`` the off-policy algorithms run on all four tasks, and
-SB3's A2C cells, which the issue does not ask for, run with the on-policy line: add
+(the table's cells; without ``--tasks`` the off-policy algorithms run on all four tasks, and
+SB3's A2C cells, which the table does not hold, run with the on-policy line: add
 ``--libraries tdrl`` to leave them out)
     python benchmarks/mujoco_table.py --tasks Hopper-v5 --seeds 0 1 2 3 4 --dry-run
     python benchmarks/mujoco_table.py --render    # mujoco_table.md and mujoco_<task>.png
@@ -105,8 +105,7 @@ class Algo:
 # ones of the SB3 cells beside them (``_DETERMINISTIC`` below): learning from 10k steps on, lr
 # 1e-3, 400x300 nets; the rest (batch 256, noise 0.1, tau, gamma, TD3's delay and target noise)
 # is the same in both already, so the two libraries' cells differ only in their code. Stated in
-# recipes/td3.py and ddpg.py; tdrl TD3 HalfCheetah-v5 seed 0 had been run with them first
-# (docs/benchmarks/session_2026-11-26c.txt).
+# recipes/td3.py and ddpg.py.
 SHORT_BUDGET_DETERMINISTIC = (
     ("init_random_frames", 10_000), ("actor_lr", 1e-3), ("critic_lr", 1e-3),
     ("hidden_sizes", (400, 300)),
@@ -1006,20 +1005,20 @@ def fmt_steps(steps: int) -> str:
 
 
 HEADER = """\
-# MuJoCo benchmark table (issue 19)
+# MuJoCo benchmark table
 
 Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl` (one line per
-finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load);
-every cell issue 19 asks for is in (2026-11-27): the on-policy algorithms on four tasks at 1M
-steps, SAC, TD3 and DDPG on Hopper and HalfCheetah at 100k, REDQ on Hopper at 30k, 3 seeds each,
-and SB3's PPO, TRPO, SAC, TD3 and DDPG on the same cells. tdrl: the recipe's own defaults
-(`recipes/<algo>.py`; NPG is `trpo.py --algo npg`), except TD3 and DDPG at 100k steps, which run
-the SB3 cells' settings: `--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3
---hidden-sizes 400 300` (their defaults, Tianshou's for 1M steps, spend 25k of the budget on
-random steps; see `recipes/td3.py`); SB3 2.9.2 (TRPO: sb3-contrib): rl-baselines3-zoo 2.9.2's
-hyperparameters for the algorithm and task (its v4 entries, run on v5). Evaluation, both
-libraries: 10 deterministic episodes on a separate env every `eval_every` env steps (the
-recipe's default: 20k on-policy, 10k off-policy) and at the end; one torch thread per run.
+finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load).
+The cells: the on-policy algorithms on four tasks at 1M steps, SAC, TD3 and DDPG on Hopper and
+HalfCheetah at 100k, REDQ on Hopper at 30k, 3 seeds each, and SB3's PPO, TRPO, SAC, TD3 and DDPG
+on the same cells. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is `trpo.py --algo
+npg`), except TD3 and DDPG at 100k steps, which run the SB3 cells' settings:
+`--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3 --hidden-sizes 400 300` (their
+defaults, Tianshou's for 1M steps, spend 25k of the budget on random steps; see
+`recipes/td3.py`); SB3 (TRPO: sb3-contrib): rl-baselines3-zoo 2.9.2's hyperparameters for the
+algorithm and task (its v4 entries, run on v5). Evaluation, both libraries: 10 deterministic
+episodes on a separate env every `eval_every` env steps (the recipe's default: 20k on-policy,
+10k off-policy) and at the end; one torch thread per run.
 
 - final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's
   max over its evaluations, mean ± std over seeds; wall: mean seconds per run (envs, training
@@ -1040,13 +1039,10 @@ recipe's default: 20k on-policy, 10k off-policy) and at the end; one torch threa
   hyperparameters on gym v3 tasks, then its deterministic policy over ~150k steps: mean ± std
   over those episodes; n/a where the zoo has no MuJoCo entry (DDPG: PyBullet only; A2C: not on
   Ant and Walker2d; NPG, REINFORCE and REDQ: not in SB3).
-- Cells whose recipe defaults changed after they ran are kept, with their settings, in
-  `mujoco_table_superseded.jsonl` (PPO before reward scaling became its default: on Ant its
-  mean final was 1874.6 then, 1180.6 now; TRPO and NPG before return scaling became theirs),
-  and so are runs of settings tried and not adopted (A2C with `--scale-rewards`, 2026-11-26)
-  and TD3 at the recipe's defaults and at a first preset with 256x256 nets (2026-11-26) and A2C
-  without value-target scaling (before it became the default, 2026-11-26). The A2C runs
-  with it came from branch a2c-vts (commit 8db8916, merged), beside another cell (load 3).
+- Lines of settings that are not the recipes' defaults are kept, with their settings, in
+  `mujoco_table_superseded.jsonl`: PPO without reward scaling (on Ant its mean final was 1874.6,
+  against 1180.6 with it), TRPO and NPG without return scaling, A2C with `--scale-rewards` and
+  A2C without value-target scaling, TD3 at the recipe's 1M defaults and with 256x256 nets.
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant
@@ -1055,31 +1051,28 @@ recipe's default: 20k on-policy, 10k off-policy) and at the end; one torch threa
 - REDQ cells checkpoint every 3k steps (the recipe's 100k would be only the last), so a cell cut
   (the driver or its process stopped) resumes from its checkpoint while its run folder (under
   /tmp) is there; a resumed cell's line says so (`resumed`), and its wall time is the run's clock
-  at that checkpoint plus the resumed part; in the run conditions a resumed cell's load and
-  date are those of its last segment. One REDQ cell is 600k gradient steps on 10 critics
-  (update ratio 20): ~3 hours of one idle core by `benchmarks/updates.py`'s ~60 REDQ steps/s on
-  one thread, 4-5 hours as the cells ran here (seeds 0, 1, 2: 17837, 18310 and 14466 s, each
-  resumed from a checkpoint after a session's stop, with tests, reviews or another cell on the
-  other core part of the time). REDQ has no SB3 class and no published 30k figure; against
-  tdrl's SAC cells (update ratio 1) at their 30k evaluation (341, 306, 680: mean 442), REDQ's
-  1004.9 at 30k env steps is 2.3x, the sample efficiency its ratio of 20 is for.
+  at that checkpoint plus the resumed part; in the run conditions a resumed cell's load is that
+  of its last segment. One REDQ cell is 600k gradient steps on 10 critics (update ratio 20):
+  ~3 hours of one idle core at `benchmarks/updates.py`'s ~60 REDQ steps/s on one thread, more
+  with other work on the machine (the wall column). REDQ has no SB3 class and no published 30k
+  figure; against tdrl's SAC cells (update ratio 1) at their 30k evaluation (341, 306, 680: mean
+  442), REDQ's 1004.9 at 30k env steps is 2.3x, the sample efficiency its ratio of 20 is for.
 - Against Tianshou's published 1M figures (its metric is the peak column's: best against
   best), tdrl's PPO, TRPO and NPG are at or above on Hopper, HalfCheetah and Walker2d and
   below on Ant: PPO 1245.6 against 3258.4 (0.38x), TRPO 2322.2 against 2866.7 (0.81x), NPG
   2322.2 against 2358.0 (0.985x; its mean of per-seed bests, 2371.2, is above, but the peak is
-  the comparable figure). Three of four tasks each: the issue's bar.
+  the comparable figure).
 - TRPO Walker2d, the one row where tdrl's mean final and mean best are below SB3's: final
   3995.6 against 4460.8 (0.90x, -465.2), best 4173.9 against 4740.1 (0.88x, -566.2); seeds 0
   and 2 are behind (0.79x, 0.87x), seed 1 ahead (1.08x). tdrl's recipe with the zoo's TRPO
   settings instead (2 envs x 1024 steps, critic minibatches of 128, constant lr, 25 CG
-  iterations, log-std 0)
-  ended seed 0 at 966.3 and seed 1 at 3874.5 (defaults: 3842.2, 3769.9), so the recipe keeps its
-  defaults (docs/benchmarks/session_2026-11-27.txt; not table cells).
+  iterations, log-std 0) ended seed 0 at 966.3 and seed 1 at 3874.5 (defaults: 3842.2,
+  3769.9; runs outside the table), so the recipe keeps its defaults.
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
   side by side (together 0%, 0%, 2%). Run side by side for 30k steps (seeds 0 and 1, `--jobs 2
-  --steps 30000`, 2026-11-27; not table cells), tdrl took 463 and 469 s, SB3 515 and 499 s
-  (0.90x, 0.94x); from the 10k to the 30k evaluation (20k update steps, two evaluations): 449
-  and 455 s against 500 and 488 s (docs/benchmarks/session_2026-11-27b.txt).
+  --steps 30000`; runs outside the table), tdrl took 463 and 469 s, SB3 515 and 499 s (0.90x,
+  0.94x); from the 10k to the 30k evaluation (20k update steps, two evaluations): 449 and 455 s
+  against 500 and 488 s.
 """
 
 
@@ -1091,12 +1084,39 @@ def run_commits(line: dict[str, Any]) -> str:
     return f"{first}→{last}" if first and not last.startswith(first) else last
 
 
+def versions_and_machine(runs: Iterable[dict[str, Any]]) -> str:
+    """The page's one statement of the versions each library's lines recorded (every version
+    seen, where a package has several) and of the machine (CPUs, ``os.cpu_count()``)."""
+    found: dict[str, dict[str, set[str]]] = {}
+    cpus: set[int] = set()
+    for run in runs:
+        packages = found.setdefault(run["library"], {})
+        for name, version in (run.get("versions") or {}).items():
+            packages.setdefault(name, set()).add(str(version))
+        if run.get("cpus"):
+            cpus.add(int(run["cpus"]))
+    libraries = "; ".join(
+        f"{library}: " + ", ".join(f"{name} {' / '.join(sorted(v))}" for name, v in seen.items())
+        for library, seen in found.items()
+        if seen
+    )
+    machine = " or ".join(map(str, sorted(cpus))) or "unknown"
+    return f"Versions: {libraries or 'not recorded'}. Machine: {machine} CPUs.\n"
+
+
 def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
     """The table (one row per task, algorithm and budget) and the run conditions."""
     groups = summarize(lines, suite)
     left_out = table_lines(lines)[1]
     reference = [title for title, _ in suite.references]  # columns of published figures
     out = [suite.header]
+    if groups:
+        out.append(
+            versions_and_machine(
+                run for libraries in groups.values() for by_seed in libraries.values()
+                for run in by_seed.values()
+            )
+        )  # fmt: skip
     if left_out:
         reasons = Counter(left_out)
         out.append(
@@ -1138,11 +1158,11 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
         "",
         "Run conditions: seeds, commits (`+` when tracked files differed from it), cells run "
         "at once (`--jobs`; most running when one started), mean 1-minute load average at the "
-        "start and end of the runs, CPUs, dates.",
+        "start and end of the runs.",
         "",
         "| task | algorithm | steps | library | seeds | commits | jobs (most at once) "
-        "| load start → end | CPUs | dates |",
-        "|---|---|---:|---|---|---|---|---|---:|---|",
+        "| load start → end |",
+        "|---|---|---:|---|---|---|---|---|",
     ]
     for (task, algorithm, steps), libraries in groups.items():
         for library, by_seed in libraries.items():
@@ -1150,14 +1170,11 @@ def markdown(lines: list[dict[str, Any]], suite: Suite) -> str:
             commits = sorted({run_commits(r) for r in runs})
             start = statistics.fmean(r["load_start"][0] for r in runs)
             end = statistics.fmean(r["load_end"][0] for r in runs)
-            starts = [(r["date"], r.get("resumed", {}).get("first_date")) for r in runs]
-            dates = sorted(d[:10] for pair in starts for d in pair if d)
             out.append(
                 f"| {task} | {display_name(algorithm)} | {fmt_steps(steps)} | {library} "
                 f"| {','.join(map(str, sorted(by_seed)))} | {' '.join(commits)} "
                 f"| {max(r['jobs'] for r in runs)} ({max(r['running_at_start'] for r in runs)}) "
-                f"| {start:.2f} → {end:.2f} | {max(r['cpus'] or 0 for r in runs)} "
-                f"| {dates[0]}{' – ' + dates[-1] if dates[-1] != dates[0] else ''} |"
+                f"| {start:.2f} → {end:.2f} |"
             )
     return "\n".join(out) + "\n"
 

@@ -1,4 +1,4 @@
-"""The offline RL table (issue 17): tdrl's six offline algorithms on tdrl-made D4RL-style
+"""The offline RL table: tdrl's six offline algorithms on tdrl-made D4RL-style
 datasets, beside TorchRL's CQL and IQL and Tianshou's CQL trained on the same data.
 
 A cell is (library, algorithm, dataset, seed, gradient-step budget, evaluation protocol): a
@@ -52,7 +52,7 @@ evaluations every 5k it jumped from 593 at 65k to 2846 at 70k, hence the 1k). Da
 100k steps, 96 complete episodes of 3311.2 +- 3.0; medium 100k steps, 220 complete episodes of
 1092.8 +- 652.9 (score 32.6: a third of the expert, as D4RL's); medium-replay 44k steps, 720
 episodes; random 100k steps, 4475 complete episodes of 17.7 +- 17.7. 335 s for the medium run.
-HalfCheetah-v5's (commit 7f84b7d, 2026-11-25, beside two other jobs): the expert is PPO seed 0
+HalfCheetah-v5's (commit 7f84b7d): the expert is PPO seed 0
 at 1M steps (the recipe's defaults of 8eb6ebc; final evaluation 7060.8 = ref_max, 1915 s at
 nice 10); random: -268.7 (ref_min); the medium SAC run stopped at 24k steps (evaluation 1509 at
 23k, 2381.5 at 24k; 340 s). Datasets: expert 100k steps, 96 complete episodes of 6838.9 +- 898.5;
@@ -499,20 +499,19 @@ def steps_per_second(line: dict[str, Any]) -> float:
 
 
 HEADER = """\
-# Offline RL table (issue 17)
+# Offline RL table
 
 Written by `python benchmarks/offline_table.py --render` from `offline_table.jsonl` (one line
 per finished cell: library, algorithm, dataset, seed, gradient-step budget, curve, references,
-settings, commit, machine load); the table is being filled. Datasets: tdrl's own D4RL-style
+settings, commit, machine load). Datasets: tdrl's own D4RL-style
 Minari datasets (`--make-datasets`: expert, medium, medium-replay and random of Hopper-v5, made
 with tdrl's PPO and SAC; see the driver's docstring), so the absolute scores are not those of
-D4RL's datasets. tdrl: `recipes/offline.py`'s defaults; TorchRL 0.14.1: `CQLLoss`/`IQLLoss` with
-its sota-implementations' offline settings; Tianshou 2.0.1: `CQL` with its
+D4RL's datasets. tdrl: `recipes/offline.py`'s defaults; TorchRL: `CQLLoss`/`IQLLoss` with
+its sota-implementations' offline settings; Tianshou: `CQL` with its
 `examples/offline/d4rl_cql.py` settings (no IQL there). Evaluation, every library: 10
 deterministic episodes on a separate env every `eval_every` gradient steps and at the end, one
-torch thread per run, one run at a time. Lines of cells whose recipe defaults changed since
-(TD3+BC without its state normalization, before 2026-11-25) are kept in
-`offline_table_superseded.jsonl`.
+torch thread per run, one run at a time. Lines of settings that are not the recipe's defaults
+(TD3+BC without its state normalization) are kept in `offline_table_superseded.jsonl`.
 
 - score: D4RL's normalized return, `100 * (return - random) / (expert - random)` with the
   dataset's stored references (random: 100 uniform random episodes; expert: the expert run's
@@ -559,12 +558,11 @@ def ordering(groups: dict[mt.Group, Any]) -> list[str]:
 
 
 def conditions(runs: list[dict[str, Any]]) -> str:
-    """Commits (``+``: tracked files differed), mean 1-minute load at the start and end, and
-    dates of ``runs``, as three table cells."""
+    """Commits (``+``: tracked files differed) and mean 1-minute load at the start and end of
+    ``runs``, as two table cells."""
     commits = sorted({(r["commit"] or "?")[:8] + "+" * r["dirty"] for r in runs})
     load = [statistics.fmean(r[key][0] for r in runs) for key in ("load_start", "load_end")]
-    dates = sorted({r["date"][:10] for r in runs})
-    return f"{' '.join(commits)} | {load[0]:.2f} → {load[1]:.2f} | {' – '.join(dates)}"
+    return f"{' '.join(commits)} | {load[0]:.2f} → {load[1]:.2f}"
 
 
 def paper_ordering(names: set[str]) -> list[str]:
@@ -584,6 +582,12 @@ def markdown(lines: list[dict[str, Any]]) -> str:
     out = [HEADER]
     if not groups:
         return "\n".join([*out, "No cell has finished yet.\n"])
+    out.append(
+        mt.versions_and_machine(
+            run for libraries in groups.values() for by_seed in libraries.values()
+            for run in by_seed.values()
+        )
+    )  # fmt: skip
     out += [
         "| dataset | algorithm | steps | tdrl final | tdrl best | seeds | wall s "
         "| TorchRL final | TorchRL best | seeds | wall s | Tianshou final | Tianshou best "
@@ -610,9 +614,9 @@ def markdown(lines: list[dict[str, Any]]) -> str:
         "",
         "References, speeds and run conditions (commits with `+` when tracked files differed):",
         "",
-        "| dataset | algorithm | library | random | expert | steps/s | commits | load start → end "
-        "| dates |",
-        "|---|---|---|---:|---:|---:|---|---|---|",
+        "| dataset | algorithm | library | random | expert | steps/s | commits "
+        "| load start → end |",
+        "|---|---|---|---:|---:|---:|---|---|",
     ]
     runs_of = [
         (dataset, TITLES.get(algorithm, algorithm), library, list(by_seed.values()))

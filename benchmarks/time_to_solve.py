@@ -26,7 +26,7 @@ Two comparisons per algorithm and task:
   * same settings: tdrl with SB3's zoo hyperparameters mapped onto the recipe's config
     (``sb3_settings``) against SB3: the library overhead alone.
 
-The distributional DQN variants (issue 16: ``c51``, ``qrdqn``, ``iqn``, ``rainbow``, and ``fqf``
+The distributional DQN variants (``c51``, ``qrdqn``, ``iqn``, ``rainbow``, and ``fqf``
 once recipes/dqn.py has it) run on CartPole-v1 with DQN's protocol and budget: recipes/dqn.py's
 defaults (``--algo``) against Tianshou's tests; sb3-contrib has only QR-DQN (with rl-zoo3's
 settings, so QR-DQN also gets the "same settings" pair).
@@ -90,7 +90,7 @@ def c51_takes_dueling() -> bool:
     return True
 
 
-# The distributional variants of recipes/dqn.py (issue 16); "rainbow" is --algo c51 with noisy
+# The distributional variants of recipes/dqn.py; "rainbow" is --algo c51 with noisy
 # nets, prioritized replay, 3-step returns, double Q and, where the recipe has it, dueling.
 DISTRIBUTIONAL = ["c51", "qrdqn", "iqn", "rainbow"] + (["fqf"] if dqn_has("fqf") else [])
 RAINBOW_DUELING = c51_takes_dueling()
@@ -308,8 +308,8 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # docstrings, docs/benchmarks/distributional_cartpole.txt); IQN takes 8 online and 8
     # target fractions. Rainbow: --algo c51 --noisy --prioritized --n-steps 3 --double-dqn,
     # plus --dueling where the recipe has a per-atom dueling head (``RAINBOW_DUELING``).
-    # 2026-11-25, tuned on seeds 100-102 (median seconds and env steps to solve, 60k-step cap,
-    # load ~3; docs/benchmarks/session_2026-11-25e.txt): QR-DQN's defaults (25 quantiles)
+    # Tuned on seeds 100-102 (median seconds and env steps to solve, 60k-step cap, a loaded
+    # machine): QR-DQN's defaults (25 quantiles)
     # 24.6 s, 24k; 3-step 26.6 s, 26k; 10 quantiles 18.6 s, 26k (chosen); 10 quantiles and
     # 3-step 29.9 s, 28k; the zoo's settings 16.9 s, 26k (within the noise of the chosen one;
     # they are the "same settings" row). Rainbow as above (256x256, every layer noisy) 104 s,

@@ -1,15 +1,10 @@
 """Soft actor-critic (Haarnoja et al. 2018, arXiv 1801.01290, 1812.05905) on MuJoCo.
 
-Defaults follow Tianshou's published MuJoCo SAC benchmark (examples/mujoco/mujoco_sac.py and its
-README): actor and critic lr 1e-3, automatic entropy tuning (target -|A|, alpha lr 3e-4, alpha
-starting at 1), tau 0.005, gamma 0.99, batch 256, 256x256 ReLU MLPs, 10k uniform random steps
-before learning, 1 env, 1 gradient step per env step, a 1M replay buffer. Where tdrl differs:
-the twin critics are one batched ensemble (the same maths), the actor's log-std is bounded softly
-into [-5, 2] by a tanh (Tianshou clamps it to [-20, 2]), and all three parameter groups share one
-Adam with per-group learning rates (the same updates as three Adams). Entropy units: log-densities
-are those of the env's action box (as TorchRL's), so "auto" (-|A|) asks for less entropy than
-SB3's and Tianshou's -|A| in the squashed [-1, 1] box when the box is wider; their target is
-``-|A| + sum log((high - low) / 2)`` here (--target-entropy; equal on MuJoCo's [-1, 1] boxes).
+Defaults are Tianshou's MuJoCo SAC benchmark (examples/mujoco/mujoco_sac.py): lr 1e-3 for actor
+and critics, automatic entropy tuning (target -|A|, alpha lr 3e-4, alpha starting at 1), tau
+0.005, gamma 0.99, batch 256, 256x256 ReLU MLPs, 10k random steps, 1 env, 1 gradient step per env
+step, a 1M buffer. The twin critics are one batched ensemble, and one Adam holds a group per
+part (the same updates as one Adam each).
 
     python recipes/sac.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/sac.py --env-id Pendulum-v1 --total-frames 20000 --init-random-frames 1000
@@ -17,43 +12,81 @@ SB3's and Tianshou's -|A| in the squashed [-1, 1] box when the box is wider; the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tdrl import trainers
+from tdrl.data import ReplayBuffer, transitions
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import SACLoss
+from tdrl.objectives import SACLoss, SoftUpdate, total_loss
+from tdrl.trainers.config import (
+    ActorCriticConfig,
+    EntropyConfig,
+    ReplayConfig,
+    RunConfig,
+    WorkersConfig,
+)
 
 
-@dataclass(frozen=True)
-class Config(trainers.EntropyConfig):
-    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="HalfCheetah-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
+        log_every=1_000, checkpoint_every=100_000,
+    )  # fmt: skip
+    workers: WorkersConfig = WorkersConfig()
+    replay: ReplayConfig = ReplayConfig()
+    ac: ActorCriticConfig = ActorCriticConfig()
+    entropy: EntropyConfig = EntropyConfig()
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg, actions="continuous")
+    env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
+    device = cfg.run.torch_device
 
     # 2. networks: a tanh-Gaussian actor and twin critics in one batched ensemble
-    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
-    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.hidden_sizes)
+    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
+    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
 
-    # 3. loss (trainers.run_actor_critic: one fused Adam, a group per network, and a buffer)
+    # 3. loss, target update, optimizer (a group per part), buffer, collector
     loss = SACLoss(
-        actor,
-        critic,
-        alpha_init=cfg.alpha_init,
-        target_entropy=cfg.entropy_target(),
-        gamma=cfg.gamma,
+        actor, critic, alpha_init=cfg.entropy.alpha_init,
+        target_entropy=cfg.entropy.entropy_target(), gamma=cfg.ac.gamma,
+    ).to(device)  # fmt: skip
+    target = SoftUpdate(loss, tau=cfg.ac.tau)
+    optimizer = trainers.adam(
+        (actor.parameters(), cfg.ac.actor_lr),
+        (critic.parameters(), cfg.ac.critic_lr),
+        ([loss.log_alpha], cfg.entropy.alpha_lr),
     )
-    # 3b. device, optimiser, buffer, collector (trainers.run_actor_critic), then
-    # 4. loop: one step per env -> store -> gradient steps at the update ratio
-    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.run_actor_critic(
-        cfg, "SAC", loss, env, eval_env, actor=actor, critic=critic, log_alpha=loss.log_alpha
-    )
+    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
+    collector = trainers.make_collector(
+        cfg.run, env, actor, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
+        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
+    )  # fmt: skip
+
+    # 4. the loop: store each batch, then the gradient steps due at the update ratio
+    state = {"loss": loss, "optimizer": optimizer}
+    with trainers.Run.from_config(
+        cfg.run, "SAC", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            out = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                out = loss(buffer.sample(cfg.replay.batch_size))
+                trainers.optimizer_step(total_loss(out), optimizer)
+                target.step()
+                run.updates += 1
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(out)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

@@ -121,9 +121,8 @@ class EnsembleLinear(nn.Module):
             flat = x if x.dim() == 3 else x.reshape(e, -1, self.in_features)
         if self.out_features == 1:
             # A value head: as a batched matrix-vector product (MKL gemm with one output column)
-            # it runs ~5x slower than a multiply-and-sum, forward and backward (167 vs 30 us
-            # forward, 529 vs 130 us with backward; E=2, B=256, 256 inputs, one thread). That
-            # is ~7% of a SAC gradient step (benchmarks/updates.py).
+            # it runs ~5x slower than a multiply-and-sum, forward and backward: ~7% of a SAC
+            # gradient step (benchmarks/updates.py).
             out = (flat * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
         else:
             out = torch.baddbmm(bias, flat, weight)

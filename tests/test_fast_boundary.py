@@ -1,6 +1,6 @@
-"""The fast-path boundary (DESIGN.md, "Fast paths"): private torch / tensordict APIs, ctypes and
-raw pointers appear in ``tdrl/_fast/`` only. import-linter forbids the ``ctypes`` import outside
-it; this scan catches the attribute-level uses an import graph cannot show."""
+"""The fast-path boundary (docs/design.md, "Fast paths"): private torch / tensordict APIs, ctypes
+and raw pointers appear in ``tdrl/_fast/`` only. import-linter forbids the ``ctypes`` import
+outside it; this scan catches the attribute-level uses an import graph cannot show."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """tdrl's fast paths: the one package allowed to use private torch / tensordict APIs, ctypes or
-raw pointers (DESIGN.md, "Fast paths").
+raw pointers (docs/design.md, "Fast paths").
 
 Every function in this package is the twin of a plain function written with public APIs in the
 normal layer. The plain one is what a reader meets first; it calls its twin here only when

@@ -1,10 +1,10 @@
 """Fast twins of the gradient step's parts (``tdrl.trainers.optim``): Adam's update, gradient
 clipping and zeroing without torch's per-call Python layers.
 
-On one CPU thread a DQN gradient step at batch 64 takes about 1 ms; torch's optimizer machinery
-around its two kernels (profiler scope, hook dispatch, ``_init_group``, device grouping) adds
-about 0.1 ms, its clip_grad_norm_ about 0.04 ms and zero_grad about 0.02 ms
-(``benchmarks/fast_paths.py`` measures each against its plain twin).
+On one CPU thread torch's optimizer machinery around Adam's kernels (profiler scope, hook
+dispatch, ``_init_group``, device grouping), its clip_grad_norm_ and its zero_grad together add
+over a tenth to a small network's gradient step (``benchmarks/fast_paths.py`` measures each
+against its plain twin).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Fast twin of calling a policy on the collector's TensorDict: the module on its tensors.
 
 A plain ``TensorDictModule`` reads its in-keys, calls its module and writes its out-keys. Calling
-the module on the tensors directly gives the same outputs without ~50 us of TensorDict reads and
-writes per vector step (most of the collector's own per-step cost on 2 CPU cores). Equal to
+the module on the tensors directly gives the same outputs without the TensorDict reads and writes
+per vector step (most of the collector's own per-step cost on CPU). Equal to
 ``policy(td)`` followed by reading the out-keys (tests/collectors/test_collector.py, over the
 ``fast_mode`` fixture). Anything but a plain module (subclasses, hooks, kwargs, a method, renamed
 or dropped outputs) goes through ``policy(td)``.

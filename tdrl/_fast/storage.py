@@ -4,8 +4,8 @@
 contiguous CPU tensors with one step per stream (or steps of the single stream) that does not
 wrap around; ``RowCopier.gather`` is the twin of one ``index_select`` per leaf. Both copy the
 same bytes (tests/data/test_fast_extend.py, over the ``fast_mode`` fixture). The saving is
-Python work per leaf: ~3.5 us of ``index_select`` overhead per leaf on sample, ~1 us per leaf
-on add (``benchmarks/buffers.py`` prints the fast and plain rates side by side).
+Python work per leaf, on sample and on add (``benchmarks/buffers.py`` prints the fast and plain
+rates side by side).
 
 Checks stay: every call compares each leaf's (dtype, shape, on CPU) with the layout validated
 by the checked path for this batch size, and contiguity (and the negative bit of one-element
@@ -38,8 +38,8 @@ _LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3
 
 @numba.njit(nogil=True)  # not cached: numba cannot cache a function calling a ctypes pointer
 def _write_rows(counters: np.ndarray, geom: np.ndarray, src: tuple[int, ...], steps: int) -> bool:
-    # One compiled call for all leaves (a ctypes memmove per leaf from Python costs ~0.6 us
-    # each), with the cursor bookkeeping. False, nothing written, when the steps would wrap or
+    # One compiled call for all leaves (a ctypes memmove per leaf from Python would pay a
+    # Python call per leaf), with the cursor bookkeeping. False, nothing written, when the steps would wrap or
     # a source has no data of its own (a wrapper tensor subclass: data_ptr 0).
     cursor, length, S, n = counters[0], geom[_LENGTH], geom[_STREAMS], geom[_LEAVES]
     if cursor + steps > length:
@@ -75,10 +75,9 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
     """Python source of a write function specialised to ``keys``, and the names it reads.
 
     Unrolled per leaf (fetch, then ``dtype is``, ``shape ==``, ``is_cpu`` unless the batch's
-    device is the CPU, ``is_contiguous()``, ``data_ptr()``): about 0.45 us less per call of 7
-    leaves than ``map`` over attrgetters (the standard library's dataclasses generate code the
-    same way). Key strings are passed as
-    bound names, never pasted into the source.
+    device is the CPU, ``is_contiguous()``, ``data_ptr()``): faster than ``map`` over
+    attrgetters (the standard library's dataclasses generate code the same way). Key strings
+    are passed as bound names, never pasted into the source.
     """
     names: dict[str, Any] = {}
     nodes: dict[tuple[str, ...], str] = {(): "d0"}
@@ -203,8 +202,8 @@ class RowCopier:
             if shape.numel() == 1:
                 # A real tensor carries the negative bit when it is the ``.imag`` of a conjugated
                 # complex one; its elements then sit two apart, so only a one-element one passes
-                # ``is_contiguous``, and its raw bytes are the value's negation. (~0.1 us; other
-                # leaves skip it. ``as_strided`` over such a view, or ``torch._neg_view``, could
+                # ``is_contiguous``, and its raw bytes are the value's negation. (Other leaves
+                # skip the check. ``as_strided`` over such a view, or ``torch._neg_view``, could
                 # make a longer one: not checked.)
                 shape_checks[f"shape{i}"] += f" and not x{i}.is_neg()"
         exec(self._source.format(**shape_checks), namespace)  # our generated source
@@ -230,7 +229,7 @@ class RowCopier:
             ]  # on the CPU whatever torch's default device (the copies are host memmoves)
             if len(self._protos) < 16:  # bounded: batch sizes seldom vary
                 self._protos[n] = protos
-        # empty_like of a cached [B, *F] tensor: ~0.7 us, torch.empty(shape, dtype) ~1.5
+        # empty_like of a cached [B, *F] tensor: about half the cost of torch.empty(shape, dtype)
         out = list(map(torch.empty_like, protos))
         if _gather_rows(self._geom, tuple(map(_data_ptr, out)), index.numpy()):
             return out

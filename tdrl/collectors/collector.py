@@ -17,7 +17,7 @@ from tdrl.envs import VecEnv, env_state, load_env_state
 
 class Collector:
     """Iterates over ``[num_envs, T]`` rollouts of ``policy`` in ``env`` (T = frames_per_batch /
-    num_envs), in TorchRL's layout (DESIGN.md, "Data"), time last and named ``"time"``.
+    num_envs), in TorchRL's layout (docs/design.md, "Data"), time last and named ``"time"``.
 
     Each batch holds the observation keys, ``"action"`` and whatever else the policy wrote
     (``"loc"``, ``"scale"``, ``"action_log_prob"``, ...), the root flags (all False: with same-step

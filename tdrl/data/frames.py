@@ -137,7 +137,7 @@ class FrameStore:
 
     def _newest_done(self, storage: StreamStorage | None) -> Tensor:
         """Whether each stream's stored newest step is done, as the storage's flags say now.
-        A step marked done after it was written (``tdrl.trainers.truncate_streams`` at a
+        A step marked done after it was written (``tdrl.data.truncate_streams`` at a
         resume) gets its held next frame moved into the final-frame ring first."""
         assert storage is not None and storage.size > 0
         S = storage.num_streams

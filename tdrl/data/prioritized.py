@@ -20,7 +20,7 @@ def _numpy(x: Tensor | np.ndarray | Any) -> np.ndarray:
     if isinstance(x, Tensor):
         if x.dtype == torch.bfloat16:  # numpy has no bfloat16
             x = x.float()
-        # .numpy() directly when it can (~1 us); detach/cpu each cost about as much again
+        # .numpy() directly when it can: detach and cpu would each cost about as much again
         x = x.numpy() if x.is_cpu and not x.requires_grad else x.detach().cpu().numpy()
     return np.asarray(x).reshape(-1)
 

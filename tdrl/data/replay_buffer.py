@@ -28,7 +28,8 @@ class ReplayBuffer:
     """Circular replay buffer of TensorDict transitions, stored per env stream.
 
     ``extend(td)`` takes ``[S]`` batches (one step of each of ``S`` env streams, SB3's and
-    Tianshou's vector-buffer convention) or ``[S, T]`` rollouts (DESIGN.md's collector layout).
+    Tianshou's vector-buffer convention) or ``[S, T]`` rollouts (the collector layout:
+    docs/design.md, "Data").
     ``num_streams=None`` infers ``S`` from the first batch: ``[N, T] -> N``, a 1-D ``[T]`` batch
     -> 1 stream of T consecutive steps (a TorchRL collector over one env). Each stream keeps
     ``capacity // S`` steps; a batch longer than that keeps its newest steps.
@@ -82,10 +83,9 @@ class ReplayBuffer:
             if isinstance(generator, np.random.Generator)
             else np.random.default_rng(generator)
         )
-        # Uniform indices: torch.randint on its own generator, not numpy's. A whole DQN update
-        # step (sample, loss, backward, Adam; batch 64, benchmarks/updates.py's shapes) is then
-        # 3.4-3.8% faster, ~27 us, in 15 interleaved A/B rounds of 1000 steps, though the draw
-        # alone is only ~2 us cheaper: measured, not explained (cache effects, presumably).
+        # Uniform indices: torch.randint on its own generator, not numpy's: a whole DQN update
+        # step (benchmarks/updates.py) is a few percent faster, more than the draw alone saves
+        # (cache effects, presumably).
         self.index_generator = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
         self._storage: StreamStorage | None = None
         # Disk-backed storage: the leaves live in memory-mapped files under this folder.
@@ -114,8 +114,8 @@ class ReplayBuffer:
         if steps and self._hooked:
             self._written(steps)
 
-    # Whether a subclass needs :meth:`_written`: the plain buffer skips the call (~0.1 us of the
-    # ~4 us of an ``extend``, the per-step add that benchmarks/buffers.py times against SB3).
+    # Whether a subclass needs :meth:`_written`: the plain buffer skips the call (a few percent
+    # of an ``extend``, the per-step add that benchmarks/buffers.py times against SB3).
     _hooked = False
 
     def _written(self, steps: int) -> None:
@@ -241,12 +241,13 @@ class ReplayBuffer:
 
         A slice never crosses an episode end (only its last step may be done) nor the newest
         stored step. Its last step is marked ``("next", "truncated")`` and ``("next", "done")``
-        when the episode goes on, so no estimator leaks past it (DESIGN.md). Episodes shorter
-        than L are never sampled. ``frame_stack = k > 1`` replaces each observation entry
-        (``observation_keys``, default: every root entry with a ``("next", ...)`` twin, so the
-        keys of a dict observation each) and its ``("next", ...)`` twin by the last k
-        observations ``[B, L, k, *obs]`` (oldest first), repeating the episode's first
-        observation instead of reaching into the previous episode. ``"index"`` is ``[B, L]``.
+        when the episode goes on, so no estimator leaks past it (docs/design.md, "Episode
+        ends"). Episodes shorter than L are never sampled. ``frame_stack = k > 1`` replaces each
+        observation entry (``observation_keys``, default: every root entry with a
+        ``("next", ...)`` twin, so the keys of a dict observation each) and its ``("next", ...)``
+        twin by the last k observations ``[B, L, k, *obs]`` (oldest first), repeating the
+        episode's first observation instead of reaching into the previous episode. ``"index"``
+        is ``[B, L]``.
         A frame-efficient buffer (``frame_keys``) returns its own stacks, in the env's layout,
         and takes no ``frame_stack`` here.
         """

@@ -2,7 +2,7 @@
 
 envpool (Weng et al. 2022, arXiv 2206.10558) resets an ended env on the *next* step (gymnasium's
 ``NEXT_STEP`` autoreset: that step ignores the action and returns the reset observation). tdrl's
-contract is the same-step one (DESIGN.md, "Episode ends"), so this adapter resets the envs that
+contract is the same-step one (docs/design.md, "Episode ends"), so this adapter resets the envs that
 ended right after the step that ended them (envpool's partial ``reset(env_id)``), returns their
 reset observations as the next root observation and the real final ones as gymnasium's
 ``info["final_obs"]``. ``VecEnv`` then treats it exactly like a gymnasium vector env: real final

@@ -5,7 +5,7 @@ ended env inside the step that ended it and keep the real final observation asid
 ``step`` returns the real final observation in ``("next", ...)`` and resets ended envs in a
 separate, partial ``reset`` (the ``"_reset"`` mask, what ``step_and_maybe_reset`` does). Each
 adapter keeps what the other side expects, so no transition pairs s_t with the next episode's
-first observation (DESIGN.md, "Episode ends"):
+first observation (docs/design.md, "Episode ends"):
 
 * :func:`to_torchrl`: ``step`` writes the real final observation to ``("next", ...)``; the reset
   observation that gymnasium already produced is handed out by the partial reset that follows.

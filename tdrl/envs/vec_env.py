@@ -3,7 +3,7 @@
 The env steps with gymnasium's same-step autoreset (gymnasium >= 1.1): when an episode ends at a
 step, gymnasium returns the reset observation and puts the real final one in
 ``infos["final_obs"]``. tdrl writes the real one to ``("next", "observation")``, so a transition
-never pairs s_t with the next episode's first observation (DESIGN.md, "Episode ends"), and no
+never pairs s_t with the next episode's first observation (docs/design.md, "Episode ends"), and no
 step is spent on a reset.
 """
 

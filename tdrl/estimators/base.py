@@ -154,7 +154,7 @@ class ValueEstimator(TensorDictModuleBase):
         if net is None or (self.skip_existing and have):
             why = "value_network=None reads values from the batch"
             return self._get(tensordict, key, why), self._get(tensordict, nkey, why)
-        # (the context costs ~24 us, the check 0.2: entered only where TorchRL's is on)
+        # (the context costs far more than the check: entered only where TorchRL's is on)
         with set_recurrent_mode(False) if recurrent_mode() else nullcontext():
             value, next_value = self._network_values(tensordict, net, params, target_params)
         # Semi-gradient targets: the bootstrap value never carries a gradient (as in TorchRL).

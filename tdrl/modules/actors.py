@@ -1,9 +1,8 @@
 """Stochastic actors: Gaussian (state-independent log-std), tanh-Gaussian, categorical.
 
 Each actor is a lean ``TensorDictModuleBase`` rather than a ``ProbabilisticTensorDictSequential``:
-the generic machinery costs about 200 us per call against about 50 us for the 64x64 network itself
-(measured on [8, 11] observations, one thread), and the collector calls the actor once per env
-step. The behaviour is the same as TorchRL's ``ProbabilisticActor``:
+the generic machinery costs several times what a small (64x64) network itself costs per call,
+and the collector calls the actor once per env step. The behaviour is the same as TorchRL's ``ProbabilisticActor``:
 
 * ``forward`` writes the distribution parameters, ``"action"`` and ``"action_log_prob"``
   (shape ``[*B]``, as TorchRL 0.14), and follows tensordict's interaction type:

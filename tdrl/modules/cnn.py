@@ -47,8 +47,7 @@ class PixelInput(nn.Module):
             if observation.dim() >= 3 and observation.shape[-1] == c:
                 hint = "; this looks channels last (HWC): permute to [*B, C, H, W]"
             raise ValueError(f"{self.owner}: observation must be {expected}, got {got}{hint}")
-        # Channels-last activations: oneDNN's CPU convolutions run them about a fifth faster
-        # (the Nature CNN's forward and backward at batch 32: 20 -> 16 ms).
+        # Channels-last activations: oneDNN's CPU convolutions run them about a fifth faster.
         frames = observation.reshape(-1, c, h, w).contiguous(memory_format=torch.channels_last)
         return frames.float() * self.scale
 

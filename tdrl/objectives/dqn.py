@@ -75,8 +75,8 @@ class DQNLoss(OffPolicyLoss):
         direct = getattr(network, "action_values", None)
         if callable(direct) and self.tensor_keys.action_value == ACTION_VALUE:
             # tdrl's QValueActor: Q(s, .) without writing the greedy action and its value into
-            # a copy of the batch, which the loss never reads (~0.1 ms a call, ~10% of a DQN
-            # step at batch 64; benchmarks/updates.py).
+            # a copy of the batch, which the loss never reads (~10% of a DQN step at batch 64;
+            # benchmarks/updates.py).
             return direct(td)
         inputs = td.select(*network.in_keys, strict=False)
         return self._get(network(inputs), self.tensor_keys.action_value)

@@ -1,7 +1,7 @@
 """What the off-policy losses share: keys, input checks, the Bellman target, PER weighting.
 
-Every off-policy loss reads one transition batch ``[B]`` in TorchRL's layout (``DESIGN.md``):
-the root holds ``s_t`` and ``a_t``; ``("next", ...)`` holds ``r_t``, the flags and the real
+Every off-policy loss reads one transition batch ``[B]`` in TorchRL's layout (docs/design.md,
+"Data"): the root holds ``s_t`` and ``a_t``; ``("next", ...)`` holds ``r_t``, the flags and the real
 ``s_{t+1}``. An n-step sample from a replay buffer has the same layout plus
 ``"steps_to_next_obs"`` = k (and ``"gamma"`` = gamma^k); its ``("next", "reward")`` is already the
 discounted k-step reward sum, so the bootstrap discount becomes ``gamma ** k``.

@@ -3,8 +3,8 @@
 A loss owns its targets and lists them in ``target_pairs()`` as ``(online, target)`` module
 pairs; :class:`SoftUpdate` and :class:`HardUpdate` (TorchRL's names and arguments) move every
 target of a loss. Updates run one ``lerp_`` / ``copy_`` per tensor: a fused multi-tensor
-call saved about 25 us of a ~7 ms SAC gradient step on CPU (0.4%, below the 1% a fast path
-must buy: ``benchmarks/fast_paths.py``), so there is none.
+call saves under 1% of a SAC gradient step on CPU, less than a fast path must buy
+(docs/design.md, "Fast paths"), so there is none.
 """
 
 from __future__ import annotations

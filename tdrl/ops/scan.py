@@ -73,10 +73,10 @@ def _solve_block(a: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     return local, prods[..., -1]
 
 
-# Running-product entries from which a GPU uses the doublings. Measured on an H200 (GAE, K = 8,
-# docs/benchmarks/gpu_h200.txt): at [1024, 1000] (8M entries) cumprod took 94% of the GPU time
-# and the doublings cut the call from 7.3 to 1.6 ms; at [64, 2048] (1M) and [8, 2048] the extra
-# kernel launches made the doublings slower (1.34 -> 1.55 and 0.89 -> 1.48 ms).
+# Running-product entries from which a GPU uses the doublings: on large inputs ([1024, 1000], 8M
+# entries) cumprod takes most of the GPU time and the doublings are several times faster; on
+# smaller ones ([64, 2048] and below) their extra kernel launches cost more than they save
+# (``benchmarks/estimators.py --device cuda``).
 _DOUBLING_FROM = 1 << 22
 
 

@@ -1,21 +1,30 @@
 """Typed configs that are also the command line (tyro: a frozen dataclass becomes the CLI).
 
-Every recipe's ``Config`` subclasses one of the dataclasses here and adds its algorithm's fields;
-it redefines a shared field only to change its default (the one-line doc is inherited, and
-``--help`` shows it). :class:`RunConfig` holds what every run has (task, envs, budget, seed,
-evaluation, logs, checkpoints); :class:`OnPolicyConfig` and :class:`OffPolicyConfig` add the
-fields that every recipe of one family has. All step counts are env steps (frames).
+A recipe's ``Config`` is composed, not inherited: its algorithm's own fields plus groups,
+``run: RunConfig`` always, and those it needs of :class:`WorkersConfig`, :class:`ReplayConfig`,
+and the algorithm-family groups below. A recipe changes a group's defaults by giving it a
+default instance (``run: RunConfig = RunConfig(env_id="CartPole-v1")``). :func:`parse` keeps
+the command line flat (``--env-id``, not ``--run.env-id``), so a field name is unique within a
+recipe's config; :func:`configure` builds a config from the same flat names in Python. Every
+field is range-checked when its group is made (:func:`configclass`). All step counts are env
+steps (frames).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     import torch
+    from tensordict.nn import TensorDictModuleBase
+    from torchrl.data import Composite, TensorSpec
+
+    from tdrl.modules import RunningObservationNorm
 
 T = TypeVar("T")
 
@@ -63,28 +72,130 @@ def _check_field(name: str, value: object) -> None:
         raise ValueError(f"{flag} must be >= 0, got {value}")
 
 
-def parse(config_cls: type[T], args: Sequence[str] | None = None) -> T:
-    """Build ``config_cls`` from the command line (``--field value``; ``--help`` lists fields
-    with the one-line docs written under them)."""
-    import tyro
+def configclass(cls: type[T]) -> type[T]:
+    """A frozen dataclass whose numeric fields are range-checked when it is made: counts that
+    must be >= 1 or >= 0, learning rates (``lr``, ``*_lr``) finite and > 0, ``max_grad_norm``
+    > 0 (inf: no clipping), loss weights (``*_coeff``) finite and >= 0, ``gamma``, ``lmbda``,
+    ``tau`` in [0, 1]; an error names the flag and the value. Nested groups check themselves."""
+    own = cls.__dict__.get("__post_init__")
 
-    return tyro.cli(config_cls, args=args)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What every recipe run has: :func:`tdrl.trainers.setup` and ``Run.from_config`` read it.
-
-    Every field is checked when the config is made (before anything runs), in every subclass:
-    counts that must be positive, learning rates (``lr``, ``*_lr``) and ``alpha_init`` > 0
-    and finite, ``max_grad_norm`` > 0 (inf: no clipping), loss weights (``*_coeff``) >= 0 and
-    finite, ``seed`` >= 0, and ``gamma``, ``lmbda``, ``tau`` in [0, 1]; an error names the flag
-    and the value.
-    """
-
-    def __post_init__(self) -> None:
+    def __post_init__(self: Any) -> None:
         for f in fields(self):
             _check_field(f.name, getattr(self, f.name))
+        if own is not None:
+            own(self)
+
+    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    return dataclass(frozen=True)(cls)
+
+
+class RunFolderError(FileExistsError):
+    """A fresh run pointed at a used run folder, or ``--resume`` at one it cannot resume; on
+    the command line (:func:`parse`) it prints as one line, not a traceback."""
+
+
+def _one_line_errors(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+    if isinstance(error, RunFolderError):
+        print(f"error: {error}", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, error, trace)
+
+
+def parse(config_cls: type[T], args: Sequence[str] | None = None, *, description: str = "") -> T:
+    """Build ``config_cls`` from the command line: flat flags (``--env-id``, ``--lr``) for the
+    fields of every group; ``--help`` shows ``description`` (a recipe passes its docstring: what
+    it does, its example commands) and the fields by group with their one-line docs."""
+    import tyro
+
+    sys.excepthook = _one_line_errors
+    return tyro.cli(
+        tyro.conf.OmitArgPrefixes[config_cls],  # type: ignore[index]
+        args=args,
+        description=description or None,
+    )
+
+
+def _group_fields(config_cls: type) -> dict[str, tuple[str, ...]]:
+    """flat field name -> its path of attribute names in ``config_cls``."""
+    paths: dict[str, tuple[str, ...]] = {}
+    for f in fields(config_cls):
+        kind = f.type if isinstance(f.type, type) else None
+        default = f.default if f.default is not dataclasses.MISSING else None
+        group = type(default) if dataclasses.is_dataclass(default) else kind
+        if group is not None and dataclasses.is_dataclass(group):
+            for name, path in _group_fields(group).items():
+                paths[name] = (f.name, *path)
+        else:
+            paths[f.name] = (f.name,)
+    return paths
+
+
+def configure(config: type[T] | T, **values: Any) -> T:
+    """A config with the fields named by their flat names (as on the command line) set,
+    wherever their group is: ``configure(sac.Config, env_id="Pendulum-v1", batch_size=64)``,
+    or a changed copy of a config instance: ``configure(cfg, seed=1)``. Every field not given
+    keeps its value (a class: the recipe's defaults). An unknown name is a ``TypeError`` that
+    names it."""
+    config_cls = config if isinstance(config, type) else type(config)
+    paths = _group_fields(config_cls)
+    unknown = sorted(set(values) - set(paths))
+    if unknown:
+        raise TypeError(f"{config_cls.__name__} has no field(s) {unknown}")
+    default = None if isinstance(config, type) else config
+    return _build(config_cls, default, {paths[k]: v for k, v in values.items()})  # type: ignore[no-any-return]
+
+
+def _build(cls: type, default: Any, values: dict[tuple[str, ...], Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        own = {path[1:]: v for path, v in values.items() if path[0] == f.name}
+        if not own:
+            continue
+        if () in own:
+            kwargs[f.name] = own[()]
+            continue
+        current = getattr(default, f.name) if default is not None else f.default
+        kwargs[f.name] = _build(type(current), current, own)
+    return cls(**kwargs) if default is None else dataclasses.replace(default, **kwargs)
+
+
+def flat_dict(cfg: Any) -> dict[str, Any]:
+    """A config's fields under their flat names (the command line's), groups flattened."""
+    out: dict[str, Any] = {}
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(flat_dict(value))
+        else:
+            out[f.name] = value
+    return out
+
+
+@configclass
+class LogConfig:
+    """Where a run's logs go besides its CSV files."""
+
+    tensorboard: bool = True
+    """write TensorBoard event files."""
+    wandb: bool = False
+    """also log to Weights & Biases (the wandb extra; WANDB_MODE=offline logs without network)."""
+    wandb_project: str = "tdrl"
+    """W&B project of the run."""
+    video: bool = False
+    """record one deterministic evaluation episode to video/final.mp4 at the end (the video
+    extra; MuJoCo needs MUJOCO_GL=egl without a display)."""
+    progress: bool = True
+    """show a progress bar."""
+    curve: bool = True
+    """plot curve.png from eval.csv at the end."""
+
+
+@configclass
+class RunConfig:
+    """What every recipe run has: the task and its envs, the budget, the seed, the evaluation
+    schedule, the run folder with its logs and checkpoints, the device (:class:`Run` reads it)."""
+
+    def __post_init__(self) -> None:
         if self.stop_after_frames and not self.checkpoint_every:
             raise ValueError(
                 f"--stop-after-frames {self.stop_after_frames} pauses the run to be resumed, "
@@ -120,14 +231,8 @@ class RunConfig:
     env_backend: Literal["gymnasium", "envpool", "torchrl"] = "gymnasium"
     """who runs the training envs: gymnasium vector envs, envpool's C++ threads (sync only), or
     TorchRL's GymEnv (a SerialEnv of num_envs) through tdrl.envs.from_torchrl."""
-    collector: Literal["local", "ray", "process"] = "local"
-    """local: tdrl's Collector in this process; ray: a RayCollector of num_workers Ray actors
-    with num_envs envs each (the ray extra); process: the same on local subprocesses. Weights
-    are sent after every update."""
-    num_workers: int = 2
-    """collector=ray|process: worker count."""
-    ray_address: str = ""
-    """collector=ray: a running Ray cluster to join ('auto', 'host:port'); empty: a local Ray."""
+    seed: int = 0
+    """seed of the envs, the networks and the sampling (evaluation: seed + 10000)."""
     eval_every: int = 20_000
     """env steps between deterministic evaluations (0: only at the end)."""
     eval_episodes: int = 10
@@ -145,24 +250,9 @@ class RunConfig:
     """end this process after this many env steps of its own (0: never; a resumed run counts
     from where it resumed); it checkpoints there, so --resume goes on (needs checkpoint_every)."""
     resume: bool = False
-    """continue from log_dir's checkpoint if there is one."""
-    seed: int = 0
-    """seed of the envs, the networks and the sampling (evaluation: seed + 10000)."""
+    """continue the run in log_dir from its newest checkpoint."""
     log_dir: str = ""
     """run folder (default runs/<algo>/<env_id>/seed<seed>)."""
-    tensorboard: bool = True
-    """write TensorBoard event files."""
-    wandb: bool = False
-    """also log to Weights & Biases (the wandb extra; WANDB_MODE=offline logs without network)."""
-    wandb_project: str = "tdrl"
-    """W&B project of the run."""
-    video: bool = False
-    """record one deterministic evaluation episode to video/final.mp4 at the end (the video
-    extra; MuJoCo needs MUJOCO_GL=egl without a display)."""
-    progress: bool = True
-    """show a progress bar."""
-    curve: bool = True
-    """plot curve.png from eval.csv at the end (importing matplotlib costs about a second)."""
     threads: int = 1
     """torch CPU threads (one is fastest for small networks)."""
     device: str = "cpu"
@@ -171,56 +261,33 @@ class RunConfig:
     step_timeout: float = 120.0
     """async envs: seconds a step may take before the stuck workers are named and stopped."""
     flush_denormal: bool = True
-    """flush subnormal floats to zero on CPU while the run trains (``torch.set_flush_denormal``;
-    the previous mode comes back at the end): Adam's moments of dead ReLU units decay into
-    subnormals, which the CPU handles tens of times slower (DQN on CartPole: fused Adam 0.52 ->
-    0.07 ms a step)."""
+    """flush subnormal floats to zero on CPU while the run trains: Adam's moments of dead ReLU
+    units decay into subnormals, which the CPU handles tens of times slower."""
+    log: LogConfig = LogConfig()
 
 
-@dataclass(frozen=True)
-class OnPolicyConfig(RunConfig):
-    """:class:`RunConfig` plus what every on-policy recipe has (``actor_critic``'s options)."""
+@configclass
+class WorkersConfig:
+    """Collection in other processes: Ray actors or local subprocesses."""
 
-    frames_per_batch: int = 2048
-    """env steps per rollout (a multiple of num_envs)."""
-    lr: float = 3e-4
-    """learning rate."""
-    lr_decay: bool = True
-    """decay the learning rate linearly to 0 over total_frames."""
-    gamma: float = 0.99
-    """discount."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layer widths of the actor and the critic."""
-    init_log_std: float = -0.5
-    """initial log standard deviation of the Gaussian policy."""
-    normalize_observations: bool = True
-    """running mean/std observation normalization."""
-    normalize_advantage: bool = True
-    """normalize advantages (REINFORCE: the returns) to zero mean and unit std over each
-    minibatch, or over the batch where an update takes it whole."""
-    activation: Literal["tanh", "relu"] = "tanh"
-    """activation of the actor's and critic's hidden layers (tanh: Tianshou's and SB3's MuJoCo
-    default; relu: e.g. rl-baselines3-zoo's recurrent PPO)."""
-    ortho_init: bool = True
-    """orthogonal init of the networks' linear layers (gains sqrt 2, policy head 0.01, value head
-    1); off: PyTorch's default init (SB3's ortho_init False, e.g. the zoo's recurrent PPO)."""
-    rescale_actions: bool = True
-    """a Gaussian policy acts in [-1, 1] rescaled to the env's bounds; off: in the env's units,
-    clipped by the env (SB3's PPO)."""
-    scale_rewards: bool = False
-    """divide rewards by the running std of the discounted return before the estimator, so the
-    critic learns scaled returns (SB3's VecNormalize reward part, CleanRL's NormalizeReward)."""
+    collector: Literal["local", "ray", "process"] = "local"
+    """local: tdrl's Collector in this process; ray: a RayCollector of num_workers Ray actors
+    with num_envs envs each (the ray extra); process: the same on local subprocesses. Weights
+    are sent after every update."""
+    num_workers: int = 2
+    """collector=ray|process: worker count."""
+    ray_address: str = ""
+    """collector=ray: a running Ray cluster to join ('auto', 'host:port'); empty: a local Ray."""
 
 
-@dataclass(frozen=True)
-class OffPolicyConfig(RunConfig):
-    """:class:`RunConfig` plus what every off-policy recipe has (replay and update ratio)."""
+@configclass
+class ReplayConfig:
+    """An off-policy run's replay: capacity, sampling, and when learning starts."""
 
-    num_envs: int = 1
-    total_frames: int = 1_000_000
-    eval_every: int = 10_000
-    log_every: int = 1_000
-    checkpoint_every: int = 100_000
+    buffer_size: int = 1_000_000
+    """replay buffer capacity."""
+    batch_size: int = 256
+    """transitions per gradient step."""
     init_random_frames: int = 10_000
     """uniform random steps before the policy acts and learning starts."""
     utd_ratio: float = 1.0
@@ -228,68 +295,27 @@ class OffPolicyConfig(RunConfig):
     steps_per_batch: int = 1
     """env steps of each env per collected batch, stored before its gradient steps (1: SB3's
     and Tianshou's default; with collector=ray, e.g. 50: fewer round trips to the workers)."""
-    batch_size: int = 256
-    """transitions per gradient step."""
-    buffer_size: int = 1_000_000
-    """replay buffer capacity."""
+
+
+@configclass
+class ActorCriticConfig:
+    """An off-policy actor and critics with Polyak-averaged targets (SAC, TD3, DDPG, REDQ)."""
+
     hidden_sizes: tuple[int, ...] = (256, 256)
     """hidden layer widths of the networks."""
-    gamma: float = 0.99
-    """discount."""
-
-
-@dataclass(frozen=True)
-class QLearningConfig(OffPolicyConfig):
-    """:class:`OffPolicyConfig` plus an epsilon-greedy Q network with a hard-copied target
-    (DQN and its distributional variants, DRQN)."""
-
-    frames_per_batch: int = 256
-    """env steps per collected batch (SB3's train_freq)."""
-    lr: float = 1e-3
-    """Adam learning rate."""
-    eps_init: float = 1.0
-    """initial exploration epsilon."""
-    eps_end: float = 0.05
-    """final exploration epsilon."""
-    eps_frames: int = 10_000
-    """env steps over which epsilon decays."""
-    target_update_interval: int = 200
-    """gradient steps between hard target copies."""
-    max_grad_norm: float = 10.0
-    """gradient norm clip."""
-
-
-@dataclass(frozen=True)
-class ActorCriticConfig(OffPolicyConfig):
-    """:class:`OffPolicyConfig` plus an actor, critics and Polyak targets (DDPG, TD3, SAC, REDQ,
-    discrete SAC)."""
-
-    env_id: str = "HalfCheetah-v5"
     actor_lr: float = 1e-3
     """actor learning rate."""
     critic_lr: float = 1e-3
     """critic learning rate."""
     tau: float = 0.005
     """Polyak coefficient of the target critics."""
+    gamma: float = 0.99
+    """discount."""
 
 
-@dataclass(frozen=True)
-class TD3Config(ActorCriticConfig):
-    """:class:`ActorCriticConfig` plus TD3's delayed actor updates and smoothed target policy
-    (Fujimoto et al. 2018, arXiv 1802.09477): TD3, and TD3+BC in the offline recipe."""
-
-    policy_delay: int = 2
-    """critic steps per actor step and target update."""
-    policy_noise: float = 0.2
-    """target policy smoothing noise (half-range units)."""
-    noise_clip: float = 0.5
-    """clip of the smoothing noise (half-range units)."""
-
-
-@dataclass(frozen=True)
-class EntropyConfig(ActorCriticConfig):
-    """:class:`ActorCriticConfig` plus the entropy coefficient alpha and its tuning (SAC, REDQ,
-    discrete SAC): the same flags and meaning in every recipe that has an entropy target."""
+@configclass
+class EntropyConfig:
+    """The entropy coefficient alpha and its tuning (SAC, REDQ, discrete SAC, CQL)."""
 
     alpha_lr: float = 3e-4
     """entropy-coefficient learning rate."""
@@ -314,21 +340,94 @@ class EntropyConfig(ActorCriticConfig):
         return value
 
 
-@dataclass(frozen=True)
-class AdvantageConfig(OnPolicyConfig):
-    """:class:`OnPolicyConfig` plus a GAE critic and its loss terms (A2C, PPO)."""
+@configclass
+class TD3Config:
+    """TD3's delayed actor updates and smoothed target policy (Fujimoto et al. 2018, arXiv
+    1802.09477): TD3, and TD3+BC offline."""
 
-    lmbda: float = 0.95
-    """GAE lambda."""
-    critic_coeff: float = 0.5
-    """weight of the value loss."""
-    entropy_coeff: float = 0.0
-    """weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip."""
+    policy_delay: int = 2
+    """critic steps per actor step and target update."""
+    policy_noise: float = 0.2
+    """target policy smoothing noise (half-range units)."""
+    noise_clip: float = 0.5
+    """clip of the smoothing noise (half-range units)."""
+
+
+@configclass
+class QLearningConfig:
+    """An epsilon-greedy Q network with a hard-copied target (DQN and its variants, DRQN)."""
+
+    frames_per_batch: int = 256
+    """env steps per collected batch (SB3's train_freq)."""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """hidden layer widths of the Q network."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """discount."""
+    eps_init: float = 1.0
+    """initial exploration epsilon."""
+    eps_end: float = 0.05
+    """final exploration epsilon."""
+    eps_frames: int = 10_000
+    """env steps over which epsilon decays."""
+    target_update_interval: int = 200
+    """gradient steps between hard target copies."""
+    max_grad_norm: float = 10.0
+    """gradient norm clip."""
+
+
+@configclass
+class OnPolicyConfig:
+    """What every on-policy recipe has: rollout size, learning rate and its decay, discount."""
+
+    frames_per_batch: int = 2048
+    """env steps per rollout (a multiple of num_envs)."""
+    lr: float = 3e-4
+    """learning rate."""
+    lr_decay: bool = True
+    """decay the learning rate linearly to 0 over total_frames."""
+    gamma: float = 0.99
+    """discount."""
+    normalize_advantage: bool = True
+    """normalize advantages (REINFORCE: the returns) to zero mean and unit std over each
+    minibatch, or over the batch where an update takes it whole."""
+    scale_rewards: bool = False
+    """divide rewards by the running std of the discounted return before the estimator, so the
+    critic learns scaled returns (SB3's VecNormalize reward part, CleanRL's NormalizeReward)."""
+
+
+class Networks(NamedTuple):
+    """An on-policy recipe's networks (:meth:`NetworkConfig.build`)."""
+
+    actor: TensorDictModuleBase
+    critic: TensorDictModuleBase
+    obs_norm: RunningObservationNorm | None
+    acting: TensorDictModuleBase
+
+
+@configclass
+class NetworkConfig:
+    """An on-policy actor and critic (:func:`tdrl.modules.actor_critic`'s options)."""
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """hidden layer widths of the actor and the critic."""
+    init_log_std: float = -0.5
+    """initial log standard deviation of the Gaussian policy."""
+    normalize_observations: bool = True
+    """running mean/std observation normalization."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """activation of the actor's and critic's hidden layers (tanh: Tianshou's and SB3's MuJoCo
+    default; relu: e.g. rl-baselines3-zoo's recurrent PPO)."""
+    ortho_init: bool = True
+    """orthogonal init of the networks' linear layers (gains sqrt 2, policy head 0.01, value head
+    1); off: PyTorch's default init (SB3's ortho_init False)."""
+    rescale_actions: bool = True
+    """a Gaussian policy acts in [-1, 1] rescaled to the env's bounds; off: in the env's units,
+    clipped by the env (SB3's PPO)."""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """a recurrent actor (LSTM or GRU on the observation, then the MLP head; the critic stays
-    feed-forward) for partially observed tasks, e.g. CartPoleNoVel-v1."""
+    """a recurrent actor (LSTM or GRU on the observation, then the MLP head) for partially
+    observed tasks, e.g. CartPoleNoVel-v1 (A2C, PPO, GAIL, IMPALA)."""
     recurrent_size: int = 64
     """width of the recurrent layer."""
     seq_len: int = 16
@@ -342,26 +441,62 @@ class AdvantageConfig(OnPolicyConfig):
     hidden features, new noise weights every this many steps; 0: a state-independent log-std."""
 
     @property
-    def loss_terms(self) -> dict[str, Any]:
-        """The loss weights every advantage loss takes (A2C, PPO, IMPALA's A2C on V-trace)."""
-        return dict(
-            entropy_coeff=self.entropy_coeff,
-            critic_coeff=self.critic_coeff,
-            normalize_advantage=self.normalize_advantage,
-        )
-
-    @property
     def sequence_length(self) -> int | None:
         """``seq_len`` for a recurrent actor, else None (minibatches of single steps)."""
         return None if self.recurrent == "none" else self.seq_len
 
+    def build(
+        self,
+        observation_spec: Composite,
+        action_spec: TensorSpec,
+        *,
+        recipe: str = "",
+        memory: bool = True,
+    ) -> Networks:
+        """The actor, the critic, the observation normalizer (or None) for these specs, and
+        what the collector acts with: the actor, and the critic after it when the critic is
+        recurrent (so its state is stored in the rollout for the estimator and the loss).
+        ``memory=False``: a recipe without recurrent or gSDE policies refuses those flags."""
+        from tensordict.nn import TensorDictSequential
+        from torch import nn
 
-@dataclass(frozen=True)
-class PPOConfig(AdvantageConfig):
-    """:class:`AdvantageConfig` plus PPO's clipped minibatch epochs (PPO, and GAIL's generator),
-    at Tianshou's MuJoCo PPO settings."""
+        from tdrl.modules import actor_critic
 
-    critic_coeff: float = 0.25
+        if not memory and (self.recurrent != "none" or self.sde_sample_freq):
+            flag = "--recurrent" if self.recurrent != "none" else "--sde-sample-freq"
+            raise ValueError(f"{recipe or 'this recipe'} has no {flag} policies")
+        actor, critic, obs_norm = actor_critic(
+            observation_spec, action_spec, hidden_sizes=self.hidden_sizes,
+            init_log_std=self.init_log_std, normalize_observations=self.normalize_observations,
+            activation=nn.ReLU if self.activation == "relu" else nn.Tanh,
+            recurrent=None if self.recurrent == "none" else self.recurrent,
+            recurrent_size=self.recurrent_size, recurrent_critic=self.recurrent_critic,
+            sde_sample_freq=self.sde_sample_freq, ortho_init=self.ortho_init,
+            rescale_actions=self.rescale_actions,
+        )  # fmt: skip
+        recurrent_critic = self.recurrent != "none" and self.recurrent_critic
+        acting = TensorDictSequential(actor, critic) if recurrent_critic else actor
+        return Networks(actor, critic, obs_norm, acting)
+
+
+@configclass
+class AdvantageConfig:
+    """A critic-baselined policy gradient's estimator and loss weights (A2C, PPO, IMPALA)."""
+
+    lmbda: float = 0.95
+    """GAE lambda."""
+    critic_coeff: float = 0.5
+    """weight of the value loss."""
+    entropy_coeff: float = 0.0
+    """weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip."""
+
+
+@configclass
+class PPOConfig:
+    """PPO's clipped minibatch epochs (PPO, GAIL's generator), at Tianshou's MuJoCo settings."""
+
     epochs: int = 10
     """passes over each rollout."""
     minibatch_size: int = 64
@@ -371,3 +506,5 @@ class PPOConfig(AdvantageConfig):
     recompute_advantage: bool = False
     """re-run the estimator with the current critic before every epoch (Tianshou's
     ``recompute_advantage``, on in its MuJoCo PPO); off: once per rollout (SB3, CleanRL)."""
+
+

@@ -1,39 +1,56 @@
-"""The offline loop: gradient steps on a fixed dataset, evaluated in the real env.
+"""Offline runs: gradient steps on a fixed dataset, evaluated in the real env.
 
 A :class:`Run` counts env steps through its collector; here :class:`OfflineSteps` stands in for
 the collector and counts gradient steps, so the run's logs, evaluations, checkpoints, resume and
 report work unchanged (``total_frames``, ``eval_every``, ``checkpoint_every`` are in gradient
 steps). The dataset is not checkpointed (it is on disk already); the sampling generators are, so a
-resumed run draws the same minibatches as an uninterrupted one.
+resumed run draws the same minibatches as an uninterrupted one::
+
+    with Run.from_config(cfg.run, ...) as run:
+        for steps in run.resume(OfflineSteps(buffer, cfg.run)):
+            for _ in range(steps):
+                out = ...                       # one gradient step on buffer.sample(...)
+                run.updates += 1
+            run.step(out)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from tdrl import keys
 from tdrl.data import ReplayBuffer
-from tdrl.envs import VecEnv
 from tdrl.modules import RunningObservationNorm
-from tdrl.trainers.config import OffPolicyConfig
-from tdrl.trainers.offpolicy import Step
+from tdrl.trainers.config import RunConfig
 
-__all__ = ["OfflineSteps", "normalize_dataset_observations", "train_offline"]
+__all__ = ["OfflineSteps", "normalize_dataset_observations"]
 
 
 class OfflineSteps:
-    """What a :class:`Run` reads of a collector, for an offline run: ``frames`` counts gradient
-    steps, no episodes end, and the state is the count and ``buffer``'s sampling generators."""
+    """What a :class:`Run` reads of a collector, for an offline run: iterating yields the
+    number of gradient steps of the next batch (``steps_per_batch`` cut to end on every step
+    count where the run logs, evaluates, checkpoints or stops), ``frames`` counts gradient steps
+    (those of the batch just yielded included), no episodes end, and the state is the count and
+    ``buffer``'s sampling generators."""
 
-    def __init__(self, buffer: ReplayBuffer) -> None:
+    def __init__(self, buffer: ReplayBuffer, cfg: RunConfig, steps_per_batch: int = 1_000) -> None:
         self.buffer = buffer
+        self.total = cfg.total_frames
+        events = (cfg.eval_every, cfg.checkpoint_every, cfg.log_every, cfg.stop_after_frames)
+        self.steps_per_batch = math.gcd(steps_per_batch, *(n for n in events if n > 0))
         self.frames = 0
         self.episodes = TensorDict({}, batch_size=[0])
+
+    def __iter__(self) -> Iterator[int]:
+        while self.frames < self.total:
+            steps = min(self.steps_per_batch, self.total - self.frames)
+            self.frames += steps
+            yield steps
 
     def state_dict(self) -> dict[str, Any]:
         return {"frames": self.frames, "rng": self.buffer.sampler_state()}
@@ -48,50 +65,6 @@ class OfflineSteps:
 
     def shutdown(self) -> None:
         """Nothing to close."""
-
-
-def train_offline(
-    cfg: OffPolicyConfig,
-    algo: str,
-    state: Mapping[str, Any],
-    buffer: ReplayBuffer,
-    step: Step,
-    *,
-    eval_env: VecEnv,
-    policy: Callable[[TensorDictBase], TensorDictBase],
-    steps_per_batch: int = 1_000,
-) -> dict[str, float]:
-    """The offline loop of a recipe, from start to report::
-
-        with start_run(cfg, algo, state, OfflineSteps(buffer), ...) as run:  # --resume
-            while run.frames < cfg.total_frames:          # frames: gradient steps
-                for _ in range(steps_per_batch):
-                    run.updates += 1
-                    out = step(buffer.sample(cfg.batch_size), run.updates) or out
-                run.end_batch(...)                          # log, evaluate, checkpoint
-            return run.finish()
-
-    ``step`` is an off-policy recipe's gradient step (``actor_critic_step``, ...). A batch of
-    steps ends wherever the run logs, evaluates, checkpoints or stops (a divisor of those
-    intervals and of ``steps_per_batch``).
-    """
-    from tdrl.trainers.run import start_run  # run.py imports the loop modules
-
-    # Batches end on every step count where the run logs, evaluates, checkpoints or stops.
-    events = (cfg.eval_every, cfg.checkpoint_every, cfg.log_every, cfg.stop_after_frames)
-    steps_per_batch = math.gcd(steps_per_batch, *(n for n in events if n > 0))
-    progress = OfflineSteps(buffer)
-    with start_run(cfg, algo, state, progress, eval_env=eval_env, policy=policy) as run:
-        while progress.frames < cfg.total_frames:
-            out = None
-            for _ in range(min(steps_per_batch, cfg.total_frames - progress.frames)):
-                run.updates += 1
-                metrics = step(buffer.sample(cfg.batch_size), run.updates)
-                out = out if metrics is None else metrics
-                progress.frames += 1
-            if run.end_batch(progress, out):
-                break
-        return run.finish()
 
 
 @torch.no_grad()

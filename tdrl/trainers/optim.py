@@ -1,7 +1,6 @@
 """The gradient step every recipe takes: ``zero_grad -> backward -> (clip) -> step``.
 
-One function for on-policy minibatch updates (:func:`tdrl.trainers.ppo_update`) and off-policy
-updates alike. It is written with torch's public API; with ``tdrl.set_fast(True)`` (the
+One function for on-policy minibatch updates and off-policy updates alike. It is written with torch's public API; with ``tdrl.set_fast(True)`` (the
 default) the three parts run their fast twins in ``tdrl._fast.optim``, which give bitwise the
 same parameters and optimizer state (``tests/trainers/test_optim.py``) a few hundredths of a
 millisecond sooner (``benchmarks/fast_paths.py``).
@@ -16,7 +15,7 @@ import torch
 from tdrl import _fast
 from tdrl._fast import optim as fast
 
-__all__ = ["adam", "clip_grad_norm_", "optimizer_step"]
+__all__ = ["adam", "clip_grad_norm_", "linear_decay", "optimizer_step"]
 
 
 def adam(*groups: tuple[Iterable[torch.Tensor], float], eps: float = 1e-8) -> torch.optim.Adam:
@@ -71,3 +70,14 @@ def optimizer_step(
         if not (use_fast and fast.adam_step(optimizer)):
             optimizer.step()
     return norm
+
+
+def linear_decay(
+    optimizer: torch.optim.Optimizer, steps: int, *, decay: bool = True
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A scheduler that scales the learning rates linearly from 1 to 0 over ``steps`` calls of
+    ``scheduler.step()`` (one per batch: Tianshou's and SB3's on-policy default); constant
+    when ``decay`` is False."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: max(1.0 - i / steps, 0.0) if decay else 1.0
+    )

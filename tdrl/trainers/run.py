@@ -1,17 +1,20 @@
-"""The bookkeeping every recipe's loop shares, on-policy and off-policy alike: seeding and envs
-(:func:`setup`), the run folder, progress, evaluation rows, resumable checkpoints (modules,
-optimizers, RNG, collector and env state, the replay buffer) and the final report (:class:`Run`).
+"""The bookkeeping a recipe's loop calls, on-policy and off-policy alike: seeding and envs
+(:func:`make_envs`), collectors (:func:`make_collector`), and :class:`Run`: the run folder, its
+saved config, progress, logs, the evaluation schedule, resumable checkpoints (modules,
+optimizers, RNG, collector and env state, the replay buffer) and the final report.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+import math
 import os
 import random
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -24,7 +27,7 @@ from tqdm import tqdm
 
 from tdrl import keys
 from tdrl.collectors import AnyCollector, Collector, ProcessCollector, RayCollector, evaluate
-from tdrl.data import ReplayBuffer
+from tdrl.data import ReplayBuffer, truncate_streams, updates_due
 from tdrl.envs import VecEnv, from_torchrl, make_vec_env
 from tdrl.trainers.checkpoint import (
     CHECKPOINTS,
@@ -33,9 +36,8 @@ from tdrl.trainers.checkpoint import (
     save_checkpoint,
     write_checkpoint_dir,
 )
-from tdrl.trainers.config import RunConfig
+from tdrl.trainers.config import RunConfig, RunFolderError, WorkersConfig, flat_dict
 from tdrl.trainers.logger import Logger, read_csv, rewrite_csv
-from tdrl.trainers.offpolicy import crossed, truncate_streams
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.video import record_video
 
@@ -43,8 +45,9 @@ CHECKPOINT = "checkpoint.pt"  # inside each checkpoint folder, beside buffer/ an
 BUFFER_DIR = "buffer"
 # Evaluation envs are seeded apart from the training envs (and reset with this seed every time).
 EVAL_SEED_OFFSET = 10_000
+CONFIG_FILE = "config.json"  # in the run folder: the whole config of the run, by flat names
 WARNINGS_LOG = "warnings.log"  # in the run folder: the Python warnings shown during the run
-# Warnings shown while setup() made the envs (MuJoCo's, for instance), for the next run's log.
+# Warnings shown while make_envs() made the envs (MuJoCo's, for instance), for the next run's log.
 _setup_warnings: list[str] = []
 
 
@@ -88,7 +91,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def setup(
+def make_envs(
     cfg: RunConfig,
     actions: Literal["continuous", "discrete"] | None = None,
     *,
@@ -136,50 +139,34 @@ def make_collector(
     policy: Any,
     frames_per_batch: int,
     *,
+    workers: WorkersConfig | None = None,
     init_random_frames: int = 0,
     sync: bool = True,
     max_policy_lag: int = 1,
 ) -> AnyCollector:
-    """``cfg.collector``'s collector: tdrl's :class:`Collector` over ``env``, or a
-    :class:`RayCollector` (``"ray"``) or :class:`ProcessCollector` (``"process"``) of
-    ``cfg.num_workers`` workers with ``cfg.num_envs`` envs each, seeded like ``env`` (which is
-    then closed: the workers make their own)."""
-    if cfg.collector == "local":
+    """tdrl's :class:`Collector` over ``env``, or with ``workers.collector`` ``"ray"`` or
+    ``"process"`` a :class:`RayCollector` or :class:`ProcessCollector` of
+    ``workers.num_workers`` workers with ``cfg.num_envs`` envs each, seeded like ``env`` (which
+    is then closed: the workers make their own). ``frames_per_batch`` counts all workers'."""
+    if workers is None or workers.collector == "local":
         return Collector(env, policy, frames_per_batch, cfg.total_frames, init_random_frames)
     if cfg.env_backend != "gymnasium":
         raise ValueError(
-            f"--collector {cfg.collector} makes gymnasium envs in its workers, not "
+            f"--collector {workers.collector} makes gymnasium envs in its workers, not "
             f"--env-backend {cfg.env_backend}"
         )
     env.close()
     kwargs: dict[str, Any] = dict(
-        num_workers=cfg.num_workers, num_envs=cfg.num_envs, seed=cfg.seed, sync=sync,
+        num_workers=workers.num_workers, num_envs=cfg.num_envs, seed=cfg.seed, sync=sync,
         max_policy_lag=max_policy_lag, init_random_frames=init_random_frames,
         env_kwargs={"mode": cfg.mode},
     )  # fmt: skip
-    if cfg.collector == "process":
+    if workers.collector == "process":
         return ProcessCollector(cfg.env_id, policy, frames_per_batch, cfg.total_frames, **kwargs)
     return RayCollector(
         cfg.env_id, policy, frames_per_batch, cfg.total_frames,
-        address=cfg.ray_address or None, **kwargs,
+        address=workers.ray_address or None, **kwargs,
     )  # fmt: skip
-
-
-def require_local_collector(cfg: RunConfig, recipe: str, why: str) -> None:
-    """Refuse the worker collectors' flags (``--collector ray|process``, ``--steps-per-batch``)
-    in a recipe that collects in its own process with ``--frames-per-batch``, naming the
-    recipe and why, rather than ignore them."""
-    if cfg.collector != "local":
-        raise ValueError(
-            f"{recipe} collects in this process ({why}): --collector {cfg.collector} is not "
-            "available here (leave it at local)"
-        )
-    steps = getattr(cfg, "steps_per_batch", 1)
-    if steps != 1:
-        raise ValueError(
-            f"{recipe} collects --frames-per-batch frames per batch; --steps-per-batch {steps} "
-            "is for the worker collectors of the other off-policy recipes"
-        )
 
 
 def training_envs(cfg: RunConfig, **make_kwargs: Any) -> VecEnv:
@@ -210,6 +197,11 @@ def training_envs(cfg: RunConfig, **make_kwargs: Any) -> VecEnv:
         backend=cfg.env_backend,
         **make_kwargs,
     )
+
+
+def _crossed(frames: int, previous: int, every: int) -> bool:
+    """Whether a multiple of ``every`` lies in ``(previous, frames]`` (``every <= 0``: never)."""
+    return every > 0 and frames // every > previous // every
 
 
 def run_dir(log_dir: str, algo: str, env_id: str, seed: int) -> Path:
@@ -326,15 +318,21 @@ def resume_run(
 def refuse_used_folder(log_dir: Path) -> None:
     """A fresh run must not write into a previous run's folder: its rows would be appended to
     the old logs (two runs in one eval.csv) and a later ``--resume`` would load the old run's
-    checkpoint. ``FileExistsError`` names the folder, what it holds, and the ways out."""
+    checkpoint. :class:`RunFolderError` names the folder, what it holds, and the way out that
+    applies (``--resume`` only where a checkpoint exists)."""
     held = sorted(p.name for p in log_dir.glob("*.csv"))
-    if latest_checkpoint(log_dir) is not None:
+    checkpoint = latest_checkpoint(log_dir)
+    if checkpoint is not None:
         held.append(f"{CHECKPOINTS}/")
-    if held:
-        raise FileExistsError(
-            f"the run folder {str(log_dir)!r} holds a previous run ({', '.join(held)}): pass "
-            "--resume to continue it, or --log-dir for a new folder, or remove it"
-        )
+    if not held:
+        return
+    if checkpoint is not None:
+        way = f"pass --resume to continue it from step {int(checkpoint.name)}, or --log-dir for a new folder"
+    else:
+        way = "it has no checkpoint to resume from: pass --log-dir for a new folder, or remove it"
+    raise RunFolderError(
+        f"the run folder {str(log_dir)!r} holds a previous run ({', '.join(held)}): {way}"
+    )
 
 
 def drop_rows_after(log_dir: str | os.PathLike, step: int) -> None:
@@ -351,6 +349,22 @@ def drop_rows_after(log_dir: str | os.PathLike, step: int) -> None:
 def finish_run(log_dir: Path, title: str) -> Path:
     """The learning-curve PNG (``curve.png``) from ``eval.csv``."""
     return plot_learning_curve(log_dir / "eval.csv", log_dir / "curve.png", title=title)
+
+
+def _write_config(path: Path, config: Mapping[str, Any]) -> None:
+    """The run's settings as JSON (tuples as lists, infinities as strings), written anew on a
+    resume (the flags of the resumed process: ``--resume`` itself, a new ``--total-frames``)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        return value
+
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: plain(v) for k, v in config.items()}, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def _scalars(metrics: Any) -> dict[str, Any]:
@@ -395,6 +409,7 @@ class Run:
         progress: show a progress bar.
         curve: plot ``curve.png`` at :meth:`finish`.
         wandb: ``(project, config)`` to log to Weights & Biases too, or None.
+        config: the run's settings by name, written to ``config.json`` at :meth:`start`.
         video: an env id: :meth:`finish` records one deterministic episode of ``policy`` to
             ``video/final.mp4`` (and W&B), or None.
         flush_denormal: flush subnormal floats to zero from :meth:`start` to :meth:`finish`
@@ -427,6 +442,7 @@ class Run:
         flush_denormal: bool = False,
         wandb: tuple[str, dict[str, Any]] | None = None,
         video: str | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.state = dict(state)
@@ -435,10 +451,13 @@ class Run:
         self.eval_episodes, self.eval_seed = eval_episodes, eval_seed
         self.checkpoint_every, self.log_every = checkpoint_every, log_every
         self.stop_after_frames, self.stop_at_return = stop_after_frames, stop_at_return
-        self.buffer, self.resume = buffer, resume
+        self.buffer, self.resume_checkpoint = buffer, resume
         self.tensorboard, self.progress, self.curve = tensorboard, progress, curve
         self.flush_denormal = flush_denormal
         self.wandb, self.video = wandb, video
+        self.config = None if config is None else dict(config)
+        self.done = False
+        self._closed = False
         self._flush_before: bool | None = None
         self.counters: dict[str, Any] = {
             "batches": 0,
@@ -471,20 +490,24 @@ class Run:
         eval_env: VecEnv,
         policy: Callable[[TensorDictBase], TensorDictBase],
         buffer: ReplayBuffer | None = None,
+        config: Any = None,
     ) -> Run:
         """A run configured by ``cfg``, titled ``"<algo> <env_id>"``, in ``cfg.log_dir`` or
-        ``runs/<algo in lower case, '_' for spaces>/<env_id>/seed<seed>``."""
+        ``runs/<algo in lower case, '_' for spaces>/<env_id>/seed<seed>``. ``config``: the
+        recipe's whole config, saved as ``config.json`` in the run folder (and sent to W&B)."""
         folder = run_dir(cfg.log_dir, algo.lower().replace(" ", "_"), cfg.env_id, cfg.seed)
+        settings = flat_dict(config if config is not None else cfg)
+        log = cfg.log
         return cls(
             folder, state, eval_env=eval_env, policy=policy, title=f"{algo} {cfg.env_id}",
             total_frames=cfg.total_frames, eval_every=cfg.eval_every,
             eval_episodes=cfg.eval_episodes, eval_seed=cfg.seed + EVAL_SEED_OFFSET,
             checkpoint_every=cfg.checkpoint_every, log_every=cfg.log_every,
             stop_after_frames=cfg.stop_after_frames, stop_at_return=cfg.stop_at_return,
-            buffer=buffer, resume=cfg.resume, tensorboard=cfg.tensorboard, progress=cfg.progress,
-            curve=cfg.curve, flush_denormal=cfg.flush_denormal,
-            wandb=(cfg.wandb_project, dataclasses.asdict(cfg)) if cfg.wandb else None,
-            video=cfg.env_id if cfg.video else None,
+            buffer=buffer, resume=cfg.resume, tensorboard=log.tensorboard, progress=log.progress,
+            curve=log.curve, flush_denormal=cfg.flush_denormal,
+            wandb=(log.wandb_project, settings) if log.wandb else None,
+            video=cfg.env_id if log.video else None, config=settings,
         )  # fmt: skip
 
     @property
@@ -501,6 +524,44 @@ class Run:
     def updates(self, value: int) -> None:
         self.counters["updates"] = value
 
+    def resume(self, collector: Iterable[Any]) -> Iterator[Any]:
+        """Start the run on ``collector`` (resuming from the folder's newest checkpoint with
+        ``--resume``) and yield its batches until the run is done: ``total_frames`` reached,
+        ``stop_after_frames`` of this process, or ``stop_at_return`` met at an evaluation
+        (:meth:`step` says so). A batch a worker collector made after restarting a dead worker
+        first cuts the replay streams (:func:`tdrl.data.truncate_streams`): its envs started
+        new episodes."""
+        self.start(collector)  # type: ignore[arg-type]
+        for batch in collector:
+            restarts = getattr(collector, "restarts", 0)
+            if restarts != self.restarts_seen:
+                if self.buffer is not None:
+                    truncate_streams(self.buffer)
+                self.restarts_seen = restarts
+            yield batch
+            if self.done:
+                break
+
+    def step(self, metrics: Any = None) -> bool:
+        """After a batch's updates: log a ``train`` row when due (``metrics``: the last
+        update's, a mapping or a loss output; None keeps the previous ones), evaluate when due
+        (and after the last batch), checkpoint when due; returns whether the run is done."""
+        assert self.collector is not None, "iterate over run.resume(collector) first"
+        self.done = self.end_batch(self.collector, metrics)
+        return self.done
+
+    def updates_due(self, *, learning_starts: int, utd_ratio: float) -> int:
+        """Gradient steps due now at ``utd_ratio`` per env step since ``learning_starts``,
+        counted against :attr:`updates` (:func:`tdrl.data.updates_due`): a resumed run keeps
+        the ratio."""
+        assert self.collector is not None, "iterate over run.resume(collector) first"
+        return updates_due(
+            self.collector.frames,
+            self.updates,
+            learning_starts=learning_starts,
+            utd_ratio=utd_ratio,
+        )
+
     def start(self, collector: CollectorLike, *, resume: bool | None = None) -> None:
         """Resume from the folder's checkpoint (when ``resume``, default the constructor's, and
         one exists); open the logs, flush subnormals if asked and start the clock."""
@@ -508,7 +569,7 @@ class Run:
         if self.flush_denormal and self._flush_before is None:
             self._flush_before = flushing_denormals()
             torch.set_flush_denormal(True)
-        resuming = self.resume if resume is None else resume
+        resuming = self.resume_checkpoint if resume is None else resume
         if resuming:
             loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
             if loaded is not None:
@@ -526,6 +587,8 @@ class Run:
             resume_step=self.frames + 1 if resuming else None,  # no checkpoint: frames 0
         )  # fmt: skip
         self._log_warnings()
+        if self.config is not None:
+            _write_config(self.log_dir / CONFIG_FILE, self.config)
         self._bar = progress_bar(self.total_frames, initial=self.frames, disable=not self.progress)
         self._start = time.perf_counter() - self.counters["time"]
 
@@ -551,7 +614,7 @@ class Run:
             counters["episode_length_sum"] += float(episodes[keys.EPISODE_LENGTH].sum())
         counters["time"] = time.perf_counter() - self._start
         finished = frames >= self.total_frames
-        if self.log_every <= 0 or crossed(frames, previous, self.log_every) or finished:
+        if self.log_every <= 0 or _crossed(frames, previous, self.log_every) or finished:
             self._log_train(frames)  # and at the end: the steps since the last row
         # a stop_after_frames stop is a pause: no evaluation a straight run would not make
         done = finished or 0 < self._stop_frames <= frames
@@ -567,7 +630,7 @@ class Run:
             done = done or ret >= self.stop_at_return
             self._bar.set_postfix(eval_return=f"{ret:.1f}")
         counters["time"] = time.perf_counter() - self._start
-        if self.checkpoint_every > 0 and (crossed(frames, previous, self.checkpoint_every) or done):
+        if self.checkpoint_every > 0 and (_crossed(frames, previous, self.checkpoint_every) or done):
             metrics = {k: float(v) for k, v in self.metrics.items()}
             save_run(
                 self.log_dir,
@@ -595,11 +658,9 @@ class Run:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        """Leaving a ``with Run(...) as run:`` block by an exception restores the float mode,
-        flushes and closes the logs and closes the envs (no report: :meth:`finish` reports);
-        a normal exit after :meth:`finish` has nothing left to do."""
-        if kind is not None:
-            self.close()
+        """Leaving a ``with Run(...) as run:`` block closes what is open: the float mode, the
+        logs, the envs (no report: :meth:`report` reports; after it nothing is left to do)."""
+        self.close()
 
     def _log_warnings(self) -> None:
         """From now to :meth:`close`, every warning shown is also appended to the run folder's
@@ -629,6 +690,9 @@ class Run:
     def close(self) -> None:
         """Restore the float mode and the warnings display, close the progress bar, the logs and
         the envs (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._showwarning is not None:
             warnings.showwarning = self._showwarning
             self._showwarning = None
@@ -643,6 +707,10 @@ class Run:
         if self.collector is not None:
             self.collector.shutdown()
         self.eval_env.close()
+
+    def report(self) -> dict[str, float]:
+        """The end of a run: see :meth:`finish`."""
+        return self.finish()
 
     def finish(self) -> dict[str, float]:
         """Close the logs and the envs (the collector's and ``eval_env``), plot ``curve.png``
@@ -685,24 +753,3 @@ class Run:
             f"{report} in {self.log_dir}"
         )
         return result
-
-
-def start_run(
-    cfg: RunConfig,
-    algo: str,
-    state: Mapping[str, Any],
-    collector: CollectorLike,
-    *,
-    eval_env: VecEnv,
-    policy: Callable[[TensorDictBase], TensorDictBase],
-    buffer: ReplayBuffer | None = None,
-) -> Run:
-    """``Run.from_config(...)`` started on ``collector`` (resumed with ``--resume``): use it as
-    ``with start_run(...) as run:``. A failure while starting closes the run's logs and envs."""
-    run = Run.from_config(cfg, algo, state, eval_env=eval_env, policy=policy, buffer=buffer)
-    try:
-        run.start(collector)
-    except BaseException:
-        run.close()
-        raise
-    return run

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,8 @@ def test_a_rerun_skips_the_done_cells_and_the_page_renders(table: tuple[Path, Pa
     assert cells[:3] == [BREAKOUT, "DQN", "300"] and len(cells) == 14  # no reference column
     assert cells[5] == cells[9] == "1"  # one seed of each library
     assert [p.name for p in pngs] == ["minatar_Breakout-v1.png"]
+    # versions and machine stated once, from the lines; the lines' dates stay off the page
+    minatar = line_of(path, "SB3")["versions"]["minatar"]
+    assert md.count("Versions: ") == 1 and f"SB3: python {sys.version.split()[0]}" in md
+    assert f"minatar {minatar}" in md and "Machine: " in md
+    assert not re.search(r"\d{4}-\d{2}-\d{2}", md) and not re.search(r"[Ii]ssue \d", md)

@@ -493,7 +493,37 @@ def test_a_resumed_line_shows_both_commits_and_no_overlap(tmp_path: Path) -> Non
     assert pair[0].rstrip(" |").endswith("resumed")
     conditions = md.split("Run conditions")[1]
     (row,) = [x for x in conditions.splitlines() if x.startswith("| Hopper-v5 | SAC | 1M | tdrl")]
-    assert "11111111→00000000" in row and "2026-11-24 – 2026-11-25" in row
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["Hopper-v5", "SAC", "1M", "tdrl", "0", "11111111→00000000", "1 (1)",
+                     "1.00 → 2.00"]  # fmt: skip
+
+
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def test_the_page_states_versions_and_machine_once_and_no_dates(tmp_path: Path) -> None:
+    # the lines' dates (start times, a resumed run's first start) stay in the store, not the page
+    lines = [
+        table_line("tdrl", "sac", "Hopper-v5", 0, returns=[100.0], cpus=4,
+                   versions={"python": "3.11.7", "torch": "2.13.0"}),
+        table_line("tdrl", "sac", "Hopper-v5", 1, returns=[200.0],
+                   versions={"python": "3.11.7", "torch": "2.12.0"}),
+        table_line("SB3", "sac", "Hopper-v5", 0, returns=[50.0],
+                   versions={"python": "3.11.7", "stable_baselines3": "2.9.2"}),
+    ]  # fmt: skip
+    lines[1]["resumed"] = {"from_frames": 3000, "run_clock_s": 20.0, "first_commit": "1" * 40,
+                           "first_date": "2026-11-24T08:00:00+0000"}  # fmt: skip
+    table = tmp_path / "t.jsonl"
+    for line in lines:
+        mt.append_line(table, line)
+    md = mt.render(table, mt.MUJOCO)[0].read_text()
+    statement = (
+        "Versions: tdrl: python 3.11.7, torch 2.12.0 / 2.13.0; SB3: python 3.11.7, "
+        "stable_baselines3 2.9.2. Machine: 2 or 4 CPUs."
+    )
+    assert md.count("Versions: ") == 1 and statement in md
+    assert md.count("python benchmarks/mujoco_table.py --render") == 1  # the command, once
+    assert not DATE.search(md) and not re.search(r"[Ii]ssue \d", md)  # the header's prose too
 
 
 def test_a_cell_another_driver_runs_is_skipped_not_cleared(tmp_path: Path) -> None:

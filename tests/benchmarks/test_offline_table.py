@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +127,11 @@ def test_the_page_shows_the_normalized_scores(table: tuple[Path, Path]) -> None:
     assert f"| {TINY} | BC | 40 | {bc['final_score']:.1f} | {bc['best_score']:.1f} | 1 |" in page
     assert f"- {TINY} (40 steps): " in page  # the ordering line of tdrl's algorithms
     assert "| IQL | torchrl | -20.0 | 3000.0 |" in page
+    # versions and machine stated once, from the lines; the lines' dates stay off the page
+    torch_version = next(x for x in lines if x["library"] == "torchrl")["versions"]["torchrl"]
+    assert page.count("Versions: ") == 1 and f"torchrl {torch_version}" in page
+    assert f"Machine: {os.cpu_count()} CPUs." in page
+    assert not re.search(r"\d{4}-\d{2}-\d{2}", page) and not re.search(r"[Ii]ssue \d", page)
     assert "No cell has finished yet." in ot.markdown([])
     assert ot.paper_ordering({"hopper-medium-replay", "walker2d-medium"}) == [
         "- IQL paper (Table 1), hopper-medium-replay-v2, 1M steps: "

@@ -2,7 +2,8 @@
 
 InvertedPendulum-v5 with random actions terminates within a few dozen steps and a short time
 limit truncates the rest, so one short rollout holds terminated, truncated and unfinished ends.
-Same-step autoreset; the real final observation comes from ``info["final_obs"]`` (DESIGN.md).
+Same-step autoreset; the real final observation comes from ``info["final_obs"]``
+(docs/design.md, "Episode ends").
 """
 
 from __future__ import annotations

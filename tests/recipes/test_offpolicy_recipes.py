@@ -16,14 +16,9 @@ import pytest
 import torch
 
 from tdrl.data import ReplayBuffer
-from tdrl.trainers import (
-    TD3Config,
-    latest_checkpoint,
-    parse,
-    read_csv,
-    truncate_streams,
-    updates_due,
-)
+from tdrl.data import truncate_streams, updates_due
+from tdrl.trainers import configure, latest_checkpoint, parse, read_csv
+from tdrl.trainers.config import TD3Config, flat_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
 
@@ -62,10 +57,10 @@ TINY = {
 
 def config(name: str, tmp_path: Path, **overrides: object) -> tuple[object, object]:
     module = importlib.import_module(name)
-    fields = {f.name for f in dataclasses.fields(module.Config)}
+    fields = set(flat_dict(module.Config()))
     values = {k: v for k, v in COMMON.items() if k in fields}
     values |= {"batch_size": 16, "log_dir": str(tmp_path / name)} | TINY[name] | overrides
-    return module, module.Config(**values)
+    return module, configure(module.Config, **values)
 
 
 @pytest.mark.parametrize("name", list(TINY))

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from recipes import a2c, impala, ppo, reinforce, trpo
-from tdrl.trainers import latest_checkpoint, read_csv
+from tdrl.trainers import configure, latest_checkpoint, read_csv
+from tdrl.trainers.config import flat_dict
 
 # NPG is trpo.py with --algo npg (one recipe for both natural-gradient methods).
 RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
@@ -58,9 +59,9 @@ TINY_EXTRA = {
 
 def tiny(name: str, tmp_path: Path, **overrides) -> object:
     module = RECIPES[name]
-    fields = {f.name for f in dataclasses.fields(module.Config)}
+    fields = set(flat_dict(module.Config()))
     values = {**TINY, **TINY_EXTRA.get(name, {}), "log_dir": str(tmp_path), **overrides}
-    return module.Config(**{k: v for k, v in values.items() if k in fields})
+    return configure(module.Config, **{k: v for k, v in values.items() if k in fields})
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
