@@ -163,7 +163,7 @@ def ppo_step() -> Callable[[int], None]:
 
     from tdrl.modules import POLICY_GAIN, GaussianActor, ValueCritic, mlp
     from tdrl.objectives import ClipPPOLoss
-    from tdrl.trainers import linear_decay, ppo_update
+    from tdrl.trainers import linear_decay
 
     actor = GaussianActor(mlp(updates.OBS_DIM, updates.ACT_DIM, output_gain=POLICY_GAIN), 3)
     critic = ValueCritic(mlp(updates.OBS_DIM, 1))
@@ -175,7 +175,7 @@ def ppo_step() -> Callable[[int], None]:
 
     def run(steps: int) -> None:  # steps: minibatch steps, in passes of 64
         for _ in range(max(steps // 64, 1)):
-            ppo_update(loss, optimizer, batch, epochs=1, minibatch_size=64, max_grad_norm=0.5)
+            updates.recipe_ppo_update(loss, optimizer, batch, epochs=1, minibatch=64)
             scheduler.step()
 
     return run

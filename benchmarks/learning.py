@@ -486,7 +486,7 @@ def plot_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tdrl.trainers import plot_band, save_png
+    from tdrl.trainers.plotting import plot_band, save_png
 
     pngs = []
     for (algo, env, frames, variant), libs in groups.items():

@@ -357,7 +357,9 @@ def recipe_default(algo: Algo, name: str) -> Any:
     if name in preset:
         return preset[name]
     module = importlib.import_module(f"recipes.{algo.recipe}")
-    return {f.name: f.default for f in dataclasses.fields(module.Config)}[name]
+    from tdrl.trainers.config import flat_dict
+
+    return flat_dict(module.Config())[name]
 
 
 def build_cells(
@@ -469,7 +471,9 @@ def tdrl_config(cell: Cell, folder: Path, suite: Suite) -> Any:
     cell's task, seed, budget and evaluation protocol, its run folder in ``folder``."""
     algo = suite.algos[cell.algorithm]
     module = importlib.import_module(f"recipes.{algo.recipe}")
-    return module.Config(**dict(algo.preset) | dict(
+    from tdrl.trainers import configure
+
+    return configure(module.Config, **dict(algo.preset) | dict(
         env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
         eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
     ))  # fmt: skip
@@ -496,7 +500,9 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
         now = finite(now or {})
         recorded = recorded.get("hyperparameters", {})
     else:
-        now = finite(dataclasses.asdict(tdrl_config(cell, Path("."), suite)))
+        from tdrl.trainers.config import flat_dict
+
+        now = finite(flat_dict(tdrl_config(cell, Path("."), suite)))
         now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
         recorded = {k: v for k, v in recorded.items() if k not in PLACE_SETTINGS}
     now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
@@ -539,7 +545,8 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
     checkpoint, which the cut lost, are counted once: as rerun here); the line's ``resumed``
     says from which step and with which starting commit.
     """
-    from tdrl.trainers import latest_checkpoint, read_csv
+    from tdrl.trainers import configure, latest_checkpoint, read_csv
+    from tdrl.trainers.config import flat_dict
 
     module = importlib.import_module(f"recipes.{suite.algos[cell.algorithm].recipe}")
     cfg = tdrl_config(cell, folder, suite)
@@ -566,7 +573,7 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
                 "line shows both commits",
                 flush=True,
             )
-        cfg = dataclasses.replace(cfg, resume=True)
+        cfg = configure(cfg, resume=True)
     else:
         (folder / STARTED).write_text(
             json.dumps({
@@ -596,7 +603,7 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
         "env_steps": int(result["frames"]),
         "wall_s": wall,
         "curve": curve,
-        "settings": dataclasses.asdict(dataclasses.replace(cfg, resume=False)),
+        "settings": flat_dict(configure(cfg, resume=False)),
         "versions": versions("torch", "tensordict", "torchrl", *suite.packages),
         **({"resumed": resumed} if resumed else {}),
     }
@@ -1267,7 +1274,7 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path, suite: Suite) -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tdrl.trainers import plot_band, save_png
+    from tdrl.trainers.plotting import plot_band, save_png
 
     by_task: dict[str, dict[Group, Any]] = defaultdict(dict)
     for group, libraries in summarize(lines, suite).items():

@@ -21,8 +21,8 @@ stores D4RL's references: ``ref_min_score`` the mean return of 100 uniform rando
 ``ref_max_score`` the expert run's final deterministic evaluation (10 episodes); a score is
 ``100 * (return - ref_min) / (ref_max - ref_min)``.
 
-tdrl: ``recipes/offline.py``'s ``main(Config(...))`` with its defaults except the algorithm,
-dataset, its env, seed, budget, evaluation protocol and run folder (progress bar off).
+tdrl: ``recipes/offline.py``'s ``main(configure(Config, ...))`` with its defaults except the
+algorithm, dataset, its env, seed, budget, evaluation protocol and run folder (progress bar off).
 TorchRL 0.14.1: ``CQLLoss`` and ``IQLLoss`` with ``sota-implementations/{cql,iql}/
 offline_config.yaml`` of pytorch/rl at ae9719f17b15 (256x256 ReLU MLPs, a TanhNormal actor
 with NormalParamExtractor(biased_softplus_1.0, scale_lb 0.1), L2 losses, gamma 0.99, tau 0.005,
@@ -150,7 +150,9 @@ def train_source(env_id: str, role: str, stop_at_return: float | None = None) ->
         extra = {} if stop_at_return is None else {"stop_at_return": stop_at_return}
         print(f"training the {role} run of {env_id}: {recipe} {fields | extra}", flush=True)
         # resume: a source run killed before its first checkpoint starts over in its folder
-        module.main(module.Config(**fields, **extra, log_dir=str(folder), resume=True))
+        module.main(
+            trainers.configure(module.Config, **fields, **extra, log_dir=str(folder), resume=True)
+        )
     return folder
 
 

@@ -6,7 +6,7 @@ with a state-independent log-std, advantages and returns precomputed, Adam (lr 3
 clipping at 0.5, clip epsilon 0.2, advantage normalization, no entropy bonus. Every library runs
 its own update code on the same data: SB3 ``PPO.train()`` on a filled rollout buffer, Tianshou
 ``PPO._update_with_batch``, TorchRL ``ClipPPOLoss`` in an index-and-step loop (plain indexing is
-cheaper than its replay-buffer sampler, so this favours TorchRL), tdrl ``ppo_update``. Every
+cheaper than its replay-buffer sampler, so this favours TorchRL), tdrl's minibatch epochs as recipes/ppo.py writes them. Every
 library runs on one thread (``torch.set_num_threads(1)``): the figure is the library overhead
 around the same small networks, and ratios within a run are what to compare.
 
@@ -41,7 +41,7 @@ The SAC and DQN sections time each library in 3 rounds, the libraries taking tur
 round, and report the median rate (the PPO section: one update phase per library a round).
 
 Recurrent PPO section (``ppo_lstm``): one update phase on CartPoleNoVel shapes with an LSTM
-actor, tdrl ``ppo_update(seq_len=...)`` against sb3-contrib ``RecurrentPPO.train()`` on the same
+actor, tdrl's epochs over whole sequences (``tdrl.data.minibatches(seq_len=...)``) against sb3-contrib ``RecurrentPPO.train()`` on the same
 filled rollout (see ``section_ppo_lstm``), median of 3 interleaved rounds.
 
 CQL and IQL sections (offline): the SAC section's shapes and data, each library's own loss
@@ -82,6 +82,64 @@ ROUNDS = 3  # SAC and DQN sections: interleaved rounds per library (median repor
 DEVICE = torch.device("cpu")
 CUDA_SECTIONS = ("ppo", "sac", "dqn")
 
+
+
+# The recipes' gradient steps, as the recipes write them in their loops (recipes/ppo.py,
+# recipes/sac.py, recipes/redq.py, recipes/td3.py, recipes/dqn.py), so tdrl is timed on the
+# same work its recipes do.
+def recipe_ppo_update(
+    loss: Any, optimizer: Any, batch: Any, *, epochs: int, minibatch: int, seq_len: int | None = None
+) -> None:
+    from torchrl.modules import set_recurrent_mode
+
+    from tdrl.data import minibatches
+    from tdrl.objectives import total_loss
+    from tdrl.trainers import optimizer_step
+
+    outs = []
+    with set_recurrent_mode(seq_len is not None):
+        for minibatch_td in minibatches(
+            batch, minibatch, epochs=epochs, in_keys=loss.in_keys, seq_len=seq_len
+        ):
+            out = loss(minibatch_td)
+            optimizer_step(total_loss(out), optimizer, max_grad_norm=MAX_GRAD_NORM)
+            outs.append(out.detach())
+    torch.stack(outs).mean()
+
+
+def recipe_actor_critic_step(
+    loss: Any, optimizer: Any, target: Any, *, actor_every: int = 1, targets_with_actor: bool = False
+) -> Callable[[Any, int], None]:
+    from tdrl.objectives import total_loss
+    from tdrl.trainers import optimizer_step
+
+    def step(sample: Any, k: int) -> None:
+        if k % actor_every == 0:
+            optimizer_step(total_loss(loss(sample)), optimizer)
+            target.step()
+            return
+        optimizer_step(loss.qvalue_loss(sample)[0], optimizer)  # critic-only step
+        if not targets_with_actor:
+            target.step()
+
+    return step
+
+
+def recipe_q_learning_step(
+    loss: Any, optimizer: Any, target: Any, *, max_grad_norm: float, after: Any = None
+) -> Callable[[Any, int], None]:
+    from tdrl import keys
+    from tdrl.trainers import optimizer_step
+
+    def step(sample: Any, k: int) -> None:
+        out = loss(sample)
+        optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=max_grad_norm)
+        if after is not None:
+            after(sample, out)
+        target.counter = k - 1
+        target.step()
+
+    return step
 
 def _elapsed(start: float) -> float:
     """Seconds since ``start``, after the queued GPU work has finished (on CUDA)."""
@@ -181,7 +239,6 @@ def bench_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> fl
 
     from tdrl.modules import POLICY_GAIN, GaussianActor, ValueCritic, mlp
     from tdrl.objectives import ClipPPOLoss
-    from tdrl.trainers import ppo_update
 
     actor = GaussianActor(mlp(OBS_DIM, ACT_DIM, output_gain=POLICY_GAIN), ACT_DIM)
     critic = ValueCritic(mlp(OBS_DIM, 1))
@@ -189,9 +246,7 @@ def bench_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> fl
     optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5, fused=True)
     batch = TensorDict(data, batch_size=[len(data["action"])], device=DEVICE)
     start = time.perf_counter()
-    ppo_update(
-        loss, optimizer, batch, epochs=epochs, minibatch_size=minibatch, max_grad_norm=MAX_GRAD_NORM
-    )
+    recipe_ppo_update(loss, optimizer, batch, epochs=epochs, minibatch=minibatch)
     return _elapsed(start)
 
 
@@ -400,7 +455,6 @@ def lstm_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
         mlp,
     )
     from tdrl.objectives import ClipPPOLoss
-    from tdrl.trainers import ppo_update
 
     actor = RecurrentActor(
         LSTMModule(LSTM_OBS, LSTM_SIZE, in_key="observation", out_key="embed"),
@@ -411,10 +465,9 @@ def lstm_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
     optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5, fused=True)
     batch = TensorDict(data, batch_size=data["action"].shape)
     start = time.perf_counter()
-    ppo_update(
-        loss, optimizer, batch, epochs=epochs, minibatch_size=minibatch,
-        max_grad_norm=MAX_GRAD_NORM, seq_len=LSTM_EPISODE,
-    )  # fmt: skip
+    recipe_ppo_update(
+        loss, optimizer, batch, epochs=epochs, minibatch=minibatch, seq_len=LSTM_EPISODE
+    )
     return _elapsed(start)
 
 
@@ -1025,11 +1078,10 @@ REDQ_MEMBERS, REDQ_SUBSET, REDQ_ACTOR_EVERY, REDQ_LR = 10, 2, 20, 3e-4
 
 
 def redq_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    """recipes/redq.py's gradient step (trainers.actor_critic_step, the actor every 20th)."""
+    """recipes/redq.py's gradient step (the actor every 20th)."""
     from tdrl.data import ReplayBuffer
     from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
     from tdrl.objectives import REDQLoss, SoftUpdate
-    from tdrl.trainers import actor_critic_step
 
     actor = TanhGaussianActor(mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)
     critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, SAC_HIDDEN, num_members=REDQ_MEMBERS))
@@ -1039,7 +1091,7 @@ def redq_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     optimizer = torch.optim.Adam(
         [*actor.parameters(), *critic.parameters(), loss.log_alpha], lr=REDQ_LR, fused=True
     )
-    step = actor_critic_step(
+    step = recipe_actor_critic_step(
         loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=REDQ_ACTOR_EVERY
     )
     buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
@@ -1116,7 +1168,7 @@ section_redq = steps_section(
 # library runs its own update: SB3 ``TD3.train`` / ``DDPG.train``, Tianshou ``TD3.update`` /
 # ``DDPG.update`` (the networks of its examples/mujoco), TorchRL's ``TD3Loss`` / ``DDPGLoss`` in
 # the loop of its sota-implementations (separate critic and actor steps), tdrl the recipes' step
-# (trainers.actor_critic_step, one fused Adam). Counted in critic steps.
+# (one fused Adam, as the recipes). Counted in critic steps.
 DET_HIDDEN, DET_LR, TD3_DELAY = [400, 300], 1e-3, 2
 
 
@@ -1131,7 +1183,7 @@ def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], f
             mlp,
         )
         from tdrl.objectives import DDPGLoss, SoftUpdate, TD3Loss
-        from tdrl.trainers import actor_critic_step, adam
+        from tdrl.trainers import adam
 
         net = mlp(SAC_OBS, SAC_ACT, DET_HIDDEN, activation=nn.ReLU)
         actor = DeterministicActor(net, SAC_ACT, action_low=-1.0, action_high=1.0)
@@ -1143,7 +1195,7 @@ def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], f
             loss = DDPGLoss(actor, critic).to(DEVICE)
         optimizer = adam((actor.parameters(), DET_LR), (critic.parameters(), DET_LR))
         delay = TD3_DELAY if algo == "td3" else 1
-        step = actor_critic_step(
+        step = recipe_actor_critic_step(
             loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=delay,
             targets_with_actor=algo == "td3",
         )  # fmt: skip
@@ -1321,11 +1373,10 @@ def _pixel_net(outputs: int, *, dueling: bool = False, noisy: bool = False) -> n
 
 def _pixel_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def run(data: dict[str, torch.Tensor], steps: int) -> float:
-        """recipes/dqn.py's gradient step (q_learning_step) with --algo qrdqn, or Rainbow."""
+        """recipes/rainbow.py's gradient step with --algo qrdqn, or Rainbow."""
         from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
         from tdrl.modules import CategoricalQValueActor, QuantileQValueActor, reset_noise
         from tdrl.objectives import C51Loss, HardUpdate, QRDQNLoss, update_priority
-        from tdrl.trainers import q_learning_step
 
         if algo == "qrdqn":
             actor: Any = QuantileQValueActor(
@@ -1346,9 +1397,9 @@ def _pixel_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
 
         buffer.extend(_td(data))
         optimizer = torch.optim.Adam(actor.parameters(), lr=6.25e-5, eps=1.5e-4, fused=True)
-        step = q_learning_step(
+        step = recipe_q_learning_step(
             loss, optimizer, HardUpdate(loss, value_network_update_interval=2000),
-            max_grad_norm=10.0, after_step=after,
+            max_grad_norm=10.0, after=after,
         )  # fmt: skip
         start = time.perf_counter()
         for k in range(1, steps + 1):

@@ -1,47 +1,49 @@
 """A2C (Mnih et al. 2016, arXiv 1602.01783; synchronous) on a MuJoCo task, or any gymnasium task.
 
-python recipes/a2c.py                                   # Hopper-v5, short budget
-python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3
-
 Defaults are Tianshou's MuJoCo A2C benchmark (examples/mujoco/mujoco_a2c.py): 16 envs x 5 steps
 = 80 per batch, one full-batch step per batch, RMSprop (lr 7e-4, alpha 0.99, eps 1e-5) decayed
 linearly to 0, gamma 0.99, GAE lambda 0.95, critic coefficient 0.5, entropy coefficient 0.01,
-gradient norm 0.5, 64x64 tanh MLPs, initial log-std -0.5, observation normalization.
-The critic learns its value targets divided by the running std of the returns, the advantages
-staying in reward units, as Tianshou's `return_scaling` does (tdrl.modules.ValueTargetScaling;
-`--no-scale-value-targets` turns it off). At 1M steps, seeds 0-2 (docs/benchmarks/
-session_2026-11-26c.txt), it raised the mean final return on HalfCheetah-v5 (1733 to 1975),
-Walker2d-v5 (435 to 724) and Ant-v5 (1268 to 2124), and lowered it on Hopper-v5 (784 to 687,
-whose best rose from 906 to 1093). `--scale-rewards` (rewards divided by that std, so the
-advantages too) is not the same thing: it lowered HalfCheetah-v5's final return on seeds 0-2
-from 1845, 1366, 1988 to 941, 759, 621 (docs/benchmarks/session_2026-11-26b.txt).
-Differences from Tianshou: a short default budget (Tianshou: 3M steps).
+gradient norm 0.5, 64x64 tanh MLPs, initial log-std -0.5, observation normalization, raw
+advantages. The critic learns its value targets divided by the running std of the returns, the
+advantages staying in reward units, as Tianshou's ``return_scaling`` does (ValueTargetScaling;
+--no-scale-value-targets turns it off). --scale-rewards (the rewards divided by that std, so the
+advantages too) is another thing. Differences from Tianshou: a short default budget.
+
+    python recipes/a2c.py                                   # Hopper-v5, short budget
+    python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import torch
-from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torchrl.modules import set_recurrent_mode
 
 from tdrl import trainers
+from tdrl.data import minibatches
 from tdrl.estimators import GAE
-from tdrl.modules import ValueTargetScaling
-from tdrl.objectives import A2CLoss
+from tdrl.modules import RewardScaling, ValueTargetScaling
+from tdrl.objectives import A2CLoss, total_loss
+from tdrl.trainers.config import (
+    AdvantageConfig,
+    NetworkConfig,
+    OnPolicyConfig,
+    RunConfig,
+    WorkersConfig,
+)
 
 
-@dataclass(frozen=True)
-class Config(trainers.AdvantageConfig):
-    """Fields beyond tdrl.trainers.AdvantageConfig's (--help lists all, with defaults)."""
-
-    num_envs: int = 16
-    frames_per_batch: int = 80
-    lr: float = 7e-4
-    log_every: int = 2_000
-    entropy_coeff: float = 0.01
-    normalize_advantage: bool = False
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(num_envs=16, log_every=2_000)
+    workers: WorkersConfig = WorkersConfig()
+    onpolicy: OnPolicyConfig = OnPolicyConfig(
+        frames_per_batch=80, lr=7e-4, normalize_advantage=False
+    )
+    net: NetworkConfig = NetworkConfig()
+    adv: AdvantageConfig = AdvantageConfig(entropy_coeff=0.01)
     scale_value_targets: bool = True
     """the critic learns its value targets divided by the running std of the returns, the
     advantages staying in reward units (Tianshou's return_scaling; ValueTargetScaling)."""
@@ -49,32 +51,69 @@ class Config(trainers.AdvantageConfig):
 
 def main(cfg: Config) -> dict[str, float]:
     """Train A2C as configured; returns the last evaluation and the last update's metrics."""
-    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
-    parts = trainers.on_policy_setup(cfg)
-    # 3. loss, estimator (run on the whole rollout), optimizer
-    loss = A2CLoss(parts.actor, parts.critic, **cfg.loss_terms)
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = trainers.make_envs(cfg.run)
+    device = cfg.run.torch_device
+
+    # 2. networks: actor and critic, observation normalization inside both
+    nets = cfg.net.build(env.observation_spec, env.action_spec)
+
+    # 3. loss, estimator (run on the whole rollout), optimizer, schedule
+    loss = A2CLoss(
+        nets.actor, nets.critic, entropy_coeff=cfg.adv.entropy_coeff,
+        critic_coeff=cfg.adv.critic_coeff, normalize_advantage=cfg.onpolicy.normalize_advantage,
+    ).to(device)  # fmt: skip
     estimator: TensorDictModuleBase = GAE(
-        gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic
+        gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic
     )
     if cfg.scale_value_targets:
         estimator = ValueTargetScaling(estimator)  # its statistics go in the checkpoints
-    trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
+    estimator.to(device)
     optimizer = torch.optim.RMSprop(
-        loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
+        loss.parameters(), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
     )
+    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
+    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
+    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
+             "scheduler": scheduler}  # fmt: skip
+    if cfg.scale_value_targets:
+        state["value_target_scaling"] = estimator
+    scaler = None
+    if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
+        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
+    collector = trainers.make_collector(
+        cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
+    )
+    seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
 
-    def update(batch: TensorDictBase) -> dict[str, float]:
-        # estimate on the whole rollout, then one full-batch step
-        return trainers.on_policy_update(
-            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm,
-            seq_len=cfg.sequence_length,  # --recurrent: the rollout as whole sequences
-        )  # fmt: skip
-
-    # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
-    #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    extra_state = {"value_target_scaling": estimator} if cfg.scale_value_targets else None
-    return trainers.run_on_policy(cfg, "A2C", parts, optimizer, update, extra_state=extra_state)
+    # 4. the loop: collect a rollout, estimate advantages on it, one full-batch step
+    with trainers.Run.from_config(
+        cfg.run, "A2C", state, eval_env=eval_env, policy=nets.actor, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            if scaler is not None:
+                scaler(batch)
+            with torch.no_grad():
+                estimator(batch)
+            outs = []
+            with set_recurrent_mode(seq_len is not None):
+                for minibatch in minibatches(batch, None, in_keys=loss.in_keys, seq_len=seq_len):
+                    out = loss(minibatch)
+                    trainers.optimizer_step(
+                        total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
+                    )
+                    outs.append(out.detach())
+                    run.updates += 1
+            metrics = torch.stack(outs).mean().to_dict()
+            metrics["lr"] = scheduler.get_last_lr()[0]
+            scheduler.step()
+            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
+                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(metrics)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

@@ -1,22 +1,23 @@
 """Collector demo: a uniform random policy on a MuJoCo task; prints steps/s and episode returns.
 
-python recipes/collect_random.py --env-id Hopper-v5 --mode async --total-frames 20000
+Defaults: HalfCheetah-v5, 8 envs in one process, batches of 2000 steps, 20k steps in all.
+
+    python recipes/collect_random.py --env-id Hopper-v5 --mode async --total-frames 20000
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import tyro
 
+from tdrl import trainers
 from tdrl.collectors import Collector
 from tdrl.envs import make_vec_env
 
 
-@dataclass(frozen=True)
+@trainers.configclass
 class Config:
     env_id: str = "HalfCheetah-v5"
     """gymnasium id of the task."""
@@ -36,9 +37,11 @@ def main(cfg: Config) -> dict[str, float]:
     """Collects ``cfg.total_frames`` random steps and returns throughput and mean return."""
     torch.set_num_threads(1)
     returns: list[float] = []
+    # 1. envs and a collector without a policy (uniform random actions)
     with make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.mode, seed=cfg.seed) as env:
         collector = Collector(env, None, cfg.frames_per_batch, total_frames=cfg.total_frames)
         start = time.perf_counter()
+        # 2. the loop: one line per batch with the episodes that ended in it
         for batch in collector:
             episodes = collector.episodes
             returns += episodes["episode_return"].tolist()
@@ -48,6 +51,7 @@ def main(cfg: Config) -> dict[str, float]:
                 f"frames {collector.frames:>7}  {rate:8.0f} steps/s  batch {tuple(batch.shape)}  "
                 f"episodes ended {len(episodes)}: [{recent}]"
             )
+    # 3. report: throughput and the mean return of the ended episodes
     elapsed = time.perf_counter() - start
     mean_return = sum(returns) / max(len(returns), 1)
     print(
@@ -58,4 +62,4 @@ def main(cfg: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Config))
+    main(trainers.parse(Config, description=__doc__))

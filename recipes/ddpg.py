@@ -1,14 +1,11 @@
 """DDPG (Lillicrap et al. 2015, arXiv 1509.02971) on MuJoCo.
 
-Defaults follow Tianshou's published MuJoCo DDPG benchmark (examples/mujoco/mujoco_ddpg.py): actor
-and critic lr 1e-3, tau 0.005, gamma 0.99, Gaussian exploration noise 0.1 (half-range units),
-batch 256, 256x256 ReLU MLPs, 25k uniform random steps, 1 env, 1 gradient step per env step, 1M
-buffer. ``--noise ou`` uses the paper's Ornstein-Uhlenbeck noise instead. Where tdrl differs:
-one Adam holds actor and critic with their own learning rates.
-
-The MuJoCo table's 100k cells (benchmarks/mujoco_table.py) run rl-zoo3's settings, those of
-its SB3 cells, as its TD3 cells do (see recipes/td3.py): learning from 10k random steps on, not
-25k, and 400x300 nets:
+Defaults are Tianshou's MuJoCo DDPG benchmark (examples/mujoco/mujoco_ddpg.py): actor and critic
+lr 1e-3, tau 0.005, gamma 0.99, Gaussian exploration noise 0.1 (half-range units), batch 256,
+256x256 ReLU MLPs, 25k uniform random steps, 1 env, 1 gradient step per env step, a 1M buffer.
+``--noise ou`` uses the paper's Ornstein-Uhlenbeck noise instead. One Adam holds actor and critic
+with their own learning rates. At a 100k-step budget the MuJoCo table runs rl-zoo3's settings
+(10k random steps, 400x300 nets), as its SB3 cells do:
 
     python recipes/ddpg.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/ddpg.py --env-id HalfCheetah-v5 --total-frames 100000 \
@@ -17,13 +14,13 @@ its SB3 cells, as its TD3 cells do (see recipes/td3.py): learning from 10k rando
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
 from tdrl import trainers
+from tdrl.data import ReplayBuffer, transitions
 from tdrl.modules import (
     AdditiveGaussianNoise,
     OrnsteinUhlenbeckNoise,
@@ -34,14 +31,19 @@ from tdrl.modules import (
     mlp,
     torch_default_init_,
 )
-from tdrl.objectives import DDPGLoss
+from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
+from tdrl.trainers.config import ActorCriticConfig, ReplayConfig, RunConfig, WorkersConfig
 
 
-@dataclass(frozen=True)
-class Config(trainers.ActorCriticConfig):
-    """Fields beyond tdrl.trainers.ActorCriticConfig's (--help lists all, with defaults)."""
-
-    init_random_frames: int = 25_000
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="HalfCheetah-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
+        log_every=1_000, checkpoint_every=100_000,
+    )  # fmt: skip
+    workers: WorkersConfig = WorkersConfig()
+    replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
+    ac: ActorCriticConfig = ActorCriticConfig()
     noise: Literal["gaussian", "ou"] = "gaussian"
     """exploration noise: Gaussian or Ornstein-Uhlenbeck (restarted at every episode start)."""
     exploration_noise: float = 0.1
@@ -51,32 +53,58 @@ class Config(trainers.ActorCriticConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train DDPG; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg, actions="continuous")
+    env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
+    device = cfg.run.torch_device
     obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
     low, high = action_bounds(env.action_spec)
 
-    # 2. networks: deterministic actor; the noise on top acts only while collecting
-    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
+    # 2. networks: deterministic actor (the noise on top acts only while collecting), a critic
+    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
     bounds = {"action_low": low, "action_high": high}
     if cfg.noise == "ou":
         noise = OrnsteinUhlenbeckNoise(action_dim, sigma=cfg.exploration_noise, **bounds)
     else:
         noise = AdditiveGaussianNoise(action_dim, sigma_init=cfg.exploration_noise, **bounds)
     policy = TensorDictSequential(actor, noise)
-    critic_net = mlp(obs_dim + action_dim, 1, cfg.hidden_sizes, activation=nn.ReLU)
+    critic_net = mlp(obs_dim + action_dim, 1, cfg.ac.hidden_sizes, activation=nn.ReLU)
     critic = StateActionCritic(torch_default_init_(critic_net))
 
-    # 3. loss
-    loss = DDPGLoss(actor, critic, gamma=cfg.gamma)
-    # 4. loop (trainers.run_actor_critic: optimiser, buffer, collector acting with the noise):
-    #    one step per env -> store -> gradient steps at the update ratio
-    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.run_actor_critic(
-        cfg, "DDPG", loss, env, eval_env, actor=actor, critic=critic, policy=policy,
-        extra_state={"noise": noise},
+    # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
+    loss = DDPGLoss(actor, critic, gamma=cfg.ac.gamma).to(device)
+    policy.to(device)
+    target = SoftUpdate(loss, tau=cfg.ac.tau)
+    optimizer = trainers.adam(
+        (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)
+    )
+    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
+    collector = trainers.make_collector(
+        cfg.run, env, policy, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
+        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
     )  # fmt: skip
+
+    # 4. the loop: store each batch, then the gradient steps due at the update ratio
+    state = {"loss": loss, "optimizer": optimizer, "noise": noise}
+    with trainers.Run.from_config(
+        cfg.run, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            out = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                out = loss(buffer.sample(cfg.replay.batch_size))
+                trainers.optimizer_step(total_loss(out), optimizer)
+                target.step()
+                run.updates += 1
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(out)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

@@ -1,22 +1,20 @@
 """Soft actor-critic for discrete actions (Christodoulou 2019, arXiv 1910.07207).
 
-Defaults follow Tianshou's CartPole discrete-SAC test (test/discrete/test_discrete_sac.py): actor
-lr 1e-4, critic lr 1e-3, a fixed alpha of 0.05 (``--auto-alpha`` tunes it with lr 3e-4 toward
+Defaults are Tianshou's CartPole discrete-SAC test (test/discrete/test_discrete_sac.py): actor lr
+1e-4, critic lr 1e-3, a fixed alpha of 0.05 (``--auto-alpha`` tunes it with lr 3e-4 toward
 ``--target-entropy``, by default 0.98 log n), gamma 0.95, tau 0.005, 3-step returns, batch 64,
-64x64 ReLU MLPs, 10 envs, 10 env steps per batch, 0.1 gradient steps per env step, a 20k
-buffer. Where tdrl differs: the twin critics are one batched ensemble, and 1k uniform random
-steps fill the buffer first.
+64x64 ReLU MLPs, 10 envs, 10 env steps per batch, 0.1 gradient steps per env step, a 20k buffer.
+The twin critics are one batched ensemble, and 1k uniform random steps fill the buffer first.
 
     python recipes/discrete_sac.py --env-id CartPole-v1 --total-frames 50000
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import nn
 
 from tdrl import trainers
+from tdrl.data import ReplayBuffer, transitions
 from tdrl.keys import ACTION_VALUE, OBSERVATION
 from tdrl.modules import (
     CategoricalActor,
@@ -26,26 +24,28 @@ from tdrl.modules import (
     mlp,
     torch_default_init_,
 )
-from tdrl.objectives import DiscreteSACLoss
+from tdrl.objectives import DiscreteSACLoss, SoftUpdate, total_loss
+from tdrl.trainers.config import (
+    ActorCriticConfig,
+    EntropyConfig,
+    ReplayConfig,
+    RunConfig,
+    WorkersConfig,
+)
 
 
-@dataclass(frozen=True)
-class Config(trainers.EntropyConfig):
-    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
-
-    env_id: str = "CartPole-v1"
-    total_frames: int = 50_000
-    num_envs: int = 10
-    init_random_frames: int = 1_000
-    utd_ratio: float = 0.1
-    batch_size: int = 64
-    buffer_size: int = 20_000
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    gamma: float = 0.95
-    eval_every: int = 5_000
-    checkpoint_every: int = 25_000
-    actor_lr: float = 1e-4
-    alpha_init: float = 0.05
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="CartPole-v1", total_frames=50_000, num_envs=10, eval_every=5_000,
+        log_every=1_000, checkpoint_every=25_000,
+    )  # fmt: skip
+    workers: WorkersConfig = WorkersConfig()
+    replay: ReplayConfig = ReplayConfig(
+        buffer_size=20_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.1
+    )
+    ac: ActorCriticConfig = ActorCriticConfig(hidden_sizes=(64, 64), actor_lr=1e-4, gamma=0.95)
+    entropy: EntropyConfig = EntropyConfig(alpha_init=0.05)
     n_steps: int = 3
     """n-step returns from the buffer."""
     auto_alpha: bool = False
@@ -55,37 +55,63 @@ class Config(trainers.EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train discrete SAC; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg, actions="discrete")
+    env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
+    device = cfg.run.torch_device
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
-    # 2. networks
-    actor_net = mlp(obs_dim, num_actions, cfg.hidden_sizes, activation=nn.ReLU)
+    # 2. networks: a categorical actor and twin critics Q_e(s, .) in one batched ensemble
+    actor_net = mlp(obs_dim, num_actions, cfg.ac.hidden_sizes, activation=nn.ReLU)
     actor = CategoricalActor(torch_default_init_(actor_net))
-    critic = EnsembleCritic(  # Q_e(s, .) for every action, both critics in one call
-        EnsembleMLP(obs_dim, num_actions, cfg.hidden_sizes, num_members=2),
+    critic = EnsembleCritic(
+        EnsembleMLP(obs_dim, num_actions, cfg.ac.hidden_sizes, num_members=2),
         in_keys=(OBSERVATION,),
         out_key=ACTION_VALUE,
     )
 
-    # 3. loss
+    # 3. loss, target update, optimizer (a group per part), n-step buffer, collector
     loss = DiscreteSACLoss(
-        actor,
-        critic,
-        num_actions=num_actions,
-        alpha_init=cfg.alpha_init,
-        fixed_alpha=not cfg.auto_alpha,
-        target_entropy=cfg.entropy_target(),
-        gamma=cfg.gamma,
-    )
-    # 4. loop (trainers.run_actor_critic: optimiser, n-step buffer, collector): one step per
-    #    env -> store -> gradient steps at the update ratio -> log, evaluate, checkpoint
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.run_actor_critic(
-        cfg, "Discrete SAC", loss, env, eval_env, actor=actor, critic=critic,
-        log_alpha=loss.log_alpha if cfg.auto_alpha else None,  # a fixed alpha's term is constant
-        n_steps=cfg.n_steps,
+        actor, critic, num_actions=num_actions, alpha_init=cfg.entropy.alpha_init,
+        fixed_alpha=not cfg.auto_alpha, target_entropy=cfg.entropy.entropy_target(),
+        gamma=cfg.ac.gamma,
+    ).to(device)  # fmt: skip
+    target = SoftUpdate(loss, tau=cfg.ac.tau)
+    groups = [(actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)]
+    if cfg.auto_alpha:  # a fixed alpha's term is constant
+        groups.append(([loss.log_alpha], cfg.entropy.alpha_lr))
+    optimizer = trainers.adam(*groups)
+    buffer = ReplayBuffer(
+        cfg.replay.buffer_size, n_steps=cfg.n_steps, gamma=cfg.ac.gamma,
+        generator=cfg.run.seed, device=device,
     )  # fmt: skip
+    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
+    collector = trainers.make_collector(
+        cfg.run, env, actor, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
+        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
+    )  # fmt: skip
+
+    # 4. the loop: store each batch, then the gradient steps due at the update ratio
+    state = {"loss": loss, "optimizer": optimizer}
+    with trainers.Run.from_config(
+        cfg.run, "Discrete SAC", state, eval_env=eval_env, policy=actor, buffer=buffer,
+        config=cfg,
+    ) as run:  # fmt: skip
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            out = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                out = loss(buffer.sample(cfg.replay.batch_size))
+                trainers.optimizer_step(total_loss(out), optimizer)
+                target.step()
+                run.updates += 1
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(out)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

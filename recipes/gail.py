@@ -1,54 +1,58 @@
 """GAIL (Ho & Ermon 2016, arXiv 1606.03476): PPO on a discriminator's reward, from expert
 demonstrations in a Minari dataset (recipes/make_dataset.py makes them from a trained agent).
 
-python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --stop-at-return 3300 \
-    --log-dir runs/expert-hopper                                      # the expert
-python recipes/make_dataset.py --kind policy --algo ppo --run runs/expert-hopper --deterministic \
-    --steps 20000 --num-envs 4 --dataset-id tdrl/hopper-expert-v0     # its demonstrations
-python recipes/gail.py --dataset tdrl/hopper-expert-v0 --expert-episodes 10 --total-frames 1000000
-
 Each batch: the discriminator takes ``disc_steps`` Adam steps on expert pairs (10 episodes by
 default) against the batch's own pairs (GAILLoss: expert 1, policy 0), the batch's rewards are
 replaced by ``-log(1 - D(s, a))`` (gail_reward), then PPO's update runs on them as in
-recipes/ppo.py (whose defaults, Tianshou's MuJoCo PPO, the generator keeps). The logged and
-evaluated returns are the env's own. The discriminator: two 100-unit tanh layers, Adam 3e-4,
-on pairs standardized with the demonstrations' mean and std, 10 steps of 512 pairs a side per
-batch of 2048. These three settings were tuned on Hopper-v5 seed 100 only (10 deterministic
-episodes of a PPO expert, 1M steps; docs/benchmarks/gail_Hopper-v5.txt): one step of 2048 raw
-pairs per batch (the first defaults) left the discriminator near chance (D about 0.55 expert,
-0.45 policy), and the policy settled on ~250-step episodes that fall, still rated 0.43 (best
-eval 2107, 863 at 640k); 10 steps of 512 with a gradient penalty (lambda 10, then on the raw
-pairs) kept it weak (best 1374); without the penalty the run matched the expert from 320k steps
-on. The reward ``-log(1 - D)`` is positive, so it also pays for surviving (GAIL's known bias at
-terminal states; Kostrikov et al. 2018 treat them as absorbing instead): fine for Hopper-like
-tasks, where staying up is what the expert does.
+recipes/ppo.py, with the generator at Tianshou's MuJoCo PPO settings (advantages normalized per
+minibatch, raw rewards: --scale-rewards does not apply). The logged and evaluated returns are the
+env's own. The discriminator: two 100-unit tanh layers, Adam 3e-4, on pairs standardized with the
+demonstrations' mean and std, 10 steps of 512 pairs a side per batch of 2048 (tuned on
+Hopper-v5; one step of 2048 raw pairs left the discriminator near chance, and a gradient penalty
+kept it weak). The reward ``-log(1 - D)`` is positive, so it also pays for surviving (GAIL's
+known bias at terminal states; Kostrikov et al. 2018 treat them as absorbing instead): fine for
+Hopper-like tasks, where staying up is what the expert does.
+
+    python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --stop-at-return 3300 \
+        --log-dir runs/expert-hopper                                      # the expert
+    python recipes/make_dataset.py --kind policy --algo ppo --run runs/expert-hopper \
+        --deterministic --steps 20000 --num-envs 4 --dataset-id tdrl/hopper-expert-v0
+    python recipes/gail.py --dataset tdrl/hopper-expert-v0 --expert-episodes 10 \
+        --total-frames 1000000
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 from torch import nn
+from torchrl.modules import set_recurrent_mode
 
 from tdrl import keys, trainers
-from tdrl.data import load_minari
+from tdrl.data import load_minari, minibatches
 from tdrl.estimators import GAE
-from tdrl.modules import (
-    RunningObservationNorm,
-    StateActionCritic,
-    action_bounds,
-    flat_dims,
-    mlp,
+from tdrl.modules import RunningObservationNorm, StateActionCritic, action_bounds, flat_dims, mlp
+from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward, total_loss
+from tdrl.trainers.config import (
+    AdvantageConfig,
+    NetworkConfig,
+    OnPolicyConfig,
+    PPOConfig,
+    RunConfig,
+    WorkersConfig,
 )
-from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward
 
 
-@dataclass(frozen=True)
-class Config(trainers.PPOConfig):
-    """Fields beyond tdrl.trainers.PPOConfig's (--help lists all, with defaults)."""
-
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig()
+    workers: WorkersConfig = WorkersConfig()
+    onpolicy: OnPolicyConfig = OnPolicyConfig()
+    net: NetworkConfig = NetworkConfig()
+    adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
+    ppo: PPOConfig = PPOConfig()
     dataset: str = "tdrl/hopper-policy-v0"
     """Minari dataset id of the expert's demonstrations (under MINARI_DATASETS_PATH)."""
     expert_episodes: int = 10
@@ -84,18 +88,24 @@ def expert_pairs(dataset: str, episodes: int) -> tuple[torch.Tensor, torch.Tenso
 
 def main(cfg: Config) -> dict[str, float]:
     """Train GAIL as configured; returns the last evaluation and the last update's metrics."""
-    # 1-2. envs, the PPO generator's networks, the expert's pairs and the discriminator
-    parts = trainers.on_policy_setup(cfg)
+    if cfg.onpolicy.scale_rewards:  # the rewards are the discriminator's
+        raise ValueError("--scale-rewards does not apply to GAIL")
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = trainers.make_envs(cfg.run)
+    device = cfg.run.torch_device
+
+    # 2. networks: the PPO generator's actor and critic, the expert's pairs, the discriminator.
     # The discriminator sees the actions the env executed: the policy's samples clipped to the
     # box (the batch keeps them unclipped), as the expert's are; else "out of bounds" alone
     # would tell the policy apart. Box actions only.
-    low, high = (x.to(cfg.torch_device) for x in action_bounds(parts.env.action_spec))
+    nets = cfg.net.build(env.observation_spec, env.action_spec)
+    low, high = (x.to(device) for x in action_bounds(env.action_spec))
     expert_obs, expert_action = expert_pairs(cfg.dataset, cfg.expert_episodes)
-    obs_dim, action_dim = flat_dims(parts.env.observation_spec, parts.env.action_spec)
+    obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
     if expert_obs.shape[1:] != (obs_dim,) or expert_action.shape[1:] != (action_dim,):
         raise ValueError(
             f"dataset {cfg.dataset!r}: pairs of shape {tuple(expert_obs.shape[1:])} and "
-            f"{tuple(expert_action.shape[1:])} do not fit {cfg.env_id}'s ({obs_dim},) and "
+            f"{tuple(expert_action.shape[1:])} do not fit {cfg.run.env_id}'s ({obs_dim},) and "
             f"({action_dim},)"
         )
     # A dataset may hold a policy's unclipped samples (or means): the executed actions count.
@@ -103,10 +113,9 @@ def main(cfg: Config) -> dict[str, float]:
     disc_norm = RunningObservationNorm(obs_dim + action_dim)
     if cfg.disc_normalize:
         # The demonstrations' statistics, folded in once and then fixed (a checkpoint holds
-        # them): raw Hopper observations mix angles ~0.1 with velocities ~10, and a running
-        # norm over the policy's pairs would move the discriminator's inputs as the policy moves.
-        # The pairs are standardized before the discriminator, so that the gradient penalty
-        # bounds its slope in standardized units, not in the raw ones.
+        # them): a running norm over the policy's pairs would move the discriminator's inputs
+        # as the policy moves. Standardized before the discriminator, so that the gradient
+        # penalty bounds its slope in standardized units.
         disc_norm.update(torch.cat([expert_obs, expert_action], dim=-1))
 
     def disc_input(obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,63 +126,85 @@ def main(cfg: Config) -> dict[str, float]:
 
     net = mlp(obs_dim + action_dim, 1, cfg.disc_hidden_sizes, activation=nn.Tanh)
     discriminator = StateActionCritic(net, out_key=keys.D_LOGITS)
-    # 3. losses (PPO's and the discriminator's), estimator, optimizers
-    loss = ClipPPOLoss(parts.actor, parts.critic, clip_epsilon=cfg.clip_epsilon, **cfg.loss_terms)
+
+    # 3. losses (PPO's and the discriminator's), estimator, optimizers, schedule, collector
+    loss = ClipPPOLoss(
+        nets.actor, nets.critic, clip_epsilon=cfg.ppo.clip_epsilon,
+        entropy_coeff=cfg.adv.entropy_coeff, critic_coeff=cfg.adv.critic_coeff,
+        normalize_advantage=cfg.onpolicy.normalize_advantage,
+    ).to(device)  # fmt: skip
     disc_loss = GAILLoss(
         discriminator, use_grad_penalty=cfg.use_grad_penalty, gp_lambda=cfg.gp_lambda
-    )
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
-    trainers.to_device(cfg, loss, estimator, disc_loss, disc_norm)
-    expert_obs, expert_action = disc_input(
-        expert_obs.to(cfg.torch_device), expert_action.to(cfg.torch_device)
-    )
-    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
+    ).to(device)
+    estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic)
+    estimator.to(device)
+    disc_norm.to(device)
+    expert_obs, expert_action = disc_input(expert_obs.to(device), expert_action.to(device))
+    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.onpolicy.lr, fused=True)
     disc_optimizer = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
-
-    def update(batch: TensorDictBase) -> dict[str, float]:
-        executed = torch.maximum(torch.minimum(batch.get(keys.ACTION), high), low)
-        batch_obs, batch_action = disc_input(batch.get(keys.OBSERVATION), executed)
-        obs, action = batch_obs.reshape(-1, obs_dim), batch_action.reshape(-1, action_dim)
-        # torch's global generator draws the pairs: checkpoints hold its state (exact resume)
-        n = min(cfg.disc_batch_size, obs.shape[0])
-        for _ in range(cfg.disc_steps):
-            e = torch.randint(expert_obs.shape[0], (n,)).to(expert_obs.device)
-            p = torch.randperm(obs.shape[0])[:n].to(obs.device)
-            pairs = TensorDict(
-                {keys.OBSERVATION: expert_obs[e], keys.ACTION: expert_action[e],
-                 keys.COLLECTOR_OBSERVATION: obs[p], keys.COLLECTOR_ACTION: action[p]},
-                batch_size=[],
-            )  # fmt: skip
-            disc_out = disc_loss(pairs)
-            trainers.optimizer_step(disc_out[keys.LOSS], disc_optimizer)
-        # the policy learns from the discriminator's reward, not the env's
-        reward = gail_reward(discriminator, batch_obs, batch_action)
-        batch.set((keys.NEXT, keys.REWARD), reward)
-        metrics = trainers.on_policy_update(
-            batch, loss, estimator, optimizer, epochs=cfg.epochs,
-            minibatch_size=cfg.minibatch_size, max_grad_norm=cfg.max_grad_norm,
-            recompute_advantage=cfg.recompute_advantage,
-            seq_len=cfg.sequence_length,  # --recurrent: minibatches of whole sequences
-        )  # fmt: skip
-        return {
-            **metrics,
-            "disc_loss": disc_out[keys.LOSS].item(),
-            "disc_expert": float(disc_out[keys.DISCRIMINATOR_EXPERT]),
-            "disc_policy": float(disc_out[keys.DISCRIMINATOR_POLICY]),
-            "gail_reward": float(reward.mean()),
-        }
-
-    # 4. loop: collect a rollout -> discriminator step -> relabel -> PPO update -> log, evaluate
-    #    (the env's returns), checkpoint; 5. report (trainers.run_on_policy)
-    extra_state = {
-        "discriminator": discriminator,
-        "disc_optimizer": disc_optimizer,
-        "disc_norm": disc_norm,
-    }
-    return trainers.run_on_policy(
-        cfg, "GAIL", parts, optimizer, update, extra_state=extra_state, reward_scaling=False
+    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
+    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
+    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
+             "scheduler": scheduler, "discriminator": discriminator,
+             "disc_optimizer": disc_optimizer, "disc_norm": disc_norm}  # fmt: skip
+    collector = trainers.make_collector(
+        cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
+    passes = [1] * cfg.ppo.epochs if cfg.ppo.recompute_advantage else [cfg.ppo.epochs]
+    seq_len = cfg.net.sequence_length  # --recurrent: minibatches of whole sequences
+
+    # 4. the loop: collect a rollout, discriminator steps, relabel its rewards, PPO's update
+    with trainers.Run.from_config(
+        cfg.run, "GAIL", state, eval_env=eval_env, policy=nets.actor, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            executed = torch.maximum(torch.minimum(batch.get(keys.ACTION), high), low)
+            batch_obs, batch_action = disc_input(batch.get(keys.OBSERVATION), executed)
+            obs, action = batch_obs.reshape(-1, obs_dim), batch_action.reshape(-1, action_dim)
+            # torch's global generator draws the pairs: checkpoints hold its state (exact resume)
+            n = min(cfg.disc_batch_size, obs.shape[0])
+            for _ in range(cfg.disc_steps):
+                e = torch.randint(expert_obs.shape[0], (n,)).to(expert_obs.device)
+                p = torch.randperm(obs.shape[0])[:n].to(obs.device)
+                pairs = TensorDict(
+                    {keys.OBSERVATION: expert_obs[e], keys.ACTION: expert_action[e],
+                     keys.COLLECTOR_OBSERVATION: obs[p], keys.COLLECTOR_ACTION: action[p]},
+                    batch_size=[],
+                )  # fmt: skip
+                disc_out = disc_loss(pairs)
+                trainers.optimizer_step(disc_out[keys.LOSS], disc_optimizer)
+            # the policy learns from the discriminator's reward, not the env's
+            reward = gail_reward(discriminator, batch_obs, batch_action)
+            batch.set((keys.NEXT, keys.REWARD), reward)
+            outs = []
+            for epochs in passes:
+                with torch.no_grad():
+                    estimator(batch)
+                with set_recurrent_mode(seq_len is not None):
+                    for minibatch in minibatches(
+                        batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=loss.in_keys,
+                        seq_len=seq_len,
+                    ):  # fmt: skip
+                        out = loss(minibatch)
+                        trainers.optimizer_step(
+                            total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
+                        )
+                        outs.append(out.detach())
+                        run.updates += 1
+            metrics = torch.stack(outs).mean().to_dict()
+            metrics["disc_loss"] = disc_out[keys.LOSS].item()
+            metrics["disc_expert"] = float(disc_out[keys.DISCRIMINATOR_EXPERT])
+            metrics["disc_policy"] = float(disc_out[keys.DISCRIMINATOR_POLICY])
+            metrics["gail_reward"] = float(reward.mean())
+            metrics["lr"] = scheduler.get_last_lr()[0]
+            scheduler.step()
+            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
+                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(metrics)  # log, evaluate, checkpoint when due (the env's returns)
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

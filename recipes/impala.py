@@ -1,60 +1,58 @@
 """IMPALA (Espeholt et al. 2018, arXiv 1802.01561): actors act with stale weights on Ray
 workers, the learner corrects with V-trace.
 
-python recipes/impala.py                                  # CartPole-v1, 2 local Ray workers
-python recipes/impala.py --env-id Hopper-v5 --total-frames 300000 --num-workers 2
-python recipes/impala.py --ray-address auto               # on a cluster (`ray start --head`)
-python recipes/impala.py --collector local                # one process, no staleness
-
 Each of ``num_workers`` Ray actors runs ``num_envs`` envs and sends back ``frames_per_batch``-step
-rollouts as soon as they are done (``RayCollector(sync=False)``); the learner takes them in the
-order they arrive, takes one RMSprop step on the whole rollout with the A2C loss on V-trace
-targets and advantages (``VTrace``: the clipped importance ratio of the current policy to the
-behaviour policy's stored ``"action_log_prob"``), and sends its new weights (one ``ray.put``).
-A batch acted by weights more than ``max_policy_lag`` updates old is dropped (counted).
-``"rho_deviation"`` in the logs is the mean |pi/mu - 1| of a batch (0 without staleness) and
-``"policy_lag"`` the number of updates between the weights that acted and the learner's.
+rollouts (num_envs x the unroll length) as soon as they are done (``RayCollector(sync=False)``);
+the learner takes them in the order they arrive, takes one RMSprop step on the whole rollout with
+the A2C loss on V-trace targets and advantages (``VTrace``: the clipped importance ratio of the
+current policy to the behaviour policy's stored ``"action_log_prob"``), and sends its new weights
+(one ``ray.put``). A batch acted by weights more than ``max_policy_lag`` updates old is dropped
+(counted). ``"rho_deviation"`` in the logs is the mean |pi/mu - 1| of a batch (0 without
+staleness) and ``"policy_lag"`` the number of updates between the weights that acted and the
+learner's. --scale-rewards does not apply: the batches come from the actors in arrival order, so
+no per-env return can be carried across them.
 
 Defaults follow the paper's single-learner setting where it carries over (RMSprop with alpha
-0.99; entropy 0.01; baseline 0.5; gradient norm 40; rho_bar = c_bar = 1; unroll 20), with a
-larger learning rate for CartPole (2e-3, see ``lr``), eps 1e-5, observation normalization and
-64x64 tanh MLPs.
+0.99; entropy 0.01; baseline 0.5; gradient norm 40; rho_bar = c_bar = 1; unroll 20; 4 envs a
+worker), with a larger constant learning rate for CartPole (2e-3; the paper's 6e-4 solved it
+more slowly), eps 1e-5, observation normalization and 64x64 tanh MLPs.
+
+    python recipes/impala.py                                  # CartPole-v1, 2 local Ray workers
+    python recipes/impala.py --env-id Hopper-v5 --total-frames 300000 --num-workers 2
+    python recipes/impala.py --ray-address auto               # on a cluster (`ray start --head`)
+    python recipes/impala.py --collector local                # one process, no staleness
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import math
 
 import torch
-from tensordict import TensorDictBase
+from torchrl.modules import set_recurrent_mode
 
 from tdrl import keys, trainers
 from tdrl.collectors import WorkerCollector
+from tdrl.data import minibatches
 from tdrl.estimators import VTrace
-from tdrl.objectives import A2CLoss
+from tdrl.objectives import A2CLoss, total_loss
+from tdrl.trainers.config import (
+    AdvantageConfig,
+    NetworkConfig,
+    OnPolicyConfig,
+    RunConfig,
+    WorkersConfig,
+)
 
 
-@dataclass(frozen=True)
-class Config(trainers.AdvantageConfig):
-    """Fields beyond tdrl.trainers.AdvantageConfig's (--help lists all, with defaults)."""
-
-    env_id: str = "CartPole-v1"
-    num_envs: int = 4
-    """envs per worker."""
-    frames_per_batch: int = 80
-    """steps per rollout of one worker (num_envs x the unroll length)."""
-    lr: float = 2e-3
-    """RMSprop learning rate (6e-4 in the paper; 2e-3 solved CartPole-v1 within 40k steps on
-    tuning seeds 100-102, 6e-4 took 160k on seed 100)."""
-    lr_decay: bool = False
-    entropy_coeff: float = 0.01
-    normalize_advantage: bool = False
-    max_grad_norm: float = 40.0
-    checkpoint_every: int = 100_000
-    collector: Literal["local", "ray", "process"] = "ray"
-    """ray: rollouts from num_workers Ray actors, first done first used; process: the same on
-    local subprocesses; local: tdrl's Collector (no staleness)."""
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(env_id="CartPole-v1", num_envs=4, checkpoint_every=100_000)
+    workers: WorkersConfig = WorkersConfig(collector="ray")
+    onpolicy: OnPolicyConfig = OnPolicyConfig(
+        frames_per_batch=80, lr=2e-3, lr_decay=False, normalize_advantage=False
+    )
+    net: NetworkConfig = NetworkConfig()
+    adv: AdvantageConfig = AdvantageConfig(entropy_coeff=0.01, max_grad_norm=40.0)
     max_policy_lag: int = 4
     """drop a rollout acted by weights more than this many updates old."""
     rho_thresh: float = 1.0
@@ -65,45 +63,73 @@ class Config(trainers.AdvantageConfig):
 
 def main(cfg: Config) -> dict[str, float]:
     """Train IMPALA as configured; returns the last evaluation and the last update's metrics."""
-    # 1-2. envs and networks (with Ray, the workers make their own envs)
-    parts = trainers.on_policy_setup(cfg)
+    if cfg.onpolicy.scale_rewards:  # no per-env return across batches in arrival order
+        raise ValueError("--scale-rewards does not apply to IMPALA")
+    # 1. envs: seeds and threads, the training envs (with Ray, the workers make their own) and a
+    #    separate evaluation env
+    env, eval_env = trainers.make_envs(cfg.run)
+    device = cfg.run.torch_device
+
+    # 2. networks: actor and critic, observation normalization inside both
+    nets = cfg.net.build(env.observation_spec, env.action_spec)
+
     # 3. loss on V-trace targets; the estimator scores the taken actions with the current actor
-    loss = A2CLoss(parts.actor, parts.critic, **cfg.loss_terms)
+    loss = A2CLoss(
+        nets.actor, nets.critic, entropy_coeff=cfg.adv.entropy_coeff,
+        critic_coeff=cfg.adv.critic_coeff, normalize_advantage=cfg.onpolicy.normalize_advantage,
+    ).to(device)  # fmt: skip
     estimator = VTrace(
-        gamma=cfg.gamma, actor_network=parts.actor, value_network=parts.critic,
+        gamma=cfg.onpolicy.gamma, actor_network=nets.actor, value_network=nets.critic,
         rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh,
-    )  # fmt: skip
-    trainers.to_device(cfg, loss, estimator)  # before the collector: it acts where the actor is
+    ).to(device)  # fmt: skip
     # first finished rollout first (sync=False): the workers act with stale weights
     collector = trainers.make_collector(
-        cfg, parts.env, parts.acting, cfg.frames_per_batch, sync=False,
-        max_policy_lag=cfg.max_policy_lag,
+        cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers,
+        sync=False, max_policy_lag=cfg.max_policy_lag,
     )  # fmt: skip
     optimizer = torch.optim.RMSprop(
-        loss.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5, foreach=True
+        loss.parameters(), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
     )
+    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
+    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
+    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
+             "scheduler": scheduler}  # fmt: skip
+    seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
 
-    def update(batch: TensorDictBase) -> dict[str, float]:
-        with torch.no_grad():  # how far the learner's policy is from the one that acted
-            log_pi = parts.actor.get_dist(batch).log_prob(batch.get(keys.ACTION))
-            log_mu = batch.get(keys.ACTION_LOG_PROB)
-            deviation = float((log_pi - log_mu.reshape(log_pi.shape)).exp().sub(1).abs().mean())
-        metrics = trainers.on_policy_update(
-            batch, loss, estimator, optimizer, max_grad_norm=cfg.max_grad_norm,
-            seq_len=cfg.sequence_length,  # --recurrent: the rollout as whole sequences
-        )  # fmt: skip
-        if isinstance(collector, WorkerCollector):  # updates between acting and learning
-            acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
-            metrics["policy_lag"] = float(collector.version - acted)
-            metrics["dropped_batches"] = float(collector.dropped_batches)
-        return {**metrics, "rho_deviation": deviation}  # the loop then sends the new weights
-
-    # 4. loop: first finished rollout -> V-trace update -> weights out -> log, evaluate,
-    #    checkpoint; 5. report (trainers.run_on_policy)
-    return trainers.run_on_policy(
-        cfg, "IMPALA", parts, optimizer, update, collector=collector, reward_scaling=False
-    )
+    # 4. the loop: the first finished rollout, its V-trace update, the new weights out
+    with trainers.Run.from_config(
+        cfg.run, "IMPALA", state, eval_env=eval_env, policy=nets.actor, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            with torch.no_grad():  # how far the learner's policy is from the one that acted
+                log_pi = nets.actor.get_dist(batch).log_prob(batch.get(keys.ACTION))
+                log_mu = batch.get(keys.ACTION_LOG_PROB)
+                deviation = (log_pi - log_mu.reshape(log_pi.shape)).exp().sub(1).abs().mean()
+                estimator(batch)
+            outs = []
+            with set_recurrent_mode(seq_len is not None):
+                for minibatch in minibatches(batch, None, in_keys=loss.in_keys, seq_len=seq_len):
+                    out = loss(minibatch)
+                    trainers.optimizer_step(
+                        total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
+                    )
+                    outs.append(out.detach())
+                    run.updates += 1
+            metrics = torch.stack(outs).mean().to_dict()
+            if isinstance(collector, WorkerCollector):  # updates between acting and learning
+                acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
+                metrics["policy_lag"] = float(collector.version - acted)
+                metrics["dropped_batches"] = float(collector.dropped_batches)
+            metrics["rho_deviation"] = float(deviation)
+            metrics["lr"] = scheduler.get_last_lr()[0]
+            scheduler.step()
+            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
+                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
+            collector.update_policy_weights_()  # the workers act with the new weights next
+            run.step(metrics)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

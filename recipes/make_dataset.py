@@ -1,31 +1,33 @@
 """Make D4RL-style offline datasets from tdrl's own agents, in the Minari format.
 
-python recipes/make_dataset.py --kind random --env-id Hopper-v5 --steps 100000
-python recipes/sac.py --env-id Hopper-v5 --total-frames 100000 --log-dir runs/hopper-medium
-python recipes/make_dataset.py --kind policy --run runs/hopper-medium --steps 200000
-python recipes/make_dataset.py --kind replay --run runs/hopper-medium
-python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --log-dir runs/expert-hopper
-python recipes/make_dataset.py --kind policy --algo ppo --run runs/expert-hopper --deterministic
-
 Kinds (D4RL's, Fu et al. 2020, arXiv 2004.07219): ``random`` (uniform random actions),
 ``policy`` (the actor of a run's newest checkpoint, stochastic unless ``--deterministic``:
 ``medium`` for a policy at about a third of the expert's return, ``expert`` for the best one
 trained), and ``replay`` (the replay buffer of that checkpoint: ``medium-replay``; SAC runs).
 ``--algo`` names the run's recipe: ``sac`` (its tanh-Gaussian actor) or ``ppo`` (the Gaussian
 policy of ``recipes/ppo.py``, with the observation normalization it trained with: its running
-statistics are in the actor's checkpoint and are applied, frozen, when it acts). The run folder
-keeps no config, so ``--hidden-sizes`` (and ``--activation`` for PPO) must match the run's; a
-mismatch in the widths fails the load. ``--ref-min-score`` and
-``--ref-max-score`` store the returns that normalize scores the D4RL way (0 = random, 100 =
-expert). The dataset id defaults to ``tdrl/<task>-<kind>-v0``; it is written whole or not at all.
+statistics are in the actor's checkpoint and are applied, frozen, when it acts). The task and the
+actor's widths (and PPO's activation) are read from the run folder's ``config.json``; flags
+override them (runs without one: Hopper-v5 and the recipe's defaults, sac 256 256, ppo 64 64
+tanh). ``--ref-min-score`` and ``--ref-max-score`` store the returns that normalize scores the
+D4RL way (0 = random, 100 = expert). The dataset id defaults to ``tdrl/<task>-<kind>-v0``; it is
+written whole or not at all, under ``MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``).
+
+    python recipes/make_dataset.py --kind random --env-id Hopper-v5 --steps 100000
+    python recipes/sac.py --env-id Hopper-v5 --total-frames 100000 --log-dir runs/hopper-medium
+    python recipes/make_dataset.py --kind policy --run runs/hopper-medium --steps 200000
+    python recipes/make_dataset.py --kind replay --run runs/hopper-medium
+    python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --log-dir runs/expert-hopper
+    python recipes/make_dataset.py --kind policy --algo ppo --run runs/expert-hopper --deterministic
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tensordict.nn import TensorDictModuleBase
@@ -36,24 +38,24 @@ from tdrl.collectors import Collector
 from tdrl.data import ReplayBuffer, save_minari
 from tdrl.envs import VecEnv, make_vec_env
 from tdrl.modules import actor_critic, tanh_gaussian_actor
+from tdrl.trainers.run import BUFFER_DIR, CHECKPOINT, CONFIG_FILE
 
 
-@dataclass(frozen=True)
+@trainers.configclass
 class Config:
-    """What to write (--help lists every field)."""
-
     kind: Literal["random", "policy", "replay"] = "random"
     """where the transitions come from."""
-    env_id: str = "Hopper-v5"
-    """gymnasium task (policy and replay: the run's own)."""
+    env_id: str = ""
+    """gymnasium task; empty: the run's (its config.json), else Hopper-v5."""
     run: str = ""
     """policy, replay: a run folder (its newest checkpoint)."""
     algo: Literal["sac", "ppo"] = "sac"
     """policy: the recipe that trained the run (replay: sac only)."""
     hidden_sizes: tuple[int, ...] = ()
-    """policy: the run's actor widths; empty: the recipe's default (sac 256 256, ppo 64 64)."""
-    activation: Literal["tanh", "relu"] = "tanh"
-    """policy, algo ppo: the run's hidden activation."""
+    """policy: the run's actor widths; empty: the run's config.json, else the recipe's default
+    (sac 256 256, ppo 64 64)."""
+    activation: Literal["auto", "tanh", "relu"] = "auto"
+    """policy, algo ppo: the run's hidden activation; auto: the run's config.json, else tanh."""
     deterministic: bool = False
     """policy: act with the distribution's mode (the mean) instead of sampling."""
     steps: int = 100_000
@@ -68,6 +70,27 @@ class Config:
     """the random policy's return (D4RL normalization)."""
     ref_max_score: float | None = None
     """the expert's return (D4RL normalization)."""
+
+
+def run_settings(cfg: Config) -> Config:
+    """``cfg`` with what it leaves open (``env_id``, ``hidden_sizes``, ``activation``) filled
+    from the run folder's ``config.json`` where it has one, else with the defaults."""
+    saved: dict[str, Any] = {}
+    if cfg.kind != "random" and cfg.run and (Path(cfg.run) / CONFIG_FILE).is_file():
+        saved = json.loads((Path(cfg.run) / CONFIG_FILE).read_text())
+    if cfg.kind == "policy" and cfg.algo == "ppo":
+        memory = saved.get("recurrent", "none") != "none" or saved.get("sde_sample_freq", 0)
+        if memory or not saved.get("rescale_actions", True):
+            raise ValueError(
+                f"{cfg.run!r} trained a recurrent, gSDE or unrescaled policy: make_dataset "
+                "records feed-forward Gaussian policies with rescaled actions"
+            )
+    return dataclasses.replace(
+        cfg,
+        env_id=cfg.env_id or saved.get("env_id", "Hopper-v5"),
+        hidden_sizes=cfg.hidden_sizes or tuple(saved.get("hidden_sizes", ())),
+        activation=saved.get("activation", "tanh") if cfg.activation == "auto" else cfg.activation,
+    )
 
 
 def load_actor(cfg: Config, env: VecEnv, path: Path) -> TensorDictModuleBase:
@@ -101,16 +124,19 @@ def load_actor(cfg: Config, env: VecEnv, path: Path) -> TensorDictModuleBase:
 
 def main(cfg: Config) -> str:
     """Write the dataset; returns its id."""
-    task = cfg.env_id.split("-")[0].lower()
-    dataset_id = cfg.dataset_id or f"tdrl/{task}-{cfg.kind}-v0"
+    # 1. the run's checkpoint and settings (policy, replay)
     checkpoint = None
     if cfg.kind != "random":
         checkpoint = trainers.latest_checkpoint(Path(cfg.run)) if cfg.run else None
         if checkpoint is None:
             raise FileNotFoundError(f"--kind {cfg.kind} needs --run with a checkpoint: {cfg.run!r}")
+    cfg = run_settings(cfg)
+    task = cfg.env_id.split("-")[0].lower()
+    dataset_id = cfg.dataset_id or f"tdrl/{task}-{cfg.kind}-v0"
+    # 2. the transitions: the checkpoint's replay buffer, or a recording of random or policy steps
     if cfg.kind == "replay":
         assert checkpoint is not None
-        folder = checkpoint / trainers.BUFFER_DIR
+        folder = checkpoint / BUFFER_DIR
         meta = json.loads((folder / "meta.json").read_text())
         source = ReplayBuffer(int(meta["capacity"]))
         source.load(folder)
@@ -121,7 +147,7 @@ def main(cfg: Config) -> str:
         actor = None
         if cfg.kind == "policy":
             assert checkpoint is not None
-            actor = load_actor(cfg, env, checkpoint / trainers.CHECKPOINT)
+            actor = load_actor(cfg, env, checkpoint / CHECKPOINT)
         collector = Collector(env, actor, frames, deterministic=cfg.deterministic)
         source = collector.rollout()  # type: ignore[assignment]
         env.close()
@@ -133,14 +159,19 @@ def main(cfg: Config) -> str:
                 f"{len(ended)} complete episodes: return {returns.mean().item():.1f}{spread}, "
                 f"length {ended[keys.EPISODE_LENGTH].double().mean().item():.0f}"
             )
+    # 3. the dataset, written whole or not at all
     dataset = save_minari(
         source, dataset_id, cfg.env_id, ref_min_score=cfg.ref_min_score,
         ref_max_score=cfg.ref_max_score, algorithm_name=f"tdrl {cfg.kind}",
         description=f"{cfg.kind} data of {cfg.env_id} made by recipes/make_dataset.py",
     )  # fmt: skip
-    print(f"{dataset_id}: {dataset.total_episodes} episodes, {dataset.total_steps} steps")
+    root = os.environ.get("MINARI_DATASETS_PATH", str(Path.home() / ".minari" / "datasets"))
+    print(
+        f"{dataset_id}: {dataset.total_episodes} episodes, {dataset.total_steps} steps, in "
+        f"{Path(root) / dataset_id}"
+    )
     return dataset_id
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

@@ -3,26 +3,23 @@
 2006.04779), CRR (Wang et al. 2020, arXiv 2006.15134) or BCQ (Fujimoto et al. 2019, arXiv
 1812.02900), evaluated in the real env.
 
-python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo iql
-python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-frames 200000
-
 ``--total-frames`` counts gradient steps (evaluation, logs and checkpoints too). The dataset is a
-Minari dataset id under ``MINARI_DATASETS_PATH`` (``tdrl.data.save_minari`` writes one). The
+Minari dataset id under ``MINARI_DATASETS_PATH`` (``recipes/make_dataset.py`` writes one). The
 settings are the papers' MuJoCo ones: batch 256, 256x256 ReLU networks, Adam 3e-4, tau 0.005,
-gamma 0.99; TD3+BC alpha 2.5 with TD3's policy noise and actor delay 2; IQL expectile 0.7,
-beta 3.0, a Gaussian actor with a state-independent std; CQL(H) on SAC with weight 5 and 10
-sampled actions per kind (the fixed-weight variant here; ``CQLLoss(with_lagrange=True)`` is the
-automatic one); BCQ's perturbation range 0.05, lambda 0.75 and 10 sampled actions, its VAE
-trained with the actor's optimizer group (the authors' 750x750 VAE and 400x300 perturbation model
-take --hidden-sizes here, and Adam 3e-4 for their 1e-3). TD3+BC normalizes states by the
-dataset's mean and std, as its authors do (--normalize-states auto; on or off for any
-algorithm). Where tdrl differs: no cosine learning-rate decay of IQL's actor; BC regresses the
-deterministic actor's action (its MSE).
+gamma 0.99; TD3+BC alpha 2.5 with TD3's policy noise and actor delay 2; IQL expectile 0.7, beta
+3.0, a Gaussian actor with a state-independent std; CQL(H) on SAC with weight 5 and 10 sampled
+actions per kind (the fixed-weight variant); BCQ's perturbation range 0.05, lambda 0.75 and 10
+sampled actions, its VAE trained in the actor's optimizer group (the authors' 750x750 VAE and
+400x300 perturbation model take --hidden-sizes here, and Adam 3e-4 for their 1e-3). TD3+BC
+normalizes states by the dataset's mean and std, as its authors do (--normalize-states auto).
+No cosine learning-rate decay of IQL's actor; BC regresses the deterministic actor's action.
+
+    python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo iql
+    python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-frames 200000
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -45,33 +42,34 @@ from tdrl.objectives import (
     CQLLoss,
     CRRLoss,
     IQLLoss,
+    SoftUpdate,
     TD3BCLoss,
     total_loss,
 )
+from tdrl.trainers.config import ActorCriticConfig, EntropyConfig, RunConfig, TD3Config
+from tdrl.trainers.offline import normalize_dataset_observations
 
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
-# Gu 2021, sec. 5). On HalfCheetah medium at 10k steps (seed 0) it lifted TD3+BC's normalized
-# score from 17.1 to 44.2 (docs/benchmarks/session_2026-11-25e.txt; the cells are in
-# offline_table.jsonl and offline_table_superseded.jsonl).
+# Gu 2021, sec. 5).
 NORMALIZED_BY_AUTHORS = ("td3bc",)
+TITLES = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR", "bcq": "BCQ"}
 
 
-@dataclass(frozen=True)
-class Config(trainers.TD3Config, trainers.EntropyConfig):
-    """Fields beyond tdrl.trainers.TD3Config's (td3bc) and EntropyConfig's (cql) (--help lists
-    all, with defaults)."""
-
-    env_id: str = "Hopper-v5"
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="Hopper-v5", total_frames=100_000, num_envs=1, eval_every=5_000,
+        log_every=1_000, checkpoint_every=50_000,
+    )  # fmt: skip
+    ac: ActorCriticConfig = ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
+    td3: TD3Config = TD3Config()  # td3bc
+    entropy: EntropyConfig = EntropyConfig()  # cql
     dataset: str = "tdrl/hopper-medium-v0"
     """Minari dataset id (under MINARI_DATASETS_PATH)."""
     algo: Literal["bc", "td3bc", "iql", "cql", "crr", "bcq"] = "iql"
     """the offline algorithm."""
-    total_frames: int = 100_000
-    """gradient steps in total (1M in the papers)."""
-    eval_every: int = 5_000
-    checkpoint_every: int = 50_000
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
+    batch_size: int = 256
+    """transitions per gradient step."""
     alpha: float = 2.5
     """td3bc: weight of the Q term against the behaviour-cloning term."""
     expectile: float = 0.7
@@ -96,97 +94,105 @@ class Config(trainers.TD3Config, trainers.EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train ``cfg.algo`` on ``cfg.dataset``; returns the final evaluation and the counters."""
     # 1. envs (evaluation only) and the dataset as a replay buffer
-    env, eval_env = trainers.setup(cfg, actions="continuous")
+    env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     env.close()
-    buffer = load_minari(cfg.dataset, generator=cfg.seed)
+    buffer = load_minari(cfg.dataset, generator=cfg.run.seed)
     obs_spec, act_spec = eval_env.observation_spec, eval_env.action_spec
-    stored = buffer.storage
     for key, spec in (("observation", obs_spec["observation"]), ("action", act_spec)):
-        if stored[key].shape[2:] != spec.shape[1:]:
+        if buffer.storage[key].shape[2:] != spec.shape[1:]:
             raise ValueError(
-                f"dataset {cfg.dataset!r}: {key} of shape {tuple(stored[key].shape[2:])} does "
-                f"not fit {cfg.env_id}'s {tuple(spec.shape[1:])}"
+                f"dataset {cfg.dataset!r}: {key} of shape {tuple(buffer.storage[key].shape[2:])} "
+                f"does not fit {cfg.run.env_id}'s {tuple(spec.shape[1:])}"
             )
     normalize = cfg.normalize_states == "on" or (
         cfg.normalize_states == "auto" and cfg.algo in NORMALIZED_BY_AUTHORS
     )
-    obs_norm = trainers.normalize_dataset_observations(buffer) if normalize else None
+    obs_norm = normalize_dataset_observations(buffer) if normalize else None
 
-    # 2-3. networks, loss, optimizer and gradient step of the chosen algorithm
-    hidden = cfg.hidden_sizes
-    extra: dict[str, Any] = {}
+    # 2. networks and loss of the chosen algorithm
+    hidden, gamma = cfg.ac.hidden_sizes, cfg.ac.gamma
     policy: Any = None  # the evaluation policy, when it is not the actor
+    critic: Any = None
+    every = 1  # whole-loss steps every this many (TD3+BC's delayed actor and targets)
     if cfg.algo == "bc":
         actor = deterministic_actor(obs_spec, act_spec, hidden)
         loss: Any = BCLoss(actor)
-        optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr)
+    elif cfg.algo == "td3bc":
+        actor = deterministic_actor(obs_spec, act_spec, hidden)
+        critic = q_ensemble(obs_spec, act_spec, hidden)
+        loss = TD3BCLoss(
+            actor, critic, alpha=cfg.alpha, policy_noise=cfg.td3.policy_noise,
+            noise_clip=cfg.td3.noise_clip, gamma=gamma,
+        )  # fmt: skip
+        every = cfg.td3.policy_delay
+    elif cfg.algo == "cql":  # SAC's actor, critics and entropy tuning
+        actor = tanh_gaussian_actor(obs_spec, act_spec, hidden)
+        critic = q_ensemble(obs_spec, act_spec, hidden)
+        loss = CQLLoss(
+            actor, critic, weight=cfg.cql_weight, alpha_init=cfg.entropy.alpha_init,
+            target_entropy=cfg.entropy.target_entropy, gamma=gamma,
+        )  # fmt: skip
+    elif cfg.algo == "bcq":  # perturbation model, critics, and the VAE of the data's actions
+        actor = bcq_perturbation(obs_spec, act_spec, hidden, phi=cfg.bcq_phi)
+        critic = q_ensemble(obs_spec, act_spec, hidden)
+        vae = bcq_vae(obs_spec, act_spec, hidden)
+        loss = BCQLoss(actor, critic, vae, lmbda=cfg.bcq_lmbda, gamma=gamma)
+        policy = BCQActor(vae, actor, loss.qvalue_network)
+        actor = torch.nn.ModuleList([actor, vae])  # one optimizer group for both
+    else:  # iql, crr: a Gaussian actor (tanh mean, state-independent std); iql: V(s)
+        actor, value, _ = actor_critic(
+            obs_spec, act_spec, hidden_sizes=hidden, normalize_observations=False,
+            activation=torch.nn.ReLU,
+        )  # fmt: skip
+        critic = q_ensemble(obs_spec, act_spec, hidden)
+        if cfg.algo == "crr":
+            mode, advantage = cfg.crr_mode, cfg.crr_advantage
+            loss = CRRLoss(actor, critic, mode=mode, advantage=advantage, gamma=gamma)
+        else:
+            loss = IQLLoss(
+                actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=gamma
+            )
+            critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
 
-        def step(sample: Any, k: int) -> Any:
-            out = loss(sample)
-            trainers.optimizer_step(total_loss(out), optimizer)
-            return out
-
+    # 3. optimizer (a group per part) and target update; the evaluation policy and the state
+    target = None
+    if cfg.algo == "bc":
+        optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.ac.actor_lr)
     else:
-        if cfg.algo == "td3bc":
-            actor = deterministic_actor(obs_spec, act_spec, hidden)
-            critic: Any = q_ensemble(obs_spec, act_spec, hidden)
-            loss = TD3BCLoss(
-                actor, critic, alpha=cfg.alpha, policy_noise=cfg.policy_noise,
-                noise_clip=cfg.noise_clip, gamma=cfg.gamma,
-            )  # fmt: skip
-            every, with_actor = cfg.policy_delay, True
-        elif cfg.algo == "cql":  # SAC's actor, critics and entropy tuning
-            actor = tanh_gaussian_actor(obs_spec, act_spec, hidden)
-            critic = q_ensemble(obs_spec, act_spec, hidden)
-            loss = CQLLoss(
-                actor, critic, weight=cfg.cql_weight, alpha_init=cfg.alpha_init,
-                target_entropy=cfg.target_entropy, gamma=cfg.gamma,
-            )  # fmt: skip
-            every, with_actor = 1, False
-        elif cfg.algo == "bcq":  # perturbation model, critics, and the VAE of the data's actions
-            actor = bcq_perturbation(obs_spec, act_spec, hidden, phi=cfg.bcq_phi)
-            critic = q_ensemble(obs_spec, act_spec, hidden)
-            vae = bcq_vae(obs_spec, act_spec, hidden)
-            loss = BCQLoss(actor, critic, vae, lmbda=cfg.bcq_lmbda, gamma=cfg.gamma)
-            policy = BCQActor(vae, actor, loss.qvalue_network)
-            actor = torch.nn.ModuleList([actor, vae])  # one optimizer group for both
-            every, with_actor = 1, False
-        else:  # iql, crr: a Gaussian actor (tanh mean, state-independent std); iql: V(s)
-            actor, value, _ = actor_critic(
-                obs_spec, act_spec, hidden_sizes=hidden, normalize_observations=False,
-                activation=torch.nn.ReLU,
-            )  # fmt: skip
-            critic = q_ensemble(obs_spec, act_spec, hidden)
-            if cfg.algo == "crr":
-                loss = CRRLoss(
-                    actor, critic, mode=cfg.crr_mode, advantage=cfg.crr_advantage, gamma=cfg.gamma
-                )
-            else:
-                loss = IQLLoss(
-                    actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=cfg.gamma
-                )
-                critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
-            every, with_actor = 1, False
-        log_alpha = loss.log_alpha if cfg.algo == "cql" else None
-        optimizer, target_updater = trainers.actor_critic_optimizer(
-            cfg, loss, actor, critic, log_alpha=log_alpha
-        )
-        step = trainers.actor_critic_step(
-            loss, optimizer, target_updater, actor_every=every, targets_with_actor=with_actor
-        )
-        extra["critic"] = critic
-
-    # 4-5. loop: gradient steps -> log, evaluate, checkpoint; report
+        groups = [(actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)]
+        if cfg.algo == "cql":
+            groups.append(([loss.log_alpha], cfg.entropy.alpha_lr))
+        optimizer = trainers.adam(*groups)
+        target = SoftUpdate(loss, tau=cfg.ac.tau)
     policy = actor if policy is None else policy
+    state = {"loss": loss, "optimizer": optimizer}
+    if critic is not None:
+        state["critic"] = critic
     if obs_norm is not None:  # the env gives raw observations; the networks learned normalized
         policy = TensorDictSequential(obs_norm, policy)
-        extra["obs_norm"] = obs_norm  # in checkpoints, with the networks it belongs to
-    state = {"loss": loss, "optimizer": optimizer, **extra}
-    titles = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR", "bcq": "BCQ"}
-    return trainers.train_offline(
-        cfg, titles[cfg.algo], state, buffer, step, eval_env=eval_env, policy=policy
-    )
+        state["obs_norm"] = obs_norm  # in checkpoints, with the networks it belongs to
+
+    # 4. the loop: batches of gradient steps on the dataset (TD3+BC: the actor and the targets
+    #    every policy_delay-th step), then log, evaluate, checkpoint when due
+    with trainers.Run.from_config(
+        cfg.run, TITLES[cfg.algo], state, eval_env=eval_env, policy=policy, config=cfg
+    ) as run:
+        for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run)):
+            out = None
+            for _ in range(steps):
+                run.updates += 1
+                sample = buffer.sample(cfg.batch_size)
+                if run.updates % every == 0:
+                    out = loss(sample)
+                    trainers.optimizer_step(total_loss(out), optimizer)
+                    if target is not None:
+                        target.step()
+                else:  # TD3+BC's critic-only steps (its targets move with the actor)
+                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+            run.step(out)
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

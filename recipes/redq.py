@@ -1,30 +1,41 @@
 """REDQ (Chen et al. 2021, arXiv 2101.05982): SAC with an ensemble of N critics, a random pair
 in each target, and many gradient steps per env step.
 
-Defaults follow Tianshou's MuJoCo REDQ benchmark (examples/mujoco/mujoco_redq.py): 10 critics, a
+Defaults are Tianshou's MuJoCo REDQ benchmark (examples/mujoco/mujoco_redq.py): 10 critics, a
 subset of 2 in the target, 20 critic steps per env step, the actor updated once per 20 (its
 ``actor_delay``), actor and critic lr 1e-3, automatic entropy tuning (alpha lr 3e-4), tau 0.005,
-gamma 0.99, batch 256, 256x256 ReLU MLPs, 10k uniform random steps, 1 env, 1M buffer. Where tdrl
-differs: all N critics are one batched ensemble call, and the actor loss uses the mean over the
-N critics (the paper's Alg. 1 line 13; Tianshou's "min" target mode only affects the target).
+gamma 0.99, batch 256, 256x256 ReLU MLPs, 10k uniform random steps, 1 env, a 1M buffer. All N
+critics are one batched ensemble call, and the actor loss uses the mean over the N critics (the
+paper's Alg. 1 line 13; Tianshou's "min" target mode only affects the target).
 
     python recipes/redq.py --env-id HalfCheetah-v5 --total-frames 300000
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tdrl import trainers
+from tdrl.data import ReplayBuffer, transitions
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import REDQLoss
+from tdrl.objectives import REDQLoss, SoftUpdate, total_loss
+from tdrl.trainers.config import (
+    ActorCriticConfig,
+    EntropyConfig,
+    ReplayConfig,
+    RunConfig,
+    WorkersConfig,
+)
 
 
-@dataclass(frozen=True)
-class Config(trainers.EntropyConfig):
-    """Fields beyond tdrl.trainers.EntropyConfig's (--help lists all, with defaults)."""
-
-    utd_ratio: float = 20.0  # critic gradient steps per env step (the paper's G)
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="HalfCheetah-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
+        log_every=1_000, checkpoint_every=100_000,
+    )  # fmt: skip
+    workers: WorkersConfig = WorkersConfig()
+    replay: ReplayConfig = ReplayConfig(utd_ratio=20.0)  # the paper's G
+    ac: ActorCriticConfig = ActorCriticConfig()
+    entropy: EntropyConfig = EntropyConfig()
     actor_delay: int = 20
     """critic steps per actor and alpha step."""
     num_qvalue_nets: int = 10
@@ -36,33 +47,61 @@ class Config(trainers.EntropyConfig):
 def main(cfg: Config) -> dict[str, float]:
     """Train REDQ; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg, actions="continuous")
+    env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
+    device = cfg.run.torch_device
 
-    # 2. networks: all N critics in one batched ensemble
-    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
+    # 2. networks: a tanh-Gaussian actor and all N critics in one batched ensemble
+    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
     critic = q_ensemble(
-        env.observation_spec, env.action_spec, cfg.hidden_sizes, cfg.num_qvalue_nets
+        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, cfg.num_qvalue_nets
     )
 
-    # 3. loss
+    # 3. loss, target update, optimizer (a group per part), buffer, collector
     loss = REDQLoss(
-        actor,
-        critic,
-        num_qvalue_nets=cfg.num_qvalue_nets,
-        sub_sample_len=cfg.sub_sample_len,
-        alpha_init=cfg.alpha_init,
-        target_entropy=cfg.entropy_target(),
-        gamma=cfg.gamma,
+        actor, critic, num_qvalue_nets=cfg.num_qvalue_nets, sub_sample_len=cfg.sub_sample_len,
+        alpha_init=cfg.entropy.alpha_init, target_entropy=cfg.entropy.entropy_target(),
+        gamma=cfg.ac.gamma,
+    ).to(device)  # fmt: skip
+    target = SoftUpdate(loss, tau=cfg.ac.tau)
+    optimizer = trainers.adam(
+        (actor.parameters(), cfg.ac.actor_lr),
+        (critic.parameters(), cfg.ac.critic_lr),
+        ([loss.log_alpha], cfg.entropy.alpha_lr),
     )
-    # 4. loop (trainers.run_actor_critic: optimiser, buffer, collector): one step per env
-    #    -> store -> G critic steps, an actor step every actor_delay
-    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.run_actor_critic(
-        cfg, "REDQ", loss, env, eval_env, actor=actor, critic=critic, log_alpha=loss.log_alpha,
-        actor_every=cfg.actor_delay,
+    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
+    collector = trainers.make_collector(
+        cfg.run, env, actor, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
+        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
     )  # fmt: skip
+
+    # 4. the loop: store each batch, then G critic steps per env step, each with its target
+    #    update; every actor_delay-th step the whole loss (actor and alpha too)
+    state = {"loss": loss, "optimizer": optimizer}
+    with trainers.Run.from_config(
+        cfg.run, "REDQ", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            out = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                run.updates += 1
+                sample = buffer.sample(cfg.replay.batch_size)
+                if run.updates % cfg.actor_delay == 0:
+                    out = loss(sample)
+                    trainers.optimizer_step(total_loss(out), optimizer)
+                else:  # critic only: the actor's forward is skipped
+                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+                target.step()
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(out)  # log (critic-only batches: the last metrics), evaluate, checkpoint
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

@@ -1,36 +1,39 @@
 """REINFORCE (Williams 1992) on a MuJoCo task, or any gymnasium task.
 
-python recipes/reinforce.py                             # Hopper-v5, short budget
-python recipes/reinforce.py --baseline                  # with a learned value baseline
-
 Defaults are Tianshou's MuJoCo REINFORCE benchmark (examples/mujoco/mujoco_reinforce.py): 2048
 steps per batch, one full-batch Adam step (lr 1e-3, decayed linearly to 0), gamma 0.99, Monte
 Carlo returns without a baseline, normalized over the batch (Tianshou normalizes the returns),
 64x64 tanh MLP, initial log-std -0.5, observation normalization. Differences: 8 envs x 256
 steps (Tianshou: 10 envs), actions clipped to the bounds (Tianshou: tanh; it reports clipping
-works as well), a short default budget (Tianshou: 3M steps). Returns of episodes still running
-at the end of a batch are cut there (value 0; with --baseline, V bootstraps them).
+works as well), a short default budget. Returns of episodes still running at the end of a batch
+are cut there (value 0; with --baseline, V bootstraps them).
+
+    python recipes/reinforce.py                             # Hopper-v5, short budget
+    python recipes/reinforce.py --baseline                  # with a learned value baseline
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import torch
-from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from tdrl import trainers
+from tdrl.data import minibatches
 from tdrl.estimators import TD1Estimator
 from tdrl.keys import OBSERVATION, STATE_VALUE
-from tdrl.objectives import ReinforceLoss
+from tdrl.modules import RewardScaling
+from tdrl.objectives import ReinforceLoss, total_loss
+from tdrl.trainers.config import NetworkConfig, OnPolicyConfig, RunConfig, WorkersConfig
 
 
-@dataclass(frozen=True)
-class Config(trainers.OnPolicyConfig):
-    """Fields beyond tdrl.trainers.OnPolicyConfig's (--help lists all, with defaults)."""
-
-    lr: float = 1e-3
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig()
+    workers: WorkersConfig = WorkersConfig()
+    onpolicy: OnPolicyConfig = OnPolicyConfig(lr=1e-3)
+    net: NetworkConfig = NetworkConfig()
     baseline: bool = False
     """subtract a learned state value from the return (and train it)."""
 
@@ -46,23 +49,57 @@ def zero_value() -> TensorDictModule:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train REINFORCE as configured; returns the last evaluation and update's metrics."""
-    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
-    parts = trainers.on_policy_setup(cfg)
-    # 3. loss, estimator (Monte Carlo returns on the whole rollout), optimizer
-    baseline = parts.critic if cfg.baseline else None
-    loss = ReinforceLoss(parts.actor, baseline, normalize_advantage=cfg.normalize_advantage)
-    estimator = TD1Estimator(gamma=cfg.gamma, value_network=baseline or zero_value())
-    trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
-    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.lr, fused=True)
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = trainers.make_envs(cfg.run)
+    device = cfg.run.torch_device
 
-    def update(batch: TensorDictBase) -> dict[str, float]:
-        # returns on the whole rollout, then one full-batch step
-        return trainers.on_policy_update(batch, loss, estimator, optimizer)
+    # 2. networks: actor and critic (the baseline, used with --baseline), observation norm
+    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="reinforce.py", memory=False)
 
-    # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
-    #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(cfg, "REINFORCE", parts, optimizer, update)
+    # 3. loss, estimator (Monte Carlo returns on the whole rollout), optimizer, schedule
+    baseline = nets.critic if cfg.baseline else None
+    loss = ReinforceLoss(
+        nets.actor, baseline, normalize_advantage=cfg.onpolicy.normalize_advantage
+    ).to(device)
+    estimator = TD1Estimator(gamma=cfg.onpolicy.gamma, value_network=baseline or zero_value())
+    estimator.to(device)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.onpolicy.lr, fused=True)
+    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
+    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
+    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
+             "scheduler": scheduler}  # fmt: skip
+    scaler = None
+    if cfg.onpolicy.scale_rewards:  # the baseline learns scaled returns
+        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
+    collector = trainers.make_collector(
+        cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
+    )
+
+    # 4. the loop: collect a rollout, its returns, one full-batch step
+    with trainers.Run.from_config(
+        cfg.run, "REINFORCE", state, eval_env=eval_env, policy=nets.actor, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            if scaler is not None:
+                scaler(batch)
+            with torch.no_grad():
+                estimator(batch)
+            outs = []
+            for minibatch in minibatches(batch, None, in_keys=loss.in_keys):
+                out = loss(minibatch)
+                trainers.optimizer_step(total_loss(out), optimizer)
+                outs.append(out.detach())
+                run.updates += 1
+            metrics = torch.stack(outs).mean().to_dict()
+            metrics["lr"] = scheduler.get_last_lr()[0]
+            scheduler.step()
+            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
+                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(metrics)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

@@ -1,17 +1,12 @@
 """TD3 (Fujimoto et al. 2018, arXiv 1802.09477) on MuJoCo.
 
-Defaults follow Tianshou's published MuJoCo TD3 benchmark (examples/mujoco/mujoco_td3.py): actor
-and critic lr 3e-4, tau 0.005, gamma 0.99, Gaussian exploration noise 0.1, target policy noise
-0.2 clipped at 0.5 (half-range units), actor and targets updated every 2 critic steps, batch 256,
-256x256 ReLU MLPs, 25k uniform random steps, 1 env, 1 gradient step per env step, 1M buffer.
-Where tdrl differs: the twin critics are one batched ensemble; one Adam holds both groups (the
-actor group is skipped on critic-only steps, as it has no gradient then).
-
-At a 100k-step budget 25k random steps are a quarter of it: the MuJoCo table's 100k cells
-(benchmarks/mujoco_table.py) run rl-zoo3's settings, those of its SB3 cells: learning from 10k
-steps on, lr 1e-3, 400x300 nets (HalfCheetah-v5 at 100k, final return: seed 0, 4738 at these
-defaults; with 10k steps and lr 1e-3 on 256x256 nets, seeds 0 and 2, 4768 and 5142; with
-rl-zoo3's settings, seed 0, 6082, where SB3's TD3 reached 5732 and 5836 on seeds 0-1):
+Defaults are Tianshou's MuJoCo TD3 benchmark (examples/mujoco/mujoco_td3.py): actor and critic lr
+3e-4, tau 0.005, gamma 0.99, Gaussian exploration noise 0.1, target policy noise 0.2 clipped at
+0.5 (half-range units), actor and targets updated every 2 critic steps, batch 256, 256x256 ReLU
+MLPs, 25k uniform random steps, 1 env, 1 gradient step per env step, a 1M buffer. The twin
+critics are one batched ensemble; one Adam holds both groups (the actor group has no gradient on
+critic-only steps, so it is skipped). At a 100k-step budget the MuJoCo table runs rl-zoo3's
+settings (10k random steps, lr 1e-3, 400x300 nets), as its SB3 cells do:
 
     python recipes/td3.py --env-id Hopper-v5 --total-frames 1000000
     python recipes/td3.py --env-id HalfCheetah-v5 --total-frames 100000 \
@@ -20,23 +15,31 @@ rl-zoo3's settings, seed 0, 6082, where SB3's TD3 reached 5732 and 5836 on seeds
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tensordict.nn import TensorDictSequential
 
 from tdrl import trainers
+from tdrl.data import ReplayBuffer, transitions
 from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
-from tdrl.objectives import TD3Loss
+from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
+from tdrl.trainers.config import (
+    ActorCriticConfig,
+    ReplayConfig,
+    RunConfig,
+    TD3Config,
+    WorkersConfig,
+)
 
 
-@dataclass(frozen=True)
-class Config(trainers.TD3Config):
-    """Fields beyond tdrl.trainers.TD3Config's (--help lists all, with defaults)."""
-
-    env_id: str = "Hopper-v5"
-    init_random_frames: int = 25_000
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="Hopper-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
+        log_every=1_000, checkpoint_every=100_000,
+    )  # fmt: skip
+    workers: WorkersConfig = WorkersConfig()
+    replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
+    ac: ActorCriticConfig = ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
+    td3: TD3Config = TD3Config()
     exploration_noise: float = 0.1
     """Gaussian exploration noise (half-range units)."""
 
@@ -44,30 +47,63 @@ class Config(trainers.TD3Config):
 def main(cfg: Config) -> dict[str, float]:
     """Train TD3; returns the final deterministic evaluation and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.setup(cfg, actions="continuous")
+    env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
+    device = cfg.run.torch_device
     low, high = action_bounds(env.action_spec)
 
-    # 2. networks: deterministic actor; Gaussian noise on top acts only while collecting
-    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.hidden_sizes)
+    # 2. networks: deterministic actor (Gaussian noise on top acts only while collecting), twin
+    #    critics in one batched ensemble
+    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
     noise = AdditiveGaussianNoise(
         len(low), sigma_init=cfg.exploration_noise, action_low=low, action_high=high
     )
     policy = TensorDictSequential(actor, noise)
-    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.hidden_sizes)
+    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
 
-    # 3. loss
+    # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
     loss = TD3Loss(
-        actor, critic, policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip, gamma=cfg.gamma
+        actor, critic, policy_noise=cfg.td3.policy_noise, noise_clip=cfg.td3.noise_clip,
+        gamma=cfg.ac.gamma,
+    ).to(device)  # fmt: skip
+    policy.to(device)
+    target = SoftUpdate(loss, tau=cfg.ac.tau)
+    optimizer = trainers.adam(
+        (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)
     )
-    # 4. loop (trainers.run_actor_critic: optimiser, buffer, collector acting with the noise):
-    #    critic every step; actor and targets every policy_delay steps (delayed updates)
-    #    -> log, evaluate, checkpoint (trainers.train_off_policy; --resume continues a run)
-    # 5. report: final evaluation, curve.png, CSV and TensorBoard logs; closes the envs
-    return trainers.run_actor_critic(
-        cfg, "TD3", loss, env, eval_env, actor=actor, critic=critic, policy=policy,
-        actor_every=cfg.policy_delay, targets_with_actor=True, extra_state={"noise": noise},
+    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
+    collector = trainers.make_collector(
+        cfg.run, env, policy, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
+        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
     )  # fmt: skip
+
+    # 4. the loop: store each batch, then the critic steps due at the update ratio; every
+    #    policy_delay-th step also the actor and the targets (delayed updates)
+    state = {"loss": loss, "optimizer": optimizer, "noise": noise}
+    with trainers.Run.from_config(
+        cfg.run, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            out = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                run.updates += 1
+                sample = buffer.sample(cfg.replay.batch_size)
+                if run.updates % cfg.td3.policy_delay == 0:
+                    out = loss(sample)
+                    trainers.optimizer_step(total_loss(out), optimizer)
+                    target.step()
+                else:  # critic only: the actor's forward is skipped
+                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(out)  # log (critic-only batches: the last metrics), evaluate, checkpoint
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

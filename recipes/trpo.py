@@ -1,10 +1,6 @@
 """TRPO (Schulman et al. 2015, arXiv 1502.05477) and NPG (Kakade 2001; normalized step:
 Rajeswaran et al. 2017, arXiv 1703.02660) on a MuJoCo or any gymnasium task: one recipe, the
-actor's natural-gradient step chosen by ``--algo``.
-
-python recipes/trpo.py                                   # TRPO, Hopper-v5, short budget
-python recipes/trpo.py --algo npg                        # NPG
-python recipes/trpo.py --env-id Pendulum-v1 --num-envs 4
+actor's natural-gradient step chosen by --algo.
 
 Defaults are Tianshou's MuJoCo TRPO and NPG benchmarks (examples/mujoco/mujoco_trpo.py and
 mujoco_npg.py, which share them): 16 envs x 64 steps = 1024 per batch; the actor takes one
@@ -12,36 +8,39 @@ natural-gradient step per batch (conjugate gradient, 10 iterations, damping 0.1;
 0.01, backtracking ratio 0.8, 10 backtracks; NPG: a step whose quadratic KL model equals 0.01,
 where Tianshou takes a fixed step size); the critic takes 20 full-batch Adam steps (lr 1e-3,
 decayed linearly to 0); gamma 0.99, GAE lambda 0.95, advantages normalized, 64x64 tanh MLPs,
-initial log-std -0.5, observation normalization, and scaled rewards (``--scale-rewards``: divided
-by the running std of the discounted return, so the critic learns targets of unit scale;
-Tianshou's ``rew_norm`` divides the returns by their running std for the same end). Differences:
-that scaling's form (the rewards, as SB3's VecNormalize, rather than the returns), NPG's step (see
-above) and a short default budget (Tianshou: 3M). The scaling is on by default since it was tried
-on seed 100 (Hopper-v5): NPG's final evaluation at 1M steps 1453 with it (1923 at 980k), where
-the unscaled recipe's seeds 0-2 ended at 627-914; TRPO 3268 at 300k steps, where the unscaled
-seeds 0-2 were at 371-563 (docs/benchmarks/session_2026-11-25c.txt). The table's seeds are 0-2.
+initial log-std -0.5, observation normalization, and scaled rewards (--scale-rewards: divided by
+the running std of the discounted return, so the critic learns targets of unit scale; Tianshou's
+``rew_norm`` divides the returns by their running std for the same end). Differences: that
+scaling's form (the rewards, as SB3's VecNormalize, rather than the returns), NPG's step (see
+above) and a short default budget.
+
+    python recipes/trpo.py                                   # TRPO, Hopper-v5, short budget
+    python recipes/trpo.py --algo npg                        # NPG
+    python recipes/trpo.py --env-id Pendulum-v1 --num-envs 4
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import math
 from typing import Literal
 
 import torch
-from tensordict import TensorDictBase
 
 from tdrl import trainers
+from tdrl.data import minibatches
 from tdrl.estimators import GAE
-from tdrl.objectives import NPGLoss, TRPOLoss
+from tdrl.modules import RewardScaling
+from tdrl.objectives import NPGLoss, TRPOLoss, total_loss
+from tdrl.trainers.config import NetworkConfig, OnPolicyConfig, RunConfig, WorkersConfig
 
 
-@dataclass(frozen=True)
-class Config(trainers.OnPolicyConfig):
-    """Fields beyond tdrl.trainers.OnPolicyConfig's (--help lists all, with defaults)."""
-
-    num_envs: int = 16
-    frames_per_batch: int = 1024
-    lr: float = 1e-3
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(num_envs=16)
+    workers: WorkersConfig = WorkersConfig()
+    onpolicy: OnPolicyConfig = OnPolicyConfig(frames_per_batch=1024, lr=1e-3, scale_rewards=True)
+    net: NetworkConfig = NetworkConfig()
     algo: Literal["trpo", "npg"] = "trpo"
     """the actor's step: TRPO (KL-bounded line search) or NPG (normalized natural gradient)."""
     critic_steps: int = 20
@@ -60,45 +59,80 @@ class Config(trainers.OnPolicyConfig):
     """added to the Fisher matrix in the conjugate-gradient solve."""
     cg_iters: int = 10
     """conjugate-gradient iterations."""
-    scale_rewards: bool = True
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
-    # 1-2. envs (seeds, threads, training and evaluation envs) and networks (actor, critic)
-    parts = trainers.on_policy_setup(cfg)
-    # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, optimizer
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = trainers.make_envs(cfg.run)
+    device = cfg.run.torch_device
+
+    # 2. networks: actor and critic, observation normalization inside both
+    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="trpo.py", memory=False)
+
+    # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, the critic's
+    #    optimizer and schedule
     common = dict(
-        max_kl=cfg.max_kl,
-        damping=cfg.damping,
-        cg_iters=cfg.cg_iters,
-        normalize_advantage=cfg.normalize_advantage,
-    )
+        max_kl=cfg.max_kl, damping=cfg.damping, cg_iters=cfg.cg_iters,
+        normalize_advantage=cfg.onpolicy.normalize_advantage,
+    )  # fmt: skip
     if cfg.algo == "trpo":
         loss = TRPOLoss(
-            parts.actor,
-            parts.critic,
-            backtrack_ratio=cfg.backtrack_ratio,
-            max_backtracks=cfg.max_backtracks,
-            **common,
-        )
-    else:
-        loss = NPGLoss(parts.actor, parts.critic, **common)
-    estimator = GAE(gamma=cfg.gamma, lmbda=cfg.lmbda, value_network=parts.critic)
-    trainers.to_device(cfg, loss, estimator)  # --device: networks, targets, estimator
-    optimizer = torch.optim.Adam(parts.critic.parameters(), lr=cfg.lr, fused=True)
-
-    def update(batch: TensorDictBase) -> dict[str, float]:
-        # GAE on the whole rollout, the natural-gradient actor step, then critic steps
-        return trainers.natural_gradient_update(
-            batch, loss, estimator, optimizer, critic_steps=cfg.critic_steps,
-            critic_minibatch_size=cfg.critic_minibatch_size,
+            nets.actor, nets.critic, backtrack_ratio=cfg.backtrack_ratio,
+            max_backtracks=cfg.max_backtracks, **common,
         )  # fmt: skip
+    else:
+        loss = NPGLoss(nets.actor, nets.critic, **common)
+    loss.to(device)
+    estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.lmbda, value_network=nets.critic)
+    estimator.to(device)
+    optimizer = torch.optim.Adam(nets.critic.parameters(), lr=cfg.onpolicy.lr, fused=True)
+    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
+    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
+    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
+             "scheduler": scheduler}  # fmt: skip
+    scaler = None
+    if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
+        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
+    collector = trainers.make_collector(
+        cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
+    )
 
-    # 4. loop: collect a rollout -> update -> log, evaluate, checkpoint (trainers.run_on_policy;
-    #    --resume continues a run); 5. report: final evaluation, curve.png, CSV, TensorBoard
-    return trainers.run_on_policy(cfg, cfg.algo.upper(), parts, optimizer, update)
+    # 4. the loop: collect a rollout, GAE on it, the natural-gradient actor step, then the
+    #    critic's regression on the value targets computed before the actor moved
+    with trainers.Run.from_config(
+        cfg.run, cfg.algo.upper(), state, eval_env=eval_env, policy=nets.actor, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            if scaler is not None:
+                scaler(batch)
+            with torch.no_grad():
+                estimator(batch)
+            flat = batch.reshape(-1)
+            critic_batches = minibatches(
+                flat, cfg.critic_minibatch_size, epochs=cfg.critic_steps, in_keys=loss.in_keys
+            )
+            # drawing the first one checks the batch (a NaN or inf advantage or value target
+            # is named) before the actor moves
+            first = next(critic_batches)
+            metrics = loss.actor_step(flat).to_dict()
+            run.updates += 1
+            outs = []
+            for minibatch in itertools.chain([first], critic_batches):
+                out = loss(minibatch)
+                trainers.optimizer_step(total_loss(out), optimizer)
+                outs.append(out.detach())
+                run.updates += 1
+            metrics.update(torch.stack(outs).mean().to_dict())
+            metrics["lr"] = scheduler.get_last_lr()[0]
+            scheduler.step()
+            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
+                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
+            collector.update_policy_weights_()  # worker collectors act with the new weights
+            run.step(metrics)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

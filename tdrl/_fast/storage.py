@@ -39,8 +39,9 @@ _LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3
 @numba.njit(nogil=True)  # not cached: numba cannot cache a function calling a ctypes pointer
 def _write_rows(counters: np.ndarray, geom: np.ndarray, src: tuple[int, ...], steps: int) -> bool:
     # One compiled call for all leaves (a ctypes memmove per leaf from Python would pay a
-    # Python call per leaf), with the cursor bookkeeping. False, nothing written, when the steps would wrap or
-    # a source has no data of its own (a wrapper tensor subclass: data_ptr 0).
+    # Python call per leaf), with the cursor bookkeeping. False, nothing written, when the
+    # steps would wrap or a source has no data of its own (a wrapper tensor subclass:
+    # data_ptr 0).
     cursor, length, S, n = counters[0], geom[_LENGTH], geom[_STREAMS], geom[_LEAVES]
     if cursor + steps > length:
         return False

@@ -341,8 +341,8 @@ def _leaves(source: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[
 
 def _batch(source: dict[str, Any], batch_size: torch.Size) -> TensorDict:
     """``TensorDict(source, batch_size, names=[None, "time"])`` in one call (a nested dict and one
-    constructor cost less than a TensorDict grown by ``set``; an unchecked fast twin of it was
-    tried and did not pay measurably on this machine)."""
+    constructor cost less than a TensorDict grown by ``set``; an unchecked fast twin would not
+    buy the 1% a fast path must: docs/design.md, "Fast paths")."""
     return TensorDict(source, batch_size=batch_size, names=[None, keys.TIME_DIM_NAME])
 
 

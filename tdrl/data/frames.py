@@ -27,16 +27,36 @@ Shapes:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
+from torchrl.data import Composite
 
 from tdrl import keys
 from tdrl.data.storage import NestedKey, StreamStorage, _path, _spell
+from tdrl.modules.networks import is_frames
 
-__all__ = ["FrameStore", "frame_stack_index"]
+__all__ = ["STORE_ONCE_BYTES", "FrameStore", "frame_stack_index", "store_frames_once"]
+
+# Frames of this many bytes or more are stored once (frame-efficient storage) even unstacked.
+STORE_ONCE_BYTES = 4096
+
+
+def store_frames_once(observation_spec: Composite, frame_stack: int) -> bool:
+    """Whether a replay buffer should store each frame once (``frame_keys``, :class:`FrameStore`)
+    instead of each transition's observation and next observation: for stacks (a frame is
+    otherwise stored 2k times) and for large frames (Atari's 84x84: 7,056 bytes). MinAtar's
+    frames (at most 10x10 of 10 channels) are stored plainly: its 100k-transition buffer holds at
+    most 200 MB either way, and the plain write and sample made DQN on Breakout about 15% faster
+    a step. False for observations that are not uint8 frames (:func:`is_frames`)."""
+    if not is_frames(observation_spec):
+        return False
+    leaf = observation_spec[keys.OBSERVATION]
+    frame_bytes = math.prod(int(d) for d in leaf.shape[-2:]) * int(leaf.shape[-3]) // frame_stack
+    return frame_stack > 1 or frame_bytes >= STORE_ONCE_BYTES
 
 
 def frame_stack_index(storage: StreamStorage, index: Tensor, k: int) -> Tensor:

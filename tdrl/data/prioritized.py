@@ -126,7 +126,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         state = super().state_dict()
         state["max_priority"] = self.max_priority
         if self._tree is not None:
-            state[keys.PRIORITY] = torch.from_numpy(self._tree.leaves())
+            # the written items' priorities (the rest are empty): a partly filled buffer saves
+            # its filled part only
+            state[keys.PRIORITY] = torch.from_numpy(self._tree.leaves()[: len(self)])
         return state
 
     def _check_state(self, state: dict[str, Any], storage: StreamStorage | None) -> None:
@@ -134,9 +136,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise KeyError("state has no 'max_priority': it was not saved by a prioritized buffer")
         if storage is not None:
             priority = state.get(keys.PRIORITY)
-            if priority is None or tuple(np.shape(priority)) != (storage.capacity,):
+            written = storage.size * storage.num_streams
+            if priority is None or tuple(np.shape(priority)) not in {(storage.capacity,), (written,)}:
+                both = f" (or {storage.capacity})" if written != storage.capacity else ""
                 raise ValueError(
-                    f"state {keys.PRIORITY!r}: expected {storage.capacity} leaf priorities, got "
+                    f"state {keys.PRIORITY!r}: expected {written} leaf priorities{both}, got "
                     f"{None if priority is None else tuple(np.shape(priority))}"
                 )
 

@@ -345,14 +345,18 @@ class ReplayBuffer:
         self, data: TensorDictBase, state: dict[str, Any], path: Path | None
     ) -> StreamStorage:
         storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device, path=path)
-        if tuple(data.batch_size) != (storage.length, storage.num_streams):
+        rows = (storage.length, int(state["size"]))  # all rows, or the filled ones (save())
+        if data.batch_dims != 2 or tuple(data.batch_size) not in {
+            (n, storage.num_streams) for n in rows
+        }:
             raise ValueError(
                 f"state storage has batch size {tuple(data.batch_size)}, expected "
-                f"{(storage.length, storage.num_streams)}"
+                f"{(storage.length, storage.num_streams)} (or its filled {rows[1]} rows)"
             )
         storage.allocate(data, 2)
+        filled = data.batch_size[0]
         for k, leaf in zip(storage.keys, storage.leaves, strict=False):
-            leaf.copy_(data.get(_spell(k)))
+            leaf[:filled].copy_(data.get(_spell(k)))
         storage.cursor, storage.size = int(state["cursor"]), int(state["size"])
         return storage
 
@@ -372,6 +376,11 @@ class ReplayBuffer:
         state = self.state_dict()
         tensors = {k: v for k, v in state.items() if isinstance(v, (Tensor, TensorDictBase))}
         meta = {k: v for k, v in state.items() if k not in tensors and v is not None}
+        storage = tensors.get("storage")
+        if storage is not None and state["size"] < storage.batch_size[0]:
+            # Before the ring fills, the rows [0, size) are all it holds: a checkpoint early in a
+            # run with a large buffer writes those, not the whole preallocated capacity.
+            tensors["storage"] = storage[: state["size"]]
         meta["kind"] = type(self).__name__
         if tensors:
             data = TensorDict(tensors, batch_size=[])

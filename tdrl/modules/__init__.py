@@ -1,6 +1,6 @@
 """tdrl.modules: networks, actors, critics and exploration as TensorDict modules."""
 
-from tdrl.ensembles import EnsembleCritic, EnsembleLinear, EnsembleMLP
+from tdrl.modules.ensembles import EnsembleCritic, EnsembleLinear, EnsembleMLP
 from tdrl.modules.actors import (
     BernoulliActor,
     CategoricalActor,

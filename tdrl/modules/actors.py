@@ -2,7 +2,8 @@
 
 Each actor is a lean ``TensorDictModuleBase`` rather than a ``ProbabilisticTensorDictSequential``:
 the generic machinery costs several times what a small (64x64) network itself costs per call,
-and the collector calls the actor once per env step. The behaviour is the same as TorchRL's ``ProbabilisticActor``:
+and the collector calls the actor once per env step. The behaviour is the same as TorchRL's
+``ProbabilisticActor``:
 
 * ``forward`` writes the distribution parameters, ``"action"`` and ``"action_log_prob"``
   (shape ``[*B]``, as TorchRL 0.14), and follows tensordict's interaction type:

@@ -13,6 +13,7 @@ update per step instead; the difference is a one-batch lag of the statistics.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Literal
 
 import torch
@@ -25,7 +26,7 @@ from torchrl.data import Composite, TensorSpec
 from torchrl.data import MultiCategorical as MultiCategoricalSpec
 
 from tdrl import keys
-from tdrl.ensembles import EnsembleCritic, EnsembleMLP
+from tdrl.modules.ensembles import EnsembleCritic, EnsembleMLP
 from tdrl.modules.actors import (
     BernoulliActor,
     CategoricalActor,
@@ -33,10 +34,12 @@ from tdrl.modules.actors import (
     MultiCategoricalActor,
     TanhGaussianActor,
 )
+from tdrl.modules.cnn import MinAtarCNN, NatureCNN
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
+from tdrl.modules.qvalue import q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
 from tdrl.modules.sde import GSDEActor
 
@@ -49,7 +52,10 @@ __all__ = [
     "actor_critic",
     "deterministic_actor",
     "flat_dims",
+    "is_frames",
+    "pixel_network",
     "q_ensemble",
+    "q_network",
     "tanh_gaussian_actor",
     "torch_default_init_",
 ]
@@ -375,3 +381,62 @@ def q_ensemble(
     return EnsembleCritic(
         EnsembleMLP(obs_dim + action_dim, 1, hidden_sizes, num_members=num_members)
     )
+
+
+def is_frames(observation_spec: Composite) -> bool:
+    """Whether the ``"observation"`` entry is uint8 frames ``[C, H, W]`` (``tdrl.envs.pixels``:
+    MinAtar, Atari); specs may carry leading batch dims."""
+    leaf = observation_spec.get(keys.OBSERVATION, None)
+    return (
+        leaf is not None
+        and leaf.dtype == torch.uint8
+        and len(leaf.shape) == len(observation_spec.shape) + 3
+    )
+
+
+def pixel_network(
+    observation_spec: Composite, network: Literal["auto", "mlp", "cnn"] = "auto"
+) -> Callable[..., nn.Module] | None:
+    """The CNN class for ``network`` with its input set (channels, frame size, and the scale
+    1 / high: 1/255 for Atari's pixels, 1 for MinAtar's 0/1 channels): :class:`MinAtarCNN` on
+    frames under 36 pixels, :class:`NatureCNN` from 36; None for an MLP. ``"auto"``: the CNN on
+    uint8 frames (:func:`is_frames`), the MLP otherwise; ``"cnn"`` without frames is an error."""
+    leaf = observation_spec.get(keys.OBSERVATION, None)
+    frames = is_frames(observation_spec)
+    if network == "mlp" or (network == "auto" and not frames):
+        return None
+    if not frames:
+        raise ValueError(
+            f"--network cnn needs uint8 frames [C, H, W] under 'observation', got {leaf}"
+        )
+    channels, height, width = (int(d) for d in leaf.shape[-3:])
+    scale = 1.0 / max(float(leaf.space.high.max()), 1.0)
+    cnn = NatureCNN if min(height, width) >= 36 else MinAtarCNN
+    return partial(cnn, channels, frame_size=(height, width), scale=scale)
+
+
+def q_network(
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    hidden_sizes: Sequence[int],
+    *,
+    network: Literal["auto", "mlp", "cnn"] = "auto",
+    dueling: bool = False,
+    atoms: int = 1,
+) -> nn.Module:
+    """A Q network over the env's discrete actions with PyTorch's default init (SB3's): an MLP
+    of ``hidden_sizes`` on a flat observation (:func:`q_mlp`) or the CNN of
+    :func:`pixel_network` on frames, plain or dueling, with ``atoms`` outputs per action (1: Q
+    values; C51's atoms or QR-DQN's quantiles otherwise).
+
+    Shapes:
+        ``[*B, *obs] -> [*B, num_actions * atoms]``.
+    """
+    cnn = pixel_network(observation_spec, network)
+    if cnn is None:
+        obs_dim, num_actions = flat_dims(observation_spec, action_spec)
+        body = q_mlp(obs_dim, num_actions, hidden_sizes, dueling=dueling, atoms=atoms)
+    else:
+        num_actions = int(action_spec.space.n)
+        body = cnn(num_actions * atoms, dueling=dueling, atoms=atoms)
+    return torch_default_init_(body)

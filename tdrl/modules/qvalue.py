@@ -16,7 +16,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.ensembles import ConcatCritic, check_value_dim
+from tdrl.modules.ensembles import ConcatCritic, check_value_dim
 from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
 from tdrl.modules.actors import _apply, masked_logits
@@ -152,7 +152,7 @@ class QValueActor(TensorDictModuleBase):
 class StateActionCritic(ConcatCritic):
     """``Q(s, a)`` from the concatenation of ``in_keys`` (TorchRL's ``ValueOperator`` keys).
 
-    For twin or larger critics pass :class:`~tdrl.ensembles.EnsembleCritic` to the loss
+    For twin or larger critics pass :class:`~tdrl.modules.ensembles.EnsembleCritic` to the loss
     instead (one batched call); a single ``StateActionCritic`` is what TorchRL's losses expect.
 
     Args:

@@ -1,6 +1,6 @@
 """tdrl.objectives: losses that read a batch and return ``loss_*`` entries."""
 
-from tdrl.ensembles import ModuleEnsemble, as_ensemble
+from tdrl.modules.ensembles import ModuleEnsemble, as_ensemble
 from tdrl.objectives.a2c import A2CLoss
 from tdrl.objectives.bc import BCLoss
 from tdrl.objectives.bcq import (

@@ -23,7 +23,7 @@ from torch.distributions import Distribution
 
 from tdrl import _fast
 from tdrl._fast.tdict import new_unchecked
-from tdrl.ensembles import EnsembleCritic, Reduce, as_ensemble, reduce_members
+from tdrl.modules.ensembles import EnsembleCritic, Reduce, as_ensemble, reduce_members
 from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
@@ -327,7 +327,7 @@ def critic_values(
 ) -> torch.Tensor:
     """``Q_e(s, a)`` of every ensemble member as ``[E, B]``, with ``a`` replaced if given; of
     the ``members`` only (an index tensor, ``[M, B]``) if given, which a tdrl
-    :class:`~tdrl.ensembles.EnsembleCritic` computes for those members alone.
+    :class:`~tdrl.modules.ensembles.EnsembleCritic` computes for those members alone.
 
     The batch is not modified: the critic reads a shallow selection of it.
     """
@@ -349,7 +349,7 @@ def actor_critic_value(
     """``Q(s, a)`` for an actor loss, ``[B]``: the minimum over the members (``"min"``) or the
     first member's (``"first"``), with ``a`` replaced by ``action``.
 
-    An ensemble with ``reduced_values`` (:class:`~tdrl.ensembles.EnsembleCritic`) computes only
+    An ensemble with ``reduced_values`` (:class:`~tdrl.modules.ensembles.EnsembleCritic`) computes only
     what the actor's gradient needs under :func:`frozen`; any other gives
     ``critic_values(...)`` reduced (the same values and gradients).
     """

@@ -2,10 +2,11 @@
 
 On a GPU the pure-torch blockwise scan is a few dozen small kernel launches (at PPO sizes, more
 time than the rest of GAE); the Triton kernel (``tdrl/ops/_triton_kernel.py``) solves the whole
-recurrence in one launch (``benchmarks/estimators.py --device cuda``). It runs under ``backend="auto"`` for CUDA tensors when no gradient
-is needed and Triton imports (it ships with torch's CUDA builds); otherwise, and after a
-failed first compile (say, no C compiler for Triton's launcher: one warning), the torch scan
-runs. It is not differentiable; the torch scan is.
+recurrence in one launch (``benchmarks/estimators.py --device cuda``). It runs under
+``backend="auto"`` for CUDA tensors when no gradient is needed and Triton imports (it ships with
+torch's CUDA builds); otherwise, and after a failed first compile (say, no C compiler for
+Triton's launcher: one warning), the torch scan runs. It is not differentiable; the torch scan
+is.
 """
 
 from __future__ import annotations

@@ -273,8 +273,8 @@ def test_a_tiny_tdrl_cell_writes_a_well_formed_line(tmp_path: Path) -> None:
 def test_a_tdrl_cell_cut_after_a_checkpoint_resumes_and_ends_as_a_straight_run(
     tmp_path: Path,
 ) -> None:
-    """The driver keeps a cut tdrl cell's folder and resumes it (a REDQ cell outlasts a working
-    session); the line says so and its result is the uninterrupted run's (sync envs resume
+    """The driver keeps a cut tdrl cell's folder and resumes it (a REDQ cell can outlast the
+    driver's process); the line says so and its result is the uninterrupted run's (sync envs resume
     exactly)."""
     from recipes import ppo
 

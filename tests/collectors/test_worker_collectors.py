@@ -292,29 +292,29 @@ def test_process_workers_refuse_async_envs_up_front():
 def test_an_off_policy_run_cuts_the_replay_streams_at_a_worker_restart(tmp_path):
     """The restarted worker's envs start new episodes, so the newest stored step of its streams
     must end (truncated): otherwise n-step sums and slices read across the restart."""
-    from tdrl.data import ReplayBuffer
-    from tdrl.trainers import OffPolicyConfig, Run, store
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.trainers import Run
 
-    cfg = OffPolicyConfig(env_id="CartPole-v1", init_random_frames=0)
     buffer = ReplayBuffer(1000)
     with (
         ProcessCollector("CartPole-v1", policy(), 8, num_workers=2, num_envs=1, seed=1) as remote,
         make_vec_env("CartPole-v1", 1, seed=5) as eval_env,
     ):
         run = Run(tmp_path, {}, eval_env=eval_env, policy=policy(), title="t", total_frames=10**6,
-                  eval_every=0, tensorboard=False, progress=False, curve=False)  # fmt: skip
-        run.start(remote)
+                  eval_every=0, tensorboard=False, progress=False, curve=False,
+                  buffer=buffer)  # fmt: skip
+        batches = run.resume(remote)  # the loop's iterator cuts the streams at a restart
         for _ in range(2):  # [2 workers, 4 steps] each: stored rows 0-7 of 2 streams
-            store(buffer, remote.rollout(), run, cfg)
+            buffer.extend(transitions(next(batches)))
         truncated = buffer.storage["next", "truncated"][..., 0]  # [length, streams]
         assert not truncated[:8].any()  # CartPole truncates at 500 steps only
         kill(remote, 0)
         with pytest.warns(RuntimeWarning, match="0 died"):
-            batch = remote.rollout()
-        store(buffer, batch, run, cfg)
+            batch = next(batches)
+        buffer.extend(transitions(batch))
         assert truncated[7].all() and buffer.storage["next", "done"][7].all()
         assert not truncated[:7].any() and not truncated[8:12].any()
-        store(buffer, remote.rollout(), run, cfg)  # no restart since: nothing more is cut
+        buffer.extend(transitions(next(batches)))  # no restart since: nothing more is cut
         assert not truncated[8:16].any()
         run.close()
 

@@ -225,9 +225,9 @@ def test_frames_of_a_real_minatar_game_round_trip():
 
 def test_a_step_marked_done_after_it_was_written_keeps_its_real_next_frame():
     # A resumed run whose envs restart marks each stream's newest step truncated
-    # (tdrl.trainers.truncate_streams); the restarted envs' frames are then accepted, and the
+    # (tdrl.data.truncate_streams); the restarted envs' frames are then accepted, and the
     # marked step still bootstraps from the next frame it really had.
-    from tdrl.trainers import truncate_streams
+    from tdrl.data import truncate_streams
 
     first, _, third = rollouts(num_envs=2, steps=5, batches=3)
     buffer = ReplayBuffer(100, frame_keys=[OBS], frame_stack=K, generator=0)

@@ -172,6 +172,27 @@ def test_save_then_load_is_exact(cls, rollout, tmp_path):
     assert (loaded.storage == rb.storage).all()
 
 
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_partly_filled_buffer_saves_only_its_filled_rows_and_loads_exactly(
+    cls, rollout, tmp_path
+):
+    td = rollout(3, 40)
+    rb = cls(30_000, generator=5)  # 10,000 rows per stream, 40 filled
+    rb.extend(td)
+    rb.save(tmp_path / "rb")
+    saved = sum(f.stat().st_size for f in (tmp_path / "rb").rglob("*") if f.is_file())
+    full = sum(v.numel() * v.element_size() for v in rb.storage.values(True, True))
+    assert saved < full / 50  # the filled 40 of 10,000 rows, not the whole capacity
+    loaded = cls(30_000)
+    loaded.load(tmp_path / "rb")
+    assert len(loaded) == len(rb) == 120 and loaded.stream_storage.cursor == 40
+    assert (loaded.storage[:40] == rb.storage[:40]).all()
+    assert (loaded.sample(64) == rb.sample(64)).all()
+    for b in (rb, loaded):  # and it goes on like the original
+        b.extend(td[:, :5])
+    assert (loaded.storage[:45] == rb.storage[:45]).all()
+
+
 def test_sampler_state_is_json_and_a_numpy_only_state_still_loads(rollout):
     # Uniform indices come from a torch generator, slices and priorities from numpy's: both
     # travel in sampler_state (as JSON values, what save() writes), and a state saved before

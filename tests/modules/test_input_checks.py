@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
-from tdrl.ensembles import EnsembleLinear, as_ensemble
+from tdrl.modules.ensembles import EnsembleLinear, as_ensemble
 from tdrl.modules import (
     AdditiveGaussianNoise,
     DeterministicActor,

@@ -4,7 +4,6 @@ against the papers' equations written out by hand, with the losses' random draws
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib
 import math
 from pathlib import Path
@@ -357,7 +356,7 @@ def test_offline_recipe_runs_bcq_on_a_minari_dataset_and_resumes_exactly(tmp_pat
     from tdrl.collectors import Collector
     from tdrl.data import save_minari
     from tdrl.envs import make_vec_env
-    from tdrl.trainers import read_csv
+    from tdrl.trainers import configure, read_csv
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "recipes"))
@@ -365,17 +364,17 @@ def test_offline_recipe_runs_bcq_on_a_minari_dataset_and_resumes_exactly(tmp_pat
     save_minari(Collector(env, None, 200).rollout(), "tdrl/hopper-tiny-v0", "Hopper-v5")
     env.close()
     offline = importlib.import_module("offline")
-    cfg = offline.Config(
-        dataset="tdrl/hopper-tiny-v0", algo="bcq", total_frames=40, eval_every=20,
+    cfg = configure(
+        offline.Config, dataset="tdrl/hopper-tiny-v0", algo="bcq", total_frames=40, eval_every=20,
         checkpoint_every=20, batch_size=16, hidden_sizes=(16,), eval_episodes=1,
         progress=False, tensorboard=False, log_dir=str(tmp_path / "straight"),
     )  # fmt: skip
     straight = offline.main(cfg)
     assert straight["frames"] == 40 and straight["updates"] == 40
     assert math.isfinite(straight["eval_return_mean"]) and math.isfinite(straight["loss_vae"])
-    first = dataclasses.replace(cfg, log_dir=str(tmp_path / "resumed"), stop_after_frames=20)
+    first = configure(cfg, log_dir=str(tmp_path / "resumed"), stop_after_frames=20)
     offline.main(first)
-    offline.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    offline.main(configure(first, stop_after_frames=0, resume=True))
     rows = [read_csv(tmp_path / d / "eval.csv") for d in ("straight", "resumed")]
     drop = ("time", "eval_time")
     assert [{k: v for k, v in r.items() if k not in drop} for r in rows[0]] == [

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tdrl.data import ReplayBuffer
-from tdrl.data import truncate_streams, updates_due
+from tdrl.data import ReplayBuffer, truncate_streams, updates_due
 from tdrl.trainers import configure, latest_checkpoint, parse, read_csv
 from tdrl.trainers.config import TD3Config, flat_dict
 
@@ -67,14 +66,15 @@ def config(name: str, tmp_path: Path, **overrides: object) -> tuple[object, obje
 def test_main_runs_with_a_tiny_config(name, tmp_path, device):
     module, cfg = config(name, tmp_path, checkpoint_every=0, device=device)
     result = module.main(cfg)
-    assert result["frames"] == cfg.total_frames
+    assert result["frames"] == cfg.run.total_frames
     assert math.isfinite(result["eval_return_mean"])
     # Gradient steps match the update-to-data ratio after the random warm-up.
-    expected = math.floor(cfg.utd_ratio * (cfg.total_frames - cfg.init_random_frames + 1) + 1e-9)
+    frames, warmup = cfg.run.total_frames, cfg.replay.init_random_frames
+    expected = math.floor(cfg.replay.utd_ratio * (frames - warmup + 1) + 1e-9)
     assert result["updates"] == expected
-    run = Path(cfg.log_dir)
+    run = Path(cfg.run.log_dir)
     assert (run / "curve.png").stat().st_size > 0
-    assert read_csv(run / "eval.csv")[-1]["step"] == cfg.total_frames
+    assert read_csv(run / "eval.csv")[-1]["step"] == cfg.run.total_frames
     train = read_csv(run / "train.csv")
     assert any("episode_return" in row for row in train), "no training episode was logged"
     assert any(key.startswith("loss") for key in train[-1]), train[-1]
@@ -101,7 +101,7 @@ def test_main_runs_with_a_tiny_config(name, tmp_path, device):
 def test_recipe_options_run(name, options, tmp_path, device):
     module, cfg = config(name, tmp_path, checkpoint_every=0, device=device, **options)
     result = module.main(cfg)
-    assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
+    assert result["frames"] == cfg.run.total_frames and math.isfinite(result["eval_return_mean"])
 
 
 def test_dqn_noisy_std_sets_every_noisy_layers_sigma():
@@ -272,13 +272,13 @@ def test_dqn_atari_smoke_run_through_the_whole_pixel_pipeline(tmp_path, capsys):
 def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
     # Every recipe with an entropy target takes --target-entropy, with one meaning and one check.
     _, cfg = config(name, tmp_path)
-    assert cfg.entropy_target() == "auto"
-    assert dataclasses.replace(cfg, target_entropy="-0.5").entropy_target() == -0.5
+    assert cfg.entropy.entropy_target() == "auto"
+    assert configure(cfg, target_entropy="-0.5").entropy.entropy_target() == -0.5
     for bad in ("x", "nan", "inf"):
         with pytest.raises(
             ValueError, match=f"target_entropy must be 'auto' or a finite number, got '{bad}'"
         ):
-            dataclasses.replace(cfg, target_entropy=bad).entropy_target()
+            configure(cfg, target_entropy=bad).entropy.entropy_target()
 
 
 def test_td3_and_td3bc_take_the_same_td3_flags():
@@ -288,10 +288,10 @@ def test_td3_and_td3bc_take_the_same_td3_flags():
     for name in ("td3", "offline"):
         module = importlib.import_module(name)
         cfg = parse(module.Config, args)
-        assert isinstance(cfg, TD3Config)
-        assert (cfg.policy_delay, cfg.policy_noise, cfg.noise_clip) == (3, 0.1, 0.3)
+        assert isinstance(cfg.td3, TD3Config)
+        assert (cfg.td3.policy_delay, cfg.td3.policy_noise, cfg.td3.noise_clip) == (3, 0.1, 0.3)
         with pytest.raises(ValueError, match="--policy-delay must be >= 1, got 0"):
-            module.Config(policy_delay=0)
+            configure(module.Config, policy_delay=0)
 
 
 def _rows(path: Path) -> list[dict[str, float]]:
@@ -305,30 +305,33 @@ def _rows(path: Path) -> list[dict[str, float]]:
 def test_resume_continues_exactly(name, stop, tmp_path, device):
     """N steps straight == stop, checkpoint (buffer included), fresh objects, resume, N - stop."""
     module, straight = config(name, tmp_path / "straight", checkpoint_every=100_000, device=device)
-    straight = dataclasses.replace(straight, total_frames=straight.init_random_frames + 192)
+    straight = configure(straight, total_frames=straight.replay.init_random_frames + 192)
     if name == "ddpg":  # OU noise: its per-env state restarts at episode starts
-        straight = dataclasses.replace(straight, noise="ou")
+        straight = configure(straight, noise="ou")
     if name == "td3":  # a row every batch: the first after the resume is a critic-only step,
-        straight = dataclasses.replace(straight, log_every=0)  # which logs the last metrics
+        straight = configure(straight, log_every=0)  # which logs the last metrics
     result = module.main(straight)
-    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=stop)
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=stop)
     module.main(first)
-    saved = torch.load(latest_checkpoint(Path(first.log_dir)) / "checkpoint.pt", weights_only=True)
+    saved = torch.load(
+        latest_checkpoint(Path(first.run.log_dir)) / "checkpoint.pt", weights_only=True
+    )
     assert saved["counters"]["updates"] > 0
     torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
-    resumed = module.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    resumed = module.main(configure(first, stop_after_frames=0, resume=True))
     assert resumed["updates"] == result["updates"]
-    expected = _rows(Path(straight.log_dir) / "train.csv")
-    got = _rows(Path(first.log_dir) / "train.csv")
+    expected = _rows(Path(straight.run.log_dir) / "train.csv")
+    got = _rows(Path(first.run.log_dir) / "train.csv")
     assert len(expected) >= 3 and got == expected
     for metric in ("loss", "loss_actor"):
         if metric in result:
             assert resumed[metric] == result[metric]
     # The buffers hold the same transitions; no seam was marked (the episodes went on).
-    before, after = ReplayBuffer(module.Config.buffer_size), ReplayBuffer(module.Config.buffer_size)
-    before.load(latest_checkpoint(Path(straight.log_dir)) / "buffer")
-    after.load(latest_checkpoint(Path(first.log_dir)) / "buffer")
-    assert len(before) == len(after) == straight.total_frames
+    capacity = straight.replay.buffer_size
+    before, after = ReplayBuffer(capacity), ReplayBuffer(capacity)
+    before.load(latest_checkpoint(Path(straight.run.log_dir)) / "buffer")
+    after.load(latest_checkpoint(Path(first.run.log_dir)) / "buffer")
+    assert len(before) == len(after) == straight.run.total_frames
     for key in before.storage.keys(True, True):
         assert torch.equal(before.storage[key], after.storage[key]), key
 
@@ -388,7 +391,8 @@ def test_dqn_solves_cartpole(tmp_path):
 def test_sac_solves_pendulum(tmp_path):
     import sac
 
-    cfg = sac.Config(
+    cfg = configure(
+        sac.Config,
         env_id="Pendulum-v1",
         total_frames=10_000,
         init_random_frames=1_000,
@@ -419,7 +423,7 @@ def test_mujoco_warnings_reach_the_run_log(tmp_path):
         warnings.simplefilter("always", MuJoCoWarning)
         module.main(cfg)
         warnings.warn("after the run", UserWarning, stacklevel=1)  # after close: not logged
-    log = (Path(cfg.log_dir) / "warnings.log").read_text()
+    log = (Path(cfg.run.log_dir) / "warnings.log").read_text()
     assert "MuJoCoWarning: MuJoCo: " in log and "settotalmass" in log
     assert "after the run" not in log
 
@@ -431,9 +435,10 @@ def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
         "sac", tmp_path, collector="ray", num_workers=2, steps_per_batch=10, checkpoint_every=0
     )  # 2 workers x 1 env x 10 steps = 20 frames a batch, stored as 2 streams
     result = module.main(cfg)
-    assert result["frames"] == cfg.total_frames and math.isfinite(result["eval_return_mean"])
+    assert result["frames"] == cfg.run.total_frames and math.isfinite(result["eval_return_mean"])
     # each batch's gradient steps after it, at the update-to-data ratio after the warm-up
-    expected = math.floor(cfg.utd_ratio * (cfg.total_frames - cfg.init_random_frames + 1) + 1e-9)
+    frames, warmup = cfg.run.total_frames, cfg.replay.init_random_frames
+    expected = math.floor(cfg.replay.utd_ratio * (frames - warmup + 1) + 1e-9)
     assert result["updates"] == expected
     assert math.isfinite(result["loss_actor"])
 
@@ -460,11 +465,13 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
                   progress=False, tensorboard=False,
                   normalize_states=normalize_states, device=device)  # fmt: skip
     module = importlib.import_module("offline")
-    straight = module.main(module.Config(**common, log_dir=str(tmp_path / "straight")))
+    straight = module.main(configure(module.Config, **common, log_dir=str(tmp_path / "straight")))
     assert straight["frames"] == 60 and straight["updates"] == 60
-    first = module.Config(**common, log_dir=str(tmp_path / "resumed"), stop_after_frames=30)
+    first = configure(
+        module.Config, **common, log_dir=str(tmp_path / "resumed"), stop_after_frames=30
+    )
     module.main(first)
-    module.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    module.main(configure(first, stop_after_frames=0, resume=True))
     rows = [read_csv(tmp_path / d / "eval.csv") for d in ("straight", "resumed")]
     assert [r["step"] for r in rows[1]] == [30, 60]
     assert rows[0] == [
@@ -473,17 +480,17 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
     ]  # the same returns: an exact resume
 
 
-def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeypatch):
+def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeypatch, capsys):
     minari = pytest.importorskip("minari")
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     make = importlib.import_module("make_dataset")
     sac, cfg = config("sac", tmp_path, env_id="Hopper-v5", total_frames=300, checkpoint_every=300)
     sac.main(cfg)  # a (tiny) agent whose checkpoint holds the actor and the replay buffer
-    common = dict(env_id="Hopper-v5", steps=64, num_envs=2, hidden_sizes=cfg.hidden_sizes)
+    common = dict(env_id="Hopper-v5", steps=64, num_envs=2, hidden_sizes=cfg.ac.hidden_sizes)
     ids = [
         make.main(make.Config(kind="random", **common, ref_min_score=-20.0, ref_max_score=3000.0)),
-        make.main(make.Config(kind="policy", run=cfg.log_dir, **common)),
-        make.main(make.Config(kind="replay", run=cfg.log_dir, **common)),
+        make.main(make.Config(kind="policy", run=cfg.run.log_dir, **common)),
+        make.main(make.Config(kind="replay", run=cfg.run.log_dir, **common)),
     ]
     assert ids == ["tdrl/hopper-random-v0", "tdrl/hopper-policy-v0", "tdrl/hopper-replay-v0"]
     steps = [minari.load_dataset(i).total_steps for i in ids]
@@ -492,6 +499,13 @@ def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeyp
     assert minari.get_normalized_score(random, 1490.0) == pytest.approx(0.5)  # (1490+20)/3020
     with pytest.raises(FileNotFoundError, match="needs --run"):
         make.main(make.Config(kind="policy", run=str(tmp_path / "nothing"), **common))
+    # the run's config.json gives the task and the actor's widths (16, not the default 256 256)
+    capsys.readouterr()
+    own = make.Config(
+        kind="policy", run=cfg.run.log_dir, steps=64, num_envs=2, dataset_id="t/own-v0"
+    )
+    assert make.main(own) == "t/own-v0" and minari.load_dataset("t/own-v0").total_steps == 64
+    assert str(tmp_path / "datasets" / "t" / "own-v0") in capsys.readouterr().out  # where it is
 
 
 def test_stop_after_frames_counts_each_process_steps_and_needs_checkpoints(tmp_path, capsys):
@@ -515,7 +529,7 @@ def test_stop_after_frames_counts_each_process_steps_and_needs_checkpoints(tmp_p
 def test_the_last_train_row_is_logged_when_the_budget_is_not_a_multiple_of_log_every(tmp_path):
     module, cfg = config("td3", tmp_path, checkpoint_every=0, log_every=33)
     module.main(cfg)  # 300 frames
-    steps = [r["step"] for r in read_csv(Path(cfg.log_dir) / "train.csv")]
+    steps = [r["step"] for r in read_csv(Path(cfg.run.log_dir) / "train.csv")]
     assert steps[-2:] == [297, 300] and len(steps) == len(set(steps))
 
 
@@ -525,9 +539,9 @@ def test_nan_is_refused_where_a_number_bounds_a_setting():
         module = gail if field == "gp_lambda" else importlib.import_module("td3")
         flag = "--" + field.replace("_", "-")
         with pytest.raises(ValueError, match=f"{flag} must be >= 0, got nan"):
-            module.Config(**{field: float("nan")})
+            configure(module.Config, **{field: float("nan")})
     with pytest.raises(ValueError, match="--stop-at-return must be a number"):
-        gail.Config(stop_at_return=float("nan"))
+        configure(gail.Config, stop_at_return=float("nan"))
 
 
 @pytest.mark.parametrize("name", ["dqn", "drqn"])

@@ -4,7 +4,6 @@ resumed after such a kill logs exactly what an uninterrupted run logs."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import sys
@@ -17,7 +16,8 @@ from tdrl.collectors import Collector
 from tdrl.data import ReplayBuffer
 from tdrl.envs import make_vec_env
 from tdrl.trainers import checkpoint as checkpoint_module
-from tdrl.trainers import latest_checkpoint, read_csv, resume_run, save_run
+from tdrl.trainers import configure, latest_checkpoint, read_csv
+from tdrl.trainers.run import resume_run, save_run
 
 
 class Killed(BaseException):
@@ -95,9 +95,9 @@ def test_a_sync_run_resumed_after_a_killed_save_logs_what_an_uninterrupted_run_l
         eval_episodes=2, eval_envs=2, batch_size=16, hidden_sizes=(16, 16), progress=False,
         tensorboard=False, curve=False, checkpoint_every=256, log_every=0,
     )  # fmt: skip
-    straight = dqn.Config(log_dir=str(tmp_path / "straight"), **tiny)
+    straight = configure(dqn.Config, log_dir=str(tmp_path / "straight"), **tiny)
     dqn.main(straight)
-    killed = dataclasses.replace(straight, log_dir=str(tmp_path / "killed"))
+    killed = configure(straight, log_dir=str(tmp_path / "killed"))
     saves = {"n": 0}
     from tdrl.trainers import run as run_module
 
@@ -115,8 +115,8 @@ def test_a_sync_run_resumed_after_a_killed_save_logs_what_an_uninterrupted_run_l
         m.setattr(run_module, "save_run", save_then_maybe_die)
         with pytest.raises(Killed):
             dqn.main(killed)
-    assert latest_checkpoint(Path(killed.log_dir)) is not None
-    dqn.main(dataclasses.replace(killed, resume=True))
+    assert latest_checkpoint(Path(killed.run.log_dir)) is not None
+    dqn.main(configure(killed, resume=True))
     expected = [
         {k: v for k, v in r.items() if "time" not in k}
         for r in read_csv(tmp_path / "straight" / "train.csv")
@@ -129,7 +129,7 @@ def test_a_sync_run_resumed_after_a_killed_save_logs_what_an_uninterrupted_run_l
 
 
 def test_a_truncated_last_csv_row_does_not_break_resume_and_steps_keep_one_format(tmp_path):
-    from tdrl.trainers import drop_rows_after
+    from tdrl.trainers.run import drop_rows_after
 
     log = tmp_path / "train.csv"
     log.write_text("step,loss\n100,0.5\n200,0.25\n300,0.1\n400,0.0")  # last row cut by a kill

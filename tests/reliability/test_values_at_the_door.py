@@ -13,6 +13,7 @@ import torch
 from tdrl.data import ReplayBuffer
 from tdrl.estimators import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, VTrace
 from tdrl.ops import InputError, gae, td0_return, td_lambda_return, vtrace
+from tdrl.trainers import configure
 
 BAD = [1.5, -0.5, math.nan, math.inf]
 
@@ -174,7 +175,7 @@ def test_recipe_configs_check_every_field_before_anything_runs(recipe, field, va
     sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))
     module = importlib.import_module(recipe)
     with pytest.raises(ValueError, match=match):
-        module.Config(**{field: value})
+        configure(module.Config, **{field: value})
 
 
 @pytest.mark.parametrize(
@@ -193,7 +194,9 @@ def test_a_recipe_given_an_action_space_it_cannot_handle_says_which_it_needs(
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))
     module = importlib.import_module(recipe)
-    cfg = module.Config(env_id=env_id, log_dir=str(tmp_path), progress=False, tensorboard=False)
+    cfg = configure(
+        module.Config, env_id=env_id, log_dir=str(tmp_path), progress=False, tensorboard=False
+    )
     with pytest.raises(ValueError, match=match):
         module.main(cfg)
 

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from tdrl.collectors import Collector
-from tdrl.trainers import Run, setup
-from tdrl.trainers.config import RunConfig
+from tdrl.trainers import Run, make_envs
+from tdrl.trainers.config import LogConfig, RunConfig
 from tdrl.trainers.run import flushing_denormals
 
 SUBNORMAL = 1e-40  # below float32's smallest normal, 1.18e-38
-QUIET = {"curve": False, "tensorboard": False, "progress": False}
+QUIET = {"log": LogConfig(curve=False, tensorboard=False, progress=False)}
 
 
 def _product() -> float:
@@ -20,7 +20,7 @@ def _product() -> float:
 @pytest.mark.parametrize("flush", [True, False])
 def test_run_flushes_subnormals_from_start_to_finish(flush: bool, tmp_path) -> None:
     cfg = RunConfig(env_id="CartPole-v1", flush_denormal=flush, log_dir=str(tmp_path), **QUIET)
-    env, eval_env = setup(cfg)
+    env, eval_env = make_envs(cfg)
     run = Run.from_config(cfg, "random", {}, eval_env=eval_env, policy=lambda td: td)
     assert not flushing_denormals() and _product() == pytest.approx(2 * SUBNORMAL, rel=1e-2)
     try:
@@ -35,7 +35,7 @@ def test_run_flushes_subnormals_from_start_to_finish(flush: bool, tmp_path) -> N
 
 def test_finish_restores_a_mode_the_caller_had_set(tmp_path) -> None:
     cfg = RunConfig(env_id="CartPole-v1", flush_denormal=True, log_dir=str(tmp_path), **QUIET)
-    env, eval_env = setup(cfg)
+    env, eval_env = make_envs(cfg)
     run = Run.from_config(cfg, "random", {}, eval_env=eval_env, policy=lambda td: td)
     torch.set_flush_denormal(True)
     try:
@@ -52,13 +52,12 @@ def test_a_run_that_raises_inside_with_restores_the_mode_and_closes_its_logs(tmp
     cfg = RunConfig(
         env_id="CartPole-v1", flush_denormal=True, log_dir=str(tmp_path), log_every=0, **QUIET
     )
-    env, eval_env = setup(cfg)
+    env, eval_env = make_envs(cfg)
     collector = Collector(env, None, 8, 64, init_random_frames=64)
     with pytest.raises(RuntimeError, match="boom"):
         with Run.from_config(cfg, "random", {}, eval_env=eval_env, policy=lambda td: td) as run:
-            run.start(collector)
-            for _ in collector:
-                run.end_batch(collector, {"loss": 1.0})
+            for _ in run.resume(collector):
+                run.step({"loss": 1.0})
                 if collector.frames >= 24:
                     raise RuntimeError("boom")
     assert not flushing_denormals()  # the float mode came back

@@ -3,7 +3,8 @@ import csv
 import pytest
 import torch
 
-from tdrl.trainers import Logger, plot_learning_curve, read_csv
+from tdrl.trainers.logger import Logger, read_csv
+from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.logger import rewrite_csv
 
 

@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.data import ReplayBuffer
-from tdrl.trainers import normalize_dataset_observations
+from tdrl.trainers.offline import normalize_dataset_observations
 
 
 def _dataset(obs: torch.Tensor, next_obs: torch.Tensor, capacity: int) -> ReplayBuffer:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tdrl._fast.optim import adam_step
-from tdrl.trainers import clip_grad_norm_, linear_decay, optimizer_step
+from tdrl.trainers.optim import clip_grad_norm_, linear_decay, optimizer_step
 
 
 def grads_of(net: nn.Module, scale: float) -> None:

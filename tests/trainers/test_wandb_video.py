@@ -15,7 +15,8 @@ RUN = """
 import sys, json
 sys.path.insert(0, {recipes!r})
 import ppo
-cfg = ppo.Config(env_id={env!r}, total_frames=256, num_envs=2, frames_per_batch=64,
+from tdrl.trainers import configure
+cfg = configure(ppo.Config, env_id={env!r}, total_frames=256, num_envs=2, frames_per_batch=64,
     eval_every=256, eval_episodes=2, eval_envs=2, hidden_sizes=(8, 8), progress=False,
     tensorboard=False, curve=False, log_dir={log_dir!r}, wandb={wandb}, video={video},
     resume={resume})
