@@ -10,13 +10,13 @@ of the loss, and bootstrap from a hard-updated target network with double Q (see
 ``slice_len`` are never replayed, so ``slice_len`` must stay below the typical episode length of
 a poor policy (8 on CartPole), or terminal steps are hardly ever learned from.
 
-Status: on CartPole-v1 (seed 0, 60k steps) the greedy evaluation reaches 150-215. On
-CartPoleNoVel-v1 these settings have not learned within 100k steps (evaluations of 9-17; seed 100
-with the gradient-free burn-in peaks at 84, and neither ``--burn-in 6 --batch-size 128`` nor
-``--utd-ratio 0.5 --eps-frames 10000`` did better): the recurrent PPO recipe
-(``ppo.py --recurrent lstm``) is the one that solves it. A likely cause, not yet fixed: slices
-stay inside one episode, so an episode's last steps, the terminal one included, are covered by
-fewer slices than its middle steps (R2D2 pads sequences across episode ends instead).
+Status: on CartPole-v1 (60k steps) the greedy evaluation reaches 150-215. On CartPoleNoVel-v1
+these settings have not learned within 100k steps (neither did a longer burn-in, larger batches,
+more gradient steps or a faster epsilon decay): the recurrent PPO recipe (``ppo.py --recurrent
+lstm``) is the one that solves it. A likely cause, not yet fixed: slices stay inside one
+episode, so an episode's last steps, the terminal one included, are covered by fewer slices than
+its middle steps (R2D2 pads sequences across episode ends instead). ``--init-random-frames``
+only delays learning here: the policy acts from the first step.
 
     python recipes/drqn.py --env-id CartPole-v1 --total-frames 60000
     python recipes/drqn.py                                  # CartPoleNoVel-v1 (see Status)
@@ -24,79 +24,102 @@ fewer slices than its middle steps (R2D2 pads sequences across episode ends inst
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from tensordict.nn import TensorDictSequential
 
-from tdrl import trainers
-from tdrl.collectors import Collector
+from tdrl import keys, trainers
+from tdrl.data import ReplayBuffer, transitions
 from tdrl.keys import EMBED, OBSERVATION
 from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
 from tdrl.objectives import DRQNLoss, HardUpdate
+from tdrl.trainers.config import QLearningConfig, ReplayConfig, RunConfig
 
 
-@dataclass(frozen=True)
-class Config(trainers.QLearningConfig):
-    """Fields beyond tdrl.trainers.QLearningConfig's (--help lists all, with defaults)."""
-
-    env_id: str = "CartPoleNoVel-v1"
-    total_frames: int = 100_000
-    num_envs: int = 8
-    init_random_frames: int = 2_000
-    utd_ratio: float = 0.125
-    batch_size: int = 32
-    buffer_size: int = 50_000
-    hidden_sizes: tuple[int, ...] = (64,)
-    eval_every: int = 5_000
-    checkpoint_every: int = 50_000
-    frames_per_batch: int = 64
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="CartPoleNoVel-v1", total_frames=100_000, num_envs=8, eval_every=5_000,
+        log_every=1_000, checkpoint_every=50_000,
+    )  # fmt: skip
+    replay: ReplayConfig = ReplayConfig(
+        buffer_size=50_000, batch_size=32, init_random_frames=2_000, utd_ratio=0.125
+    )
+    q: QLearningConfig = QLearningConfig(frames_per_batch=64, hidden_sizes=(64,), eps_frames=20_000)
     slice_len: int = 8
     """steps per replayed sequence."""
     burn_in: int = 2
     """steps at the start of each sequence that only warm the state up."""
     recurrent_size: int = 64
     """LSTM width."""
-    eps_frames: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.replay.steps_per_batch != 1:
+            raise ValueError(
+                "drqn.py collects --frames-per-batch frames per batch; --steps-per-batch "
+                f"{self.replay.steps_per_batch} is for the worker collectors of the other "
+                "off-policy recipes"
+            )
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DRQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    trainers.require_local_collector(cfg, "drqn.py", "its epsilon and LSTM states live here")
-    env, eval_env = trainers.setup(cfg, actions="discrete")
+    env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
+    device = cfg.run.torch_device
     obs_dim, num_actions = flat_dims(env.observation_spec, env.action_spec)
 
     # 2. networks: LSTM -> Q head (greedy); epsilon-greedy on top acts only while collecting
     lstm = LSTMModule(obs_dim, cfg.recurrent_size, in_key=OBSERVATION, out_key=EMBED)
-    head = QValueActor(mlp(cfg.recurrent_size, num_actions, cfg.hidden_sizes), in_key=EMBED)
+    head = QValueActor(mlp(cfg.recurrent_size, num_actions, cfg.q.hidden_sizes), in_key=EMBED)
     qnet = TensorDictSequential(lstm, head)
     exploration = EpsilonGreedy(
-        num_actions, eps_init=cfg.eps_init, eps_end=cfg.eps_end, annealing_num_steps=cfg.eps_frames
-    )
+        num_actions, eps_init=cfg.q.eps_init, eps_end=cfg.q.eps_end,
+        annealing_num_steps=cfg.q.eps_frames,
+    )  # fmt: skip
     policy = TensorDictSequential(qnet, exploration)
 
-    # 3. loss, target update, optimiser, buffer of per-env streams (slices stay in one episode)
-    loss = DRQNLoss(qnet, burn_in=cfg.burn_in, gamma=cfg.gamma)
-    target_updater = HardUpdate(loss, value_network_update_interval=cfg.target_update_interval)
-    trainers.to_device(cfg, loss, policy)  # --device: networks, targets
-    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr)
-    buffer = trainers.make_replay_buffer(cfg.buffer_size, seed=cfg.seed, device=cfg.torch_device)
-    # The policy acts from the first step (epsilon starts at 1): no uniform-random warm-up.
-    collector = Collector(env, policy, cfg.frames_per_batch, cfg.total_frames)
+    # 3. loss, target copies, optimizer, buffer of per-env streams (slices stay in one episode),
+    #    collector acting with the policy from the first step (epsilon starts at 1: no uniform
+    #    random warm-up, so every stored step carries the recurrent state it acted from)
+    loss = DRQNLoss(qnet, burn_in=cfg.burn_in, gamma=cfg.q.gamma)
+    target = HardUpdate(loss, value_network_update_interval=cfg.q.target_update_interval)
+    loss.to(device)
+    policy.to(device)
+    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.q.lr)
+    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    collector = trainers.make_collector(cfg.run, env, policy, cfg.q.frames_per_batch)
+
+    # 4. the loop: store each batch, step epsilon, then the gradient steps due on slices
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    step = trainers.q_learning_step(
-        loss, optimizer, target_updater, exploration=exploration, max_grad_norm=cfg.max_grad_norm
-    )
-    # 4. loop: collect -> store -> gradient steps on replayed slices -> log, evaluate, checkpoint
-    #    (trainers.train_off_policy; --resume continues a run)
-    # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
-    return trainers.train_off_policy(
-        cfg, "DRQN", state, collector, buffer, step, eval_env=eval_env, policy=qnet,
-        sample=lambda: buffer.sample_slices(cfg.batch_size, cfg.slice_len),
-        on_batch=lambda frames: exploration.step(frames - int(exploration.frames)),
-    )  # fmt: skip
+    with trainers.Run.from_config(
+        cfg.run, "DRQN", state, eval_env=eval_env, policy=qnet, buffer=buffer, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
+            metrics = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                run.updates += 1
+                out = loss(buffer.sample_slices(cfg.replay.batch_size, cfg.slice_len))
+                trainers.optimizer_step(
+                    out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
+                )
+                # copies counted from the run's gradient steps: a resumed run copies on time
+                target.counter = run.updates - 1
+                target.step()
+                metrics = {
+                    keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
+                    "epsilon": exploration.eps,
+                }  # fmt: skip
+            collector.update_policy_weights_()
+            run.step(metrics)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+        return run.report()
 
 
 if __name__ == "__main__":
-    main(trainers.parse(Config))
+    main(trainers.parse(Config, description=__doc__))

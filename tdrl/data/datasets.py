@@ -30,7 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from tdrl import keys
 from tdrl.data.replay_buffer import ReplayBuffer
 
-__all__ = ["load_minari", "save_minari", "split_episodes"]
+__all__ = ["datasets_path", "load_minari", "save_minari", "split_episodes"]
 
 NAMESPACE_METADATA = "namespace_metadata.json"  # Minari's file in a namespace folder
 
@@ -191,6 +191,15 @@ def save_minari(
     return minari.load_dataset(dataset_id)
 
 
+def datasets_path() -> str:
+    """Where Minari reads and writes datasets: ``MINARI_DATASETS_PATH``, else
+    ``~/.minari/datasets``."""
+    import os
+
+    root = os.environ.get("MINARI_DATASETS_PATH")
+    return root if root else os.path.join(os.path.expanduser("~"), ".minari", "datasets")
+
+
 def load_minari(
     dataset: str | Any,
     *,
@@ -203,6 +212,14 @@ def load_minari(
     An episode whose last step is neither terminated nor truncated is closed as truncated, as
     :func:`split_episodes` does."""
     minari = _minari()
+    if isinstance(dataset, str):
+        local = set(minari.list_local_datasets())
+        if dataset not in local:
+            raise FileNotFoundError(
+                f"no Minari dataset {dataset!r} under {datasets_path()} (MINARI_DATASETS_PATH, "
+                "default ~/.minari/datasets): tdrl makes its datasets here, with "
+                "`python recipes/make_dataset.py` (--help lists how), nothing is downloaded"
+            )
     data = minari.load_dataset(dataset) if isinstance(dataset, str) else dataset
     space = data.observation_space
     if not isinstance(space, gym.spaces.Box):

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+# What a column is, on a plot's axis.
+AXIS_LABELS = {"return_mean": "evaluation return", "episode_return": "training episode return"}
+
+
 def plot_band(
     ax: Axes,
     x: Sequence[float],
@@ -25,6 +29,9 @@ def plot_band(
 ) -> None:
     """Plot ``mean`` against ``x`` (``line``: ``ax.plot``'s keywords) with a +-``std`` band in
     the line's color."""
+    if len(x) == 1:  # one evaluation: a point and its error bar (a band of one x is empty)
+        ax.errorbar(x, mean, yerr=std, fmt="o", capsize=4, **line)
+        return
     (drawn,) = ax.plot(x, mean, **line)
     lo = [m - s for m, s in zip(mean, std, strict=True)]
     hi = [m + s for m, s in zip(mean, std, strict=True)]
@@ -53,10 +60,25 @@ def plot_learning_curve(
     title: str = "",
     extra: Sequence[tuple[str, str | os.PathLike]] = (),
 ) -> Path:
-    """Plot ``y`` against ``x`` from a log CSV (with a +-``y_std`` band when the column exists).
+    """Plot ``y`` against ``x`` from a log CSV (with a +-``y_std`` band when the column exists;
+    a single row shows as a point with an error bar) into ``png_path``.
 
     ``extra`` adds more curves as ``(label, csv_path)`` pairs, e.g. other seeds or libraries.
     """
+    fig = learning_curve_figure(csv_path, y=y, y_std=y_std, x=x, title=title, extra=extra)
+    return save_png(fig, png_path)
+
+
+def learning_curve_figure(
+    csv_path: str | os.PathLike,
+    *,
+    y: str = "return_mean",
+    y_std: str | None = "return_std",
+    x: str = "step",
+    title: str = "",
+    extra: Sequence[tuple[str, str | os.PathLike]] = (),
+) -> Figure:
+    """The figure :func:`plot_learning_curve` saves."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,11 +94,11 @@ def plot_learning_curve(
         if y_std is not None and all(y_std in r for r in rows):
             plot_band(ax, xs, ys, [r[y_std] for r in rows], label=label)
         else:
-            ax.plot(xs, ys, label=label)
+            ax.plot(xs, ys, marker="o" if len(xs) == 1 else None, label=label)
     ax.set_xlabel("env steps" if x == "step" else x)
-    ax.set_ylabel(y)
+    ax.set_ylabel(AXIS_LABELS.get(y, y))
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if extra:
         ax.legend()
-    return save_png(fig, png_path)
+    return fig

@@ -157,3 +157,12 @@ def test_integer_observations_keep_their_dtype_and_float_ones_become_float32():
         assert stored["observation"].dtype == stored["next", "observation"].dtype == want
         assert torch.equal(stored["observation"].double(), torch.as_tensor(observations[:T]))
     env.close()
+
+
+def test_a_missing_dataset_says_where_it_was_looked_for_and_how_to_make_it(tmp_path, monkeypatch):
+    pytest.importorskip("minari")
+    from tdrl.data import load_minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"'tdrl/absent-v0' under .*make_dataset.py"):
+        load_minari("tdrl/absent-v0")

@@ -502,10 +502,10 @@ def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeyp
     # the run's config.json gives the task and the actor's widths (16, not the default 256 256)
     capsys.readouterr()
     own = make.Config(
-        kind="policy", run=cfg.run.log_dir, steps=64, num_envs=2, dataset_id="t/own-v0"
+        kind="policy", run=cfg.run.log_dir, steps=64, num_envs=2, dataset_id="tdrl/own-v0"
     )
-    assert make.main(own) == "t/own-v0" and minari.load_dataset("t/own-v0").total_steps == 64
-    assert str(tmp_path / "datasets" / "t" / "own-v0") in capsys.readouterr().out  # where it is
+    assert make.main(own) == "tdrl/own-v0" and minari.load_dataset("tdrl/own-v0").total_steps == 64
+    assert str(tmp_path / "datasets" / "tdrl" / "own-v0") in capsys.readouterr().out  # where
 
 
 def test_stop_after_frames_counts_each_process_steps_and_needs_checkpoints(tmp_path, capsys):

@@ -80,3 +80,22 @@ def test_a_resumed_logger_replaces_the_tensorboard_events_after_its_checkpoint(t
     events.Reload()
     scalars = [(e.step, e.value) for e in events.Scalars("train/loss")]
     assert scalars == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 50.0)]
+
+
+def test_the_curve_names_its_axes_and_shows_a_single_evaluation_as_a_point(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from tdrl.trainers.plotting import learning_curve_figure
+
+    (tmp_path / "eval.csv").write_text("step,return_mean,return_std\n1000,12.5,2.0\n")
+    fig = learning_curve_figure(tmp_path / "eval.csv")
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "evaluation return" and ax.get_xlabel() == "env steps"
+    points = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(points) == 1 and list(points[0].get_ydata()) == [12.5]
+    plt.close(fig)
+    (tmp_path / "eval.csv").write_text("step,return_mean,return_std\n1,1.0,0.0\n2,2.0,0.0\n")
+    fig = learning_curve_figure(tmp_path / "eval.csv")
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_marker() in ("None", None, "") and len(line.get_xdata()) == 2
+    plt.close(fig)

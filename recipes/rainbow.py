@@ -1,0 +1,271 @@
+"""Distributional DQN: C51 (Bellemare et al. 2017, arXiv 1707.06887), QR-DQN (Dabney et al. 2017,
+1710.10044), IQN (Dabney et al. 2018, 1806.06923) and FQF (Yang et al. 2019, 1911.02140), with
+noisy nets (Fortunato et al. 2017, 1706.10295), dueling heads, n-step returns and prioritized
+replay as options: Rainbow (Hessel et al. 2017, 1710.02298) is --algo c51 --noisy --dueling
+--prioritized --n-steps 3.
+
+Defaults are recipes/dqn.py's (rl-baselines3-zoo's CartPole-v1 DQN settings, double Q) with
+--algo c51: a support of 51 atoms on [0, 100] (CartPole's discounted returns), 25 quantiles for
+QR-DQN (the paper's 200 compare 40,000 pairs a sample), 8 online and 8 target fractions for IQN,
+32 proposed fractions for FQF at the paper's fraction learning rate.
+
+    python recipes/rainbow.py                              # C51 on CartPole-v1
+    python recipes/rainbow.py --algo qrdqn --num-quantiles 10
+    python recipes/rainbow.py --algo c51 --noisy --dueling --prioritized --n-steps 3
+    python recipes/rainbow.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
+        --terminal-on-life-loss --noisy --dueling --prioritized --n-steps 3 \
+        --v-min -10 --v-max 10                             # Rainbow on Atari (C51's support)
+
+On uint8 frames the network is a CNN (--network auto, as in dqn.py; IQN and FQF embed its hidden
+features), and stacked or large frames are stored once per step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tensordict.nn import TensorDictSequential
+from torch import nn
+from torchrl.data import Composite, TensorSpec
+
+from tdrl import keys, trainers
+from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer, transitions
+from tdrl.data.frames import store_frames_once
+from tdrl.envs import RewardClipping
+from tdrl.modules import (
+    CategoricalQValueActor,
+    EpsilonGreedy,
+    FQFQValueActor,
+    IQNQValueActor,
+    QuantileQValueActor,
+    ResampleNoise,
+    flat_dims,
+    linear_schedule,
+    q_mlp,
+    reset_noise,
+    to_noisy,
+    torch_default_init_,
+)
+from tdrl.modules.networks import pixel_network, q_network
+from tdrl.objectives import C51Loss, FQFLoss, HardUpdate, IQNLoss, QRDQNLoss, update_priority
+from tdrl.trainers.config import QLearningConfig, ReplayConfig, RunConfig
+
+TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF"}
+
+
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig(
+        env_id="CartPole-v1", total_frames=50_000, num_envs=1, eval_every=5_000,
+        log_every=1_000, checkpoint_every=25_000,
+    )  # fmt: skip
+    replay: ReplayConfig = ReplayConfig(
+        buffer_size=100_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.5
+    )
+    q: QLearningConfig = QLearningConfig(
+        lr=2.3e-3, eps_end=0.04, eps_frames=8_000, target_update_interval=128
+    )
+    algo: Literal["c51", "qrdqn", "iqn", "fqf"] = "c51"
+    """what the network learns: a categorical distribution over num_atoms fixed returns in
+    [v_min, v_max] (c51), num_quantiles quantiles (qrdqn), the quantile function at sampled
+    fractions (iqn: 8 online and 8 target fractions a sample), or at fractions a proposal network
+    chooses per state (fqf: num_fractions of them)."""
+    num_atoms: int = 51
+    """c51: atoms of the support."""
+    v_min: float = 0.0
+    """c51: lowest return of the support (CartPole's discounted returns lie in [0, 100]);
+    returns outside [v_min, v_max] are clamped to its ends, so give -10 for games with negative
+    rewards (Bellemare et al.'s Atari support is [-10, 10] on clipped rewards)."""
+    v_max: float = 100.0
+    """c51: highest return of the support."""
+    num_quantiles: int = 25
+    """qrdqn: quantiles per action (200 in the paper, on Atari; the loss compares N x N pairs
+    per sample)."""
+    num_fractions: int = 32
+    """fqf: fractions per state (32 in the paper)."""
+    fraction_lr: float = 2.5e-9
+    """fqf: learning rate of the fraction proposal network (the paper's Atari value, and
+    Tianshou's CartPole test; the paper's RMSprop is Adam here, one optimizer with a group)."""
+    fraction_entropy_coeff: float = 0.0
+    """fqf: weight of the proposal's entropy bonus."""
+    noisy: bool = False
+    """noisy linear layers (new noise every env and gradient step) explore instead of epsilon."""
+    noisy_std: float = 0.5
+    """--noisy: initial noise scale sigma_0 of every noisy layer (Fortunato et al.'s factorized
+    0.5; Tianshou's Rainbow examples 0.1)."""
+    noisy_layers: Literal["all", "heads"] = "all"
+    """--noisy: which linear layers are noisy: all (Hessel et al.'s Rainbow: every fully
+    connected layer) or the output layer of each (dueling) head (Tianshou's Rainbow)."""
+    noisy_epsilon: bool = False
+    """--noisy: keep epsilon-greedy exploration on top of the noise (Tianshou's Rainbow);
+    off: the noise explores alone (Hessel et al.)."""
+    dueling: bool = False
+    """dueling value/advantage head, per atom (c51 and qrdqn)."""
+    double_dqn: bool = True
+    """select the bootstrap action with the online network."""
+    n_steps: int = 1
+    """n-step returns from the buffer."""
+    prioritized: bool = False
+    """prioritized replay (proportional), on the loss's per-sample priorities."""
+    per_alpha: float = 0.6
+    """PER priority exponent."""
+    per_beta: float = 0.4
+    """PER importance-weight exponent at the start, annealed to 1 by the end."""
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    """network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
+    [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
+    frame_stack: int = 1
+    """pixel envs: frames per observation (Atari: 4); the buffer stores each frame once."""
+    terminal_on_life_loss: bool = False
+    """Atari: a lost life ends the training episode (evaluation plays whole games)."""
+    clip_rewards: bool = False
+    """learn from rewards clipped to [-1, 1] (Atari); logged returns stay the env's."""
+
+    def __post_init__(self) -> None:
+        if self.replay.steps_per_batch != 1:
+            raise ValueError(
+                "rainbow.py collects --frames-per-batch frames per batch; --steps-per-batch "
+                f"{self.replay.steps_per_batch} is for the worker collectors of the other "
+                "off-policy recipes"
+            )
+
+
+def q_network_and_loss(
+    cfg: Config, observation_spec: Composite, action_spec: TensorSpec
+) -> tuple[nn.Module, C51Loss | QRDQNLoss | IQNLoss | FQFLoss]:
+    """The greedy distributional Q actor of ``cfg.algo`` (SB3's init, which the zoo tuned;
+    noisy layers where asked) and its loss."""
+    if cfg.dueling and cfg.algo in ("iqn", "fqf"):
+        raise ValueError(f"--dueling is for --algo c51 and qrdqn, not {cfg.algo}")
+    common = dict(double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
+    num_actions = int(action_spec.space.n)
+    if cfg.algo in ("c51", "qrdqn"):  # num_actions x atoms outputs
+        atoms = cfg.num_atoms if cfg.algo == "c51" else cfg.num_quantiles
+        body = q_network(
+            observation_spec, action_spec, cfg.q.hidden_sizes, network=cfg.network,
+            dueling=cfg.dueling, atoms=atoms,
+        )  # fmt: skip
+        if cfg.noisy:
+            to_noisy(body, cfg.noisy_std, heads_only=cfg.noisy_layers == "heads")
+        if cfg.algo == "c51":
+            actor = CategoricalQValueActor(
+                body, num_actions, v_min=cfg.v_min, v_max=cfg.v_max, num_atoms=cfg.num_atoms
+            )
+            return actor, C51Loss(actor, **common)
+        quantiles = QuantileQValueActor(body, num_actions, num_quantiles=cfg.num_quantiles)
+        return quantiles, QRDQNLoss(quantiles, **common)
+    # IQN, FQF: state features of the last hidden width times the fraction embedding, a head
+    cnn = pixel_network(observation_spec, cfg.network)
+    if cnn is None:
+        obs_dim, _ = flat_dims(observation_spec, action_spec)
+        *hidden, width = cfg.q.hidden_sizes
+        features: nn.Module = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
+    else:  # the CNN's hidden features (its features-only form), as in the IQN paper
+        features = cnn(None)
+        width = features.hidden
+    head = q_mlp(width, num_actions, ())
+    for part in (features, head):
+        noisy = cfg.noisy and (cfg.noisy_layers == "all" or part is head)
+        torch_default_init_(to_noisy(part, cfg.noisy_std) if noisy else part)
+    if cfg.algo == "iqn":
+        iqn = IQNQValueActor(features, head, num_actions, width)
+        return iqn, IQNLoss(iqn, **common)
+    fqf = FQFQValueActor(features, head, num_actions, width, num_fractions=cfg.num_fractions)
+    return fqf, FQFLoss(fqf, entropy_coeff=cfg.fraction_entropy_coeff, **common)
+
+
+def main(cfg: Config) -> dict[str, float]:
+    """Train the distributional DQN of ``cfg.algo``; returns the final greedy evaluation, the
+    best one, and the counters."""
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    pixel_options = dict(frame_stack=cfg.frame_stack) if cfg.frame_stack > 1 else {}
+    life_loss = dict(terminal_on_life_loss=True) if cfg.terminal_on_life_loss else {}
+    env, eval_env = trainers.make_envs(
+        cfg.run, actions="discrete", env_kwargs=pixel_options, train_env_kwargs=life_loss
+    )
+    device = cfg.run.torch_device
+
+    # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting, and noisy
+    #    nets draw new noise every env step (they explore alone unless --noisy-epsilon)
+    qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+    eps = (0.0, 0.0) if cfg.noisy and not cfg.noisy_epsilon else (cfg.q.eps_init, cfg.q.eps_end)
+    exploration = EpsilonGreedy(
+        int(env.action_spec.space.n), eps_init=eps[0], eps_end=eps[1],
+        annealing_num_steps=cfg.q.eps_frames,
+    )  # fmt: skip
+    acting = (ResampleNoise(qnet), qnet, exploration) if cfg.noisy else (qnet, exploration)
+    policy = TensorDictSequential(*acting)
+
+    # 3. target copies, optimizer (FQF's fraction proposal network in its own group at its own
+    #    tiny rate), buffer (stacks and large frames: each frame once), collector, reward clip
+    target = HardUpdate(loss, value_network_update_interval=cfg.q.target_update_interval)
+    loss.to(device)
+    policy.to(device)
+    fraction = list(qnet.fraction_net.parameters()) if cfg.algo == "fqf" else []
+    rest = [p for p in qnet.parameters() if all(p is not f for f in fraction)]
+    groups = [(rest, cfg.q.lr)] + ([(fraction, cfg.fraction_lr)] if fraction else [])
+    optimizer = trainers.adam(*groups)
+    frames_once = store_frames_once(env.observation_spec, cfg.frame_stack)
+    storage = dict(
+        n_steps=cfg.n_steps, gamma=cfg.q.gamma, generator=cfg.run.seed, device=device,
+        frame_keys=[keys.OBSERVATION] if frames_once else None,
+        frame_stack=cfg.frame_stack if frames_once else 1,
+    )  # fmt: skip
+    if cfg.prioritized:
+        buffer: ReplayBuffer = PrioritizedReplayBuffer(
+            cfg.replay.buffer_size, alpha=cfg.per_alpha, beta=cfg.per_beta, **storage
+        )
+    else:
+        buffer = ReplayBuffer(cfg.replay.buffer_size, **storage)
+    collector = trainers.make_collector(
+        cfg.run, env, policy, cfg.q.frames_per_batch,
+        init_random_frames=cfg.replay.init_random_frames,
+    )  # fmt: skip
+    clip = RewardClipping(-1.0, 1.0) if cfg.clip_rewards else None
+
+    # 4. the loop: store each batch, step the schedules, then the gradient steps due
+    state = {"loss": loss, "optimizer": optimizer, "policy": policy}
+    with trainers.Run.from_config(
+        cfg.run, TITLES[cfg.algo], state, eval_env=eval_env, policy=qnet, buffer=buffer,
+        config=cfg,
+    ) as run:  # fmt: skip
+        for batch in run.resume(collector):
+            if clip is not None:  # after the collector logged the env's own returns
+                batch = clip(batch)
+            buffer.extend(transitions(batch))
+            exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
+            if isinstance(buffer, PrioritizedReplayBuffer):  # importance weights -> 1 at the end
+                buffer.beta = linear_schedule(
+                    cfg.per_beta, 1.0, cfg.run.total_frames, collector.frames
+                )
+            metrics = None
+            for _ in range(
+                run.updates_due(
+                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
+                )
+            ):
+                run.updates += 1
+                sample = buffer.sample(cfg.replay.batch_size)
+                out = loss(sample)
+                trainers.optimizer_step(
+                    out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
+                )
+                if cfg.prioritized:
+                    update_priority(buffer, sample, out)  # the loss's per-sample priorities
+                if cfg.noisy:
+                    reset_noise(loss)  # new noise for the next step, online and target nets
+                # copies counted from the run's gradient steps: a resumed run copies on time
+                target.counter = run.updates - 1
+                target.step()
+                metrics = {
+                    keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
+                    "epsilon": exploration.eps,
+                }  # fmt: skip
+            collector.update_policy_weights_()
+            run.step(metrics)  # log, evaluate, checkpoint when due
+        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+        return run.report()
+
+
+if __name__ == "__main__":
+    main(trainers.parse(Config, description=__doc__))
