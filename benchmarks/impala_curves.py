@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pomdp_curves import plot  # noqa: E402
 
 from recipes import impala, ppo  # noqa: E402
-from tdrl.trainers import read_csv  # noqa: E402
+from tdrl.trainers import configure, read_csv  # noqa: E402
 
 CARTPOLE_PPO = dict(
     frames_per_batch=256, minibatch_size=256, lr=3e-3, lr_decay=False, gamma=0.98, lmbda=0.8,
@@ -58,7 +58,8 @@ def main() -> None:
             if not (done.is_file() and read_csv(done)[-1]["step"] >= args.total_frames):
                 shutil.rmtree(log_dir, ignore_errors=True)  # an unfinished run starts over
                 module, extra = settings(name, args.env_id)
-                cfg = module.Config(  # type: ignore[attr-defined]
+                cfg = configure(
+                    module.Config,  # type: ignore[attr-defined]
                     env_id=args.env_id, total_frames=args.total_frames, seed=seed,
                     log_dir=str(log_dir), eval_every=args.eval_every, progress=False,
                     tensorboard=False, curve=False, checkpoint_every=0, **extra,

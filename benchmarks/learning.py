@@ -178,10 +178,13 @@ RECIPE_OF: dict[str, tuple[str, dict[str, Any]]] = {"npg": ("trpo", {"algo": "np
 
 def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     """``recipes/<algo>.py``'s ``main`` with its defaults, the budget, seed and eval protocol."""
+    from tdrl.trainers import configure
+    from tdrl.trainers.config import flat_dict
+
     recipe, preset = RECIPE_OF.get(spec.algo, (spec.algo, {}))
     module = importlib.import_module(f"recipes.{recipe}")
-    types = {f.name: f.type for f in dataclasses.fields(module.Config)}
-    defaults = module.Config()
+    defaults = flat_dict(module.Config())  # by flat name, as on the command line
+    types = set(defaults)
     settings: dict[str, Any] = {
         **preset,
         "env_id": spec.env,
@@ -206,9 +209,9 @@ def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     for name, text in spec.tdrl_set:
         if name not in types:
             raise TypeError(f"recipes/{spec.algo}.py Config has no field {name!r}")
-        settings[name] = _convert(text, getattr(defaults, name))
+        settings[name] = _convert(text, defaults[name])
     start = time.perf_counter()
-    module.main(module.Config(**settings))
+    module.main(configure(module.Config, **settings))
     wall = time.perf_counter() - start
     final, final_std = last_eval(run_dir)
     return {"final_return": final, "final_return_std": final_std, "wall_s": wall}

@@ -13,15 +13,16 @@ learning, one update per env step, the Huber loss; the env's own sticky actions 
 ramping. Where both libraries differ from the paper: Adam (eps 1e-8) instead of centered RMSprop
 (momentum 0.95, squared-gradient momentum 0.95, eps 0.01), the gradient norm clipped at 10 (SB3's
 default), epsilon decaying from step 0 (the paper: from the end of the random steps, so 0.1 at
-105k), 500k env steps instead of 5M. tdrl: ``recipes/dqn.py``'s ``main(Config(...))`` with these
-fields (``ALGOS``), the MinAtarCNN Q network the recipe picks on MinAtar frames (16 3x3 filters
-stride 1, a 128-unit layer), frames stored plainly (the recipe's ``store_frames_once``:
+105k), 500k env steps instead of 5M. tdrl: ``recipes/dqn.py``'s and ``recipes/rainbow.py``'s
+``main`` with these fields (``ALGOS``), the MinAtarCNN Q network the recipes pick on MinAtar frames
+(16 3x3 filters stride 1, a 128-unit layer), frames stored plainly (``store_frames_once``:
 frame-efficient storage only for stacks and large frames; storing these frames once, as the table's
 earliest cells did, draws the same samples at about 15% more time a step), no checkpoints (a cell
 cut short starts over anyway). "dqn" is plain DQN as in the paper and SB3 (``double_dqn=False``);
-"rainbow" is ``--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`` on the same
-settings, with the recipe's C51 support [0, 100] (Obando-Ceron & Castro 2021, arXiv 2011.14826, use
-±100 on MinAtar) and PER alpha 0.6, beta 0.4 -> 1. SB3 (DQN only; SB3 has no Rainbow):
+"rainbow" is rainbow.py's ``--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn``
+on the same settings, with the recipe's C51 support [0, 100] (Obando-Ceron & Castro 2021, arXiv
+2011.14826, use ±100 on MinAtar) and PER alpha 0.6, beta 0.4 -> 1. SB3 (DQN only; SB3 has no
+Rainbow):
 ``stable_baselines3.DQN`` with the same values (train_freq 1, gradient_steps 1, learning_starts 5k;
 target_update_interval counts env steps there, updates here: the same at one update a step;
 exploration_fraction = 100k / budget), whose features extractor is tdrl's ``MinAtarCNN`` body (its
@@ -56,8 +57,8 @@ import mujoco_table as mt  # noqa: E402
 TASKS = ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")
 STEPS, EVAL_EVERY, EPS_FRAMES, HIDDEN = 500_000, 25_000, 100_000, 128
 
-# Young & Tian 2019 as recipes/dqn.py Config fields, and the gradient clip of both
-# libraries (SB3's default; the paper has none).
+# Young & Tian 2019 as fields of recipes/dqn.py's and rainbow.py's Configs, and the gradient clip
+# of both libraries (SB3's default; the paper has none).
 PUBLISHED = (
     ("batch_size", 32), ("buffer_size", 100_000), ("lr", 2.5e-4), ("gamma", 0.99),
     ("eps_init", 1.0), ("eps_end", 0.1), ("eps_frames", EPS_FRAMES),
@@ -71,7 +72,7 @@ RAINBOW = (
 )  # fmt: skip
 ALGOS = {
     "dqn": mt.Algo("dqn", (*PUBLISHED, *TABLE_RUN, ("double_dqn", False)), STEPS, "DQN"),
-    "rainbow": mt.Algo("dqn", (*PUBLISHED, *TABLE_RUN, *RAINBOW), STEPS, None),
+    "rainbow": mt.Algo("rainbow", (*PUBLISHED, *TABLE_RUN, *RAINBOW), STEPS, None),
 }
 PACKAGES = ("gymnasium", "minatar")
 
@@ -158,8 +159,9 @@ online network's noise draw, so the target used it on the update after each copy
 2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99, epsilon
 1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random steps, one update a step),
 the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor is
-tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q; Rainbow: `--algo c51 --noisy
---dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no Rainbow there).
+tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q) and `recipes/rainbow.py`
+(Rainbow: `--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no
+Rainbow there).
 Evaluation, both libraries: 10 greedy episodes on a separate env every 25k env steps and at the
 end; one torch thread per run.
 

@@ -483,6 +483,27 @@ def tdrl_config(cell: Cell, folder: Path, suite: Suite) -> Any:
 PLACE_SETTINGS = ("log_dir", "resume")
 
 
+# Fields recipes no longer have, with the recorded values that mean what the recipe does now
+# without them (None: any value; the field only mattered under another one listed here):
+# DQN's distributional and noisy options moved to recipes/rainbow.py, and the Q-learning and
+# offline recipes lost worker-collector and replay flags they never read.
+RETIRED: dict[str, tuple[Any, ...] | None] = {
+    "algo": ("dqn",), "noisy": (False,), "collector": ("local",), "steps_per_batch": (1,),
+    "num_workers": None, "ray_address": None, "num_atoms": None, "v_min": None, "v_max": None,
+    "num_quantiles": None, "num_fractions": None, "fraction_lr": None,
+    "fraction_entropy_coeff": None, "noisy_std": None, "noisy_layers": None,
+    "noisy_epsilon": None, "init_random_frames": None, "buffer_size": None, "utd_ratio": None,
+}  # fmt: skip
+
+
+def retired(name: str, value: Any) -> bool:
+    """Whether a recorded setting whose field is gone now was retired at ``value``."""
+    if name not in RETIRED:
+        return False
+    values = RETIRED[name]
+    return values is None or value in values
+
+
 def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[str]]:
     """How a line's recorded settings stand against what its cell would run now: ``(changed,
     unrecorded)``, the settings recorded with another value (a recipe default, a preset or a
@@ -511,8 +532,13 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
         for name, value in now.items()
         if name in recorded and recorded[name] != value
     ]
-    # a setting the run had that nothing sets now (a field removed or renamed)
-    changed += [f"{k}: {recorded[k]!r} then, gone now" for k in recorded if k not in now]
+    # a setting the run had that nothing sets now (a field removed or renamed), unless it was
+    # retired with the value the recipe now always has
+    changed += [
+        f"{k}: {recorded[k]!r} then, gone now"
+        for k in recorded
+        if k not in now and not retired(k, recorded[k])
+    ]
     return changed, [name for name in now if name not in recorded]
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes import ppo  # noqa: E402
-from tdrl.trainers import read_csv, save_png  # noqa: E402
+from tdrl.trainers import configure, read_csv  # noqa: E402
+from tdrl.trainers.plotting import save_png  # noqa: E402
 
 VARIANTS = {"PPO-LSTM": dict(recurrent="lstm", seq_len=16), "PPO (MLP)": {}}
 # the recipe's advantage and reward handling when docs/benchmarks/pomdp_*.png were made (its
@@ -44,10 +45,10 @@ def main() -> None:
         for name, extra in VARIANTS.items():
             log_dir = Path(args.runs) / args.env_id / name.replace(" ", "_") / f"seed{seed}"
             shutil.rmtree(log_dir, ignore_errors=True)  # each invocation runs its cells afresh
-            cfg = ppo.Config(
-                env_id=args.env_id, total_frames=args.total_frames, seed=seed, log_dir=str(log_dir),
-                progress=False, tensorboard=False, curve=False, checkpoint_every=0,
-                **BEFORE, **extra,
+            cfg = configure(
+                ppo.Config, env_id=args.env_id, total_frames=args.total_frames, seed=seed,
+                log_dir=str(log_dir), progress=False, tensorboard=False, curve=False,
+                checkpoint_every=0, **BEFORE, **extra,
             )  # fmt: skip
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):

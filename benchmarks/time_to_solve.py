@@ -26,10 +26,10 @@ Two comparisons per algorithm and task:
   * same settings: tdrl with SB3's zoo hyperparameters mapped onto the recipe's config
     (``sb3_settings``) against SB3: the library overhead alone.
 
-The distributional DQN variants (``c51``, ``qrdqn``, ``iqn``, ``rainbow``, and ``fqf``
-once recipes/dqn.py has it) run on CartPole-v1 with DQN's protocol and budget: recipes/dqn.py's
-defaults (``--algo``) against Tianshou's tests; sb3-contrib has only QR-DQN (with rl-zoo3's
-settings, so QR-DQN also gets the "same settings" pair).
+The distributional DQN variants (``c51``, ``qrdqn``, ``iqn``, ``rainbow``, ``fqf``) run on
+CartPole-v1 with DQN's protocol and budget: recipes/rainbow.py's defaults (``--algo``) against
+Tianshou's tests; sb3-contrib has only QR-DQN (with rl-zoo3's settings, so QR-DQN also gets the
+"same settings" pair).
 
     python benchmarks/time_to_solve.py                         # every algo and task, 5 seeds
     python benchmarks/time_to_solve.py --algos dqn --seeds 3
@@ -47,7 +47,6 @@ import math
 import statistics
 import sys
 import time
-import typing
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -60,7 +59,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recipes import dqn, ppo, sac  # noqa: E402
+from recipes import dqn, ppo, rainbow, sac  # noqa: E402
+from tdrl.trainers import configure  # noqa: E402
 
 THRESHOLD = {
     "CartPole-v1": 475.0, "Pendulum-v1": -250.0, "CartPoleNoVel-v1": 475.0,
@@ -69,36 +69,15 @@ THRESHOLD = {
 EVAL_EVERY, EVAL_EPISODES, EVAL_ENVS, EVAL_SEED_OFFSET = 2_000, 10, 5, 10_000
 
 
-def dqn_has(algo: str) -> bool:
-    """Whether recipes/dqn.py's ``--algo`` offers ``algo`` (FQF is being added to it)."""
-    return algo in typing.get_args(typing.get_type_hints(dqn.Config)["algo"])
-
-
-def c51_takes_dueling() -> bool:
-    """Whether recipes/dqn.py builds C51 with a dueling head (per atom, Rainbow's); until it
-    does, its network builder rejects ``--dueling`` with ``--algo c51`` (a ValueError)."""
-    from tdrl.envs import make_vec_env
-
-    env = make_vec_env("CartPole-v1", 1, seed=0)
-    try:
-        cfg = dqn.Config(algo="c51", dueling=True)
-        dqn.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
-    except ValueError:
-        return False
-    finally:
-        env.close()
-    return True
-
-
-# The distributional variants of recipes/dqn.py; "rainbow" is --algo c51 with noisy
-# nets, prioritized replay, 3-step returns, double Q and, where the recipe has it, dueling.
-DISTRIBUTIONAL = ["c51", "qrdqn", "iqn", "rainbow"] + (["fqf"] if dqn_has("fqf") else [])
-RAINBOW_DUELING = c51_takes_dueling()
+# The distributional variants, recipes/rainbow.py's --algo; "rainbow" is --algo c51 with noisy
+# nets, prioritized replay, 3-step returns, double Q and a per-atom dueling head.
+DISTRIBUTIONAL = ["c51", "qrdqn", "iqn", "rainbow", "fqf"]
+RAINBOW_DUELING = True
 TITLE = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "rainbow": "Rainbow", "fqf": "FQF"}
 # "ppo_lstm": ppo.py with --recurrent lstm, on the velocity-free tasks (rl-baselines3-zoo's
 # definitions, registered by tdrl.envs), against sb3-contrib's RecurrentPPO.
 RECIPES: dict[str, ModuleType] = {
-    "ppo": ppo, "dqn": dqn, "sac": sac, "ppo_lstm": ppo, **dict.fromkeys(DISTRIBUTIONAL, dqn),
+    "ppo": ppo, "dqn": dqn, "sac": sac, "ppo_lstm": ppo, **dict.fromkeys(DISTRIBUTIONAL, rainbow),
 }  # fmt: skip
 TASKS = {
     "ppo": ["CartPole-v1", "Pendulum-v1"], "dqn": ["CartPole-v1"], "sac": ["Pendulum-v1"],
@@ -255,8 +234,6 @@ TIANSHOU: dict[tuple[str, str], dict[str, Any]] = {
         fraction_lr=2.5e-9, num_fractions=32, num_cosines=64, ent_coef=10.0,
     ),
 }  # fmt: skip
-if "fqf" not in DISTRIBUTIONAL:  # tdrl's row is the first of each table: no FQF without it
-    del TIANSHOU[("fqf", "CartPole-v1")]
 
 # ppo.py's advantage and reward handling before its MuJoCo defaults changed (2026-11-25: raw
 # advantages of scaled rewards): every PPO entry here was measured with these.
@@ -302,12 +279,12 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
         hidden_sizes=(128, 128),
         batch_size=128,
     ),
-    # The distributional variants: recipes/dqn.py's defaults (the zoo's CartPole-v1 DQN settings
-    # above, double Q, 1-step returns) with --algo, not tuned on the seeds reported here (0-4):
-    # the C51 support [0, 100] and QR-DQN's 25 quantiles were set on seed 100 (the recipe's
-    # docstrings, docs/benchmarks/distributional_cartpole.txt); IQN takes 8 online and 8
-    # target fractions. Rainbow: --algo c51 --noisy --prioritized --n-steps 3 --double-dqn,
-    # plus --dueling where the recipe has a per-atom dueling head (``RAINBOW_DUELING``).
+    # The distributional variants: recipes/rainbow.py's defaults (dqn.py's: the zoo's
+    # CartPole-v1 DQN settings above, double Q, 1-step returns) with --algo, not tuned on the
+    # seeds reported here (0-4): the C51 support [0, 100] and QR-DQN's 25 quantiles were set on
+    # seed 100 (docs/benchmarks/distributional_cartpole.txt); IQN takes 8 online and 8
+    # target fractions. Rainbow: --algo c51 --noisy --prioritized --n-steps 3 --double-dqn
+    # --dueling (a per-atom dueling head, ``RAINBOW_DUELING``).
     # Tuned on seeds 100-102 (median seconds and env steps to solve, 60k-step cap, a loaded
     # machine): QR-DQN's defaults (25 quantiles)
     # 24.6 s, 24k; 3-step 26.6 s, 26k; 10 quantiles 18.6 s, 26k (chosen); 10 quantiles and
@@ -465,11 +442,13 @@ def tdrl_config(
     algo: str, task: str, seed: int, max_steps: int, log_dir: str, /, **settings: Any
 ) -> Any:
     """The recipe's config for one time-to-solve run (no plots, checkpoints or TensorBoard).
-    ``algo`` names the benchmark row (positional only: dqn.py's settings have an ``algo`` too)."""
-    return RECIPES[algo].Config(
-        env_id=task, total_frames=max_steps, eval_every=EVAL_EVERY, eval_episodes=EVAL_EPISODES,
-        eval_envs=EVAL_ENVS, stop_at_return=THRESHOLD[task], seed=seed, log_dir=log_dir,
-        tensorboard=False, progress=False, curve=False, checkpoint_every=0, **settings,
+    ``algo`` names the benchmark row (positional only: rainbow.py's settings have an ``algo``
+    too)."""
+    return configure(
+        RECIPES[algo].Config, env_id=task, total_frames=max_steps, eval_every=EVAL_EVERY,
+        eval_episodes=EVAL_EPISODES, eval_envs=EVAL_ENVS, stop_at_return=THRESHOLD[task],
+        seed=seed, log_dir=log_dir, tensorboard=False, progress=False, curve=False,
+        checkpoint_every=0, **settings,
     )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ with a state-independent log-std, advantages and returns precomputed, Adam (lr 3
 clipping at 0.5, clip epsilon 0.2, advantage normalization, no entropy bonus. Every library runs
 its own update code on the same data: SB3 ``PPO.train()`` on a filled rollout buffer, Tianshou
 ``PPO._update_with_batch``, TorchRL ``ClipPPOLoss`` in an index-and-step loop (plain indexing is
-cheaper than its replay-buffer sampler, so this favours TorchRL), tdrl's minibatch epochs as recipes/ppo.py writes them. Every
+cheaper than its replay-buffer sampler, so this favours TorchRL), tdrl's minibatch epochs as
+recipes/ppo.py writes them. Every
 library runs on one thread (``torch.set_num_threads(1)``): the figure is the library overhead
 around the same small networks, and ratios within a run are what to compare.
 
@@ -41,7 +42,8 @@ The SAC and DQN sections time each library in 3 rounds, the libraries taking tur
 round, and report the median rate (the PPO section: one update phase per library a round).
 
 Recurrent PPO section (``ppo_lstm``): one update phase on CartPoleNoVel shapes with an LSTM
-actor, tdrl's epochs over whole sequences (``tdrl.data.minibatches(seq_len=...)``) against sb3-contrib ``RecurrentPPO.train()`` on the same
+actor, tdrl's epochs over whole sequences (``tdrl.data.minibatches(seq_len=...)``) against
+sb3-contrib ``RecurrentPPO.train()`` on the same
 filled rollout (see ``section_ppo_lstm``), median of 3 interleaved rounds.
 
 CQL and IQL sections (offline): the SAC section's shapes and data, each library's own loss
@@ -83,12 +85,17 @@ DEVICE = torch.device("cpu")
 CUDA_SECTIONS = ("ppo", "sac", "dqn")
 
 
-
 # The recipes' gradient steps, as the recipes write them in their loops (recipes/ppo.py,
 # recipes/sac.py, recipes/redq.py, recipes/td3.py, recipes/dqn.py), so tdrl is timed on the
 # same work its recipes do.
 def recipe_ppo_update(
-    loss: Any, optimizer: Any, batch: Any, *, epochs: int, minibatch: int, seq_len: int | None = None
+    loss: Any,
+    optimizer: Any,
+    batch: Any,
+    *,
+    epochs: int,
+    minibatch: int,
+    seq_len: int | None = None,
 ) -> None:
     from torchrl.modules import set_recurrent_mode
 
@@ -108,7 +115,12 @@ def recipe_ppo_update(
 
 
 def recipe_actor_critic_step(
-    loss: Any, optimizer: Any, target: Any, *, actor_every: int = 1, targets_with_actor: bool = False
+    loss: Any,
+    optimizer: Any,
+    target: Any,
+    *,
+    actor_every: int = 1,
+    targets_with_actor: bool = False,
 ) -> Callable[[Any, int], None]:
     from tdrl.objectives import total_loss
     from tdrl.trainers import optimizer_step
@@ -140,6 +152,7 @@ def recipe_q_learning_step(
         target.step()
 
     return step
+
 
 def _elapsed(start: float) -> float:
     """Seconds since ``start``, after the queued GPU work has finished (on CUDA)."""

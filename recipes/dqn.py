@@ -68,11 +68,9 @@ class Config:
     per_beta: float = 0.4
     """PER importance-weight exponent at the start, annealed to 1 by the end."""
     network: Literal["auto", "mlp", "cnn"] = "auto"
-    """Q network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
-    [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
+    """Q network body: auto (a CNN on uint8 frames, else an MLP of hidden_sizes), mlp, or cnn."""
     frame_stack: int = 1
-    """pixel envs: frames per observation (DQN's Atari setting: 4); the env stacks them to act,
-    the buffer stores each frame once and restacks at sampling."""
+    """pixel envs: frames per observation (DQN on Atari: 4), each stored once in the buffer."""
     terminal_on_life_loss: bool = False
     """Atari: a lost life ends the training episode (evaluation plays whole games)."""
     clip_rewards: bool = False

@@ -5,9 +5,13 @@ replay as options: Rainbow (Hessel et al. 2017, 1710.02298) is --algo c51 --nois
 --prioritized --n-steps 3.
 
 Defaults are recipes/dqn.py's (rl-baselines3-zoo's CartPole-v1 DQN settings, double Q) with
---algo c51: a support of 51 atoms on [0, 100] (CartPole's discounted returns), 25 quantiles for
-QR-DQN (the paper's 200 compare 40,000 pairs a sample), 8 online and 8 target fractions for IQN,
-32 proposed fractions for FQF at the paper's fraction learning rate.
+--algo c51: a support of 51 atoms on [0, 100] (CartPole's discounted returns; Bellemare et al.'s
+Atari support is [-10, 10] on clipped rewards), 25 quantiles for QR-DQN (the paper's 200 compare
+40,000 pairs a sample), 8 online and 8 target fractions for IQN, 32 proposed fractions for FQF at
+the paper's fraction learning rate (Atari's, also Tianshou's CartPole test; Adam instead of the
+paper's RMSprop, the proposal network a group of the one optimizer). Noisy nets: every linear
+layer noisy and no epsilon, as Hessel et al.; Tianshou's Rainbow makes only the heads' output
+layers noisy (--noisy-layers heads, --noisy-std 0.1) and keeps epsilon (--noisy-epsilon).
 
     python recipes/rainbow.py                              # C51 on CartPole-v1
     python recipes/rainbow.py --algo qrdqn --num-quantiles 10
@@ -66,39 +70,29 @@ class Config:
         lr=2.3e-3, eps_end=0.04, eps_frames=8_000, target_update_interval=128
     )
     algo: Literal["c51", "qrdqn", "iqn", "fqf"] = "c51"
-    """what the network learns: a categorical distribution over num_atoms fixed returns in
-    [v_min, v_max] (c51), num_quantiles quantiles (qrdqn), the quantile function at sampled
-    fractions (iqn: 8 online and 8 target fractions a sample), or at fractions a proposal network
-    chooses per state (fqf: num_fractions of them)."""
+    """the return distribution: atoms (c51), quantiles (qrdqn), sampled (iqn) or proposed (fqf)."""
     num_atoms: int = 51
     """c51: atoms of the support."""
     v_min: float = 0.0
-    """c51: lowest return of the support (CartPole's discounted returns lie in [0, 100]);
-    returns outside [v_min, v_max] are clamped to its ends, so give -10 for games with negative
-    rewards (Bellemare et al.'s Atari support is [-10, 10] on clipped rewards)."""
+    """c51: lowest return of the support (returns beyond it are clamped; Atari: -10)."""
     v_max: float = 100.0
-    """c51: highest return of the support."""
+    """c51: highest return of the support (CartPole's discounted returns lie in [0, 100])."""
     num_quantiles: int = 25
-    """qrdqn: quantiles per action (200 in the paper, on Atari; the loss compares N x N pairs
-    per sample)."""
+    """qrdqn: quantiles per action (the paper: 200; the loss compares N x N pairs a sample)."""
     num_fractions: int = 32
     """fqf: fractions per state (32 in the paper)."""
     fraction_lr: float = 2.5e-9
-    """fqf: learning rate of the fraction proposal network (the paper's Atari value, and
-    Tianshou's CartPole test; the paper's RMSprop is Adam here, one optimizer with a group)."""
+    """fqf: learning rate of the fraction proposal network (the paper's, with Adam here)."""
     fraction_entropy_coeff: float = 0.0
     """fqf: weight of the proposal's entropy bonus."""
     noisy: bool = False
     """noisy linear layers (new noise every env and gradient step) explore instead of epsilon."""
     noisy_std: float = 0.5
-    """--noisy: initial noise scale sigma_0 of every noisy layer (Fortunato et al.'s factorized
-    0.5; Tianshou's Rainbow examples 0.1)."""
+    """--noisy: initial sigma_0 of every noisy layer (Fortunato et al.: 0.5; Tianshou: 0.1)."""
     noisy_layers: Literal["all", "heads"] = "all"
-    """--noisy: which linear layers are noisy: all (Hessel et al.'s Rainbow: every fully
-    connected layer) or the output layer of each (dueling) head (Tianshou's Rainbow)."""
+    """--noisy: every linear layer (Hessel et al.) or each head's output layer (Tianshou)."""
     noisy_epsilon: bool = False
-    """--noisy: keep epsilon-greedy exploration on top of the noise (Tianshou's Rainbow);
-    off: the noise explores alone (Hessel et al.)."""
+    """--noisy: keep epsilon-greedy on top of the noise (Tianshou's Rainbow; Hessel et al.: off)."""
     dueling: bool = False
     """dueling value/advantage head, per atom (c51 and qrdqn)."""
     double_dqn: bool = True
@@ -112,10 +106,9 @@ class Config:
     per_beta: float = 0.4
     """PER importance-weight exponent at the start, annealed to 1 by the end."""
     network: Literal["auto", "mlp", "cnn"] = "auto"
-    """network body: an MLP of hidden_sizes on a flat observation, or a CNN on uint8 frames
-    [C, H, W] (MinAtarCNN under 36 pixels, NatureCNN from 36); auto: the CNN on uint8 frames."""
+    """network body: auto (a CNN on uint8 frames, else an MLP of hidden_sizes), mlp, or cnn."""
     frame_stack: int = 1
-    """pixel envs: frames per observation (Atari: 4); the buffer stores each frame once."""
+    """pixel envs: frames per observation (Atari: 4), each stored once in the buffer."""
     terminal_on_life_loss: bool = False
     """Atari: a lost life ends the training episode (evaluation plays whole games)."""
     clip_rewards: bool = False

@@ -95,10 +95,13 @@ def minibatches(
             (named, with the count), or ``seq_len`` does not divide T.
 
     Shapes:
-        batch ``[*B]`` -> minibatches ``[M]``; with ``seq_len``: ``[num_envs, T]`` -> ``[M, seq_len]``.
+        batch ``[*B]`` -> minibatches ``[M]``; with ``seq_len``: ``[num_envs, T]`` ->
+        ``[M, seq_len]``.
     """
     if minibatch_size is not None and minibatch_size < 1 or epochs < 0:
-        raise ValueError(f"need minibatch_size >= 1 and epochs >= 0, got {minibatch_size}, {epochs}")
+        raise ValueError(
+            f"need minibatch_size >= 1 and epochs >= 0, got {minibatch_size}, {epochs}"
+        )
     flat = batch if in_keys is None else batch.select(*in_keys, strict=False)
     if in_keys is not None:
         missing = [key for key in in_keys if key not in flat.keys(True)]

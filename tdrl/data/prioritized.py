@@ -137,7 +137,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if storage is not None:
             priority = state.get(keys.PRIORITY)
             written = storage.size * storage.num_streams
-            if priority is None or tuple(np.shape(priority)) not in {(storage.capacity,), (written,)}:
+            if priority is None or tuple(np.shape(priority)) not in {
+                (storage.capacity,),
+                (written,),
+            }:
                 both = f" (or {storage.capacity})" if written != storage.capacity else ""
                 raise ValueError(
                     f"state {keys.PRIORITY!r}: expected {written} leaf priorities{both}, got "

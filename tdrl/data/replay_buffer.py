@@ -377,7 +377,7 @@ class ReplayBuffer:
         tensors = {k: v for k, v in state.items() if isinstance(v, (Tensor, TensorDictBase))}
         meta = {k: v for k, v in state.items() if k not in tensors and v is not None}
         storage = tensors.get("storage")
-        if storage is not None and state["size"] < storage.batch_size[0]:
+        if isinstance(storage, TensorDictBase) and state["size"] < storage.batch_size[0]:
             # Before the ring fills, the rows [0, size) are all it holds: a checkpoint early in a
             # run with a large buffer writes those, not the whole preallocated capacity.
             tensors["storage"] = storage[: state["size"]]

@@ -1,6 +1,5 @@
 """tdrl.modules: networks, actors, critics and exploration as TensorDict modules."""
 
-from tdrl.modules.ensembles import EnsembleCritic, EnsembleLinear, EnsembleMLP
 from tdrl.modules.actors import (
     BernoulliActor,
     CategoricalActor,
@@ -29,6 +28,7 @@ from tdrl.modules.distributions import (
     MultiCategorical,
     TanhNormal,
 )
+from tdrl.modules.ensembles import EnsembleCritic, EnsembleLinear, EnsembleMLP
 from tdrl.modules.exploration import (
     AdditiveGaussianNoise,
     EpsilonGreedy,

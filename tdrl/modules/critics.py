@@ -7,10 +7,10 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.modules.ensembles import check_value_dim
 from tdrl.keyed import require
 from tdrl.keys import OBSERVATION, STATE_VALUE
 from tdrl.modules.actors import _apply
+from tdrl.modules.ensembles import check_value_dim
 
 
 class ValueCritic(TensorDictModuleBase):

@@ -26,7 +26,6 @@ from torchrl.data import Composite, TensorSpec
 from torchrl.data import MultiCategorical as MultiCategoricalSpec
 
 from tdrl import keys
-from tdrl.modules.ensembles import EnsembleCritic, EnsembleMLP
 from tdrl.modules.actors import (
     BernoulliActor,
     CategoricalActor,
@@ -37,6 +36,7 @@ from tdrl.modules.actors import (
 from tdrl.modules.cnn import MinAtarCNN, NatureCNN
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
+from tdrl.modules.ensembles import EnsembleCritic, EnsembleMLP
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.qvalue import q_mlp
@@ -124,7 +124,7 @@ def actor_critic(
     runs on the rollout as for any critic. Categorical and Gaussian policies only. With
     ``recurrent_critic`` the critic has its own recurrent layer too (``enable_critic_lstm=True``;
     its state under ``"recurrent_state_*_critic"``): the collector must then run it beside the
-    actor (``trainers.run_on_policy`` does) so that its state is stored for training.
+    actor (``NetworkConfig.build``'s ``acting``) so that its state is stored for training.
 
     ``ortho_init=False`` re-initialises every linear layer of both networks with PyTorch's
     default (:func:`torch_default_init_`; SB3's ``ortho_init=False``, e.g. the zoo's recurrent

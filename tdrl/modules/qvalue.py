@@ -16,10 +16,10 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.modules.ensembles import ConcatCritic, check_value_dim
 from tdrl.keyed import require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
 from tdrl.modules.actors import _apply, masked_logits
+from tdrl.modules.ensembles import ConcatCritic, check_value_dim
 from tdrl.modules.mlp import mlp
 
 

@@ -23,7 +23,6 @@ from torch.distributions import Distribution
 
 from tdrl import _fast
 from tdrl._fast.tdict import new_unchecked
-from tdrl.modules.ensembles import EnsembleCritic, Reduce, as_ensemble, reduce_members
 from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
@@ -37,6 +36,7 @@ from tdrl.keys import (
     TD_ERROR,
     TERMINATED,
 )
+from tdrl.modules.ensembles import EnsembleCritic, Reduce, as_ensemble, reduce_members
 from tdrl.objectives.common import as_batch_shape
 from tdrl.objectives.target import make_target
 from tdrl.ops import DISTANCES, distance, td0_return
@@ -349,8 +349,8 @@ def actor_critic_value(
     """``Q(s, a)`` for an actor loss, ``[B]``: the minimum over the members (``"min"``) or the
     first member's (``"first"``), with ``a`` replaced by ``action``.
 
-    An ensemble with ``reduced_values`` (:class:`~tdrl.modules.ensembles.EnsembleCritic`) computes only
-    what the actor's gradient needs under :func:`frozen`; any other gives
+    An ensemble with ``reduced_values`` (:class:`~tdrl.modules.ensembles.EnsembleCritic`)
+    computes only what the actor's gradient needs under :func:`frozen`; any other gives
     ``critic_values(...)`` reduced (the same values and gradients).
     """
     reduced = getattr(critic, "reduced_values", None)

@@ -109,7 +109,7 @@ def parse(config_cls: type[T], args: Sequence[str] | None = None, *, description
 
     sys.excepthook = _one_line_errors
     return tyro.cli(
-        tyro.conf.OmitArgPrefixes[config_cls],  # type: ignore[index]
+        tyro.conf.OmitArgPrefixes[config_cls],  # type: ignore[index,misc,valid-type]
         args=args,
         description=description or None,
     )
@@ -506,5 +506,3 @@ class PPOConfig:
     recompute_advantage: bool = False
     """re-run the estimator with the current critic before every epoch (Tianshou's
     ``recompute_advantage``, on in its MuJoCo PPO); off: once per rollout (SB3, CleanRL)."""
-
-

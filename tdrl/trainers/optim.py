@@ -1,9 +1,10 @@
 """The gradient step every recipe takes: ``zero_grad -> backward -> (clip) -> step``.
 
-One function for on-policy minibatch updates and off-policy updates alike. It is written with torch's public API; with ``tdrl.set_fast(True)`` (the
-default) the three parts run their fast twins in ``tdrl._fast.optim``, which give bitwise the
-same parameters and optimizer state (``tests/trainers/test_optim.py``) a few hundredths of a
-millisecond sooner (``benchmarks/fast_paths.py``).
+One function for on-policy minibatch updates and off-policy updates alike. It is written with
+torch's public API; with ``tdrl.set_fast(True)`` (the default) the three parts run their fast twins
+in ``tdrl._fast.optim``, which give bitwise the same parameters and optimizer state
+(``tests/trainers/test_optim.py``) a few hundredths of a millisecond sooner
+(``benchmarks/fast_paths.py``).
 """
 
 from __future__ import annotations

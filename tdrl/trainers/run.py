@@ -7,7 +7,6 @@ optimizers, RNG, collector and env state, the replay buffer) and the final repor
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -327,7 +326,8 @@ def refuse_used_folder(log_dir: Path) -> None:
     if not held:
         return
     if checkpoint is not None:
-        way = f"pass --resume to continue it from step {int(checkpoint.name)}, or --log-dir for a new folder"
+        step = int(checkpoint.name)
+        way = f"pass --resume to continue it from step {step}, or --log-dir for a new folder"
     else:
         way = "it has no checkpoint to resume from: pass --log-dir for a new folder, or remove it"
     raise RunFolderError(
@@ -630,7 +630,9 @@ class Run:
             done = done or ret >= self.stop_at_return
             self._bar.set_postfix(eval_return=f"{ret:.1f}")
         counters["time"] = time.perf_counter() - self._start
-        if self.checkpoint_every > 0 and (_crossed(frames, previous, self.checkpoint_every) or done):
+        if self.checkpoint_every > 0 and (
+            _crossed(frames, previous, self.checkpoint_every) or done
+        ):
             metrics = {k: float(v) for k, v in self.metrics.items()}
             save_run(
                 self.log_dir,

@@ -6,7 +6,6 @@ greedy episodes), skipped on a rerun, and the page rendered from their lines.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import json
@@ -36,28 +35,29 @@ def test_the_cells_are_two_games_three_seeds_and_three_runs(capsys: pytest.Captu
 
 
 def test_both_libraries_get_the_published_settings() -> None:
-    from recipes import dqn
+    from recipes import dqn, rainbow
+    from tdrl.trainers import configure
+    from tdrl.trainers.config import flat_dict
 
-    cfg = dqn.Config(**dict(mn.ALGOS["dqn"].preset))
+    assert (mn.ALGOS["dqn"].recipe, mn.ALGOS["rainbow"].recipe) == ("dqn", "rainbow")
+    cfg = flat_dict(configure(dqn.Config, **dict(mn.ALGOS["dqn"].preset)))
     published = (32, 100_000, 2.5e-4, 0.99, 1.0, 0.1, 100_000, 1000, 5000, 1, 1.0)
-    assert (
-        cfg.batch_size, cfg.buffer_size, cfg.lr, cfg.gamma, cfg.eps_init, cfg.eps_end,
-        cfg.eps_frames, cfg.target_update_interval, cfg.init_random_frames,
-        cfg.frames_per_batch, cfg.utd_ratio,
-    ) == published  # fmt: skip
-    assert (cfg.algo, cfg.double_dqn, cfg.checkpoint_every) == ("dqn", False, 0)
-    rainbow = dqn.Config(**dict(mn.ALGOS["rainbow"].preset))
-    assert (
-        rainbow.algo, rainbow.noisy, rainbow.dueling, rainbow.prioritized, rainbow.n_steps,
-        rainbow.double_dqn,
-    ) == ("c51", True, True, True, 3, True)  # fmt: skip
+    names = (
+        "batch_size", "buffer_size", "lr", "gamma", "eps_init", "eps_end", "eps_frames",
+        "target_update_interval", "init_random_frames", "frames_per_batch", "utd_ratio",
+    )  # fmt: skip
+    assert tuple(cfg[name] for name in names) == published
+    assert (cfg["double_dqn"], cfg["checkpoint_every"]) == (False, 0)
+    rainbow_cfg = flat_dict(configure(rainbow.Config, **dict(mn.ALGOS["rainbow"].preset)))
+    names = ("algo", "noisy", "dueling", "prioritized", "n_steps", "double_dqn")
+    assert tuple(rainbow_cfg[name] for name in names) == ("c51", True, True, True, 3, True)
     for name, _ in mn.PUBLISHED:
-        assert getattr(rainbow, name) == getattr(cfg, name), name
+        assert rainbow_cfg[name] == cfg[name], name
     assert mn.sb3_settings("dqn", BREAKOUT) == {
         "learning_rate": 2.5e-4, "buffer_size": 100_000, "learning_starts": 5000,
         "batch_size": 32, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1,
         "target_update_interval": 1000, "exploration_initial_eps": 1.0,
-        "exploration_final_eps": 0.1, "max_grad_norm": cfg.max_grad_norm,
+        "exploration_final_eps": 0.1, "max_grad_norm": cfg["max_grad_norm"],
     }  # fmt: skip
     assert mn.sb3_settings("rainbow", BREAKOUT) is None
 
@@ -101,14 +101,16 @@ def line_of(table: Path, library: str) -> dict[str, Any]:
 
 def test_a_tiny_tdrl_cell_runs_the_recipe_with_the_preset(table: tuple[Path, Path]) -> None:
     from recipes import dqn
+    from tdrl.trainers import configure
+    from tdrl.trainers.config import flat_dict
 
     line = line_of(table[0], "tdrl")
     folder = tiny("tdrl").folder(table[1])
-    expected = dqn.Config(**dict(mn.ALGOS["dqn"].preset) | dict(
+    expected = configure(dqn.Config, **dict(mn.ALGOS["dqn"].preset) | dict(
         env_id=BREAKOUT, seed=0, total_frames=300, log_dir=str(folder), eval_every=150,
         eval_episodes=10,
     ))  # fmt: skip
-    assert line["settings"] == mt.finite(dataclasses.asdict(expected))
+    assert line["settings"] == mt.finite(flat_dict(expected))
 
 
 @needs_sb3

@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 
+from tdrl.trainers import configure
+from tdrl.trainers.config import flat_dict
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
     "mujoco_table", ROOT / "benchmarks" / "mujoco_table.py"
@@ -181,16 +184,19 @@ def test_a_line_run_with_other_settings_is_reported_stale_by_name(
     # comparing what a line recorded with what its cell would run now.
     td3 = mt.Cell("tdrl", "td3", "Hopper-v5", 0, 100_000, 10_000, 10)
     line = fake_line(td3, [1.0])
-    settings = mt.finite(dataclasses.asdict(mt.tdrl_config(td3, tmp_path, mt.MUJOCO)))
+    settings = mt.finite(flat_dict(mt.tdrl_config(td3, tmp_path, mt.MUJOCO)))
     line["settings"] = json.loads(json.dumps(settings))  # as run_tdrl records it
     assert mt.settings_drift(line, mt.MUJOCO) == ([], [])  # log_dir is the place, not a setting
     line["settings"]["actor_lr"] = 3e-4  # the recipe's 1M default, not the table's preset
     del line["settings"]["critic_lr"]
     line["settings"]["noise"] = 0.2  # a field since removed or renamed
+    line["settings"]["algo"] = "dqn"  # retired at the value the recipe always has now
     changed, unrecorded = mt.settings_drift(line, mt.MUJOCO)
     assert changed == ["actor_lr: 0.0003 then, 0.001 now", "noise: 0.2 then, gone now"]
     assert unrecorded == ["critic_lr"]
-    del line["settings"]["noise"]
+    line["settings"]["algo"] = "c51"  # retired, but the run used what is gone
+    assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "algo: 'c51' then, gone now"
+    del line["settings"]["noise"], line["settings"]["algo"]
     sb3 = mt.Cell("SB3", "sac", "Hopper-v5", 0, 100_000, 10_000, 10)
     sb3_line = fake_line(sb3, [1.0])
     zoo = json.loads(json.dumps(mt.zoo_hyperparameters("sac", "Hopper-v5")))
@@ -250,10 +256,10 @@ def test_a_tiny_tdrl_cell_writes_a_well_formed_line(tmp_path: Path) -> None:
     assert line["final_return_std"] == line["curve"]["stds"][-1] >= 0
     assert line["best_return"] == max(line["curve"]["returns"])
     # the recipe's own defaults but for the task, seed, budget, run folder and protocol
-    expected = dataclasses.asdict(
-        ppo.Config(
-            env_id="Hopper-v5", seed=3, total_frames=4096, log_dir=str(c.folder(work)),
-            eval_every=2048, eval_episodes=2,
+    expected = flat_dict(
+        configure(
+            ppo.Config, env_id="Hopper-v5", seed=3, total_frames=4096,
+            log_dir=str(c.folder(work)), eval_every=2048, eval_episodes=2,
         )
     )  # fmt: skip
     assert line["settings"] == mt.finite(expected)
@@ -284,10 +290,10 @@ def test_a_tdrl_cell_cut_after_a_checkpoint_resumes_and_ends_as_a_straight_run(
     folder.mkdir(parents=True)
     fields = dict(env_id="Hopper-v5", seed=4, total_frames=4096, eval_every=2048,
                   eval_episodes=2, progress=False)  # fmt: skip
-    straight = ppo.main(ppo.Config(**fields, log_dir=str(tmp_path / "straight")))
+    straight = ppo.main(configure(ppo.Config, **fields, log_dir=str(tmp_path / "straight")))
     # the cut: the driver's first start wrote cell.json; the run stopped after one checkpoint
     (folder / mt.STARTED).write_text(json.dumps({"cell": dataclasses.asdict(c), "commit": "x"}))
-    ppo.main(ppo.Config(**fields, log_dir=str(folder), stop_after_frames=2048))
+    ppo.main(configure(ppo.Config, **fields, log_dir=str(folder), stop_after_frames=2048))
     assert mt.resumable(folder, c) and not mt.resumable(folder, dataclasses.replace(c, seed=5))
     assert mt.run_cells([c], table, work) == 0
     (line,) = mt.read_lines(table)

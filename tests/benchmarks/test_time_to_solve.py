@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tdrl.trainers.config import flat_dict
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
     "time_to_solve", ROOT / "benchmarks" / "time_to_solve.py"
@@ -45,17 +47,19 @@ def test_every_algo_task_pair_has_settings_for_every_library() -> None:
 def test_settings_build_the_recipe_config(algo: str, task: str, table: str) -> None:
     settings = tts.TDRL_TUNED[(algo, task)] if table == "tuned" else tts.sb3_settings(algo, task)
     cfg = tts.tdrl_config(algo, task, 3, 10_000, "unused", **settings)
-    assert (cfg.env_id, cfg.seed, cfg.total_frames) == (task, 3, 10_000)
-    assert cfg.eval_every == tts.EVAL_EVERY and cfg.eval_episodes == tts.EVAL_EPISODES
-    assert cfg.stop_at_return == tts.THRESHOLD[task]
-    assert (cfg.checkpoint_every, cfg.tensorboard, cfg.progress, cfg.curve) == (
+    run = cfg.run
+    assert (run.env_id, run.seed, run.total_frames) == (task, 3, 10_000)
+    assert run.eval_every == tts.EVAL_EVERY and run.eval_episodes == tts.EVAL_EPISODES
+    assert run.stop_at_return == tts.THRESHOLD[task]
+    assert (run.checkpoint_every, run.log.tensorboard, run.log.progress, run.log.curve) == (
         0,
         False,
         False,
         False,
     )
+    fields = flat_dict(cfg)
     for name, value in settings.items():
-        assert getattr(cfg, name) == value
+        assert fields[name] == value
 
 
 def test_sb3_mapping_follows_the_zoo() -> None:
@@ -110,7 +114,7 @@ def test_tianshou_epsilon_schedule_follows_its_tests() -> None:
 def test_tianshou_distributional_settings_build_its_algorithm(algo: str) -> None:
     pytest.importorskip("tianshou")  # the bench extra
     if algo not in tts.DISTRIBUTIONAL:
-        pytest.skip(f"recipes/dqn.py has no --algo {algo}")
+        pytest.skip(f"recipes/rainbow.py has no --algo {algo}")
     import gymnasium as gym
 
     env = gym.make("CartPole-v1")

@@ -1,6 +1,7 @@
 """RayCollector (a local Ray) and ProcessCollector (local subprocesses) with 2 workers: the same
 batches as a local collector, versioned weights, the async lag bound, a killed worker, and clear
-errors for bad input."""
+errors for bad input. The default run keeps one smoke per backend (the sync batches equal a
+local collector's); the rest run with ``pytest -m workers``."""
 
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ def test_sync_batches_equal_the_local_collector_over_the_same_envs(backend):
         assert remote.frames == local.frames == 480
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_async_batches_carry_their_version_within_the_lag_bound(backend):
     actor = policy()
@@ -157,6 +159,7 @@ def test_async_batches_carry_their_version_within_the_lag_bound(backend):
             assert len(set(range(max(mine, default=-1) + 1)) - mine) <= 2, (w, sorted(mine))
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_killed_worker_is_restarted_and_its_ids_stay_unique(backend):
     with collector(
@@ -176,6 +179,7 @@ def test_a_killed_worker_is_restarted_and_its_ids_stay_unique(backend):
         assert not torch.equal(after["observation"][:2, 0], first_obs)
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_killed_worker_raises_when_asked_to(backend):
     with collector(
@@ -188,6 +192,7 @@ def test_a_killed_worker_raises_when_asked_to(backend):
             remote.rollout()
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_input_is_named_quickly(backend):
     with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
@@ -212,6 +217,7 @@ def test_an_unreachable_ray_address_is_an_error_within_seconds():
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.workers
 def test_batches_come_back_where_the_learner_s_policy_lives(device):
     # The workers act with a CPU copy; a learner on CUDA gets its batches on CUDA (as from
     # tdrl's Collector), unless storing_device says otherwise.
@@ -229,6 +235,7 @@ def test_batches_come_back_where_the_learner_s_policy_lives(device):
         assert remote.rollout()[keys.OBSERVATION].device.type == "cpu"
 
 
+@pytest.mark.workers
 def test_random_frames_are_counted_by_the_learner_across_restarts_and_resumes():
     # init_random_frames is the learner's count: a restarted worker does not act randomly
     # again (its random batch had no policy outputs), nor does a resumed collector's.
@@ -289,6 +296,7 @@ def test_process_workers_refuse_async_envs_up_front():
         ProcessCollector("CartPole-v1", None, 20, num_workers=1, env_kwargs={"mode": "async"})
 
 
+@pytest.mark.workers
 def test_an_off_policy_run_cuts_the_replay_streams_at_a_worker_restart(tmp_path):
     """The restarted worker's envs start new episodes, so the newest stored step of its streams
     must end (truncated): otherwise n-step sums and slices read across the restart."""
@@ -319,6 +327,7 @@ def test_an_off_policy_run_cuts_the_replay_streams_at_a_worker_restart(tmp_path)
         run.close()
 
 
+@pytest.mark.workers
 def test_after_a_worker_error_the_next_sync_rollout_is_fresh():
     """An error in one worker must not leave the others' replies in their pipes: the next
     rollout would read them (stale batches, one rollout behind from then on)."""
@@ -337,6 +346,7 @@ def test_after_a_worker_error_the_next_sync_rollout_is_fresh():
             assert (batch[keys.COLLECTOR_POLICY_VERSION] == remote.version).all()
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("sync", [True, False])
 def test_after_an_interrupted_rollout_every_batch_is_fresh(sync):
     """A Ctrl-C (KeyboardInterrupt, not an Exception) while the learner waits for a reply
@@ -365,6 +375,7 @@ def test_after_an_interrupted_rollout_every_batch_is_fresh(sync):
             assert (version == (remote.version if sync else remote.version - 1)).all()
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("saved_workers, resumed_workers", [(3, 2), (2, 3)])
 def test_a_resume_with_another_worker_count_gives_new_ids(saved_workers, resumed_workers):
     def ids_of(remote, batches):

@@ -254,3 +254,20 @@ def test_an_empty_state_forgets_the_stored_frames():
     assert len(buffer) == len(fresh) == 18
     assert (buffer.storage == fresh.storage).all()
     assert (buffer.sample(200) == fresh.sample(200)).all()  # the loaded sampler state too
+
+
+def test_stacked_or_large_frames_are_stored_once_and_minatar_frames_plainly():
+    # Frame-efficient storage where it saves memory that matters (stacks, Atari's 84x84); the
+    # plain, faster write and sample for MinAtar's 10x10 frames and for flat observations.
+    pytest.importorskip("minatar")
+    from tdrl.data.frames import store_frames_once
+
+    with make_vec_env("MinAtar/Breakout-v1", 1) as env:
+        assert not store_frames_once(env.observation_spec, 1)
+    with make_vec_env("MinAtar/Breakout-v1", 1, frame_stack=2) as env:
+        assert store_frames_once(env.observation_spec, 2)
+    with make_vec_env("CartPole-v1", 1) as env:
+        assert not store_frames_once(env.observation_spec, 1)
+    pytest.importorskip("ale_py")
+    with make_vec_env("tdrl/Pong-v5", 1) as env:
+        assert store_frames_once(env.observation_spec, 1)  # 84x84: 7,056 bytes a frame

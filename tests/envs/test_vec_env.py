@@ -249,6 +249,7 @@ def _fails_fast_without_orphans(env, td, processes, error, match) -> None:
     assert not any(p.is_alive() for p in processes)
 
 
+@pytest.mark.workers
 def test_async_step_timeout():
     env = make_vec_env(lambda: Tiny(sleep=30), 2, mode="async", step_timeout=0.5)
     processes = env.worker_processes
@@ -257,6 +258,7 @@ def test_async_step_timeout():
     _fails_fast_without_orphans(env, td, processes, TimeoutError, "step_timeout=0.5")
 
 
+@pytest.mark.workers
 def test_async_worker_killed_surfaces_as_error():
     env = make_vec_env("Hopper-v5", 2, mode="async", seed=0)
     processes = env.worker_processes

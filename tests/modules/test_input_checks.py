@@ -11,7 +11,6 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
-from tdrl.modules.ensembles import EnsembleLinear, as_ensemble
 from tdrl.modules import (
     AdditiveGaussianNoise,
     DeterministicActor,
@@ -25,6 +24,7 @@ from tdrl.modules import (
 )
 from tdrl.modules.distributional import NoisyLinear
 from tdrl.modules.distributions import IndependentNormal, TanhNormal
+from tdrl.modules.ensembles import EnsembleLinear, as_ensemble
 from tdrl.trainers.config import TD3Config
 from tdrl.trainers.optim import optimizer_step
 

@@ -4,7 +4,6 @@ networks and recipe that use it."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from recipes import ppo
 from tdrl.envs import make_vec_env
 from tdrl.modules import GSDEActor, actor_critic
 from tdrl.modules.recurrent import RecurrentActor
-from tdrl.trainers import read_csv
+from tdrl.trainers import configure, read_csv
 
 OBS, F, A = 3, 5, 2
 
@@ -171,13 +170,13 @@ def test_ppo_recipe_with_gsde_learns_signal_and_resumes_exactly(tmp_path: Path):
         minibatch_size=32, eval_every=320, eval_episodes=1, eval_envs=1, hidden_sizes=(16, 16),
         sde_sample_freq=4, init_log_std=-1.0, progress=False, tensorboard=False,
     )  # fmt: skip
-    straight = ppo.Config(**common, log_dir=str(tmp_path / "straight"))
+    straight = configure(ppo.Config, **common, log_dir=str(tmp_path / "straight"))
     result = ppo.main(straight)
     assert result["frames"] == 640 and math.isfinite(result["loss_objective"])
-    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
     ppo.main(first)
     torch.manual_seed(99)
-    ppo.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    ppo.main(configure(first, stop_after_frames=0, resume=True))
     rows = [
         [{k: v for k, v in r.items() if k != "time"} for r in read_csv(tmp_path / d / "train.csv")]
         for d in ("straight", "resumed")

@@ -142,19 +142,28 @@ def test_actor_step_writes_parameters_in_place(loss_cls) -> None:
     assert any(not torch.equal(p, before[n][2]) for n, p in actor.named_parameters())
 
 
-def test_natural_gradient_update_refuses_a_nan_advantage_before_the_actor_moves() -> None:
-    from tdrl.trainers import natural_gradient_update
+def test_the_trpo_recipe_refuses_a_nan_advantage_before_the_actor_moves(
+    tmp_path, monkeypatch
+) -> None:
+    from recipes import trpo
+    from tdrl.estimators import GAE
+    from tdrl.trainers import configure
 
-    torch.manual_seed(0)
-    actor, critic = GaussianActor(mlp(OBS, ACT), ACT), ValueCritic(mlp(OBS, 1))
-    loss = TRPOLoss(actor, critic)
-    td = batch().reshape(16, 16)
+    class Leaky(GAE):  # an estimator that lets a NaN through
+        def forward(self, tensordict, **kwargs):
+            out = super().forward(tensordict, **kwargs)
+            out["advantage"][0, 3] = float("nan")
+            return out
 
-    def estimator(rollout: TensorDict) -> TensorDict:  # one that lets a NaN through
-        rollout["advantage"][0, 3] = float("nan")
-        return rollout
+    def actor_step(self, tensordict):
+        raise AssertionError("the actor moved on a NaN advantage")
 
-    before = [p.detach().clone() for p in loss.parameters()]
-    with pytest.raises(ValueError, match=r"natural_gradient_update: 'advantage' contains NaN"):
-        natural_gradient_update(td, loss, estimator, torch.optim.Adam(critic.parameters()))
-    assert all(torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))
+    monkeypatch.setattr(trpo, "GAE", Leaky)
+    monkeypatch.setattr(TRPOLoss, "actor_step", actor_step)
+    cfg = configure(
+        trpo.Config, env_id="Pendulum-v1", total_frames=64, num_envs=2, frames_per_batch=64,
+        eval_episodes=1, eval_envs=1, hidden_sizes=(16,), log_dir=str(tmp_path), progress=False,
+        tensorboard=False, curve=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"'advantage' contains NaN or inf \(1 of 64 entries\)"):
+        trpo.main(cfg)

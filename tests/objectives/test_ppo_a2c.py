@@ -9,11 +9,23 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from tdrl.data import minibatches
 from tdrl.modules import CategoricalActor, GaussianActor, ValueCritic, mlp
-from tdrl.objectives import A2CLoss, ClipPPOLoss, ReinforceLoss
-from tdrl.trainers import ppo_update
+from tdrl.objectives import A2CLoss, ClipPPOLoss, ReinforceLoss, total_loss
+from tdrl.trainers import optimizer_step
 
 OBS, ACT = 4, 2
+
+
+def minibatch_steps(loss, optimizer, td, *, epochs, minibatch_size, max_grad_norm=None):
+    """A recipe's minibatch epochs (recipes/ppo.py): a step on each minibatch's summed losses;
+    returns the loss outputs averaged over the steps."""
+    outs = []
+    for minibatch in minibatches(td, minibatch_size, epochs=epochs, in_keys=loss.in_keys):
+        out = loss(minibatch)
+        optimizer_step(total_loss(out), optimizer, max_grad_norm=max_grad_norm)
+        outs.append(out.detach())
+    return torch.stack(outs).mean()
 
 
 class Constant(nn.Module):
@@ -187,7 +199,7 @@ def test_errors_name_the_key() -> None:
 
 @pytest.mark.parametrize("key", ["advantage", "value_target", "action_log_prob"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_ppo_update_refuses_a_nan_or_inf_before_any_step(key, bad) -> None:
+def test_minibatch_steps_refuse_a_nan_or_inf_before_any_step(key, bad) -> None:
     # one NaN advantage, standardized over the minibatch, turned every weight to NaN
     actor, critic = networks()
     loss = ClipPPOLoss(actor, critic, normalize_advantage=True)
@@ -195,8 +207,8 @@ def test_ppo_update_refuses_a_nan_or_inf_before_any_step(key, bad) -> None:
     td = rollout()
     td[key][3] = bad
     before = [p.detach().clone() for p in loss.parameters()]
-    with pytest.raises(ValueError, match=rf"ppo_update: '{key}' contains NaN or inf \(1 of 32"):
-        ppo_update(loss, opt, td, epochs=1, minibatch_size=8)
+    with pytest.raises(ValueError, match=rf"'{key}' contains NaN or inf \(1 of 32"):
+        minibatch_steps(loss, opt, td, epochs=1, minibatch_size=8)
     assert all(torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))
 
 
@@ -210,7 +222,7 @@ def test_set_keys_and_estimator_instance() -> None:
     assert loss.make_value_estimator(estimator) is estimator and loss.value_estimator is estimator
 
 
-def test_ppo_update_steps_every_minibatch_and_learns() -> None:
+def test_minibatch_steps_step_every_minibatch_and_learn() -> None:
     torch.manual_seed(0)
     actor, critic = networks()
     loss = ClipPPOLoss(actor, critic, normalize_advantage=False)
@@ -223,7 +235,7 @@ def test_ppo_update_steps_every_minibatch_and_learns() -> None:
     critic_before = loss(td)["loss_critic"].item()
     seen = []
     optimizer.register_step_post_hook(lambda *args: seen.append(1))
-    stats = ppo_update(loss, optimizer, td, epochs=3, minibatch_size=30, max_grad_norm=0.5)
+    stats = minibatch_steps(loss, optimizer, td, epochs=3, minibatch_size=30, max_grad_norm=0.5)
     assert len(seen) == 3 * 4  # 100 samples in minibatches of 30: 4 steps per epoch
     assert set(stats.keys()) >= {"loss_objective", "loss_critic", "kl_approx", "clip_fraction"}
     assert loss(td)["loss_critic"].item() < critic_before

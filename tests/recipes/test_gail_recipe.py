@@ -3,7 +3,6 @@ reward while logging the env's returns, resumes exactly, and names bad datasets.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -11,7 +10,8 @@ import pytest
 import torch
 
 from recipes import gail
-from tdrl.trainers import CHECKPOINT, latest_checkpoint, load_checkpoint, read_csv
+from tdrl.trainers import configure, latest_checkpoint, load_checkpoint, read_csv
+from tdrl.trainers.run import CHECKPOINT
 
 TINY = dict(
     total_frames=384, num_envs=2, frames_per_batch=64, epochs=2, minibatch_size=32,
@@ -37,8 +37,8 @@ def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_gail_runs_on_the_discriminator_reward_and_resumes_exactly(dataset, tmp_path, device):
-    straight = gail.Config(
-        **TINY, dataset=dataset, log_dir=str(tmp_path / "straight"), device=device
+    straight = configure(
+        gail.Config, **TINY, dataset=dataset, log_dir=str(tmp_path / "straight"), device=device
     )
     result = gail.main(straight)
     assert result["frames"] == 384 and math.isfinite(result["eval_return_mean"])
@@ -48,10 +48,10 @@ def test_gail_runs_on_the_discriminator_reward_and_resumes_exactly(dataset, tmp_
     # discriminator's reward only drives the update.
     lengths = [row for row in train if "episode_return" in row]
     assert lengths and all(row["episode_return"] != row["gail_reward"] for row in lengths)
-    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
     gail.main(first)
     torch.manual_seed(4321)  # disturb the global RNG: the checkpoint restores it
-    gail.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    gail.main(configure(first, stop_after_frames=0, resume=True))
     drop = ("time",)
     rows = [
         [
@@ -65,13 +65,21 @@ def test_gail_runs_on_the_discriminator_reward_and_resumes_exactly(dataset, tmp_
 
 def test_expert_episodes_and_shapes_are_checked(dataset, tmp_path):
     with pytest.raises(ValueError, match="--expert-episodes must be >= 1"):
-        gail.Config(**{**TINY, "expert_episodes": 0}, dataset=dataset)
-    many = gail.Config(**{**TINY, "expert_episodes": 1000}, dataset=dataset, log_dir=str(tmp_path))
+        configure(gail.Config, **{**TINY, "expert_episodes": 0}, dataset=dataset)
+    many = configure(
+        gail.Config, **{**TINY, "expert_episodes": 1000}, dataset=dataset, log_dir=str(tmp_path)
+    )
     with pytest.raises(ValueError, match="episodes, 1000 asked for"):
         gail.main(many)
-    wrong = gail.Config(**TINY, dataset=dataset, env_id="HalfCheetah-v5", log_dir=str(tmp_path))
+    wrong = configure(
+        gail.Config, **TINY, dataset=dataset, env_id="HalfCheetah-v5", log_dir=str(tmp_path)
+    )
     with pytest.raises(ValueError, match="do not fit HalfCheetah-v5's"):
         gail.main(wrong)
+    # its rewards are the discriminator's: no reward scaling
+    scaled = configure(gail.Config, **TINY, dataset=dataset, scale_rewards=True)
+    with pytest.raises(ValueError, match="--scale-rewards does not apply to GAIL"):
+        gail.main(scaled)
 
 
 def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, monkeypatch):
@@ -86,8 +94,8 @@ def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, 
 
     monkeypatch.setattr(gail, "gail_reward", recording)
     # (raw pairs: --disc-normalize would hand the discriminator standardized actions)
-    cfg = gail.Config(**{**TINY, "total_frames": 128}, dataset=dataset, init_log_std=1.5,
-                      disc_normalize=False, log_dir=str(tmp_path))  # fmt: skip
+    cfg = configure(gail.Config, **{**TINY, "total_frames": 128}, dataset=dataset,
+                    init_log_std=1.5, disc_normalize=False, log_dir=str(tmp_path))  # fmt: skip
     gail.main(cfg)
     actions = torch.cat([a.reshape(-1, a.shape[-1]) for a in seen])
     assert actions.abs().max() <= 1.0
@@ -95,8 +103,8 @@ def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, 
 
 
 def test_disc_normalize_standardizes_with_the_expert_pairs_statistics(dataset, tmp_path):
-    cfg = gail.Config(**{**TINY, "total_frames": 128}, dataset=dataset, disc_normalize=True,
-                      log_dir=str(tmp_path))  # fmt: skip
+    cfg = configure(gail.Config, **{**TINY, "total_frames": 128}, dataset=dataset,
+                    disc_normalize=True, log_dir=str(tmp_path))  # fmt: skip
     gail.main(cfg)
     obs, action = gail.expert_pairs(dataset, TINY["expert_episodes"])
     pairs = torch.cat([obs, action], dim=-1).double()
@@ -111,11 +119,11 @@ def test_disc_normalize_standardizes_with_the_expert_pairs_statistics(dataset, t
 def test_a_recurrent_policy_trains_on_whole_sequences(dataset, tmp_path):
     # --seq-len reaches the update (it was dropped: a recurrent GAIL actor trained on shuffled
     # single steps), so a length that does not divide the rollout is named there
-    cfg = gail.Config(
-        **{**TINY, "total_frames": 128}, dataset=dataset, recurrent="lstm", recurrent_size=8,
-        seq_len=7, log_dir=str(tmp_path / "bad"),
+    cfg = configure(
+        gail.Config, **{**TINY, "total_frames": 128}, dataset=dataset, recurrent="lstm",
+        recurrent_size=8, seq_len=7, log_dir=str(tmp_path / "bad"),
     )  # fmt: skip
     with pytest.raises(ValueError, match="seq_len=7 does not divide"):
         gail.main(cfg)
-    good = dataclasses.replace(cfg, seq_len=16, log_dir=str(tmp_path / "good"))
+    good = configure(cfg, seq_len=16, log_dir=str(tmp_path / "good"))
     assert gail.main(good)["frames"] == 128

@@ -11,6 +11,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 from recipes import make_dataset, ppo
 from tdrl import keys, trainers
 from tdrl.envs import make_vec_env
+from tdrl.trainers.run import CHECKPOINT
 
 
 def test_make_dataset_records_a_ppo_runs_policy_with_its_observation_norm(tmp_path, monkeypatch):
@@ -18,10 +19,11 @@ def test_make_dataset_records_a_ppo_runs_policy_with_its_observation_norm(tmp_pa
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     run = str(tmp_path / "ppo")
     ppo.main(
-        ppo.Config(
-            env_id="Hopper-v5", total_frames=256, num_envs=2, frames_per_batch=64, epochs=1,
-            minibatch_size=64, eval_every=0, eval_episodes=1, eval_envs=1, hidden_sizes=(16, 16),
-            checkpoint_every=256, log_dir=run, progress=False, tensorboard=False, curve=False,
+        trainers.configure(
+            ppo.Config, env_id="Hopper-v5", total_frames=256, num_envs=2, frames_per_batch=64,
+            epochs=1, minibatch_size=64, eval_every=0, eval_episodes=1, eval_envs=1,
+            hidden_sizes=(16, 16), checkpoint_every=256, log_dir=run, progress=False,
+            tensorboard=False, curve=False,
         )
     )  # fmt: skip
     common = dict(kind="policy", env_id="Hopper-v5", run=run, steps=64, num_envs=2)
@@ -31,7 +33,7 @@ def test_make_dataset_records_a_ppo_runs_policy_with_its_observation_norm(tmp_pa
     assert data.total_steps == 64
 
     # The loaded actor carries the run's running statistics (not the fresh zeros and ones) ...
-    path = trainers.latest_checkpoint(run) / trainers.CHECKPOINT
+    path = trainers.latest_checkpoint(run) / CHECKPOINT
     with make_vec_env("Hopper-v5", 1) as env:
         actor = make_dataset.load_actor(cfg, env, path)
     saved = trainers.load_checkpoint(path, restore_rng=False)["actor"]

@@ -6,7 +6,6 @@ The ``slow`` tests are learning runs: DQN solves CartPole-v1, SAC solves Pendulu
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 import sys
@@ -30,6 +29,7 @@ COMMON = {
 }
 TINY = {
     "dqn": {"total_frames": 512, "init_random_frames": 256, "frames_per_batch": 64},
+    "rainbow": {"total_frames": 512, "init_random_frames": 256, "frames_per_batch": 64},
     "sac": {"env_id": "Pendulum-v1", "total_frames": 300, "init_random_frames": 100},
     "td3": {"env_id": "Pendulum-v1", "total_frames": 300, "init_random_frames": 100},
     "ddpg": {"env_id": "Pendulum-v1", "total_frames": 300, "init_random_frames": 100},
@@ -85,14 +85,14 @@ def test_main_runs_with_a_tiny_config(name, tmp_path, device):
     ("name", "options"),
     [
         ("dqn", {"prioritized": True, "n_steps": 3, "dueling": True, "double_dqn": False}),
-        ("dqn", {"algo": "c51", "noisy": True, "prioritized": True, "n_steps": 3}),  # Rainbow-
-        ("dqn", {"algo": "qrdqn", "num_quantiles": 8}),
-        ("dqn", {"algo": "iqn", "noisy": True}),
-        ("dqn", {"algo": "fqf", "num_fractions": 8}),
-        ("dqn", {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True}),  # Rainbow
-        ("dqn", {"algo": "c51", "noisy": True, "noisy_std": 0.1, "noisy_epsilon": True}),
-        ("dqn", {"algo": "c51", "noisy": True, "dueling": True, "noisy_layers": "heads"}),
-        ("dqn", {"algo": "iqn", "noisy": True, "noisy_layers": "heads"}),
+        ("rainbow", {"algo": "c51", "noisy": True, "prioritized": True, "n_steps": 3}),  # Rainbow-
+        ("rainbow", {"algo": "qrdqn", "num_quantiles": 8}),
+        ("rainbow", {"algo": "iqn", "noisy": True}),
+        ("rainbow", {"algo": "fqf", "num_fractions": 8}),
+        ("rainbow", {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True}),
+        ("rainbow", {"algo": "c51", "noisy": True, "noisy_std": 0.1, "noisy_epsilon": True}),
+        ("rainbow", {"algo": "c51", "noisy": True, "dueling": True, "noisy_layers": "heads"}),
+        ("rainbow", {"algo": "iqn", "noisy": True, "noisy_layers": "heads"}),
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
@@ -104,16 +104,16 @@ def test_recipe_options_run(name, options, tmp_path, device):
     assert result["frames"] == cfg.run.total_frames and math.isfinite(result["eval_return_mean"])
 
 
-def test_dqn_noisy_std_sets_every_noisy_layers_sigma():
-    import dqn
+def test_rainbow_noisy_std_sets_every_noisy_layers_sigma():
+    import rainbow
 
     from tdrl.envs import make_vec_env
     from tdrl.modules import NoisyLinear
 
     with make_vec_env("CartPole-v1", 1) as env:
         for std in (0.5, 0.1):
-            cfg = dqn.Config(algo="c51", noisy=True, dueling=True, noisy_std=std)
-            qnet, _ = dqn.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+            cfg = configure(rainbow.Config, algo="c51", noisy=True, dueling=True, noisy_std=std)
+            qnet, _ = rainbow.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
             layers = [m for m in qnet.modules() if isinstance(m, NoisyLinear)]
             assert layers and not any(type(m) is torch.nn.Linear for m in qnet.modules())
             for m in layers:  # sigma_0 / sqrt(fan_in), Fortunato et al.'s factorized init
@@ -121,33 +121,36 @@ def test_dqn_noisy_std_sets_every_noisy_layers_sigma():
                 torch.testing.assert_close(m.weight_sigma.detach(), expected)
 
 
-def test_dqn_noisy_layers_heads_leaves_the_trunk_plain():
-    import dqn
+def test_rainbow_noisy_layers_heads_leaves_the_trunk_plain():
+    import rainbow
 
     from tdrl.envs import make_vec_env
     from tdrl.modules import NoisyLinear
 
     with make_vec_env("CartPole-v1", 1) as env:
         for algo, noisy in (("c51", 2), ("iqn", 1)):  # dueling heads; IQN's output head
-            cfg = dqn.Config(algo=algo, noisy=True, dueling=algo == "c51", noisy_layers="heads")
-            qnet, _ = dqn.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+            cfg = configure(
+                rainbow.Config, algo=algo, noisy=True, dueling=algo == "c51", noisy_layers="heads"
+            )
+            qnet, _ = rainbow.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
             assert sum(isinstance(m, NoisyLinear) for m in qnet.modules()) == noisy
             assert any(type(m) is torch.nn.Linear for m in qnet.modules())
 
 
-def test_dqn_noisy_epsilon_keeps_epsilon_greedy_on_top_of_the_noise(tmp_path):
+def test_rainbow_noisy_epsilon_keeps_epsilon_greedy_on_top_of_the_noise(tmp_path):
     eps = {}
     for keep in (False, True):
-        module, cfg = config("dqn", tmp_path / str(keep), checkpoint_every=0, algo="c51",
+        module, cfg = config("rainbow", tmp_path / str(keep), checkpoint_every=0, algo="c51",
                              noisy=True, noisy_epsilon=keep, eps_frames=100_000)  # fmt: skip
         eps[keep] = module.main(cfg)["epsilon"]
     assert eps[False] == 0.0  # the noise explores alone
     assert 0.5 < eps[True] < 1.0  # annealing from eps_init over eps_frames
 
 
-def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
+def test_dqn_and_rainbow_pick_the_cnn_for_frames_and_the_mlp_otherwise():
     pytest.importorskip("minatar")
     import dqn
+    import rainbow
 
     from tdrl.envs import make_vec_env
     from tdrl.modules import MinAtarCNN, NatureCNN
@@ -156,9 +159,13 @@ def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
         qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
         assert isinstance(qnet.net, MinAtarCNN)
         assert qnet.net.features[0].scale == 1.0  # MinAtar's channels are 0 or 1
+        qnet, _ = rainbow.q_network_and_loss(  # C51: the same CNN, num_actions x atoms outputs
+            rainbow.Config(), env.observation_spec, env.action_spec
+        )
+        assert isinstance(qnet.net, MinAtarCNN) and qnet.net.head[-1].out_features == 3 * 51
         for algo in ("iqn", "fqf"):  # the CNN's hidden features are IQN's psi
-            qnet, _ = dqn.q_network_and_loss(
-                dqn.Config(algo=algo), env.observation_spec, env.action_spec
+            qnet, _ = rainbow.q_network_and_loss(
+                configure(rainbow.Config, algo=algo), env.observation_spec, env.action_spec
             )
             assert (
                 isinstance(qnet.feature_net, MinAtarCNN)
@@ -167,31 +174,16 @@ def test_dqn_picks_the_cnn_for_frames_and_the_mlp_otherwise():
             td = env.reset()
             assert qnet(td.unsqueeze(1).expand(1, 3))["action_value"].shape == (1, 3, 3)
         with pytest.raises(ValueError, match="one flat 'observation'"):
-            dqn.q_network_and_loss(dqn.Config(network="mlp"), env.observation_spec, env.action_spec)
+            dqn.q_network_and_loss(
+                configure(dqn.Config, network="mlp"), env.observation_spec, env.action_spec
+            )
     with make_vec_env("CartPole-v1", 1) as env:
         qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
         assert not isinstance(qnet.net, (MinAtarCNN, NatureCNN))
         with pytest.raises(ValueError, match="--network cnn needs uint8 frames"):
-            dqn.q_network_and_loss(dqn.Config(network="cnn"), env.observation_spec, env.action_spec)
-
-
-def test_dqn_stores_stacked_or_large_frames_once_and_minatar_frames_plainly():
-    # Frame-efficient storage where it saves memory that matters (stacks, Atari's 84x84); the
-    # plain, faster write and sample for MinAtar's 10x10 frames and for flat observations.
-    pytest.importorskip("minatar")
-    import dqn
-
-    from tdrl.envs import make_vec_env
-
-    with make_vec_env("MinAtar/Breakout-v1", 1) as env:
-        assert not dqn.store_frames_once(env.observation_spec, 1)
-    with make_vec_env("MinAtar/Breakout-v1", 1, frame_stack=2) as env:
-        assert dqn.store_frames_once(env.observation_spec, 2)
-    with make_vec_env("CartPole-v1", 1) as env:
-        assert not dqn.store_frames_once(env.observation_spec, 1)
-    pytest.importorskip("ale_py")
-    with make_vec_env("tdrl/Pong-v5", 1) as env:
-        assert dqn.store_frames_once(env.observation_spec, 1)  # 84x84: 7,056 bytes a frame
+            dqn.q_network_and_loss(
+                configure(dqn.Config, network="cnn"), env.observation_spec, env.action_spec
+            )
 
 
 @pytest.mark.parametrize("frame_stack", [1, 2])
@@ -213,7 +205,7 @@ def test_dqn_runs_on_minatar_frames(frame_stack, tmp_path, device):
 def test_distributional_dqn_runs_on_minatar_frames(algo, tmp_path):
     pytest.importorskip("minatar")
     module, cfg = config(
-        "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
+        "rainbow", tmp_path, env_id="MinAtar/Breakout-v1", total_frames=256, init_random_frames=128,
         buffer_size=1_000, algo=algo, num_fractions=8, checkpoint_every=0,
     )  # fmt: skip
     result = module.main(cfg)
@@ -233,14 +225,14 @@ def test_dqn_stacks_frames_clips_rewards_and_ends_training_episodes_at_lost_live
     result = module.main(cfg)
     assert result["frames"] == 256 and result["updates"] > 0
     buffer = ReplayBuffer(1_000, frame_keys=["observation"], frame_stack=2)
-    buffer.load(latest_checkpoint(Path(cfg.log_dir)) / "buffer")
+    buffer.load(latest_checkpoint(Path(cfg.run.log_dir)) / "buffer")
     assert buffer.storage["observation"].shape[-3:] == (4, 10, 10)  # one 4-channel frame
     assert ("next", "observation") not in buffer.storage.keys(True)
     assert buffer.sample(8)["observation"].shape == (8, 8, 10, 10)  # two frames again
     assert buffer.storage["next", "reward"].abs().max() <= 1.0
     assert ("next", "reward_unclipped") in buffer.storage.keys(True)
     with pytest.raises(ValueError, match="for gymnasium envs, not --env-backend torchrl"):
-        module.main(dataclasses.replace(cfg, env_backend="torchrl"))
+        module.main(configure(cfg, env_backend="torchrl"))
 
 
 @pytest.mark.slow
@@ -260,7 +252,7 @@ def test_dqn_atari_smoke_run_through_the_whole_pixel_pipeline(tmp_path, capsys):
     assert result["updates"] == math.floor(0.25 * (20_000 - 2_000 + 1))
     assert math.isfinite(result["eval_return_mean"]) and -21 <= result["eval_return_mean"] <= 21
     buffer = ReplayBuffer(20_000, frame_keys=["observation"], frame_stack=4)
-    buffer.load(latest_checkpoint(Path(cfg.log_dir)) / "buffer")
+    buffer.load(latest_checkpoint(Path(cfg.run.log_dir)) / "buffer")
     stored = sum(x[0, 0].numel() * x.element_size() for x in buffer.storage.values(True, True))
     with capsys.disabled():
         print(f"\nAtari DQN replay: {stored:,} bytes a transition (4-frame stacks, 84x84)")
@@ -300,7 +292,8 @@ def _rows(path: Path) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize(
-    ("name", "stop"), [("dqn", 320), ("sac", 150), ("ddpg", 150), ("drqn", 320), ("td3", 151)]
+    ("name", "stop"),
+    [("dqn", 320), ("rainbow", 320), ("sac", 150), ("ddpg", 150), ("drqn", 320), ("td3", 151)],
 )
 def test_resume_continues_exactly(name, stop, tmp_path, device):
     """N steps straight == stop, checkpoint (buffer included), fresh objects, resume, N - stop."""
@@ -378,7 +371,7 @@ def test_truncate_streams_marks_only_the_newest_step_of_each_stream():
 def test_dqn_solves_cartpole(tmp_path):
     import dqn
 
-    cfg = dqn.Config(log_dir=str(tmp_path / "dqn"), progress=False, tensorboard=False)
+    cfg = configure(dqn.Config, log_dir=str(tmp_path / "dqn"), progress=False, tensorboard=False)
     result = dqn.main(cfg)
     # Solved: a greedy evaluation of >= 475 during training (the time-to-solve criterion). DQN on
     # CartPole oscillates after solving (seed 0 here: 500 at 30k and 45k steps, 286 at 50k), so
@@ -518,12 +511,12 @@ def test_stop_after_frames_counts_each_process_steps_and_needs_checkpoints(tmp_p
     assert module.main(cfg)["frames"] == 256
     out = capsys.readouterr().out
     assert "paused before an evaluation (--resume goes on)" in out and "nan" not in out
-    resumed = dataclasses.replace(cfg, resume=True)
+    resumed = configure(cfg, resume=True)
     assert module.main(resumed)["frames"] == 512  # evaluated at 512
     assert module.main(resumed)["frames"] == 768
-    assert [r["step"] for r in read_csv(Path(cfg.log_dir) / "eval.csv")] == [512]
+    assert [r["step"] for r in read_csv(Path(cfg.run.log_dir) / "eval.csv")] == [512]
     with pytest.raises(ValueError, match="--stop-after-frames 256 .* --checkpoint-every 0"):
-        dataclasses.replace(cfg, checkpoint_every=0)
+        configure(cfg, checkpoint_every=0)
 
 
 def test_the_last_train_row_is_logged_when_the_budget_is_not_a_multiple_of_log_every(tmp_path):
@@ -544,15 +537,16 @@ def test_nan_is_refused_where_a_number_bounds_a_setting():
         configure(gail.Config, stop_at_return=float("nan"))
 
 
-@pytest.mark.parametrize("name", ["dqn", "drqn"])
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "drqn"])
 def test_recipes_that_collect_locally_refuse_the_worker_collectors_flags(name, tmp_path):
-    # dqn.py and drqn.py build their own local collector: --collector ray|process and
-    # --steps-per-batch would be ignored silently, so they are refused before anything starts
-    for overrides, message in (
-        ({"collector": "process", "num_workers": 2}, "--collector process is not available"),
-        ({"steps_per_batch": 50}, "--steps-per-batch 50 is for the worker collectors"),
-    ):
-        module, cfg = config(name, tmp_path, **overrides)
-        with pytest.raises(ValueError, match=message):
-            module.main(cfg)
+    # dqn.py, rainbow.py and drqn.py build their own local collector: they have no --collector
+    # (no workers group), and --steps-per-batch would be ignored silently, so it is refused
+    # when the config is made, before anything starts
+    module = importlib.import_module(name)
+    with pytest.raises(TypeError, match=r"has no field\(s\) \['collector', 'num_workers'\]"):
+        config(name, tmp_path, collector="process", num_workers=2)
+    with pytest.raises(SystemExit):
+        parse(module.Config, ["--collector", "process"])
+    with pytest.raises(ValueError, match="--steps-per-batch 50 is for the worker collectors"):
+        config(name, tmp_path, steps_per_batch=50)
     assert not (tmp_path / name).exists()

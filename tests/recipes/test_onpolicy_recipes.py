@@ -3,7 +3,6 @@ resuming from a checkpoint continues exactly like an uninterrupted run; PPO solv
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -71,13 +70,13 @@ def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path, device: str) -
     start = time.perf_counter()
     result = RECIPES[name].main(cfg)
     assert time.perf_counter() - start < 30
-    assert result["frames"] == cfg.total_frames
-    assert result["eval_n_episodes"] == cfg.eval_episodes
+    assert result["frames"] == cfg.run.total_frames
+    assert result["eval_n_episodes"] == cfg.run.eval_episodes
     assert torch.isfinite(torch.tensor(list(result.values()))).all(), result
     train = read_csv(tmp_path / "train.csv")
     evals = read_csv(tmp_path / "eval.csv")
     assert [row["step"] for row in evals] == [192, 384]
-    assert train[-1]["step"] == cfg.total_frames
+    assert train[-1]["step"] == cfg.run.total_frames
     assert any(key.startswith("loss_") for key in train[-1])
     assert (tmp_path / "curve.png").stat().st_size > 1000
     assert (latest_checkpoint(tmp_path) / "checkpoint.pt").is_file()
@@ -119,7 +118,7 @@ def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path, device
     assert len(read_csv(tmp_path / "resumed" / "train.csv")) == 3
     torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
     torch.rand(10)
-    module.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    module.main(configure(first, stop_after_frames=0, resume=True))
     expected = _losses(tmp_path / "straight" / "train.csv")
     got = _losses(tmp_path / "resumed" / "train.csv")
     assert len(expected) == 10
@@ -145,16 +144,19 @@ RECURRENT_CARTPOLE = dict(
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_recurrent_ppo_solves_cartpole_without_velocities_and_mlp_ppo_does_not(seed, tmp_path):
-    memory = ppo.main(ppo.Config(**RECURRENT_CARTPOLE, recurrent="lstm", seq_len=16, seed=seed,
-                                 log_dir=str(tmp_path / "lstm")))  # fmt: skip
-    plain = ppo.main(ppo.Config(**RECURRENT_CARTPOLE, seed=seed, log_dir=str(tmp_path / "mlp")))
+    memory = ppo.main(configure(ppo.Config, **RECURRENT_CARTPOLE, recurrent="lstm", seq_len=16,
+                                seed=seed, log_dir=str(tmp_path / "lstm")))  # fmt: skip
+    plain = ppo.main(
+        configure(ppo.Config, **RECURRENT_CARTPOLE, seed=seed, log_dir=str(tmp_path / "mlp"))
+    )
     assert memory["best_eval_return"] >= 450, memory
     assert plain["best_eval_return"] < 200, plain
 
 
 @pytest.mark.slow
 def test_ppo_solves_cartpole(tmp_path: Path) -> None:
-    cfg = ppo.Config(
+    cfg = configure(
+        ppo.Config,
         env_id="CartPole-v1",
         total_frames=100_000,
         num_envs=8,
@@ -177,7 +179,7 @@ def test_recipes_run_on_other_env_backends(backend: str, env_id: str, tmp_path: 
             pytest.skip("envpool's CartPole is v1 of its own; the MuJoCo task is the case here")
     cfg = tiny("ppo", tmp_path, env_id=env_id, env_backend=backend)
     result = ppo.main(cfg)
-    assert result["frames"] == cfg.total_frames
+    assert result["frames"] == cfg.run.total_frames
     assert torch.isfinite(torch.tensor(result["eval_return_mean"]))
     train = read_csv(tmp_path / "train.csv")
     assert any("episode_return" in row for row in train)  # episodes ended and were counted
@@ -186,7 +188,7 @@ def test_recipes_run_on_other_env_backends(backend: str, env_id: str, tmp_path: 
 def test_device_flag_runs_on_cpu_and_refuses_a_missing_gpu(tmp_path: Path) -> None:
     for device in ("cpu", "auto"):
         cfg = tiny("ppo", tmp_path / device, env_id="CartPole-v1", device=device)
-        assert ppo.main(cfg)["frames"] == cfg.total_frames
+        assert ppo.main(cfg)["frames"] == cfg.run.total_frames
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="--device 'cuda': this machine has no CUDA device"):
             tiny("ppo", tmp_path, device="cuda")
@@ -199,7 +201,7 @@ def test_impala_on_ray_workers_sees_ratios_away_from_one_only_when_stale(tmp_pat
     pytest.importorskip("ray")
     for collector in ("ray", "local"):
         cfg = tiny("impala", tmp_path / collector, env_id="CartPole-v1", collector=collector)
-        result = impala.main(dataclasses.replace(cfg, total_frames=1_600, log_every=1))
+        result = impala.main(configure(cfg, total_frames=1_600, log_every=1))
         assert result["frames"] == 1_600
         rows = read_csv(tmp_path / collector / "train.csv")
         deviation = [row["rho_deviation"] for row in rows]
@@ -220,27 +222,27 @@ def test_ppo_collects_on_workers(collector: str, tmp_path: Path) -> None:
         pytest.importorskip("ray")
     cfg = tiny("ppo", tmp_path, env_id="CartPole-v1", collector=collector, num_workers=2)
     result = ppo.main(cfg)  # 64 frames a batch: 2 workers x 2 envs x 16 steps
-    assert result["frames"] == cfg.total_frames and result["updates"] == 6 * 2 * 2
+    assert result["frames"] == cfg.run.total_frames and result["updates"] == 6 * 2 * 2
     assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [192, 384]
 
 
 def test_scale_rewards_in_every_on_policy_recipe_resumes_exactly(tmp_path: Path) -> None:
-    """--scale-rewards (run_on_policy's RewardScaling) changes what the critic learns, its
+    """--scale-rewards (the recipes' RewardScaling) changes what the critic learns, its
     statistics go in the checkpoint (a resumed run equals a straight one), and the recipes it
     does not apply to refuse it."""
     straight = tiny("trpo", tmp_path / "straight", env_id="Hopper-v5", total_frames=640,
                     scale_rewards=True)  # fmt: skip
     trpo.main(straight)
-    plain = dataclasses.replace(straight, scale_rewards=False, log_dir=str(tmp_path / "plain"))
+    plain = configure(straight, scale_rewards=False, log_dir=str(tmp_path / "plain"))
     trpo.main(plain)
     scaled_rows, plain_rows = (read_csv(tmp_path / d / "train.csv") for d in ("straight", "plain"))
     assert scaled_rows[0]["loss_critic"] != plain_rows[0]["loss_critic"]
-    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
     trpo.main(first)
     assert "reward_scaler" in torch.load(
         latest_checkpoint(tmp_path / "resumed") / "checkpoint.pt", weights_only=False
     )
-    trpo.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    trpo.main(configure(first, stop_after_frames=0, resume=True))
     assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
         tmp_path / "straight" / "train.csv"
     )
@@ -254,18 +256,18 @@ def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tm
     straight = tiny("a2c", tmp_path / "straight", env_id="Hopper-v5", total_frames=640,
                     scale_value_targets=True, scale_rewards=False)  # fmt: skip
     a2c.main(straight)
-    plain = dataclasses.replace(straight, scale_value_targets=False, log_dir=str(tmp_path / "p"))
+    plain = configure(straight, scale_value_targets=False, log_dir=str(tmp_path / "p"))
     a2c.main(plain)
     scaled_rows, plain_rows = (read_csv(tmp_path / d / "train.csv") for d in ("straight", "p"))
     # the first batch's scale is 1; from the second on, the targets are divided by the std
     assert scaled_rows[0]["loss_critic"] == plain_rows[0]["loss_critic"]
     assert scaled_rows[-1]["loss_critic"] < plain_rows[-1]["loss_critic"]
-    first = dataclasses.replace(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
     a2c.main(first)
     state = torch.load(latest_checkpoint(tmp_path / "resumed") / "checkpoint.pt",
                        weights_only=False)  # fmt: skip
     assert float(state["value_target_scaling"]["return_stats.count"]) > 1
-    a2c.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    a2c.main(configure(first, stop_after_frames=0, resume=True))
     assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
         tmp_path / "straight" / "train.csv"
     )
@@ -287,14 +289,14 @@ def test_a_stop_between_evaluations_and_a_resume_without_checkpoint_read_like_a_
     first = tiny("ppo", tmp_path / "paused", **common, stop_after_frames=128)  # eval_every 192
     ppo.main(first)
     assert not (tmp_path / "paused" / "eval.csv").exists()  # no evaluation at the pause
-    ppo.main(dataclasses.replace(first, stop_after_frames=0, resume=True))
+    ppo.main(configure(first, stop_after_frames=0, resume=True))
     assert [row["step"] for row in read_csv(tmp_path / "paused" / "eval.csv")] == [192, 384]
     assert _losses(tmp_path / "paused" / "train.csv") == expected
     # killed before its first checkpoint: as if the checkpoint folder were never written
     killed = tiny("ppo", tmp_path / "killed", **common, stop_after_frames=256)
     ppo.main(killed)
     shutil.rmtree(tmp_path / "killed" / CHECKPOINTS)
-    ppo.main(dataclasses.replace(killed, stop_after_frames=0, resume=True))
+    ppo.main(configure(killed, stop_after_frames=0, resume=True))
     assert [row["step"] for row in read_csv(tmp_path / "killed" / "eval.csv")] == [192, 384]
     assert _losses(tmp_path / "killed" / "train.csv") == expected
 
@@ -309,5 +311,15 @@ def test_a_fresh_run_refuses_a_used_folder_and_leaves_it_as_it_was(tmp_path: Pat
     with pytest.raises(FileExistsError, match=r"holds a previous run \(eval.csv, .*--resume"):
         ppo.main(cfg)
     assert {p.name: p.read_bytes() for p in (tmp_path / "run").glob("*.csv")} == before
-    ppo.main(dataclasses.replace(cfg, resume=True))  # continuing it is allowed: already done
+    ppo.main(configure(cfg, resume=True))  # continuing it is allowed: already done
     assert [row["step"] for row in read_csv(tmp_path / "run" / "eval.csv")] == [192, 384]
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"), [("reinforce", "recurrent"), ("trpo", "sde_sample_freq")]
+)
+def test_reinforce_and_trpo_refuse_recurrent_and_gsde_policies(name, flag, tmp_path) -> None:
+    value = "lstm" if flag == "recurrent" else 4
+    cfg = tiny(name, tmp_path, env_id="Pendulum-v1", **{flag: value})
+    with pytest.raises(ValueError, match=f"{name}.py has no --{flag.replace('_', '-')} policies"):
+        RECIPES[name].main(cfg)

@@ -9,13 +9,13 @@ from pathlib import Path
 import torch
 
 from recipes import ppo
-from tdrl.trainers import latest_checkpoint
+from tdrl.trainers import configure, latest_checkpoint
 
 
 def checkpoint(tmp_path: Path, **options: object) -> dict:
-    cfg = ppo.Config(
-        env_id="PendulumNoVel-v1", total_frames=128, num_envs=2, frames_per_batch=64, epochs=1,
-        minibatch_size=32, seq_len=16, recurrent="lstm", recurrent_critic=True,
+    cfg = configure(
+        ppo.Config, env_id="PendulumNoVel-v1", total_frames=128, num_envs=2, frames_per_batch=64,
+        epochs=1, minibatch_size=32, seq_len=16, recurrent="lstm", recurrent_critic=True,
         sde_sample_freq=4, hidden_sizes=(16,), eval_every=128, eval_episodes=1, eval_envs=1,
         progress=False, tensorboard=False, curve=False, checkpoint_every=128,
         log_dir=str(tmp_path), **options,

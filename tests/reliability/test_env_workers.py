@@ -58,6 +58,7 @@ def test_killed_worker_is_named_with_its_signal():
         env.step(td)
 
 
+@pytest.mark.workers
 def test_stopped_and_sigterm_ignoring_workers_time_out_and_are_killed():
     # Worker 0 is stopped (SIGSTOP), worker 1 ignores SIGTERM and hangs in step: the step times
     # out naming both, and closing escalates to SIGKILL instead of hanging.
@@ -82,6 +83,7 @@ def test_stopped_and_sigterm_ignoring_workers_time_out_and_are_killed():
     assert processes[1].exitcode == -signal.SIGKILL  # SIGTERM was ignored
 
 
+@pytest.mark.workers
 def test_close_does_not_hang_on_a_stopped_worker():
     env = make_vec_env(lambda: Tiny(ignore_sigterm=True), 2, mode="async")
     processes = env.worker_processes

@@ -3,9 +3,8 @@ import csv
 import pytest
 import torch
 
-from tdrl.trainers.logger import Logger, read_csv
+from tdrl.trainers.logger import Logger, read_csv, rewrite_csv
 from tdrl.trainers.plotting import plot_learning_curve
-from tdrl.trainers.logger import rewrite_csv
 
 
 def test_csv_rows_and_widened_header(tmp_path):

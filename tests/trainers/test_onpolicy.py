@@ -1,27 +1,27 @@
-"""On-policy loop parts: update steps, the one-call loop, the actor-critic builder, and the
-collector/env state that makes a resumed run identical to an uninterrupted one."""
+"""On-policy loop parts: the minibatches of a rollout (:func:`tdrl.data.minibatches`), the
+learning-rate schedule (:func:`tdrl.trainers.linear_decay`), the pieces of a recipe's update
+(estimator on the whole rollout, minibatch steps, the natural-gradient step), the actor-critic
+builder, and the collector/env state that makes a resumed run identical to an uninterrupted one.
+"""
 
 from __future__ import annotations
 
-from functools import partial
+import math
 from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from tdrl.collectors import Collector
+from tdrl.data import minibatches
 from tdrl.envs import make_vec_env
 from tdrl.estimators import GAE
 from tdrl.modules import CategoricalActor, GaussianActor, actor_critic
-from tdrl.objectives import A2CLoss, ClipPPOLoss, TRPOLoss
-from tdrl.trainers import (
-    Logger,
-    drop_rows_after,
-    natural_gradient_update,
-    on_policy_update,
-    read_csv,
-    train_on_policy,
-)
+from tdrl.objectives import A2CLoss, TRPOLoss, total_loss
+from tdrl.trainers import configure, latest_checkpoint, linear_decay, optimizer_step, read_csv
+from tdrl.trainers.logger import Logger
+from tdrl.trainers.run import drop_rows_after, resume_run, save_run
 
 
 def test_actor_critic_picks_the_policy_and_shares_obs_norm() -> None:
@@ -54,84 +54,208 @@ def _parts(env, loss_cls, lr, **loss_kwargs):
     return actor, obs_norm, loss, estimator, optimizer
 
 
-def test_on_policy_update_estimates_on_the_whole_rollout_first() -> None:
+def _grid(envs: int, steps: int) -> TensorDict:
+    """A ``[envs, steps]`` rollout whose ``"where"`` entry is each sample's (env, step)."""
+    where = torch.stack(torch.meshgrid(torch.arange(envs), torch.arange(steps), indexing="ij"), -1)
+    return TensorDict({"where": where, "advantage": torch.randn(envs, steps, 1)}, [envs, steps])
+
+
+@pytest.mark.parametrize("minibatch_size", [None, 7, 8, 40, 1000])
+def test_minibatches_show_every_sample_once_an_epoch(minibatch_size) -> None:
+    batch = _grid(4, 10)
+    got = list(minibatches(batch, minibatch_size, epochs=3))
+    size = 40 if minibatch_size is None else minibatch_size
+    per_epoch = math.ceil(40 / size)
+    assert len(got) == 3 * per_epoch
+    for epoch in range(3):
+        parts = got[epoch * per_epoch : (epoch + 1) * per_epoch]
+        # contiguous slices of one shuffle: all full but the last
+        assert [p.batch_size[0] for p in parts[:-1]] == [min(size, 40)] * (per_epoch - 1)
+        assert sum(p.batch_size[0] for p in parts) == 40
+        seen = torch.cat([p["where"] for p in parts])
+        assert sorted(map(tuple, seen.tolist())) == sorted(
+            map(tuple, batch["where"].reshape(-1, 2).tolist())
+        )
+        # each sample keeps its own entries (shuffled together)
+        for part in parts:
+            env, step = part["where"].unbind(-1)
+            assert torch.equal(part["advantage"], batch["advantage"][env, step])
+    # a new permutation every epoch, from the global generator (or the one given)
+    assert not torch.equal(got[0]["where"], got[per_epoch]["where"]) or minibatch_size == 1000
+    first = [p["where"] for p in minibatches(batch, 8, generator=torch.Generator().manual_seed(1))]
+    again = [p["where"] for p in minibatches(batch, 8, generator=torch.Generator().manual_seed(1))]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert list(minibatches(batch, 8, epochs=0)) == []
+
+
+def test_minibatches_keep_only_the_loss_keys_and_name_a_missing_one() -> None:
+    batch = _grid(2, 6)
+    (only,) = minibatches(batch, None, in_keys=["advantage"])
+    assert set(only.keys()) == {"advantage"} and only.batch_size == (12,)
+    with pytest.raises(KeyError, match=r"no \['value_target'\] entries \(the loss reads them\)"):
+        next(minibatches(batch, 4, in_keys=["advantage", "value_target"]))
+
+
+@pytest.mark.parametrize("key", ["advantage", "value_target", "action_log_prob"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_minibatches_name_a_nan_or_inf_before_the_first_minibatch(key, bad) -> None:
+    # one NaN advantage, standardized over a minibatch, turns every weight to NaN
+    batch = _grid(4, 8)
+    batch[key] = torch.zeros(4, 8, 1)
+    batch[key][1, 3] = bad
+    with pytest.raises(ValueError, match=rf"'{key}' contains NaN or inf \(1 of 32 entries\)"):
+        next(minibatches(batch, 8))
+
+
+@pytest.mark.parametrize("minibatch_size", [8, 6, None])
+def test_minibatches_with_seq_len_hold_whole_chunks_of_each_env_row_in_order(
+    minibatch_size,
+) -> None:
+    envs, steps, seq_len = 3, 12, 4
+    batch = _grid(envs, steps)
+    got = list(minibatches(batch, minibatch_size, epochs=2, seq_len=seq_len))
+    # 9 chunks of 4 steps; 8 // 4 = 2 chunks a minibatch: 5 steps an epoch; 6 // 4 = 1 chunk:
+    # 9 steps (not ceil(36 / 6) = 6); None: all 9 chunks in one step
+    chunks_per_step = {8: 2, 6: 1, None: 9}[minibatch_size]
+    per_epoch = math.ceil(9 / chunks_per_step)
+    assert len(got) == 2 * per_epoch
+    for epoch in range(2):
+        chunks = set()
+        for part in got[epoch * per_epoch : (epoch + 1) * per_epoch]:
+            assert part.batch_size[1] == seq_len and 1 <= part.batch_size[0] <= chunks_per_step
+            for chunk in part["where"]:  # one env, consecutive steps from a multiple of seq_len
+                env, step = chunk[:, 0], chunk[:, 1]
+                assert (env == env[0]).all() and torch.equal(step, step[0] + torch.arange(seq_len))
+                assert step[0] % seq_len == 0
+                chunks.add((int(env[0]), int(step[0])))
+        assert len(chunks) == envs * steps // seq_len  # every chunk seen, once
+    with pytest.raises(ValueError, match="seq_len=5 does not divide the rollout's 12 steps"):
+        next(minibatches(batch, 8, seq_len=5))
+    with pytest.raises(ValueError, match=r"seq_len needs a \[num_envs, T\] rollout"):
+        next(minibatches(batch.reshape(-1), 8, seq_len=4))
+
+
+def test_linear_decay_goes_to_zero_over_its_steps_and_stays_there() -> None:
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(()))], lr=3e-4)
+    scheduler = linear_decay(optimizer, 4)
+    lrs = []
+    for _ in range(6):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([3e-4, 2.25e-4, 1.5e-4, 0.75e-4, 0.0, 0.0])
+    assert optimizer.param_groups[0]["lr"] == 0.0
+    constant = torch.optim.Adam([torch.nn.Parameter(torch.zeros(()))], lr=1e-3)
+    scheduler = linear_decay(constant, 4, decay=False)
+    for _ in range(6):
+        constant.step()
+        scheduler.step()
+    assert scheduler.get_last_lr() == [1e-3]
+
+
+def _update(batch, loss, estimator, optimizer, *, epochs=1, minibatch_size=None, seq_len=None):
+    """A recipe's on-policy update: the estimator on the whole rollout, then minibatch steps;
+    returns the mean loss outputs and the number of gradient steps."""
+    with torch.no_grad():
+        estimator(batch)
+    outs = []
+    for minibatch in minibatches(
+        batch, minibatch_size, epochs=epochs, in_keys=loss.in_keys, seq_len=seq_len
+    ):
+        out = loss(minibatch)
+        optimizer_step(total_loss(out), optimizer)
+        outs.append(out.detach())
+    return torch.stack(outs).mean(), len(outs)
+
+
+def test_the_estimator_runs_on_the_whole_rollout_before_the_minibatches() -> None:
     torch.manual_seed(0)
     with make_vec_env("CartPole-v1", 4, seed=0) as env:
         actor, _, loss, estimator, optimizer = _parts(env, A2CLoss, 1e-3)
         batch = next(iter(Collector(env, actor, 64)))
         assert "advantage" not in batch.keys()
         before = [p.detach().clone() for p in loss.parameters()]
-        metrics = on_policy_update(batch, loss, estimator, optimizer)
+        metrics, steps = _update(batch, loss, estimator, optimizer)
         assert batch["advantage"].shape == (4, 16, 1)  # written on the [num_envs, T] rollout
-        assert {"loss_objective", "loss_critic", "entropy"} <= set(metrics)
-        assert all(isinstance(v, float) for v in metrics.values())
+        assert steps == 1  # minibatch_size None: one full-batch step
+        assert {"loss_objective", "loss_critic", "entropy"} <= set(metrics.keys())
         assert all(not torch.equal(a, b) for a, b in zip(before, loss.parameters(), strict=True))
+        _, steps = _update(batch, loss, estimator, optimizer, epochs=3, minibatch_size=16)
+        assert steps == 3 * 64 / 16
 
 
-def test_recompute_advantage_estimates_before_every_epoch_with_the_trained_critic() -> None:
-    """Three epochs: the estimator runs three times, each time after the previous epoch's steps
-    (its advantages differ from the once-estimated ones), and the metrics count every step."""
-    torch.manual_seed(0)
-    with make_vec_env("Hopper-v5", 4, seed=0) as env:
-        actor, _, loss, estimator, optimizer = _parts(env, ClipPPOLoss, 1e-2)
-        batch = next(iter(Collector(env, actor, 64)))
-        seen: list[torch.Tensor] = []
-        estimator.register_forward_hook(lambda m, i, out: seen.append(out["advantage"].clone()))
-        once = batch.clone()
-        with torch.no_grad():
-            estimator(once)
-        seen.clear()
-        metrics = on_policy_update(batch, loss, estimator, optimizer, epochs=3,
-                                   minibatch_size=16, recompute_advantage=True)  # fmt: skip
-        assert len(seen) == 3
-        assert torch.equal(seen[0], once["advantage"])  # before any step: the same estimate
-        assert not torch.allclose(seen[1], seen[0]) and not torch.allclose(seen[2], seen[1])
-        assert torch.equal(batch["advantage"], seen[2])
-        assert metrics["updates"] == 3 * 64 / 16
-        # epochs=1: recompute changes nothing (one estimate either way)
-        seen.clear()
-        on_policy_update(once.clone(), loss, estimator, optimizer, epochs=1, minibatch_size=16,
-                         recompute_advantage=True)  # fmt: skip
-        assert len(seen) == 1
-
-
-def test_natural_gradient_update_keeps_kl_and_owns_parameter_storage() -> None:
+def test_natural_gradient_step_keeps_kl_and_owns_parameter_storage() -> None:
     torch.manual_seed(0)
     with make_vec_env("Pendulum-v1", 4, seed=0) as env:
         actor, _, loss, estimator, optimizer = _parts(env, TRPOLoss, 1e-3, max_kl=0.01)
         collector = Collector(env, actor, 256)
-        first = natural_gradient_update(next(iter(collector)), loss, estimator, optimizer)
-        assert 0 < first["kl"] <= 0.01 and first["step_size"] > 0
-        later = natural_gradient_update(collector.rollout(), loss, estimator, optimizer)
-        assert later["kl"] <= 0.01
+        for i, batch in enumerate([next(iter(collector)), collector.rollout()]):
+            with torch.no_grad():
+                estimator(batch)
+            flat = batch.reshape(-1)
+            step = loss.actor_step(flat)
+            assert step["kl"] <= 0.01
+            if i == 0:
+                assert 0 < step["kl"] and step["step_size"] > 0
+            critic = [p.detach().clone() for p in loss.critic_network.parameters()]
+            for minibatch in minibatches(flat, None, epochs=2, in_keys=loss.in_keys):
+                optimizer_step(total_loss(loss(minibatch)), optimizer)
+            moved = zip(critic, loss.critic_network.parameters(), strict=True)
+            assert all(not torch.equal(a, b) for a, b in moved)
         for param in actor.parameters():  # not views into the step's flat vector
             assert param.untyped_storage().nbytes() == param.numel() * param.element_size()
 
 
-def test_train_on_policy_runs_the_loop_and_stops_on_callback() -> None:
-    torch.manual_seed(0)
-    with make_vec_env("CartPole-v1", 4, seed=0) as env:
-        actor, obs_norm, loss, estimator, optimizer = _parts(env, ClipPPOLoss, 3e-4)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1 - i / 4)
-        collector = Collector(env, actor, 128, total_frames=512)
-        update = partial(
-            on_policy_update, loss=loss, estimator=estimator, optimizer=optimizer, epochs=2,
-            minibatch_size=32,
-        )  # fmt: skip
-        history = train_on_policy(collector, update, scheduler=scheduler, obs_norm=obs_norm)
-        assert [row["frames"] for row in history] == [128, 256, 384, 512]
-        assert "kl_approx" in history[0] and "episode_return" in history[-1]
-        assert history[0]["lr"] == pytest.approx(3e-4) and history[1]["lr"] == pytest.approx(
-            2.25e-4
-        )
-        assert optimizer.param_groups[0]["lr"] == 0.0
-        assert obs_norm is not None and obs_norm.count > 500  # 512 observations folded in
-        seen = []
-        collector = Collector(env, actor, 128, total_frames=10_000)
-        history = train_on_policy(
-            collector, update, callback=lambda b, m: seen.append(m) or len(seen) >= 2
-        )
-        assert len(history) == len(seen) == 2
+def _tiny_ppo(tmp_path: Path, **overrides):
+    from recipes import ppo
+
+    values = dict(
+        env_id="Hopper-v5", total_frames=256, num_envs=4, frames_per_batch=64, epochs=3,
+        minibatch_size=16, eval_every=0, eval_episodes=1, eval_envs=1, hidden_sizes=(16, 16),
+        log_dir=str(tmp_path), progress=False, tensorboard=False, curve=False,
+    )  # fmt: skip
+    return ppo, configure(ppo.Config, **{**values, **overrides})
+
+
+@pytest.mark.parametrize("epochs", [3, 1])
+def test_recompute_advantage_estimates_before_every_epoch_with_the_trained_critic(
+    epochs, tmp_path, monkeypatch
+) -> None:
+    """recipes/ppo.py --recompute-advantage: the estimator runs before every epoch, each time
+    after the previous epoch's steps (its advantages then differ), the steps are all counted;
+    with one epoch it runs once a batch either way."""
+    ppo, cfg = _tiny_ppo(tmp_path, lr=1e-2, epochs=epochs, recompute_advantage=True)
+    seen: list[torch.Tensor] = []
+
+    class Recording(GAE):
+        def forward(self, tensordict, **kwargs):
+            out = super().forward(tensordict, **kwargs)
+            seen.append(out["advantage"].clone())
+            return out
+
+    monkeypatch.setattr(ppo, "GAE", Recording)
+    result = ppo.main(cfg)
+    assert len(seen) == 4 * epochs  # 4 batches
+    assert result["updates"] == 4 * epochs * 64 / 16
+    if epochs > 1:
+        for i in range(4):
+            one = seen[i * epochs : (i + 1) * epochs]
+            assert all(not torch.allclose(a, b) for a, b in zip(one[:-1], one[1:], strict=True))
+
+
+def test_the_schedule_steps_once_a_batch_and_the_norm_sees_every_observation(tmp_path) -> None:
+    """recipes/ppo.py: the learning rate logged with each batch's update decays linearly to 0 over
+    the run's batches; the observation norm folds in every collected observation."""
+    ppo, cfg = _tiny_ppo(tmp_path, lr=3e-4, epochs=2, minibatch_size=32)
+    ppo.main(cfg)
+    rows = read_csv(tmp_path / "train.csv")
+    assert [row["lr"] for row in rows] == pytest.approx([3e-4, 2.25e-4, 1.5e-4, 0.75e-4])
+    assert "kl_approx" in rows[0] and any("episode_return" in row for row in rows)
+    state = torch.load(latest_checkpoint(tmp_path) / "checkpoint.pt", weights_only=False)
+    assert state["scheduler"]["last_epoch"] == 4
+    assert state["optimizer"]["param_groups"][0]["lr"] == 0.0
+    count = next(v for k, v in state["actor"].items() if k.endswith("obs_norm.count"))
+    assert float(count) == pytest.approx(256)  # 256 observations folded in
 
 
 @pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1", "Pendulum-v1"])
@@ -196,7 +320,6 @@ def test_resume_run_marks_the_buffer_seam_only_when_episodes_restart(tmp_path: P
     """Sync envs resume exactly (no seam); async envs restart their episodes, so the newest
     stored step of every stream is marked truncated."""
     from tdrl.data import ReplayBuffer
-    from tdrl.trainers import resume_run, save_run
 
     for mode, exact in (("sync", True), ("async", False)):
         with make_vec_env("CartPole-v1", 2, mode=mode, seed=0) as env:
@@ -211,53 +334,3 @@ def test_resume_run_marks_the_buffer_seam_only_when_episodes_restart(tmp_path: P
         newest = fresh.storage["next", "truncated"][4]  # [streams, 1] of the 5th step
         assert bool(newest.all()) is not exact, mode
         assert not fresh.storage["next", "truncated"][:4].any()
-
-
-def test_ppo_update_with_seq_len_trains_on_whole_chunks_in_sequence_mode() -> None:
-    from tensordict import TensorDict
-    from tensordict.nn import TensorDictModuleBase
-    from torchrl.modules import recurrent_mode
-
-    from tdrl.trainers import ppo_update
-
-    class Recorder(TensorDictModuleBase):
-        """A loss that records what it is given: shapes, (env, step) ids and the mode."""
-
-        in_keys, out_keys = ["where"], ["loss_x"]
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.zeros(()))
-            self.seen: list[tuple[torch.Size, torch.Tensor, bool]] = []
-
-        def forward(self, td):
-            self.seen.append((td.batch_size, td["where"].clone(), bool(recurrent_mode())))
-            return TensorDict({"loss_x": self.w * 1.0}, [])
-
-    envs, steps, seq_len = 3, 12, 4
-    where = torch.stack(torch.meshgrid(torch.arange(envs), torch.arange(steps), indexing="ij"), -1)
-    batch = TensorDict({"where": where}, [envs, steps])
-    loss = Recorder()
-    optimizer = torch.optim.SGD(loss.parameters(), lr=0.1)
-    ppo_update(loss, optimizer, batch, epochs=2, minibatch_size=8, seq_len=seq_len)
-    assert len(loss.seen) == 2 * 5  # 9 chunks of 4, 2 per minibatch (8 // 4): 5 steps an epoch
-    chunks = set()
-    for size, ids, sequence_mode in loss.seen:
-        assert sequence_mode and size[1] == seq_len and size[0] in (1, 2)
-        for chunk in ids:  # one env, consecutive steps starting at a multiple of seq_len
-            env, step = chunk[:, 0], chunk[:, 1]
-            assert (env == env[0]).all() and torch.equal(step, step[0] + torch.arange(seq_len))
-            assert step[0] % seq_len == 0
-            chunks.add((int(env[0]), int(step[0])))
-    assert len(chunks) == envs * steps // seq_len  # every chunk seen
-    # on_policy_update counts the steps ppo_update takes: 6 // 4 = one chunk a minibatch, so
-    # 9 steps an epoch (not ceil(36 / 6) = 6)
-    from tdrl.trainers import on_policy_update
-
-    loss.seen.clear()
-    metrics = on_policy_update(
-        batch, loss, lambda td: td, optimizer, epochs=2, minibatch_size=6, seq_len=seq_len
-    )
-    assert metrics["updates"] == len(loss.seen) == 2 * 9
-    with pytest.raises(ValueError, match="seq_len=5 does not divide the rollout's 12 steps"):
-        ppo_update(loss, optimizer, batch, epochs=1, minibatch_size=8, seq_len=5)
