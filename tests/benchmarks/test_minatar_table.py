@@ -99,6 +99,7 @@ def line_of(table: Path, library: str) -> dict[str, Any]:
     return line
 
 
+@pytest.mark.table
 def test_a_tiny_tdrl_cell_runs_the_recipe_with_the_preset(table: tuple[Path, Path]) -> None:
     from recipes import dqn
     from tdrl.trainers import configure
@@ -113,6 +114,7 @@ def test_a_tiny_tdrl_cell_runs_the_recipe_with_the_preset(table: tuple[Path, Pat
     assert line["settings"] == mt.finite(flat_dict(expected))
 
 
+@pytest.mark.table
 @needs_sb3
 def test_a_tiny_sb3_cell_has_tdrls_q_network(table: tuple[Path, Path]) -> None:
     from tdrl.modules import MinAtarCNN
@@ -134,6 +136,7 @@ def test_a_tiny_sb3_cell_has_tdrls_q_network(table: tuple[Path, Path]) -> None:
     assert mt.settings_drift(tdrl_line, mn.MINATAR) == ([], [])
 
 
+@pytest.mark.table
 @needs_sb3
 def test_a_rerun_skips_the_done_cells_and_the_page_renders(table: tuple[Path, Path]) -> None:
     path, work = table

@@ -276,6 +276,7 @@ def test_a_tiny_tdrl_cell_writes_a_well_formed_line(tmp_path: Path) -> None:
     assert rerun.calls == [] and len(table.read_text().splitlines()) == 1
 
 
+@pytest.mark.table
 def test_a_tdrl_cell_cut_after_a_checkpoint_resumes_and_ends_as_a_straight_run(
     tmp_path: Path,
 ) -> None:

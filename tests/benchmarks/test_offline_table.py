@@ -88,6 +88,7 @@ except ImportError:
     HAVE_TIANSHOU = False
 
 
+@pytest.mark.table
 def test_each_library_trains_and_scores_the_d4rl_way(table: tuple[Path, Path]) -> None:
     lines = {line["library"]: line for line in mt.read_lines(table[0])}
     assert set(lines) == {"tdrl", "torchrl"} | ({"tianshou"} if HAVE_TIANSHOU else set())
@@ -107,6 +108,7 @@ def test_each_library_trains_and_scores_the_d4rl_way(table: tuple[Path, Path]) -
     assert lines["torchrl"]["settings"]["batch_size"] == 256
 
 
+@pytest.mark.table
 def test_a_rerun_skips_the_done_cells(
     table: tuple[Path, Path], capsys: pytest.CaptureFixture
 ) -> None:
@@ -120,6 +122,7 @@ def test_a_rerun_skips_the_done_cells(
     assert capsys.readouterr().out.count("in the table, skipped") == 2
 
 
+@pytest.mark.table
 def test_the_page_shows_the_normalized_scores(table: tuple[Path, Path]) -> None:
     lines = mt.read_lines(table[0])
     bc = next(line for line in lines if line["library"] == "tdrl")

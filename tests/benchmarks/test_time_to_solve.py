@@ -125,6 +125,7 @@ def test_tianshou_distributional_settings_build_its_algorithm(algo: str) -> None
     )
 
 
+@pytest.mark.table
 def test_tiny_distributional_runs_return_a_result() -> None:
     pytest.importorskip("tianshou")
     # Rainbow (noisy, prioritized, 3-step; dueling where the recipe has it), with gradient steps
@@ -142,18 +143,21 @@ def test_a_budget_too_small_to_solve_counts_as_inf() -> None:
     assert math.isinf(result.seconds) and result.steps == 512  # two batches of 256
 
 
+@pytest.mark.table
 def test_a_budget_too_small_to_solve_counts_as_inf_for_sb3() -> None:
     pytest.importorskip("stable_baselines3")  # the bench extra; CI installs test and dev only
     result = tts.sb3_run("dqn", "CartPole-v1", 0, 300)
     assert math.isinf(result.seconds) and result.steps == 512  # SB3 collects 256 at a time too
 
 
+@pytest.mark.table
 def test_a_budget_too_small_to_solve_counts_as_inf_for_sb3_contrib_qrdqn() -> None:
     pytest.importorskip("sb3_contrib")  # the bench extra
     result = tts.sb3_run("qrdqn", "CartPole-v1", 0, 300)
     assert math.isinf(result.seconds) and result.steps == 512
 
 
+@pytest.mark.table
 def test_recurrent_sb3_runs_with_the_zoo_policy_and_normalization() -> None:
     pytest.importorskip("sb3_contrib")  # the bench extra
     result = tts.sb3_run("ppo_lstm", "CartPoleNoVel-v1", 0, 300)

@@ -421,6 +421,7 @@ def test_mujoco_warnings_reach_the_run_log(tmp_path):
     assert "after the run" not in log
 
 
+@pytest.mark.workers
 @pytest.mark.ray
 def test_sac_collects_on_ray_workers_into_one_buffer(tmp_path):
     pytest.importorskip("ray")

@@ -3,7 +3,6 @@ resuming from a checkpoint continues exactly like an uninterrupted run; PPO solv
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -67,9 +66,7 @@ def tiny(name: str, tmp_path: Path, **overrides) -> object:
 @pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1"])
 def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path, device: str) -> None:
     cfg = tiny(name, tmp_path, env_id=env_id, device=device)
-    start = time.perf_counter()
     result = RECIPES[name].main(cfg)
-    assert time.perf_counter() - start < 30
     assert result["frames"] == cfg.run.total_frames
     assert result["eval_n_episodes"] == cfg.run.eval_episodes
     assert torch.isfinite(torch.tensor(list(result.values()))).all(), result
@@ -196,6 +193,7 @@ def test_device_flag_runs_on_cpu_and_refuses_a_missing_gpu(tmp_path: Path) -> No
         tiny("ppo", tmp_path, device="meta")
 
 
+@pytest.mark.workers
 @pytest.mark.ray
 def test_impala_on_ray_workers_sees_ratios_away_from_one_only_when_stale(tmp_path: Path) -> None:
     pytest.importorskip("ray")
@@ -216,6 +214,7 @@ def test_impala_on_ray_workers_sees_ratios_away_from_one_only_when_stale(tmp_pat
             assert max(deviation) < 1e-5
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("collector", [pytest.param("ray", marks=pytest.mark.ray), "process"])
 def test_ppo_collects_on_workers(collector: str, tmp_path: Path) -> None:
     if collector == "ray":

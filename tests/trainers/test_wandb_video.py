@@ -51,6 +51,7 @@ def test_wandb_offline_run_holds_the_logged_scalars(tmp_path):
         assert name in data, name
 
 
+@pytest.mark.slow  # a recipe in a subprocess; the W&B smoke stays
 def test_a_resumed_run_continues_its_wandb_run(tmp_path):
     pytest.importorskip("wandb")
     for resume in (False, True):
@@ -61,6 +62,7 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path):
     assert runs and all(p.name.endswith(f"-{run_id}") for p in runs)
 
 
+@pytest.mark.slow  # a recipe in a subprocess; the W&B smoke stays
 def test_video_has_one_frame_per_step_plus_the_reset(tmp_path):
     imageio = pytest.importorskip("imageio.v2")
     pytest.importorskip("imageio_ffmpeg")
