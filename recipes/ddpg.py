@@ -32,15 +32,18 @@ from tdrl.modules import (
     torch_default_init_,
 )
 from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
-from tdrl.trainers.config import ActorCriticConfig, ReplayConfig, RunConfig, WorkersConfig
+from tdrl.trainers.config import (
+    OFF_POLICY_RUN,
+    ActorCriticConfig,
+    ReplayConfig,
+    RunConfig,
+    WorkersConfig,
+)
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
-        env_id="HalfCheetah-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
-        log_every=1_000, checkpoint_every=100_000,
-    )  # fmt: skip
+    run: RunConfig = OFF_POLICY_RUN
     workers: WorkersConfig = WorkersConfig()
     replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
     ac: ActorCriticConfig = ActorCriticConfig()
@@ -77,11 +80,9 @@ def main(cfg: Config) -> dict[str, float]:
         (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)
     )
     buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
-    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
     collector = trainers.make_collector(
-        cfg.run, env, policy, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
-        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
-    )  # fmt: skip
+        cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
+    )
 
     # 4. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
@@ -91,11 +92,7 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in range(
-                run.updates_due(
-                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
-                )
-            ):
+            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
                 out = loss(buffer.sample(cfg.replay.batch_size))
                 trainers.optimizer_step(total_loss(out), optimizer)
                 target.step()

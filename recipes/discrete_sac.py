@@ -83,11 +83,9 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.replay.buffer_size, n_steps=cfg.n_steps, gamma=cfg.ac.gamma,
         generator=cfg.run.seed, device=device,
     )  # fmt: skip
-    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
     collector = trainers.make_collector(
-        cfg.run, env, actor, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
-        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
-    )  # fmt: skip
+        cfg.run, env, actor, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
+    )
 
     # 4. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer}
@@ -98,11 +96,7 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in range(
-                run.updates_due(
-                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
-                )
-            ):
+            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
                 out = loss(buffer.sample(cfg.replay.batch_size))
                 trainers.optimizer_step(total_loss(out), optimizer)
                 target.step()

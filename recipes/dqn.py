@@ -28,27 +28,28 @@ and MinAtar's small frames plainly (``tdrl.data.frames.store_frames_once``).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from tensordict.nn import TensorDictSequential
 from torchrl.data import Composite, TensorSpec
 
 from tdrl import keys, trainers
-from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer, transitions
-from tdrl.data.frames import store_frames_once
+from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
 from tdrl.envs import RewardClipping
 from tdrl.modules import EpsilonGreedy, QValueActor, linear_schedule
 from tdrl.modules.networks import q_network
 from tdrl.objectives import DQNLoss, HardUpdate, update_priority
-from tdrl.trainers.config import QLearningConfig, ReplayConfig, RunConfig
+from tdrl.trainers.config import (
+    Q_LEARNING_RUN,
+    PERConfig,
+    PixelConfig,
+    QLearningConfig,
+    ReplayConfig,
+    RunConfig,
+)
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
-        env_id="CartPole-v1", total_frames=50_000, num_envs=1, eval_every=5_000,
-        log_every=1_000, checkpoint_every=25_000,
-    )  # fmt: skip
+    run: RunConfig = Q_LEARNING_RUN
     replay: ReplayConfig = ReplayConfig(
         buffer_size=100_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.5
     )
@@ -59,30 +60,8 @@ class Config:
     """dueling value/advantage head."""
     double_dqn: bool = True
     """select the bootstrap action with the online network."""
-    n_steps: int = 1
-    """n-step returns from the buffer."""
-    prioritized: bool = False
-    """prioritized replay (proportional)."""
-    per_alpha: float = 0.6
-    """PER priority exponent."""
-    per_beta: float = 0.4
-    """PER importance-weight exponent at the start, annealed to 1 by the end."""
-    network: Literal["auto", "mlp", "cnn"] = "auto"
-    """Q network body: auto (a CNN on uint8 frames, else an MLP of hidden_sizes), mlp, or cnn."""
-    frame_stack: int = 1
-    """pixel envs: frames per observation (DQN on Atari: 4), each stored once in the buffer."""
-    terminal_on_life_loss: bool = False
-    """Atari: a lost life ends the training episode (evaluation plays whole games)."""
-    clip_rewards: bool = False
-    """learn from rewards clipped to [-1, 1] (DQN on Atari); logged returns stay the env's."""
-
-    def __post_init__(self) -> None:
-        if self.replay.steps_per_batch != 1:
-            raise ValueError(
-                "dqn.py collects --frames-per-batch frames per batch; --steps-per-batch "
-                f"{self.replay.steps_per_batch} is for the worker collectors of the other "
-                "off-policy recipes"
-            )
+    per: PERConfig = PERConfig()
+    pixels: PixelConfig = PixelConfig()
 
 
 def q_network_and_loss(
@@ -90,7 +69,7 @@ def q_network_and_loss(
 ) -> tuple[QValueActor, DQNLoss]:
     """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned) and its loss."""
     body = q_network(
-        observation_spec, action_spec, cfg.q.hidden_sizes, network=cfg.network,
+        observation_spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network,
         dueling=cfg.dueling,
     )  # fmt: skip
     qnet = QValueActor(body)
@@ -101,10 +80,9 @@ def q_network_and_loss(
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    pixel_options = dict(frame_stack=cfg.frame_stack) if cfg.frame_stack > 1 else {}
-    life_loss = dict(terminal_on_life_loss=True) if cfg.terminal_on_life_loss else {}
+    both, train = cfg.pixels.env_kwargs()  # frame stacks; Atari's life loss (training only)
     env, eval_env = trainers.make_envs(
-        cfg.run, actions="discrete", env_kwargs=pixel_options, train_env_kwargs=life_loss
+        cfg.run, actions="discrete", env_kwargs=both, train_env_kwargs=train
     )
     device = cfg.run.torch_device
 
@@ -122,23 +100,17 @@ def main(cfg: Config) -> dict[str, float]:
     loss.to(device)
     policy.to(device)
     optimizer = trainers.adam((qnet.parameters(), cfg.q.lr))
-    frames_once = store_frames_once(env.observation_spec, cfg.frame_stack)
-    storage = dict(
-        n_steps=cfg.n_steps, gamma=cfg.q.gamma, generator=cfg.run.seed, device=device,
-        frame_keys=[keys.OBSERVATION] if frames_once else None,
-        frame_stack=cfg.frame_stack if frames_once else 1,
+    buffer = make_replay_buffer(
+        cfg.replay.buffer_size, prioritized=cfg.per.prioritized, alpha=cfg.per.per_alpha,
+        beta=cfg.per.per_beta, n_steps=cfg.per.n_steps, gamma=cfg.q.gamma,
+        generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,
+        frame_stack=cfg.pixels.frame_stack,
     )  # fmt: skip
-    if cfg.prioritized:
-        buffer: ReplayBuffer = PrioritizedReplayBuffer(
-            cfg.replay.buffer_size, alpha=cfg.per_alpha, beta=cfg.per_beta, **storage
-        )
-    else:
-        buffer = ReplayBuffer(cfg.replay.buffer_size, **storage)
     collector = trainers.make_collector(
         cfg.run, env, policy, cfg.q.frames_per_batch,
         init_random_frames=cfg.replay.init_random_frames,
     )  # fmt: skip
-    clip = RewardClipping(-1.0, 1.0) if cfg.clip_rewards else None
+    clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
     # 4. the loop: store each batch, step the schedules, then the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
@@ -152,21 +124,17 @@ def main(cfg: Config) -> dict[str, float]:
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
             if isinstance(buffer, PrioritizedReplayBuffer):  # importance weights -> 1 at the end
                 buffer.beta = linear_schedule(
-                    cfg.per_beta, 1.0, cfg.run.total_frames, collector.frames
+                    cfg.per.per_beta, 1.0, cfg.run.total_frames, collector.frames
                 )
             metrics = None
-            for _ in range(
-                run.updates_due(
-                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
-                )
-            ):
+            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
                 run.updates += 1
                 sample = buffer.sample(cfg.replay.batch_size)
                 out = loss(sample)
                 trainers.optimizer_step(
                     out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
                 )
-                if cfg.prioritized:
+                if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
                 # copies counted from the run's gradient steps: a resumed run copies on time
                 target.counter = run.updates - 1

@@ -52,14 +52,6 @@ class Config:
     recurrent_size: int = 64
     """LSTM width."""
 
-    def __post_init__(self) -> None:
-        if self.replay.steps_per_batch != 1:
-            raise ValueError(
-                "drqn.py collects --frames-per-batch frames per batch; --steps-per-batch "
-                f"{self.replay.steps_per_batch} is for the worker collectors of the other "
-                "off-policy recipes"
-            )
-
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DRQN; returns the final greedy evaluation, the best one, and the counters."""
@@ -98,11 +90,7 @@ def main(cfg: Config) -> dict[str, float]:
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
             metrics = None
-            for _ in range(
-                run.updates_due(
-                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
-                )
-            ):
+            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
                 run.updates += 1
                 out = loss(buffer.sample_slices(cfg.replay.batch_size, cfg.slice_len))
                 trainers.optimizer_step(

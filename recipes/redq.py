@@ -18,6 +18,7 @@ from tdrl.data import ReplayBuffer, transitions
 from tdrl.modules import q_ensemble, tanh_gaussian_actor
 from tdrl.objectives import REDQLoss, SoftUpdate, total_loss
 from tdrl.trainers.config import (
+    OFF_POLICY_RUN,
     ActorCriticConfig,
     EntropyConfig,
     ReplayConfig,
@@ -28,10 +29,7 @@ from tdrl.trainers.config import (
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
-        env_id="HalfCheetah-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
-        log_every=1_000, checkpoint_every=100_000,
-    )  # fmt: skip
+    run: RunConfig = OFF_POLICY_RUN
     workers: WorkersConfig = WorkersConfig()
     replay: ReplayConfig = ReplayConfig(utd_ratio=20.0)  # the paper's G
     ac: ActorCriticConfig = ActorCriticConfig()
@@ -69,11 +67,9 @@ def main(cfg: Config) -> dict[str, float]:
         ([loss.log_alpha], cfg.entropy.alpha_lr),
     )
     buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
-    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
     collector = trainers.make_collector(
-        cfg.run, env, actor, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
-        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
-    )  # fmt: skip
+        cfg.run, env, actor, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
+    )
 
     # 4. the loop: store each batch, then G critic steps per env step, each with its target
     #    update; every actor_delay-th step the whole loss (actor and alpha too)
@@ -84,11 +80,7 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in range(
-                run.updates_due(
-                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
-                )
-            ):
+            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
                 run.updates += 1
                 sample = buffer.sample(cfg.replay.batch_size)
                 if run.updates % cfg.actor_delay == 0:

@@ -22,6 +22,7 @@ from tdrl.data import ReplayBuffer, transitions
 from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
 from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
 from tdrl.trainers.config import (
+    OFF_POLICY_RUN,
     ActorCriticConfig,
     ReplayConfig,
     RunConfig,
@@ -32,10 +33,7 @@ from tdrl.trainers.config import (
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
-        env_id="Hopper-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
-        log_every=1_000, checkpoint_every=100_000,
-    )  # fmt: skip
+    run: RunConfig = OFF_POLICY_RUN.replace(env_id="Hopper-v5")
     workers: WorkersConfig = WorkersConfig()
     replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
     ac: ActorCriticConfig = ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
@@ -71,11 +69,9 @@ def main(cfg: Config) -> dict[str, float]:
         (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)
     )
     buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
-    workers = 1 if cfg.workers.collector == "local" else cfg.workers.num_workers
     collector = trainers.make_collector(
-        cfg.run, env, policy, cfg.run.num_envs * cfg.replay.steps_per_batch * workers,
-        workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames,
-    )  # fmt: skip
+        cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
+    )
 
     # 4. the loop: store each batch, then the critic steps due at the update ratio; every
     #    policy_delay-th step also the actor and the targets (delayed updates)
@@ -86,11 +82,7 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in range(
-                run.updates_due(
-                    learning_starts=cfg.replay.init_random_frames, utd_ratio=cfg.replay.utd_ratio
-                )
-            ):
+            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
                 run.updates += 1
                 sample = buffer.sample(cfg.replay.batch_size)
                 if run.updates % cfg.td3.policy_delay == 0:

@@ -5,10 +5,6 @@ Estimators, losses and modules read TensorDict entries by configurable keys (Tor
 ``set_keys`` call read the same everywhere: :class:`MissingKeyError` (a ``KeyError``) names the
 module, the key and the keys the batch has; ``set_keys`` raises ``ValueError`` (TorchRL's type)
 naming the unknown names and the valid ones.
-
-One module convention lives here too, because layers that cannot import each other read it:
-:func:`noise_buffers`, the buffers a module holds as exploration noise (read by target updates
-in ``tdrl.objectives`` and by weight sends in ``tdrl.collectors``).
 """
 
 from __future__ import annotations
@@ -22,21 +18,9 @@ from tensordict.utils import NestedKey
 
 from tdrl.keys import NEXT
 
-__all__ = ["NOISE_BUFFERS", "MissingKeyError", "next_key", "noise_buffers", "renamed", "require"]
+__all__ = ["MissingKeyError", "next_key", "renamed", "require"]
 
 K = TypeVar("K")
-
-
-NOISE_BUFFERS = "noise_buffers"
-"""The class attribute naming a module's noise buffers (``NoisyLinear``'s draw, an OU process's
-state, gSDE's noise matrix): buffers that are not weights, so a target network does not copy
-them and a worker does not receive them."""
-
-
-def noise_buffers(module: torch.nn.Module) -> tuple[str, ...]:
-    """The names (local to ``module``, not recursive) of the buffers ``module`` lists in its
-    :data:`NOISE_BUFFERS` attribute; ``()`` when it lists none."""
-    return tuple(getattr(module, NOISE_BUFFERS, ()))
 
 
 class MissingKeyError(KeyError):

@@ -49,7 +49,7 @@ from tensordict import TensorDict
 from tdrl import keys
 from tdrl.collectors.collector import Collector
 from tdrl.envs import VecEnv, make_vec_env
-from tdrl.keyed import noise_buffers
+from tdrl.modules.noise import noise_buffers
 
 __all__ = ["ProcessCollector", "RayCollector", "WorkerCollector"]
 

@@ -2,6 +2,7 @@
 
 from tdrl.data.batches import (
     POLICY_OUTPUTS,
+    make_replay_buffer,
     minibatches,
     transitions,
     truncate_streams,
@@ -15,6 +16,7 @@ from tdrl.data.sum_tree import SumTree
 
 __all__ = [
     "POLICY_OUTPUTS",
+    "make_replay_buffer",
     "minibatches",
     "transitions",
     "truncate_streams",

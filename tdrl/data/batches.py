@@ -7,15 +7,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from tdrl import keys
+from tdrl.data.frames import store_frames_once
+from tdrl.data.prioritized import PrioritizedReplayBuffer
 from tdrl.data.replay_buffer import ReplayBuffer
 from tdrl.data.storage import NestedKey
 
-__all__ = ["POLICY_OUTPUTS", "minibatches", "transitions", "truncate_streams", "updates_due"]
+__all__ = [
+    "POLICY_OUTPUTS",
+    "make_replay_buffer",
+    "minibatches",
+    "transitions",
+    "truncate_streams",
+    "updates_due",
+]
 
 # What a policy writes besides the action: left out of the replay buffer, whose keys are fixed by
 # the first (random-action) batch, which has none of them.
@@ -30,6 +40,34 @@ POLICY_OUTPUTS = (
 
 # Float entries of an on-policy batch that one NaN would spread into every weight.
 _CHECKED = (keys.ADVANTAGE, keys.VALUE_TARGET, keys.ACTION_LOG_PROB)
+
+
+def make_replay_buffer(
+    capacity: int,
+    *,
+    prioritized: bool = False,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    n_steps: int = 1,
+    gamma: float = 0.99,
+    generator: int | None = None,
+    device: torch.device | str = "cpu",
+    observation_spec: Any = None,
+    frame_stack: int = 1,
+) -> ReplayBuffer:
+    """A uniform or prioritized replay buffer of ``n_steps`` transitions (their
+    ``"steps_to_next_obs"`` the losses turn into ``gamma ** k``). Given the env's
+    ``observation_spec``, stacked or large uint8 frames are stored once a step and restacked
+    at sampling (:func:`tdrl.data.frames.store_frames_once`; ``frame_stack`` frames an
+    observation)."""
+    once = observation_spec is not None and store_frames_once(observation_spec, frame_stack)
+    storage: dict[str, Any] = dict(
+        n_steps=n_steps, gamma=gamma, generator=generator, device=device,
+        frame_keys=[keys.OBSERVATION] if once else None, frame_stack=frame_stack if once else 1,
+    )  # fmt: skip
+    if prioritized:
+        return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, **storage)
+    return ReplayBuffer(capacity, **storage)
 
 
 def transitions(batch: TensorDictBase) -> TensorDictBase:

@@ -61,8 +61,9 @@ class NoisyLinear(nn.Module):
     eps_in: torch.Tensor
     eps_out: torch.Tensor
     noise_buffers = ("eps_in", "eps_out")
-    """Buffers holding the current noise draw: target updates (``hard_update_`` /
-    ``soft_update_``) leave them alone, so a target network keeps noise of its own."""
+    """Buffers holding the current noise draw (the :mod:`tdrl.modules.noise` convention): target
+    updates (``hard_update_`` / ``soft_update_``) leave them alone, so a target network keeps
+    noise of its own."""
 
     def __init__(self, in_features: int, out_features: int, sigma_init: float = 0.5) -> None:
         super().__init__()

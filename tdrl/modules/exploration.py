@@ -268,8 +268,8 @@ class OrnsteinUhlenbeckNoise(_ActionNoise):
     state: torch.Tensor
 
     noise_buffers = ("state",)
-    """The per-env process state belongs to the copy that acts: weight updates sent to
-    workers and target copies leave it alone."""
+    """The per-env process state belongs to the copy that acts (the :mod:`tdrl.modules.noise`
+    convention): weight updates sent to workers and target copies leave it alone."""
 
     def __init__(
         self,

@@ -65,8 +65,8 @@ class GSDEActor(_ProbabilisticActor):
     calls: torch.Tensor
 
     noise_buffers = ("noise", "calls")
-    """The exploration matrix and its resampling count belong to the copy that acts: weight
-    updates sent to workers leave them alone."""
+    """The exploration matrix and its resampling count belong to the copy that acts (the
+    :mod:`tdrl.modules.noise` convention): weight updates sent to workers leave them alone."""
 
     def __init__(
         self,

@@ -27,14 +27,11 @@ from tdrl.keys import (
     LOSS_VAE,
     NEXT,
 )
-from tdrl.objectives.ddpg import (
-    TWIN_CRITIC_DEFAULTS,
-    CriticOptions,
-    _DeterministicActorCritic,
-)
+from tdrl.objectives.ddpg import CriticOptions, first_critic_value, twin_critic_options
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.offpolicy import (
     OffPolicyKeys,
+    OffPolicyLoss,
     actor_critic_value,
     bellman_target,
     critic_values,
@@ -73,7 +70,7 @@ def perturbed_samples(
     return repeated, action
 
 
-class BCQLoss(_DeterministicActorCritic):
+class BCQLoss(OffPolicyLoss):
     """BCQ's three losses on data transitions ``(s, a, r, s')`` (Fujimoto et al. 2019, Alg. 1):
 
     ::
@@ -108,7 +105,7 @@ class BCQLoss(_DeterministicActorCritic):
         batch ``[B]``; action ``[B, A]``; reward and flags ``[B, 1]``.
     """
 
-    _outputs = (LOSS_ACTOR, LOSS_QVALUE, LOSS_VAE)  # type: ignore[assignment]
+    _outputs = (LOSS_ACTOR, LOSS_QVALUE, LOSS_VAE)
 
     def __init__(
         self,
@@ -120,7 +117,10 @@ class BCQLoss(_DeterministicActorCritic):
         lmbda: float = 0.75,
         **options: Unpack[CriticOptions],
     ) -> None:
-        super().__init__(actor_network, qvalue_network, **(TWIN_CRITIC_DEFAULTS | options))
+        options = twin_critic_options(type(self).__name__, options)
+        super().__init__(gamma=options["gamma"], loss_function=options["loss_function"])
+        self._init_actor(actor_network, options["delay_actor"])
+        self._init_critics(qvalue_network, options["num_qvalue_nets"], options["delay_qvalue"])
         if num_samples < 1 or not 0.0 <= lmbda <= 1.0:
             raise ValueError(
                 f"need num_samples >= 1 and lmbda in [0, 1]; got {num_samples}, {lmbda}"
@@ -129,7 +129,7 @@ class BCQLoss(_DeterministicActorCritic):
         self.num_samples, self.lmbda = num_samples, lmbda
 
     def _act(self, actor: Any, td: TensorDictBase) -> torch.Tensor:
-        """BCQ's actor perturbs a decoder sample, ``xi(s, a~)``: what the inherited actor loss
+        """BCQ's actor perturbs a decoder sample, ``xi(s, a~)``: what the actor loss
         differentiates (``Q_0`` frozen, the VAE outside the graph)."""
         return perturbed_samples(self.vae_network, actor, td, 1, self.tensor_keys.action)[1]
 
@@ -163,10 +163,25 @@ class BCQLoss(_DeterministicActorCritic):
         per_sample = (reconstruction - action).pow(2).mean(-1) + 0.5 * kl.mean(-1)
         return self._mean(per_sample, self._weights(batch))
 
+    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss_qvalue, td_error [B])``."""
+        return self._critic_regression(batch, self.value_target(batch))
+
+    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
+        """``loss_actor``: ``-mean_B w Q_0(s, xi(s, a~))`` (gradients to ``xi`` only)."""
+        action = self._act(self.actor_network, batch)
+        q = first_critic_value(self.qvalue_network, batch, action, self.tensor_keys.action)
+        return self._mean(-q, self._weights(batch))
+
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        out = super().forward(batch)
-        out[LOSS_VAE] = self.vae_loss(batch)
-        return out
+        loss_qvalue, td_error = self.qvalue_loss(batch)
+        out = {
+            LOSS_ACTOR: self.actor_loss(batch),
+            LOSS_QVALUE: loss_qvalue,
+            self.tensor_keys.priority: td_error,
+            LOSS_VAE: self.vae_loss(batch),
+        }
+        return self._output(out)
 
 
 class BCQActor(TensorDictModuleBase):

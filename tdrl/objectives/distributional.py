@@ -1,21 +1,33 @@
 """Distributional Q-learning losses: C51 (Bellemare et al. 2017, arXiv 1707.06887), QR-DQN
 (Dabney et al. 2017, arXiv 1710.10044), IQN (Dabney et al. 2018, arXiv 1806.06923) and FQF (Yang
-et al. 2019, arXiv 1911.02140), on DQN's transitions, targets and options."""
+et al. 2019, arXiv 1911.02140), on DQN's transitions, targets and options.
+
+All four sit on one base of their own, :class:`_DistributionalLoss` (DQN's construction and
+target network on :class:`~tdrl.objectives.offpolicy.OffPolicyLoss`); the quantile losses share
+the bootstrapped target quantiles (:func:`quantile_target`) and QR-DQN's quantile Huber
+regression (:meth:`_DistributionalLoss._quantile_regression`), not a class chain.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
+from torch import nn
 
 from tdrl.keys import CHOSEN_ACTION_VALUE, FRACTION_ENTROPY, LOSS, NEXT, VALUE_TARGET
-from tdrl.objectives.dqn import DQNLoss
+from tdrl.objectives.dqn import dqn_target_network
+from tdrl.objectives.offpolicy import OffPolicyLoss
 from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
 
-__all__ = ["C51Loss", "FQFLoss", "IQNLoss", "QRDQNLoss"]
+__all__ = ["C51Loss", "FQFLoss", "IQNLoss", "QRDQNLoss", "quantile_target"]
+
+# ``quantiles(network, td)`` -> ``[B, n, N]``: how a quantile loss reads a network's quantiles.
+QuantileReader = Callable[[Any, TensorDictBase], torch.Tensor]
 
 
 class DistributionalOptions(TypedDict, total=False):
@@ -27,9 +39,38 @@ class DistributionalOptions(TypedDict, total=False):
     gamma: float
 
 
-class _DistributionalLoss(DQNLoss):
-    """DQNLoss's construction, transitions and target network; the distribution per action
-    comes from ``_distribution(network, td)`` ``[B, n, K]``."""
+def _checked_kappa(kappa: float) -> float:
+    """The quantile Huber threshold, refused when negative."""
+    if kappa < 0:
+        raise ValueError(f"kappa must be >= 0, got {kappa}")
+    return kappa
+
+
+def quantile_target(
+    next_quantiles: torch.Tensor,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    discount: torch.Tensor | float,
+) -> torch.Tensor:
+    """``T theta_j = r + discount (1 - terminated) theta'_j(s', a*)`` (no gradient).
+
+    A terminated step's ``theta'(s')`` is replaced by 0, not multiplied by 0 (no NaN leak).
+
+    Shapes:
+        ``next_quantiles`` ``[B, N']``; reward, terminated, discount ``[B]`` (or a float
+        discount) -> ``[B, N']``.
+    """
+    keep = torch.where(terminated, 0.0, 1.0).to(next_quantiles.dtype) * discount
+    bootstrap = torch.where(terminated.unsqueeze(-1), 0.0, next_quantiles)
+    return reward.unsqueeze(-1) + keep.unsqueeze(-1) * bootstrap
+
+
+class _DistributionalLoss(OffPolicyLoss):
+    """DQN's construction, options, transitions and target network for the distributional
+    losses (not a public loss); the distribution per action comes from
+    ``_distribution(network, td)`` ``[B, n, K]``."""
+
+    _outputs: tuple[NestedKey, ...] = (LOSS, CHOSEN_ACTION_VALUE, VALUE_TARGET)
 
     def __init__(
         self,
@@ -39,7 +80,18 @@ class _DistributionalLoss(DQNLoss):
         unknown = sorted(set(options) - DistributionalOptions.__optional_keys__)
         if unknown:  # DQNLoss's loss_function is not theirs: refuse it rather than ignore it
             raise TypeError(f"{type(self).__name__} got unexpected options {unknown}")
-        super().__init__(value_network, **options)
+        delay_value = options.get("delay_value", True)
+        double_dqn = options.get("double_dqn", False)
+        # DQNLoss's loss_function default, which these losses do not use
+        super().__init__(gamma=options.get("gamma", 0.99), loss_function="l2")
+        target = dqn_target_network(value_network, delay_value=delay_value, double_dqn=double_dqn)
+        self.value_network = value_network
+        self.delay_value = delay_value
+        self.double_dqn = double_dqn
+        self.target_value_network = target
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.value_network, self.target_value_network)] if self.delay_value else []
 
     def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         raise NotImplementedError
@@ -51,12 +103,45 @@ class _DistributionalLoss(DQNLoss):
         return self._expected(next_target).argmax(-1)
 
     def _expected(self, distribution: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The expected return per action, ``[B, n, K]`` -> ``[B, n]``: the mean of equally
+        weighted quantiles (QR-DQN, IQN); C51 weighs its atoms by their probabilities."""
+        return distribution.mean(-1)
 
     def _pick(self, distribution: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``distribution[b, action[b]]``: ``[B, n, K]``, ``[B]`` -> ``[B, K]``."""
         index = action.view(-1, 1, 1).expand(-1, 1, distribution.shape[-1])
         return distribution.gather(1, index).squeeze(1)
+
+    def _quantile_regression(
+        self,
+        batch: TensorDictBase,
+        target_quantiles: QuantileReader,
+        taus: torch.Tensor,
+        online_quantiles: QuantileReader,
+        kappa: float,
+    ) -> TensorDictBase:
+        """QR-DQN's (and IQN's) loss: the quantile Huber loss of ``online_quantiles(net, td)``
+        (at ``taus``) against ``r + discount (1 - terminated) target_quantiles(target_net,
+        next_td)[a*]``."""
+        reward, terminated, discount = self._transition(batch)
+        with torch.no_grad():
+            next_td = self._get(batch, NEXT)
+            next_target = target_quantiles(self.target_value_network, next_td)  # [B, n, N']
+            best = self._next_action(next_td, next_target)
+            next_quantiles = self._pick(next_target, best)  # [B, N']
+            target = quantile_target(next_quantiles, reward, terminated, discount)
+        quantiles = online_quantiles(self.value_network, batch)
+        index = self._action_index(batch, quantiles.shape[-2])
+        chosen = self._pick(quantiles, index)  # [B, N]
+        per_sample = quantile_huber_loss(chosen, target, taus, kappa=kappa)
+        loss = self._mean(per_sample, self._weights(batch))
+        out = {
+            LOSS: loss,
+            self.tensor_keys.priority: per_sample.detach(),
+            CHOSEN_ACTION_VALUE: chosen.detach().mean(),
+            VALUE_TARGET: target.mean(),
+        }
+        return self._output(out)
 
 
 class C51Loss(_DistributionalLoss):
@@ -131,54 +216,19 @@ class QRDQNLoss(_DistributionalLoss):
         **options: Unpack[DistributionalOptions],
     ) -> None:
         super().__init__(value_network, **options)
-        if kappa < 0:
-            raise ValueError(f"kappa must be >= 0, got {kappa}")
-        self.kappa = kappa
+        self.kappa = _checked_kappa(kappa)
 
     def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         return network.quantiles(td)
 
-    def _expected(self, distribution: torch.Tensor) -> torch.Tensor:
-        return distribution.mean(-1)
-
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         taus = self.value_network.taus
-        return self._quantile_loss(batch, self._distribution, taus, self._distribution)
-
-    def _quantile_loss(
-        self,
-        batch: TensorDictBase,
-        target_quantiles: Any,
-        taus: torch.Tensor,
-        online_quantiles: Any,
-    ) -> TensorDictBase:
-        """The quantile Huber loss of ``online_quantiles(net, td)`` (at ``taus``) against
-        ``r + discount (1 - terminated) target_quantiles(target_net, next_td)[a*]``."""
-        reward, terminated, discount = self._transition(batch)
-        with torch.no_grad():
-            next_td = self._get(batch, NEXT)
-            next_target = target_quantiles(self.target_value_network, next_td)  # [B, n, N']
-            best = self._next_action(next_td, next_target)
-            next_quantiles = self._pick(next_target, best)  # [B, N']
-            keep = torch.where(terminated, 0.0, 1.0).to(next_quantiles.dtype) * discount
-            # a terminated step's theta'(s') is replaced by 0, not multiplied by 0 (no NaN leak)
-            bootstrap = torch.where(terminated.unsqueeze(-1), 0.0, next_quantiles)
-            target = reward.unsqueeze(-1) + keep.unsqueeze(-1) * bootstrap
-        quantiles = online_quantiles(self.value_network, batch)
-        index = self._action_index(batch, quantiles.shape[-2])
-        chosen = self._pick(quantiles, index)  # [B, N]
-        per_sample = quantile_huber_loss(chosen, target, taus, kappa=self.kappa)
-        loss = self._mean(per_sample, self._weights(batch))
-        out = {
-            LOSS: loss,
-            self.tensor_keys.priority: per_sample.detach(),
-            CHOSEN_ACTION_VALUE: chosen.detach().mean(),
-            VALUE_TARGET: target.mean(),
-        }
-        return self._output(out)
+        return self._quantile_regression(
+            batch, self._distribution, taus, self._distribution, self.kappa
+        )
 
 
-class IQNLoss(QRDQNLoss):
+class IQNLoss(_DistributionalLoss):
     """Implicit quantile networks: QR-DQN's loss at fractions drawn anew for every sample,
     ``num_taus`` for the online quantiles and ``num_target_taus`` for the target ones
     (``tau ~ U(0, 1)``; 8 and 8 in the paper). ``a*`` maximizes the mean of the target
@@ -199,7 +249,8 @@ class IQNLoss(QRDQNLoss):
         kappa: float = 1.0,
         **options: Unpack[DistributionalOptions],
     ) -> None:
-        super().__init__(value_network, kappa=kappa, **options)
+        super().__init__(value_network, **options)
+        self.kappa = _checked_kappa(kappa)
         if num_taus < 1 or num_target_taus < 1:
             raise ValueError(
                 f"num_taus and num_target_taus must be >= 1, got {num_taus}, {num_target_taus}"
@@ -212,15 +263,16 @@ class IQNLoss(QRDQNLoss):
         like = self.value_network.frequencies
         target_taus = torch.rand(B, self.num_target_taus, dtype=like.dtype, device=like.device)
         taus = torch.rand(B, self.num_taus, dtype=like.dtype, device=like.device)
-        return self._quantile_loss(
+        return self._quantile_regression(
             batch,
             lambda net, td: net.quantiles(td, target_taus),
             taus,
             lambda net, td: net.quantiles(td, taus),
+            self.kappa,
         )
 
 
-class FQFLoss(QRDQNLoss):
+class FQFLoss(_DistributionalLoss):
     """Fully parameterized quantile function: QR-DQN's loss at the fractions the network
     proposes, plus the fraction proposal's own loss (Yang et al. 2019, Algorithm 1).
 
@@ -254,7 +306,9 @@ class FQFLoss(QRDQNLoss):
     def __init__(
         self, value_network: TensorDictModuleBase, *, entropy_coeff: float = 0.0, **kwargs: Any
     ) -> None:
+        kappa = kwargs.pop("kappa", 1.0)  # QRDQNLoss's default
         super().__init__(value_network, **kwargs)
+        self.kappa = _checked_kappa(kappa)
         if entropy_coeff < 0:
             raise ValueError(f"entropy_coeff must be >= 0, got {entropy_coeff}")
         self.entropy_coeff = entropy_coeff
@@ -271,10 +325,7 @@ class FQFLoss(QRDQNLoss):
             chooser = net.quantiles_of(next_psi, next_tau_hat) if self.double_dqn else next_target
             best = net.expected(chooser, next_tau).argmax(-1)
             next_quantiles = self._pick(next_target, best)  # [B, N]
-            keep = torch.where(terminated, 0.0, 1.0).to(next_quantiles.dtype) * discount
-            # a terminated step's Z'(s') is replaced by 0, not multiplied by 0 (no NaN leak)
-            bootstrap = torch.where(terminated.unsqueeze(-1), 0.0, next_quantiles)
-            target = reward.unsqueeze(-1) + keep.unsqueeze(-1) * bootstrap
+            target = quantile_target(next_quantiles, reward, terminated, discount)
         psi = net.features(batch)
         tau, tau_hat, entropy = net.fractions(psi)
         quantiles = net.quantiles_of(psi, tau_hat.detach())  # [B, n, N]

@@ -16,6 +16,17 @@ from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
 from tdrl.objectives.target import make_target
 
 
+def dqn_target_network(
+    value_network: nn.Module, *, delay_value: bool, double_dqn: bool
+) -> nn.Module:
+    """The target network of a Q-learning loss (DQN's and the distributional ones'): a frozen
+    copy of ``value_network`` (:func:`~tdrl.objectives.target.make_target`) with
+    ``delay_value``, else the network itself; ``double_dqn`` needs the copy."""
+    if double_dqn and not delay_value:
+        raise ValueError("double_dqn=True needs delay_value=True (a separate target network)")
+    return make_target(value_network) if delay_value else value_network
+
+
 class DQNLoss(OffPolicyLoss):
     """Q-learning loss on a discrete Q network with a target network.
 
@@ -61,12 +72,11 @@ class DQNLoss(OffPolicyLoss):
         gamma: float = 0.99,
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
-        if double_dqn and not delay_value:
-            raise ValueError("double_dqn=True needs delay_value=True (a separate target network)")
+        target = dqn_target_network(value_network, delay_value=delay_value, double_dqn=double_dqn)
         self.value_network = value_network
         self.delay_value = delay_value
         self.double_dqn = double_dqn
-        self.target_value_network = make_target(value_network) if delay_value else value_network
+        self.target_value_network = target
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.value_network, self.target_value_network)] if self.delay_value else []

@@ -115,6 +115,12 @@ class OffPolicyLoss(TensorDictModuleBase):
             pairs.append((self.qvalue_network, self.target_qvalue_network))
         return pairs
 
+    def _init_actor(self, actor_network: TensorDictModuleBase, delay_actor: bool) -> None:
+        """The actor and its frozen target copy (the actor itself without ``delay_actor``)."""
+        self.actor_network = actor_network
+        self.delay_actor = delay_actor
+        self.target_actor_network = make_target(actor_network) if delay_actor else actor_network
+
     def _init_critics(
         self,
         qvalue_network: Any,
@@ -249,6 +255,18 @@ class OffPolicyLoss(TensorDictModuleBase):
     # --- computing -----------------------------------------------------------------------
     def _distance(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return distance(prediction, target, self.loss_function)
+
+    def _critic_regression(
+        self, batch: TensorDictBase, target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sum_e mean_B w l(Q_e(s, a), y), td_error [B])`` for the critic ensemble
+        ``qvalue_network`` and the target ``y`` ``[B]``; ``td_error`` is the largest
+        ``|Q_e(s, a) - y|`` over the members (PER's priority)."""
+        self._get(batch, self.tensor_keys.action)  # named if missing (the critic reads it)
+        q = critic_values(self.qvalue_network, batch, None, self.tensor_keys.action)
+        per_sample = self._distance(q, target.expand_as(q)).sum(0)
+        td_error = (q.detach() - target).abs().max(dim=0).values
+        return self._mean(per_sample, self._weights(batch)), td_error
 
     @staticmethod
     def _mean(per_sample: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:

@@ -16,8 +16,8 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from tdrl.keyed import noise_buffers
 from tdrl.keys import INDEX, TD_ERROR
+from tdrl.modules.noise import noise_buffers
 
 
 class HasTargets(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from tdrl.objectives.offpolicy import actor_critic_value, frozen
+from tdrl.objectives.ddpg import first_critic_value
 from tdrl.objectives.td3 import TD3Loss
 
 
@@ -39,10 +39,7 @@ class TD3BCLoss(TD3Loss):
                 f"TD3BCLoss: the actor's {self.tensor_keys.action!r} has shape "
                 f"{tuple(action.shape)}, the data's {tuple(data_action.shape)}"
             )
-        with frozen(self.qvalue_network):
-            q = actor_critic_value(
-                self.qvalue_network, batch, action, self.tensor_keys.action, "first"
-            )
+        q = first_critic_value(self.qvalue_network, batch, action, self.tensor_keys.action)
         lmbda = self.alpha / q.abs().mean().detach().clamp_min(1e-8)
         bc = (action - data_action).pow(2).mean(-1)
         return self._mean(-lmbda * q + bc, self._weights(batch))

@@ -19,6 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # torch depends on typing_extensions
+    from typing_extensions import dataclass_transform
+
 if TYPE_CHECKING:
     import torch
     from tensordict.nn import TensorDictModuleBase
@@ -72,6 +77,7 @@ def _check_field(name: str, value: object) -> None:
         raise ValueError(f"{flag} must be >= 0, got {value}")
 
 
+@dataclass_transform(frozen_default=True)
 def configclass(cls: type[T]) -> type[T]:
     """A frozen dataclass whose numeric fields are range-checked when it is made: counts that
     must be >= 1 or >= 0, learning rates (``lr``, ``*_lr``) finite and > 0, ``max_grad_norm``
@@ -203,6 +209,10 @@ class RunConfig:
             )
         self.torch_device  # noqa: B018  # checks --device
 
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with ``changes`` (a recipe's default run from a preset: ``OFF_POLICY_RUN``)."""
+        return dataclasses.replace(self, **changes)
+
     @property
     def torch_device(self) -> torch.device:
         """``device`` resolved ("auto": CUDA when present), checked to exist here."""
@@ -266,6 +276,19 @@ class RunConfig:
     log: LogConfig = LogConfig()
 
 
+# The run settings of the off-policy MuJoCo recipes (SAC, TD3, DDPG, REDQ): one env, 1M steps,
+# an evaluation every 10k, a train row every 1k, a checkpoint (with the buffer) every 100k.
+OFF_POLICY_RUN = RunConfig(
+    env_id="HalfCheetah-v5", total_frames=1_000_000, num_envs=1, eval_every=10_000,
+    log_every=1_000, checkpoint_every=100_000,
+)  # fmt: skip
+# The Q-learning recipes' (DQN, Rainbow) on CartPole-v1, rl-baselines3-zoo's budget.
+Q_LEARNING_RUN = RunConfig(
+    env_id="CartPole-v1", total_frames=50_000, num_envs=1, eval_every=5_000, log_every=1_000,
+    checkpoint_every=25_000,
+)  # fmt: skip
+
+
 @configclass
 class WorkersConfig:
     """Collection in other processes: Ray actors or local subprocesses."""
@@ -278,6 +301,9 @@ class WorkersConfig:
     """collector=ray|process: worker count."""
     ray_address: str = ""
     """collector=ray: a running Ray cluster to join ('auto', 'host:port'); empty: a local Ray."""
+    steps_per_batch: int = 1
+    """env steps of each env per collected batch, stored before its gradient steps (1: SB3's
+    and Tianshou's default; with collector=ray, e.g. 50: fewer round trips to the workers)."""
 
 
 @configclass
@@ -292,9 +318,40 @@ class ReplayConfig:
     """uniform random steps before the policy acts and learning starts."""
     utd_ratio: float = 1.0
     """gradient steps per env step (the update-to-data ratio)."""
-    steps_per_batch: int = 1
-    """env steps of each env per collected batch, stored before its gradient steps (1: SB3's
-    and Tianshou's default; with collector=ray, e.g. 50: fewer round trips to the workers)."""
+
+
+@configclass
+class PERConfig:
+    """Prioritized replay (Schaul et al. 2015, arXiv 1511.05952) and n-step returns."""
+
+    n_steps: int = 1
+    """n-step returns from the buffer."""
+    prioritized: bool = False
+    """prioritized replay (proportional), on the loss's per-sample priorities."""
+    per_alpha: float = 0.6
+    """PER priority exponent."""
+    per_beta: float = 0.4
+    """PER importance-weight exponent at the start, annealed to 1 by the end."""
+
+
+@configclass
+class PixelConfig:
+    """Frames as observations: the network body, frame stacks and the Atari options."""
+
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    """network body: auto (a CNN on uint8 frames, else an MLP of hidden_sizes), mlp, or cnn."""
+    frame_stack: int = 1
+    """pixel envs: frames per observation (DQN on Atari: 4), each stored once in the buffer."""
+    terminal_on_life_loss: bool = False
+    """Atari: a lost life ends the training episode (evaluation plays whole games)."""
+    clip_rewards: bool = False
+    """learn from rewards clipped to [-1, 1] (DQN on Atari); logged returns stay the env's."""
+
+    def env_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What :func:`tdrl.trainers.make_envs` takes: both envs' options, the training envs'."""
+        both = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
+        train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
+        return both, train
 
 
 @configclass

@@ -136,7 +136,7 @@ def make_collector(
     cfg: RunConfig,
     env: VecEnv,
     policy: Any,
-    frames_per_batch: int,
+    frames_per_batch: int | None = None,
     *,
     workers: WorkersConfig | None = None,
     init_random_frames: int = 0,
@@ -146,7 +146,18 @@ def make_collector(
     """tdrl's :class:`Collector` over ``env``, or with ``workers.collector`` ``"ray"`` or
     ``"process"`` a :class:`RayCollector` or :class:`ProcessCollector` of
     ``workers.num_workers`` workers with ``cfg.num_envs`` envs each, seeded like ``env`` (which
-    is then closed: the workers make their own). ``frames_per_batch`` counts all workers'."""
+    is then closed: the workers make their own). ``frames_per_batch`` counts all workers'
+    frames (default: ``workers.steps_per_batch`` steps of every env of every worker)."""
+    if frames_per_batch is not None and workers is not None and workers.steps_per_batch != 1:
+        raise ValueError(
+            f"--steps-per-batch {workers.steps_per_batch} sets the batches of the off-policy "
+            "recipes; this recipe collects --frames-per-batch frames a batch"
+        )
+    if frames_per_batch is None:
+        if workers is None:
+            raise ValueError("make_collector: give frames_per_batch, or workers to count them")
+        remote = workers.num_workers if workers.collector != "local" else 1
+        frames_per_batch = cfg.num_envs * workers.steps_per_batch * remote
     if workers is None or workers.collector == "local":
         return Collector(env, policy, frames_per_batch, cfg.total_frames, init_random_frames)
     if cfg.env_backend != "gymnasium":
@@ -550,7 +561,7 @@ class Run:
         self.done = self.end_batch(self.collector, metrics)
         return self.done
 
-    def updates_due(self, *, learning_starts: int, utd_ratio: float) -> int:
+    def updates_due(self, learning_starts: int, utd_ratio: float) -> int:
         """Gradient steps due now at ``utd_ratio`` per env step since ``learning_starts``,
         counted against :attr:`updates` (:func:`tdrl.data.updates_due`): a resumed run keeps
         the ratio."""

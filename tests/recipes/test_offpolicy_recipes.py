@@ -541,13 +541,13 @@ def test_nan_is_refused_where_a_number_bounds_a_setting():
 @pytest.mark.parametrize("name", ["dqn", "rainbow", "drqn"])
 def test_recipes_that_collect_locally_refuse_the_worker_collectors_flags(name, tmp_path):
     # dqn.py, rainbow.py and drqn.py build their own local collector: they have no --collector
-    # (no workers group), and --steps-per-batch would be ignored silently, so it is refused
-    # when the config is made, before anything starts
+    # (no workers group, which holds --steps-per-batch too): the flags are unknown, refused when
+    # the config is made, before anything starts
     module = importlib.import_module(name)
     with pytest.raises(TypeError, match=r"has no field\(s\) \['collector', 'num_workers'\]"):
         config(name, tmp_path, collector="process", num_workers=2)
     with pytest.raises(SystemExit):
         parse(module.Config, ["--collector", "process"])
-    with pytest.raises(ValueError, match="--steps-per-batch 50 is for the worker collectors"):
+    with pytest.raises(TypeError, match=r"has no field\(s\) \['steps_per_batch'\]"):
         config(name, tmp_path, steps_per_batch=50)
     assert not (tmp_path / name).exists()

@@ -322,3 +322,9 @@ def test_reinforce_and_trpo_refuse_recurrent_and_gsde_policies(name, flag, tmp_p
     cfg = tiny(name, tmp_path, env_id="Pendulum-v1", **{flag: value})
     with pytest.raises(ValueError, match=f"{name}.py has no --{flag.replace('_', '-')} policies"):
         RECIPES[name].main(cfg)
+
+
+def test_an_on_policy_recipe_refuses_steps_per_batch_it_would_ignore(tmp_path: Path) -> None:
+    cfg = tiny("ppo", tmp_path, steps_per_batch=4)
+    with pytest.raises(ValueError, match="--steps-per-batch 4 sets the batches of the off-policy"):
+        ppo.main(cfg)
