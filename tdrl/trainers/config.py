@@ -129,6 +129,7 @@ def _group_fields(config_cls: type) -> dict[str, tuple[str, ...]]:
         default = f.default if f.default is not dataclasses.MISSING else None
         group = type(default) if dataclasses.is_dataclass(default) else kind
         if group is not None and dataclasses.is_dataclass(group):
+            paths[f.name] = (f.name,)  # the whole group, by its name
             for name, path in _group_fields(group).items():
                 paths[name] = (f.name, *path)
         else:
@@ -140,7 +141,8 @@ def configure(config: type[T] | T, **values: Any) -> T:
     """A config with the fields named by their flat names (as on the command line) set,
     wherever their group is: ``configure(sac.Config, env_id="Pendulum-v1", batch_size=64)``,
     or a changed copy of a config instance: ``configure(cfg, seed=1)``. Every field not given
-    keeps its value (a class: the recipe's defaults). An unknown name is a ``TypeError`` that
+    keeps its value (a class: the recipe's defaults); a group's name replaces the whole group
+    (``configure(cfg, log=LogConfig(progress=False))``). An unknown name is a ``TypeError`` that
     names it."""
     config_cls = config if isinstance(config, type) else type(config)
     paths = _group_fields(config_cls)

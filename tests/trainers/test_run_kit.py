@@ -1,0 +1,117 @@
+"""The run kit's configs and run folder: composed configs with flat flags, configure, the saved
+config.json, and the one-line refusal of a used run folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tdrl.collectors import Collector
+from tdrl.trainers import Run, configclass, configure, make_envs, parse
+from tdrl.trainers.config import (
+    LogConfig,
+    ReplayConfig,
+    RunConfig,
+    RunFolderError,
+    _one_line_errors,
+    flat_dict,
+)
+
+
+@configclass
+class Config:
+    """A recipe's config: its own field and two groups."""
+
+    run: RunConfig = RunConfig(env_id="CartPole-v1", total_frames=16, eval_every=0)
+    replay: ReplayConfig = ReplayConfig(batch_size=32)
+    lr: float = 1e-3
+    """learning rate."""
+
+
+def test_configure_sets_flat_names_in_their_groups_and_keeps_the_other_defaults():
+    cfg = configure(Config, env_id="Pendulum-v1", batch_size=8, lr=0.5, progress=False)
+    assert (cfg.run.env_id, cfg.run.total_frames, cfg.run.eval_every) == ("Pendulum-v1", 16, 0)
+    assert (cfg.replay.batch_size, cfg.replay.buffer_size, cfg.lr) == (8, 1_000_000, 0.5)
+    assert cfg.run.log.progress is False and cfg.run.log.tensorboard is True
+    copy = configure(cfg, seed=3)  # an instance: a changed copy
+    assert (copy.run.seed, copy.run.env_id, copy.replay.batch_size) == (3, "Pendulum-v1", 8)
+    with pytest.raises(TypeError, match=r"Config has no field\(s\) \['batch', 'seed_'\]"):
+        configure(Config, batch="x", seed_=1)
+    with pytest.raises(ValueError, match=r"--batch-size must be >= 1, got 0"):
+        configure(Config, batch_size=0)  # the group checks its fields
+    with pytest.raises(ValueError, match=r"--lr \(a learning rate\) must be finite and > 0"):
+        configure(Config, lr=-1.0)  # and the recipe's own
+    assert flat_dict(cfg)["batch_size"] == 8 and "run" not in flat_dict(cfg)
+
+
+def test_the_command_line_is_flat_and_help_shows_the_description(capsys):
+    cfg = parse(Config, ["--env-id", "Acrobot-v1", "--batch-size", "4", "--no-progress"])
+    assert (cfg.run.env_id, cfg.replay.batch_size, cfg.run.log.progress) == ("Acrobot-v1", 4, False)
+    with pytest.raises(SystemExit):
+        parse(Config, ["--help"], description="Trains X.\n\n    python recipes/x.py --lr 1")
+    out = capsys.readouterr().out
+    assert "Trains X." in out and "python recipes/x.py --lr 1" in out and "--batch-size" in out
+    with pytest.raises(SystemExit):
+        parse(Config, ["--run.env-id", "CartPole-v1"])  # no prefixes on the command line
+
+
+def _run(cfg: Config, **kwargs) -> Run:
+    from tdrl.modules import actor_critic
+
+    env, eval_env = make_envs(cfg.run)
+    actor, _, _ = actor_critic(env.observation_spec, env.action_spec, hidden_sizes=(8,))
+    run = Run.from_config(cfg.run, "X", {}, eval_env=eval_env, policy=actor, **kwargs)
+    return run, Collector(env, None, 8, cfg.run.total_frames, init_random_frames=16)
+
+
+def test_a_run_saves_its_config_and_a_used_folder_is_refused_naming_the_way_out(tmp_path):
+    quiet = LogConfig(progress=False, tensorboard=False, curve=False)
+    cfg = configure(Config, log_dir=str(tmp_path), log=quiet, checkpoint_every=8)
+    run, collector = _run(cfg, config=cfg)
+    with run:
+        for _ in run.resume(collector):
+            run.step()
+        run.report()
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["batch_size"] == 32 and saved["env_id"] == "CartPole-v1"
+    assert saved["stop_at_return"] == "inf" and saved["lr"] == 1e-3
+    again, collector = _run(cfg)
+    with pytest.raises(RunFolderError, match=r"pass --resume to continue it from step 16"):
+        with again:
+            next(again.resume(collector))
+    crashed = tmp_path / "crashed"  # logs, no checkpoint: only --log-dir applies
+    crashed.mkdir()
+    (crashed / "eval.csv").write_text("step,return_mean\n8,1.0\n")
+    fresh, collector = _run(configure(cfg, log_dir=str(crashed)))
+    with pytest.raises(RunFolderError, match=r"no checkpoint to resume from: pass --log-dir"):
+        with fresh:
+            next(fresh.resume(collector))
+
+
+def test_on_the_command_line_a_refused_folder_is_one_line_not_a_traceback(capsys):
+    error = RunFolderError("the run folder 'x' holds a previous run (eval.csv): pass --log-dir")
+    _one_line_errors(RunFolderError, error, None)
+    assert capsys.readouterr().err == f"error: {error}\n"
+    try:
+        raise ValueError("other errors keep their traceback")
+    except ValueError as other:
+        _one_line_errors(ValueError, other, other.__traceback__)
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_checkpoint_holds_only_the_filled_part_of_a_large_replay_buffer(tmp_path):
+    from tdrl.data import ReplayBuffer, transitions
+
+    quiet = LogConfig(progress=False, tensorboard=False, curve=False)
+    cfg = configure(Config, log_dir=str(tmp_path), log=quiet, checkpoint_every=16)
+    buffer = ReplayBuffer(1_000_000)  # 1M transitions of CartPole: ~60 MB if stored whole
+    run, collector = _run(cfg, buffer=buffer)
+    with run:
+        for batch in run.resume(collector):
+            buffer.extend(transitions(batch))
+            run.step()
+        run.report()
+    folder = next((tmp_path / "checkpoints").iterdir())
+    size = sum(f.stat().st_size for f in (folder / "buffer").rglob("*") if f.is_file())
+    assert len(buffer) == 16 and size < 100_000
