@@ -10,7 +10,8 @@ buying less: they are rebuilt here only to show the figure.
 Operations (one CPU thread, subnormals flushed as in the recipes):
 - DQN gradient step: CartPole shapes, batch 64, 256x256 MLP, Huber, clip 10 (the recipe's loop).
 - SAC gradient step: HalfCheetah shapes, batch 256, 256x256 MLPs, twin critics, auto alpha.
-- PPO minibatch step: Hopper shapes, 64x64 MLPs, minibatch 64 (recipes/ppo.py's epoch loop, LambdaLR on).
+- PPO minibatch step: Hopper shapes, 64x64 MLPs, minibatch 64 (recipes/ppo.py's epoch loop,
+  LambdaLR on).
 - collector step: HalfCheetah-v5 x 8 sync envs, a 64x64 tanh Gaussian MLP policy; and Hopper-v5 x 1
   env, one step a batch (the SAC/TD3 recipes' default), alone and with each batch added to a buffer.
 - buffer add of one [8] step / sample of 256: HalfCheetah-shaped transitions.

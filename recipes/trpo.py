@@ -63,6 +63,7 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
+    cfg.net.refuse_memory("trpo.py")  # feed-forward, state-independent log-std policies only
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device

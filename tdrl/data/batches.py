@@ -152,7 +152,8 @@ def minibatches(
     if seq_len is not None and minibatch_size is not None:
         step = max(minibatch_size // seq_len, 1)  # whole chunks
     for _ in range(epochs):
-        shuffled = flat[torch.randperm(size, generator=generator, device=flat.device)]
+        # the permutation is drawn on the CPU (the CPU generator, whatever the batch's device)
+        shuffled = flat[torch.randperm(size, generator=generator).to(flat.device)]
         for start in range(0, size, step):
             yield shuffled[start : start + step]
 

@@ -159,8 +159,9 @@ def _build(cls: type, default: Any, values: dict[tuple[str, ...], Any]) -> Any:
         own = {path[1:]: v for path, v in values.items() if path[0] == f.name}
         if not own:
             continue
-        if () in own:
-            kwargs[f.name] = own[()]
+        if () in own:  # a whole group, then any of its fields given by name on top
+            group = own.pop(())
+            kwargs[f.name] = _build(type(group), group, own) if own else group
             continue
         current = getattr(default, f.name) if default is not None else f.default
         kwargs[f.name] = _build(type(current), current, own)
@@ -504,6 +505,13 @@ class NetworkConfig:
         """``seq_len`` for a recurrent actor, else None (minibatches of single steps)."""
         return None if self.recurrent == "none" else self.seq_len
 
+    def refuse_memory(self, recipe: str = "") -> None:
+        """Raise, naming the flag, if a recurrent or gSDE policy is asked of a recipe that has
+        none (call it before the envs are made)."""
+        if self.recurrent != "none" or self.sde_sample_freq:
+            flag = "--recurrent" if self.recurrent != "none" else "--sde-sample-freq"
+            raise ValueError(f"{recipe or 'this recipe'} has no {flag} policies")
+
     def build(
         self,
         observation_spec: Composite,
@@ -521,9 +529,8 @@ class NetworkConfig:
 
         from tdrl.modules import actor_critic
 
-        if not memory and (self.recurrent != "none" or self.sde_sample_freq):
-            flag = "--recurrent" if self.recurrent != "none" else "--sde-sample-freq"
-            raise ValueError(f"{recipe or 'this recipe'} has no {flag} policies")
+        if not memory:
+            self.refuse_memory(recipe)
         actor, critic, obs_norm = actor_critic(
             observation_spec, action_spec, hidden_sizes=self.hidden_sizes,
             init_log_std=self.init_log_std, normalize_observations=self.normalize_observations,

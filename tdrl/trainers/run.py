@@ -149,6 +149,7 @@ def make_collector(
     is then closed: the workers make their own). ``frames_per_batch`` counts all workers'
     frames (default: ``workers.steps_per_batch`` steps of every env of every worker)."""
     if frames_per_batch is not None and workers is not None and workers.steps_per_batch != 1:
+        env.close()  # the recipe's training envs (async: subprocesses) end here
         raise ValueError(
             f"--steps-per-batch {workers.steps_per_batch} sets the batches of the off-policy "
             "recipes; this recipe collects --frames-per-batch frames a batch"
@@ -483,7 +484,7 @@ class Run:
         self.last_eval: dict[str, float] = {}
         self.metrics: dict[str, Any] = {}
         self.frames = 0
-        # worker restarts the buffer has been told of (offpolicy.store cuts the streams)
+        # worker restarts the buffer has been told of (Run.resume cuts the streams)
         self.restarts_seen = 0
         self.collector: CollectorLike | None = None
         self._logger: Logger | None = None
@@ -677,7 +678,7 @@ class Run:
 
     def _log_warnings(self) -> None:
         """From now to :meth:`close`, every warning shown is also appended to the run folder's
-        ``warnings.log``, after those :func:`setup` saw while it made the envs."""
+        ``warnings.log``, after those :func:`make_envs` saw while it made the envs."""
         path = self.log_dir / WARNINGS_LOG
         with path.open("a") as file:
             file.writelines(_setup_warnings)

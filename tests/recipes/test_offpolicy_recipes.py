@@ -274,8 +274,8 @@ def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
 
 
 def test_td3_and_td3bc_take_the_same_td3_flags():
-    # td3.py and offline.py (--algo td3bc) share trainers.TD3Config: one definition of the
-    # delayed, smoothed targets' flags, with one meaning and one check.
+    # td3.py and offline.py (--algo td3bc) share tdrl.trainers.config.TD3Config: one definition
+    # of the delayed, smoothed targets' flags, with one meaning and one check.
     args = ["--policy-delay", "3", "--policy-noise", "0.1", "--noise-clip", "0.3"]
     for name in ("td3", "offline"):
         module = importlib.import_module(name)
@@ -402,7 +402,7 @@ def test_sac_solves_pendulum(tmp_path):
 
 
 def test_mujoco_warnings_reach_the_run_log(tmp_path):
-    # MuJoCo warns ("settotalmass is deprecated") while setup() loads HalfCheetah's model; the
+    # MuJoCo warns ("settotalmass is deprecated") while make_envs() loads HalfCheetah's model; the
     # run's warnings.log keeps it, with the warnings shown during the run.
     import warnings
 

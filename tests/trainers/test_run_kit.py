@@ -43,6 +43,11 @@ def test_configure_sets_flat_names_in_their_groups_and_keeps_the_other_defaults(
     with pytest.raises(ValueError, match=r"--lr \(a learning rate\) must be finite and > 0"):
         configure(Config, lr=-1.0)  # and the recipe's own
     assert flat_dict(cfg)["batch_size"] == 8 and "run" not in flat_dict(cfg)
+    # a whole group and a field of it by name: the field applies on top of the group
+    both = configure(Config, log=LogConfig(curve=False), progress=False)
+    assert (both.run.log.curve, both.run.log.progress) == (False, False)
+    both = configure(Config, run=RunConfig(env_id="Acrobot-v1"), seed=3)
+    assert (both.run.env_id, both.run.seed, both.run.total_frames) == ("Acrobot-v1", 3, 200_000)
 
 
 def test_the_command_line_is_flat_and_help_shows_the_description(capsys):
