@@ -17,15 +17,7 @@ from __future__ import annotations
 
 import math
 
-import torch
-from tensordict.nn import TensorDictModuleBase
-from torchrl.modules import set_recurrent_mode
-
 from tdrl import trainers
-from tdrl.data import minibatches
-from tdrl.estimators import GAE
-from tdrl.modules import RewardScaling, ValueTargetScaling
-from tdrl.objectives import A2CLoss, total_loss
 from tdrl.trainers.config import (
     AdvantageConfig,
     NetworkConfig,
@@ -51,6 +43,16 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train A2C as configured; returns the last evaluation and the last update's metrics."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+    from tensordict.nn import TensorDictModuleBase
+    from torchrl.modules import set_recurrent_mode
+
+    from tdrl.data import minibatches
+    from tdrl.estimators import GAE
+    from tdrl.modules import RewardScaling, ValueTargetScaling
+    from tdrl.objectives import A2CLoss, total_loss
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device

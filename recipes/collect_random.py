@@ -10,11 +10,7 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-import torch
-
 from tdrl import trainers
-from tdrl.collectors import Collector
-from tdrl.envs import make_vec_env
 
 
 @trainers.configclass
@@ -35,6 +31,12 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Collects ``cfg.total_frames`` random steps and returns throughput and mean return."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+
+    from tdrl.collectors import Collector
+    from tdrl.envs import make_vec_env
+
     torch.set_num_threads(1)
     returns: list[float] = []
     # 1. envs and a collector without a policy (uniform random actions)

@@ -16,22 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from tensordict.nn import TensorDictSequential
-from torch import nn
-
 from tdrl import trainers
-from tdrl.data import ReplayBuffer, transitions
-from tdrl.modules import (
-    AdditiveGaussianNoise,
-    OrnsteinUhlenbeckNoise,
-    StateActionCritic,
-    action_bounds,
-    deterministic_actor,
-    flat_dims,
-    mlp,
-    torch_default_init_,
-)
-from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
 from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
@@ -55,6 +40,23 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DDPG; returns the final deterministic evaluation and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from tensordict.nn import TensorDictSequential
+    from torch import nn
+
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.modules import (
+        AdditiveGaussianNoise,
+        OrnsteinUhlenbeckNoise,
+        StateActionCritic,
+        action_bounds,
+        deterministic_actor,
+        flat_dims,
+        mlp,
+        torch_default_init_,
+    )
+    from tdrl.objectives import DDPGLoss, SoftUpdate, total_loss
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device

@@ -11,20 +11,7 @@ The twin critics are one batched ensemble, and 1k uniform random steps fill the 
 
 from __future__ import annotations
 
-from torch import nn
-
 from tdrl import trainers
-from tdrl.data import ReplayBuffer, transitions
-from tdrl.keys import ACTION_VALUE, OBSERVATION
-from tdrl.modules import (
-    CategoricalActor,
-    EnsembleCritic,
-    EnsembleMLP,
-    flat_dims,
-    mlp,
-    torch_default_init_,
-)
-from tdrl.objectives import DiscreteSACLoss, SoftUpdate, total_loss
 from tdrl.trainers.config import (
     ActorCriticConfig,
     EntropyConfig,
@@ -54,6 +41,21 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train discrete SAC; returns the final deterministic evaluation and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from torch import nn
+
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.keys import ACTION_VALUE, OBSERVATION
+    from tdrl.modules import (
+        CategoricalActor,
+        EnsembleCritic,
+        EnsembleMLP,
+        flat_dims,
+        mlp,
+        torch_default_init_,
+    )
+    from tdrl.objectives import DiscreteSACLoss, SoftUpdate, total_loss
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
     device = cfg.run.torch_device

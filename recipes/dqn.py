@@ -28,15 +28,9 @@ and MinAtar's small frames plainly (``tdrl.data.frames.store_frames_once``).
 
 from __future__ import annotations
 
-from tensordict.nn import TensorDictSequential
-from torchrl.data import Composite, TensorSpec
+from typing import TYPE_CHECKING
 
 from tdrl import keys, trainers
-from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
-from tdrl.envs import RewardClipping
-from tdrl.modules import EpsilonGreedy, QValueActor, linear_schedule
-from tdrl.modules.networks import q_network
-from tdrl.objectives import DQNLoss, HardUpdate, update_priority
 from tdrl.trainers.config import (
     Q_LEARNING_RUN,
     PERConfig,
@@ -45,6 +39,12 @@ from tdrl.trainers.config import (
     ReplayConfig,
     RunConfig,
 )
+
+if TYPE_CHECKING:
+    from torchrl.data import Composite, TensorSpec
+
+    from tdrl.modules import QValueActor
+    from tdrl.objectives import DQNLoss
 
 
 @trainers.configclass
@@ -68,6 +68,10 @@ def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
 ) -> tuple[QValueActor, DQNLoss]:
     """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned) and its loss."""
+    from tdrl.modules import QValueActor
+    from tdrl.modules.networks import q_network
+    from tdrl.objectives import DQNLoss
+
     body = q_network(
         observation_spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network,
         dueling=cfg.dueling,
@@ -79,6 +83,14 @@ def q_network_and_loss(
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
+    from tdrl.envs import RewardClipping
+    from tdrl.modules import EpsilonGreedy, linear_schedule
+    from tdrl.objectives import HardUpdate, update_priority
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     both, train = cfg.pixels.env_kwargs()  # frame stacks; Atari's life loss (training only)
     env, eval_env = trainers.make_envs(
@@ -136,9 +148,7 @@ def main(cfg: Config) -> dict[str, float]:
                 )
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
-                # copies counted from the run's gradient steps: a resumed run copies on time
-                target.counter = run.updates - 1
-                target.step()
+                target.step(run.updates)  # counted from the run's steps: on time after a resume
                 metrics = {
                     keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
                     "epsilon": exploration.eps,

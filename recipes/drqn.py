@@ -24,14 +24,7 @@ only delays learning here: the policy acts from the first step.
 
 from __future__ import annotations
 
-import torch
-from tensordict.nn import TensorDictSequential
-
 from tdrl import keys, trainers
-from tdrl.data import ReplayBuffer, transitions
-from tdrl.keys import EMBED, OBSERVATION
-from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
-from tdrl.objectives import DRQNLoss, HardUpdate
 from tdrl.trainers.config import QLearningConfig, ReplayConfig, RunConfig
 
 
@@ -55,6 +48,15 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DRQN; returns the final greedy evaluation, the best one, and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.keys import EMBED, OBSERVATION
+    from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
+    from tdrl.objectives import DRQNLoss, HardUpdate
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
     device = cfg.run.torch_device
@@ -96,9 +98,7 @@ def main(cfg: Config) -> dict[str, float]:
                 trainers.optimizer_step(
                     out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
                 )
-                # copies counted from the run's gradient steps: a resumed run copies on time
-                target.counter = run.updates - 1
-                target.step()
+                target.step(run.updates)  # counted from the run's steps: on time after a resume
                 metrics = {
                     keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
                     "epsilon": exploration.eps,

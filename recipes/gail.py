@@ -24,17 +24,9 @@ Hopper-like tasks, where staying up is what the expert does.
 from __future__ import annotations
 
 import math
-
-import torch
-from tensordict import TensorDict
-from torch import nn
-from torchrl.modules import set_recurrent_mode
+from typing import TYPE_CHECKING
 
 from tdrl import keys, trainers
-from tdrl.data import load_minari, minibatches
-from tdrl.estimators import GAE
-from tdrl.modules import RunningObservationNorm, StateActionCritic, action_bounds, flat_dims, mlp
-from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward, total_loss
 from tdrl.trainers.config import (
     AdvantageConfig,
     NetworkConfig,
@@ -43,6 +35,9 @@ from tdrl.trainers.config import (
     RunConfig,
     WorkersConfig,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 @trainers.configclass
@@ -75,6 +70,10 @@ class Config:
 
 def expert_pairs(dataset: str, episodes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The observations and actions ``[n, *]`` of the dataset's first ``episodes`` episodes."""
+    import torch
+
+    from tdrl.data import load_minari
+
     if episodes < 1:
         raise ValueError(f"expert_episodes must be >= 1, got {episodes}")
     data = load_minari(dataset).storage[:, 0]  # one stream, episode after episode
@@ -88,6 +87,23 @@ def expert_pairs(dataset: str, episodes: int) -> tuple[torch.Tensor, torch.Tenso
 
 def main(cfg: Config) -> dict[str, float]:
     """Train GAIL as configured; returns the last evaluation and the last update's metrics."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+    from tensordict import TensorDict
+    from torch import nn
+    from torchrl.modules import set_recurrent_mode
+
+    from tdrl.data import minibatches
+    from tdrl.estimators import GAE
+    from tdrl.modules import (
+        RunningObservationNorm,
+        StateActionCritic,
+        action_bounds,
+        flat_dims,
+        mlp,
+    )
+    from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward, total_loss
+
     if cfg.onpolicy.scale_rewards:  # the rewards are the discriminator's
         raise ValueError("--scale-rewards does not apply to GAIL")
     # 1. envs: seeds and threads, the training envs and a separate evaluation env

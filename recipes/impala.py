@@ -27,14 +27,7 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torchrl.modules import set_recurrent_mode
-
 from tdrl import keys, trainers
-from tdrl.collectors import WorkerCollector
-from tdrl.data import minibatches
-from tdrl.estimators import VTrace
-from tdrl.objectives import A2CLoss, total_loss
 from tdrl.trainers.config import (
     AdvantageConfig,
     NetworkConfig,
@@ -63,6 +56,15 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train IMPALA as configured; returns the last evaluation and the last update's metrics."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+    from torchrl.modules import set_recurrent_mode
+
+    from tdrl.collectors import WorkerCollector
+    from tdrl.data import minibatches
+    from tdrl.estimators import VTrace
+    from tdrl.objectives import A2CLoss, total_loss
+
     if cfg.onpolicy.scale_rewards:  # no per-env return across batches in arrival order
         raise ValueError("--scale-rewards does not apply to IMPALA")
     # 1. envs: seeds and threads, the training envs (with Ray, the workers make their own) and a

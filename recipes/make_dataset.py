@@ -27,18 +27,14 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
-from tensordict.nn import TensorDictModuleBase
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from tdrl import keys, trainers
-from tdrl.collectors import Collector
-from tdrl.data import ReplayBuffer, save_minari
-from tdrl.envs import VecEnv, make_vec_env
-from tdrl.modules import actor_critic, tanh_gaussian_actor
-from tdrl.trainers.run import BUFFER_DIR, CHECKPOINT, CONFIG_FILE
+
+if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModuleBase
+
+    from tdrl.envs import VecEnv
 
 
 @trainers.configclass
@@ -75,6 +71,8 @@ class Config:
 def run_settings(cfg: Config) -> Config:
     """``cfg`` with what it leaves open (``env_id``, ``hidden_sizes``, ``activation``) filled
     from the run folder's ``config.json`` where it has one, else with the defaults."""
+    from tdrl.trainers.run import CONFIG_FILE
+
     saved: dict[str, Any] = {}
     if cfg.kind != "random" and cfg.run and (Path(cfg.run) / CONFIG_FILE).is_file():
         saved = json.loads((Path(cfg.run) / CONFIG_FILE).read_text())
@@ -95,6 +93,10 @@ def run_settings(cfg: Config) -> Config:
 
 def load_actor(cfg: Config, env: VecEnv, path: Path) -> TensorDictModuleBase:
     """The actor of the checkpoint at ``path``, built as ``cfg.algo``'s recipe builds it."""
+    from torch import nn
+
+    from tdrl.modules import actor_critic, tanh_gaussian_actor
+
     payload = trainers.load_checkpoint(path, restore_rng=False)
     if cfg.algo == "ppo":
         if "actor" not in payload:
@@ -124,6 +126,14 @@ def load_actor(cfg: Config, env: VecEnv, path: Path) -> TensorDictModuleBase:
 
 def main(cfg: Config) -> str:
     """Write the dataset; returns its id."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+
+    from tdrl.collectors import Collector
+    from tdrl.data import ReplayBuffer, save_minari
+    from tdrl.envs import make_vec_env
+    from tdrl.trainers.run import BUFFER_DIR, CHECKPOINT
+
     # 1. the run's checkpoint and settings (policy, replay)
     checkpoint = None
     if cfg.kind != "random":

@@ -22,32 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import torch
-from tensordict.nn import TensorDictSequential
-
 from tdrl import trainers
-from tdrl.data import load_minari
-from tdrl.modules import (
-    actor_critic,
-    bcq_perturbation,
-    bcq_vae,
-    deterministic_actor,
-    q_ensemble,
-    tanh_gaussian_actor,
-)
-from tdrl.objectives import (
-    BCLoss,
-    BCQActor,
-    BCQLoss,
-    CQLLoss,
-    CRRLoss,
-    IQLLoss,
-    SoftUpdate,
-    TD3BCLoss,
-    total_loss,
-)
 from tdrl.trainers.config import ActorCriticConfig, EntropyConfig, RunConfig, TD3Config
-from tdrl.trainers.offline import normalize_dataset_observations
 
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
 # Gu 2021, sec. 5).
@@ -93,6 +69,32 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train ``cfg.algo`` on ``cfg.dataset``; returns the final evaluation and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.data import load_minari
+    from tdrl.modules import (
+        actor_critic,
+        bcq_perturbation,
+        bcq_vae,
+        deterministic_actor,
+        q_ensemble,
+        tanh_gaussian_actor,
+    )
+    from tdrl.objectives import (
+        BCLoss,
+        BCQActor,
+        BCQLoss,
+        CQLLoss,
+        CRRLoss,
+        IQLLoss,
+        SoftUpdate,
+        TD3BCLoss,
+        total_loss,
+    )
+    from tdrl.trainers.offline import normalize_dataset_observations
+
     # 1. envs (evaluation only) and the dataset as a replay buffer
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     env.close()

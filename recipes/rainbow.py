@@ -4,14 +4,11 @@ noisy nets (Fortunato et al. 2017, 1706.10295), dueling heads, n-step returns an
 replay as options: Rainbow (Hessel et al. 2017, 1710.02298) is --algo c51 --noisy --dueling
 --prioritized --n-steps 3.
 
-Defaults are recipes/dqn.py's (rl-baselines3-zoo's CartPole-v1 DQN settings, double Q) with
---algo c51: a support of 51 atoms on [0, 100] (CartPole's discounted returns; Bellemare et al.'s
-Atari support is [-10, 10] on clipped rewards), 25 quantiles for QR-DQN (the paper's 200 compare
-40,000 pairs a sample), 8 online and 8 target fractions for IQN, 32 proposed fractions for FQF at
-the paper's fraction learning rate (Atari's, also Tianshou's CartPole test; Adam instead of the
-paper's RMSprop, the proposal network a group of the one optimizer). Noisy nets: every linear
-layer noisy and no epsilon, as Hessel et al.; Tianshou's Rainbow makes only the heads' output
-layers noisy (--noisy-layers heads, --noisy-std 0.1) and keeps epsilon (--noisy-epsilon).
+Defaults are recipes/dqn.py's (rl-baselines3-zoo's CartPole-v1 DQN settings, double Q), a C51
+support of 51 atoms on [0, 100] (CartPole's discounted returns), 25 quantiles (QR-DQN), 8+8
+fractions (IQN), 32 proposed fractions at the paper's fraction lr (FQF), and every linear layer
+noisy with no epsilon under --noisy (Hessel et al.; Tianshou's Rainbow: --noisy-layers heads
+--noisy-std 0.1 --noisy-epsilon). On uint8 frames the network is a CNN, as in dqn.py.
 
     python recipes/rainbow.py                              # C51 on CartPole-v1
     python recipes/rainbow.py --algo qrdqn --num-quantiles 10
@@ -19,40 +16,17 @@ layers noisy (--noisy-layers heads, --noisy-std 0.1) and keeps epsilon (--noisy-
     python recipes/rainbow.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --noisy --dueling --prioritized --n-steps 3 \
         --v-min -10 --v-max 10                             # Rainbow on Atari (C51's support)
-
-On uint8 frames the network is a CNN (--network auto, as in dqn.py; IQN and FQF embed its hidden
-features), and stacked or large frames are stored once per step.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from tensordict.nn import TensorDictSequential
-from torch import nn
-from torchrl.data import Composite, TensorSpec
+from typing import TYPE_CHECKING
 
 from tdrl import keys, trainers
-from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
-from tdrl.envs import RewardClipping
-from tdrl.modules import (
-    CategoricalQValueActor,
-    EpsilonGreedy,
-    FQFQValueActor,
-    IQNQValueActor,
-    QuantileQValueActor,
-    ResampleNoise,
-    flat_dims,
-    linear_schedule,
-    q_mlp,
-    reset_noise,
-    to_noisy,
-    torch_default_init_,
-)
-from tdrl.modules.networks import pixel_network, q_network
-from tdrl.objectives import C51Loss, FQFLoss, HardUpdate, IQNLoss, QRDQNLoss, update_priority
 from tdrl.trainers.config import (
     Q_LEARNING_RUN,
+    DistributionalConfig,
+    NoisyConfig,
     PERConfig,
     PixelConfig,
     QLearningConfig,
@@ -61,6 +35,12 @@ from tdrl.trainers.config import (
 )
 
 TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF"}
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torchrl.data import Composite, TensorSpec
+
+    from tdrl.objectives import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
 
 
 @trainers.configclass
@@ -72,30 +52,8 @@ class Config:
     q: QLearningConfig = QLearningConfig(
         lr=2.3e-3, eps_end=0.04, eps_frames=8_000, target_update_interval=128
     )
-    algo: Literal["c51", "qrdqn", "iqn", "fqf"] = "c51"
-    """the return distribution: atoms (c51), quantiles (qrdqn), sampled (iqn) or proposed (fqf)."""
-    num_atoms: int = 51
-    """c51: atoms of the support."""
-    v_min: float = 0.0
-    """c51: lowest return of the support (returns beyond it are clamped; Atari: -10)."""
-    v_max: float = 100.0
-    """c51: highest return of the support (CartPole's discounted returns lie in [0, 100])."""
-    num_quantiles: int = 25
-    """qrdqn: quantiles per action (the paper: 200; the loss compares N x N pairs a sample)."""
-    num_fractions: int = 32
-    """fqf: fractions per state (32 in the paper)."""
-    fraction_lr: float = 2.5e-9
-    """fqf: learning rate of the fraction proposal network (the paper's, with Adam here)."""
-    fraction_entropy_coeff: float = 0.0
-    """fqf: weight of the proposal's entropy bonus."""
-    noisy: bool = False
-    """noisy linear layers (new noise every env and gradient step) explore instead of epsilon."""
-    noisy_std: float = 0.5
-    """--noisy: initial sigma_0 of every noisy layer (Fortunato et al.: 0.5; Tianshou: 0.1)."""
-    noisy_layers: Literal["all", "heads"] = "all"
-    """--noisy: every linear layer (Hessel et al.) or each head's output layer (Tianshou)."""
-    noisy_epsilon: bool = False
-    """--noisy: keep epsilon-greedy on top of the noise (Tianshou's Rainbow; Hessel et al.: off)."""
+    dist: DistributionalConfig = DistributionalConfig()
+    noise: NoisyConfig = NoisyConfig()
     dueling: bool = False
     """dueling value/advantage head, per atom (c51 and qrdqn)."""
     double_dqn: bool = True
@@ -107,50 +65,54 @@ class Config:
 def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
 ) -> tuple[nn.Module, C51Loss | QRDQNLoss | IQNLoss | FQFLoss]:
-    """The greedy distributional Q actor of ``cfg.algo`` (SB3's init, which the zoo tuned;
-    noisy layers where asked) and its loss."""
-    if cfg.dueling and cfg.algo in ("iqn", "fqf"):
-        raise ValueError(f"--dueling is for --algo c51 and qrdqn, not {cfg.algo}")
-    common = dict(double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
+    """The greedy distributional Q actor of ``--algo`` (SB3's init, which the zoo tuned; noisy
+    layers where asked) and its loss."""
+    from tdrl.modules import (
+        CategoricalQValueActor,
+        FQFQValueActor,
+        IQNQValueActor,
+        QuantileQValueActor,
+    )
+    from tdrl.modules.networks import q_network, quantile_embedding_parts
+    from tdrl.objectives import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
+
+    d, common = cfg.dist, dict(double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
+    if cfg.dueling and d.algo in ("iqn", "fqf"):
+        raise ValueError(f"--dueling is for --algo c51 and qrdqn, not {d.algo}")
     num_actions = int(action_spec.space.n)
-    if cfg.algo in ("c51", "qrdqn"):  # num_actions x atoms outputs
-        atoms = cfg.num_atoms if cfg.algo == "c51" else cfg.num_quantiles
-        body = q_network(
-            observation_spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network,
-            dueling=cfg.dueling, atoms=atoms,
-        )  # fmt: skip
-        if cfg.noisy:
-            to_noisy(body, cfg.noisy_std, heads_only=cfg.noisy_layers == "heads")
-        if cfg.algo == "c51":
-            actor = CategoricalQValueActor(
-                body, num_actions, v_min=cfg.v_min, v_max=cfg.v_max, num_atoms=cfg.num_atoms
+    net = dict(network=cfg.pixels.network, noisy_std=cfg.noise.std,
+               noisy_heads_only=cfg.noise.noisy_layers == "heads")  # fmt: skip
+    if d.algo in ("c51", "qrdqn"):  # num_actions x atoms outputs
+        atoms = d.num_atoms if d.algo == "c51" else d.num_quantiles
+        body = q_network(observation_spec, action_spec, cfg.q.hidden_sizes, dueling=cfg.dueling,
+                         atoms=atoms, **net)  # fmt: skip
+        if d.algo == "c51":
+            c51 = CategoricalQValueActor(
+                body, num_actions, v_min=d.v_min, v_max=d.v_max, num_atoms=d.num_atoms
             )
-            return actor, C51Loss(actor, **common)
-        quantiles = QuantileQValueActor(body, num_actions, num_quantiles=cfg.num_quantiles)
+            return c51, C51Loss(c51, **common)
+        quantiles = QuantileQValueActor(body, num_actions, num_quantiles=d.num_quantiles)
         return quantiles, QRDQNLoss(quantiles, **common)
-    # IQN, FQF: state features of the last hidden width times the fraction embedding, a head
-    cnn = pixel_network(observation_spec, cfg.pixels.network)
-    if cnn is None:
-        obs_dim, _ = flat_dims(observation_spec, action_spec)
-        *hidden, width = cfg.q.hidden_sizes
-        features: nn.Module = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
-    else:  # the CNN's hidden features (its features-only form), as in the IQN paper
-        features = cnn(None)
-        width = features.hidden
-    head = q_mlp(width, num_actions, ())
-    for part in (features, head):
-        noisy = cfg.noisy and (cfg.noisy_layers == "all" or part is head)
-        torch_default_init_(to_noisy(part, cfg.noisy_std) if noisy else part)
-    if cfg.algo == "iqn":
-        iqn = IQNQValueActor(features, head, num_actions, width)
+    # IQN, FQF: state features times an embedding of the quantile fractions, then a head
+    parts = quantile_embedding_parts(observation_spec, action_spec, cfg.q.hidden_sizes, **net)
+    if d.algo == "iqn":
+        iqn = IQNQValueActor(*parts[:2], num_actions, parts[2])
         return iqn, IQNLoss(iqn, **common)
-    fqf = FQFQValueActor(features, head, num_actions, width, num_fractions=cfg.num_fractions)
-    return fqf, FQFLoss(fqf, entropy_coeff=cfg.fraction_entropy_coeff, **common)
+    fqf = FQFQValueActor(*parts[:2], num_actions, parts[2], num_fractions=d.num_fractions)
+    return fqf, FQFLoss(fqf, entropy_coeff=d.fraction_entropy_coeff, **common)
 
 
 def main(cfg: Config) -> dict[str, float]:
-    """Train the distributional DQN of ``cfg.algo``; returns the final greedy evaluation, the
+    """Train the distributional DQN of ``--algo``; returns the final greedy evaluation, the
     best one, and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
+    from tdrl.envs import RewardClipping
+    from tdrl.modules import EpsilonGreedy, ResampleNoise, linear_schedule, reset_noise
+    from tdrl.objectives import HardUpdate, update_priority
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     both, train = cfg.pixels.env_kwargs()  # frame stacks; Atari's life loss (training only)
     env, eval_env = trainers.make_envs(
@@ -161,12 +123,13 @@ def main(cfg: Config) -> dict[str, float]:
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting, and noisy
     #    nets draw new noise every env step (they explore alone unless --noisy-epsilon)
     qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
-    eps = (0.0, 0.0) if cfg.noisy and not cfg.noisy_epsilon else (cfg.q.eps_init, cfg.q.eps_end)
+    noisy = cfg.noise.noisy
+    eps = (0.0, 0.0) if noisy and not cfg.noise.noisy_epsilon else (cfg.q.eps_init, cfg.q.eps_end)
     exploration = EpsilonGreedy(
         int(env.action_spec.space.n), eps_init=eps[0], eps_end=eps[1],
         annealing_num_steps=cfg.q.eps_frames,
     )  # fmt: skip
-    acting = (ResampleNoise(qnet), qnet, exploration) if cfg.noisy else (qnet, exploration)
+    acting = (ResampleNoise(qnet), qnet, exploration) if noisy else (qnet, exploration)
     policy = TensorDictSequential(*acting)
 
     # 3. target copies, optimizer (FQF's fraction proposal network in its own group at its own
@@ -174,9 +137,9 @@ def main(cfg: Config) -> dict[str, float]:
     target = HardUpdate(loss, value_network_update_interval=cfg.q.target_update_interval)
     loss.to(device)
     policy.to(device)
-    fraction = list(qnet.fraction_net.parameters()) if cfg.algo == "fqf" else []
+    fraction = list(qnet.fraction_net.parameters()) if cfg.dist.algo == "fqf" else []
     rest = [p for p in qnet.parameters() if all(p is not f for f in fraction)]
-    groups = [(rest, cfg.q.lr)] + ([(fraction, cfg.fraction_lr)] if fraction else [])
+    groups = [(rest, cfg.q.lr)] + ([(fraction, cfg.dist.fraction_lr)] if fraction else [])
     optimizer = trainers.adam(*groups)
     buffer = make_replay_buffer(
         cfg.replay.buffer_size, prioritized=cfg.per.prioritized, alpha=cfg.per.per_alpha,
@@ -193,7 +156,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: store each batch, step the schedules, then the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
     with trainers.Run.from_config(
-        cfg.run, TITLES[cfg.algo], state, eval_env=eval_env, policy=qnet, buffer=buffer,
+        cfg.run, TITLES[cfg.dist.algo], state, eval_env=eval_env, policy=qnet, buffer=buffer,
         config=cfg,
     ) as run:  # fmt: skip
         for batch in run.resume(collector):
@@ -215,11 +178,9 @@ def main(cfg: Config) -> dict[str, float]:
                 )
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
-                if cfg.noisy:
+                if noisy:
                     reset_noise(loss)  # new noise for the next step, online and target nets
-                # copies counted from the run's gradient steps: a resumed run copies on time
-                target.counter = run.updates - 1
-                target.step()
+                target.step(run.updates)  # counted from the run's steps: on time after a resume
                 metrics = {
                     keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
                     "epsilon": exploration.eps,

@@ -14,9 +14,6 @@ paper's Alg. 1 line 13; Tianshou's "min" target mode only affects the target).
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.data import ReplayBuffer, transitions
-from tdrl.modules import q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import REDQLoss, SoftUpdate, total_loss
 from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
@@ -44,6 +41,11 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train REDQ; returns the final deterministic evaluation and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.modules import q_ensemble, tanh_gaussian_actor
+    from tdrl.objectives import REDQLoss, SoftUpdate, total_loss
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device

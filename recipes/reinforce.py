@@ -15,17 +15,13 @@ are cut there (value 0; with --baseline, V bootstraps them).
 from __future__ import annotations
 
 import math
-
-import torch
-from tensordict.nn import TensorDictModule
+from typing import TYPE_CHECKING
 
 from tdrl import trainers
-from tdrl.data import minibatches
-from tdrl.estimators import TD1Estimator
-from tdrl.keys import OBSERVATION, STATE_VALUE
-from tdrl.modules import RewardScaling
-from tdrl.objectives import ReinforceLoss, total_loss
 from tdrl.trainers.config import NetworkConfig, OnPolicyConfig, RunConfig, WorkersConfig
+
+if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModule
 
 
 @trainers.configclass
@@ -40,6 +36,10 @@ class Config:
 
 def zero_value() -> TensorDictModule:
     """V = 0 everywhere: the estimator then returns plain discounted returns."""
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.keys import OBSERVATION, STATE_VALUE
+
     return TensorDictModule(
         lambda observation: observation.new_zeros(*observation.shape[:-1], 1),
         in_keys=[OBSERVATION],
@@ -49,6 +49,14 @@ def zero_value() -> TensorDictModule:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train REINFORCE as configured; returns the last evaluation and update's metrics."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+
+    from tdrl.data import minibatches
+    from tdrl.estimators import TD1Estimator
+    from tdrl.modules import RewardScaling
+    from tdrl.objectives import ReinforceLoss, total_loss
+
     cfg.net.refuse_memory("reinforce.py")  # feed-forward, state-independent log-std policies only
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)

@@ -13,9 +13,6 @@ part (the same updates as one Adam each).
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.data import ReplayBuffer, transitions
-from tdrl.modules import q_ensemble, tanh_gaussian_actor
-from tdrl.objectives import SACLoss, SoftUpdate, total_loss
 from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
@@ -37,6 +34,11 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC; returns the final deterministic evaluation and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.modules import q_ensemble, tanh_gaussian_actor
+    from tdrl.objectives import SACLoss, SoftUpdate, total_loss
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device

@@ -15,12 +15,7 @@ settings (10k random steps, lr 1e-3, 400x300 nets), as its SB3 cells do:
 
 from __future__ import annotations
 
-from tensordict.nn import TensorDictSequential
-
 from tdrl import trainers
-from tdrl.data import ReplayBuffer, transitions
-from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
-from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
 from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
@@ -44,6 +39,13 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TD3; returns the final deterministic evaluation and the counters."""
+    # the library loads here, after the command line: --help answers without it
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
+    from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
+
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device

@@ -21,17 +21,10 @@ above) and a short default budget.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Literal
 
-import torch
-
 from tdrl import trainers
-from tdrl.data import minibatches
-from tdrl.estimators import GAE
-from tdrl.modules import RewardScaling
-from tdrl.objectives import NPGLoss, TRPOLoss, total_loss
 from tdrl.trainers.config import NetworkConfig, OnPolicyConfig, RunConfig, WorkersConfig
 
 
@@ -63,6 +56,16 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train TRPO or NPG as configured; returns the last evaluation and update's metrics."""
+    # the library loads here, after the command line: --help answers without it
+    import itertools
+
+    import torch
+
+    from tdrl.data import minibatches
+    from tdrl.estimators import GAE
+    from tdrl.modules import RewardScaling
+    from tdrl.objectives import NPGLoss, TRPOLoss, total_loss
+
     cfg.net.refuse_memory("trpo.py")  # feed-forward, state-independent log-std policies only
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)

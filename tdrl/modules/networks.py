@@ -36,6 +36,7 @@ from tdrl.modules.actors import (
 from tdrl.modules.cnn import MinAtarCNN, NatureCNN
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
+from tdrl.modules.distributional import to_noisy
 from tdrl.modules.ensembles import EnsembleCritic, EnsembleMLP
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
@@ -423,11 +424,15 @@ def q_network(
     network: Literal["auto", "mlp", "cnn"] = "auto",
     dueling: bool = False,
     atoms: int = 1,
+    noisy_std: float | None = None,
+    noisy_heads_only: bool = False,
 ) -> nn.Module:
     """A Q network over the env's discrete actions with PyTorch's default init (SB3's): an MLP
     of ``hidden_sizes`` on a flat observation (:func:`q_mlp`) or the CNN of
     :func:`pixel_network` on frames, plain or dueling, with ``atoms`` outputs per action (1: Q
-    values; C51's atoms or QR-DQN's quantiles otherwise).
+    values; C51's atoms or QR-DQN's quantiles otherwise). ``noisy_std``: its linear layers
+    become noisy ones with that initial sigma (:func:`to_noisy`; ``noisy_heads_only``: only the
+    output layers).
 
     Shapes:
         ``[*B, *obs] -> [*B, num_actions * atoms]``.
@@ -439,4 +444,42 @@ def q_network(
     else:
         num_actions = int(action_spec.space.n)
         body = cnn(num_actions * atoms, dueling=dueling, atoms=atoms)
-    return torch_default_init_(body)
+    torch_default_init_(body)
+    if noisy_std is not None:
+        to_noisy(body, noisy_std, heads_only=noisy_heads_only)
+    return body
+
+
+def quantile_embedding_parts(
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    hidden_sizes: Sequence[int],
+    *,
+    network: Literal["auto", "mlp", "cnn"] = "auto",
+    noisy_std: float | None = None,
+    noisy_heads_only: bool = False,
+) -> tuple[nn.Module, nn.Module, int]:
+    """IQN's and FQF's networks (Dabney et al. 2018, arXiv 1806.06923): ``(features, head,
+    width)``. ``features`` maps an observation to ``psi(s)`` of ``width`` (an MLP of
+    ``hidden_sizes``, its last width being ``width``, or the hidden features of the CNN of
+    :func:`pixel_network`, as in the IQN paper); ``head`` maps ``psi(s) * phi(tau)`` to one
+    value per action. PyTorch's default init; ``noisy_std`` as in :func:`q_network`
+    (``noisy_heads_only``: the head alone).
+
+    Shapes:
+        features ``[*B, *obs] -> [*B, width]``; head ``[*B, N, width] -> [*B, N, num_actions]``.
+    """
+    num_actions = int(action_spec.space.n)
+    cnn = pixel_network(observation_spec, network)
+    if cnn is None:
+        obs_dim, _ = flat_dims(observation_spec, action_spec)
+        *hidden, width = hidden_sizes
+        features: nn.Module = nn.Sequential(q_mlp(obs_dim, width, hidden), nn.ReLU())
+    else:  # the CNN's hidden features (its features-only form)
+        features = cnn(None)
+        width = features.hidden  # type: ignore[assignment]  # the CNN's feature width (an int)
+    head = q_mlp(width, num_actions, ())
+    for part in (features, head):
+        noisy = noisy_std is not None and (not noisy_heads_only or part is head)
+        torch_default_init_(to_noisy(part, noisy_std) if noisy else part)  # type: ignore[arg-type]
+    return features, head, width

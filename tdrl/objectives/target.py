@@ -123,8 +123,11 @@ class HardUpdate:
         self.value_network_update_interval = value_network_update_interval
         self.counter = 0
 
-    def step(self) -> None:
-        self.counter += 1
+    def step(self, updates: int | None = None) -> None:
+        """Count one gradient step (or set the count to ``updates``, the run's gradient steps so
+        far: a resumed run then copies on time) and copy when it is a multiple of the
+        interval."""
+        self.counter = self.counter + 1 if updates is None else updates
         if self.counter % self.value_network_update_interval == 0:
             for online, target in self.loss.target_pairs():
                 hard_update_(target, online)

@@ -1,15 +1,43 @@
 """tdrl.trainers: the run kit a recipe's loop calls. Configs (:func:`parse`, :func:`configure`;
 the config groups are in :mod:`tdrl.trainers.config`), envs and collectors (:func:`make_envs`,
 :func:`make_collector`), :class:`Run` (run folder, logs, evaluation, checkpoints and resume,
-report), and the optimizer step. No loop lives here: each recipe writes its own."""
+report), and the optimizer step. No loop lives here: each recipe writes its own.
 
-from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
-from tdrl.trainers.config import RunConfig, configclass, configure, parse
-from tdrl.trainers.logger import read_csv
-from tdrl.trainers.offline import OfflineSteps
-from tdrl.trainers.optim import adam, linear_decay, optimizer_step
-from tdrl.trainers.run import Run, latest_checkpoint, make_collector, make_envs
+Each name loads its module on first use: the config part needs neither torch nor TorchRL, so a
+recipe parses its command line (and answers ``--help``) before the library loads.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
+    from tdrl.trainers.config import RunConfig, configclass, configure, parse
+    from tdrl.trainers.logger import read_csv
+    from tdrl.trainers.offline import OfflineSteps
+    from tdrl.trainers.optim import adam, linear_decay, optimizer_step
+    from tdrl.trainers.run import Run, latest_checkpoint, make_collector, make_envs
+
+# public name -> the module that defines it
+_HOME = {
+    "OfflineSteps": "offline",
+    "Run": "run",
+    "RunConfig": "config",
+    "adam": "optim",
+    "configclass": "config",
+    "configure": "config",
+    "latest_checkpoint": "run",
+    "linear_decay": "optim",
+    "load_checkpoint": "checkpoint",
+    "make_collector": "run",
+    "make_envs": "run",
+    "optimizer_step": "optim",
+    "parse": "config",
+    "read_csv": "logger",
+    "save_checkpoint": "checkpoint",
+}
 __all__ = [
     "OfflineSteps",
     "Run",
@@ -27,3 +55,16 @@ __all__ = [
     "read_csv",
     "save_checkpoint",
 ]
+assert sorted(_HOME) == __all__
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'tdrl.trainers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tdrl.trainers.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

@@ -210,7 +210,8 @@ class RunConfig:
                 f"--stop-after-frames {self.stop_after_frames} pauses the run to be resumed, "
                 "but --checkpoint-every 0 writes no checkpoint to resume from"
             )
-        self.torch_device  # noqa: B018  # checks --device
+        if self.device not in ("auto", "cpu"):  # plain names need no torch (--help stays fast)
+            self.torch_device  # noqa: B018  # checks --device
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes`` (a recipe's default run from a preset: ``OFF_POLICY_RUN``)."""
@@ -335,6 +336,47 @@ class PERConfig:
     """PER priority exponent."""
     per_beta: float = 0.4
     """PER importance-weight exponent at the start, annealed to 1 by the end."""
+
+
+@configclass
+class DistributionalConfig:
+    """The return distribution of the distributional DQNs and its parameters."""
+
+    algo: Literal["c51", "qrdqn", "iqn", "fqf"] = "c51"
+    """the return distribution: atoms (c51), quantiles (qrdqn), sampled (iqn) or proposed (fqf)."""
+    num_atoms: int = 51
+    """c51: atoms of the support."""
+    v_min: float = 0.0
+    """c51: lowest return of the support (returns beyond it are clamped; Atari: -10)."""
+    v_max: float = 100.0
+    """c51: highest return of the support (CartPole's discounted returns lie in [0, 100])."""
+    num_quantiles: int = 25
+    """qrdqn: quantiles per action (the paper: 200; the loss compares N x N pairs a sample)."""
+    num_fractions: int = 32
+    """fqf: fractions per state (32 in the paper)."""
+    fraction_lr: float = 2.5e-9
+    """fqf: learning rate of the fraction proposal network (the paper's, with Adam here)."""
+    fraction_entropy_coeff: float = 0.0
+    """fqf: weight of the proposal's entropy bonus."""
+
+
+@configclass
+class NoisyConfig:
+    """Noisy nets (Fortunato et al. 2017, arXiv 1706.10295): exploration by learned noise."""
+
+    noisy: bool = False
+    """noisy linear layers (new noise every env and gradient step) explore instead of epsilon."""
+    noisy_std: float = 0.5
+    """--noisy: initial sigma_0 of every noisy layer (Fortunato et al.: 0.5; Tianshou: 0.1)."""
+    noisy_layers: Literal["all", "heads"] = "all"
+    """--noisy: every linear layer (Hessel et al.) or each head's output layer (Tianshou)."""
+    noisy_epsilon: bool = False
+    """--noisy: keep epsilon-greedy on top of the noise (Tianshou's Rainbow; Hessel et al.: off)."""
+
+    @property
+    def std(self) -> float | None:
+        """The noisy layers' initial sigma, None without --noisy."""
+        return self.noisy_std if self.noisy else None
 
 
 @configclass

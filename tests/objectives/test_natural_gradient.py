@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 from torch.distributions import kl_divergence
 
+import tdrl.estimators
 from tdrl.modules import CategoricalActor, GaussianActor, ValueCritic, mlp
 from tdrl.objectives import NPGLoss, TRPOLoss, conjugate_gradient, flat_grad
 
@@ -158,7 +159,7 @@ def test_the_trpo_recipe_refuses_a_nan_advantage_before_the_actor_moves(
     def actor_step(self, tensordict):
         raise AssertionError("the actor moved on a NaN advantage")
 
-    monkeypatch.setattr(trpo, "GAE", Leaky)
+    monkeypatch.setattr(tdrl.estimators, "GAE", Leaky)
     monkeypatch.setattr(TRPOLoss, "actor_step", actor_step)
     cfg = configure(
         trpo.Config, env_id="Pendulum-v1", total_frames=64, num_envs=2, frames_per_batch=64,

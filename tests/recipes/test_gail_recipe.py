@@ -85,14 +85,16 @@ def test_expert_episodes_and_shapes_are_checked(dataset, tmp_path):
 def test_the_discriminator_sees_the_actions_the_env_executed(dataset, tmp_path, monkeypatch):
     # A wide policy samples far outside Hopper's [-1, 1] box; the expert's actions lie inside.
     # Unclipped actions would let the discriminator tell them apart by range alone.
+    import tdrl.objectives as objectives  # the recipe imports its parts when main runs
+
     seen = []
-    real = gail.gail_reward
+    real = objectives.gail_reward
 
     def recording(discriminator, observation, action):
         seen.append(action.clone())
         return real(discriminator, observation, action)
 
-    monkeypatch.setattr(gail, "gail_reward", recording)
+    monkeypatch.setattr(objectives, "gail_reward", recording)
     # (raw pairs: --disc-normalize would hand the discriminator standardized actions)
     cfg = configure(gail.Config, **{**TINY, "total_frames": 128}, dataset=dataset,
                     init_log_std=1.5, disc_normalize=False, log_dir=str(tmp_path))  # fmt: skip

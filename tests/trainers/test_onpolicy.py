@@ -13,6 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+import tdrl.estimators
 from tdrl.collectors import Collector
 from tdrl.data import minibatches
 from tdrl.envs import make_vec_env
@@ -233,7 +234,7 @@ def test_recompute_advantage_estimates_before_every_epoch_with_the_trained_criti
             seen.append(out["advantage"].clone())
             return out
 
-    monkeypatch.setattr(ppo, "GAE", Recording)
+    monkeypatch.setattr(tdrl.estimators, "GAE", Recording)
     result = ppo.main(cfg)
     assert len(seen) == 4 * epochs  # 4 batches
     assert result["updates"] == 4 * epochs * 64 / 16

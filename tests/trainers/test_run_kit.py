@@ -4,6 +4,9 @@ config.json, and the one-line refusal of a used run folder."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +123,27 @@ def test_a_checkpoint_holds_only_the_filled_part_of_a_large_replay_buffer(tmp_pa
     folder = next((tmp_path / "checkpoints").iterdir())
     size = sum(f.stat().st_size for f in (folder / "buffer").rglob("*") if f.is_file())
     assert len(buffer) == 16 and size < 100_000
+
+
+def test_every_recipe_answers_help_without_loading_torch():
+    """A recipe parses its command line before the library loads: ``--help`` prints the recipe's
+    text without importing torch, tensordict or TorchRL (it answers in about a second)."""
+    recipes = sorted((Path(__file__).parents[2] / "recipes").glob("*.py"))
+    code = (
+        "import contextlib, io, runpy, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    sys.argv = [path, '--help']\n"
+        "    text = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):\n"
+        "        runpy.run_path(path, run_name='__main__')\n"
+        "    assert 'usage' in text.getvalue(), path\n"
+        "heavy = sorted(m for m in ('torch', 'tensordict', 'torchrl') if m in sys.modules)\n"
+        "print('loaded:', heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, recipes)], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "loaded: []" in done.stdout, done.stdout
+    assert len(recipes) >= 17
