@@ -94,13 +94,11 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
+            for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 out = loss(buffer.sample(cfg.replay.batch_size))
                 trainers.optimizer_step(total_loss(out), optimizer)
                 target.step()
-                run.updates += 1
-            collector.update_policy_weights_()  # worker collectors act with the new weights
-            run.step(out)  # log, evaluate, checkpoint when due
+            run.step(out)  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

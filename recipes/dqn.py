@@ -139,8 +139,7 @@ def main(cfg: Config) -> dict[str, float]:
                     cfg.per.per_beta, 1.0, cfg.run.total_frames, collector.frames
                 )
             metrics = None
-            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
-                run.updates += 1
+            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
                 out = loss(sample)
                 trainers.optimizer_step(
@@ -148,13 +147,12 @@ def main(cfg: Config) -> dict[str, float]:
                 )
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
-                target.step(run.updates)  # counted from the run's steps: on time after a resume
+                target.step(update)  # counted from the run's steps: on time after a resume
                 metrics = {
                     keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
                     "epsilon": exploration.eps,
                 }  # fmt: skip
-            collector.update_policy_weights_()
-            run.step(metrics)  # log, evaluate, checkpoint when due
+            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
         return run.report()
 

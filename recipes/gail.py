@@ -214,10 +214,8 @@ def main(cfg: Config) -> dict[str, float]:
             metrics["gail_reward"] = float(reward.mean())
             metrics["lr"] = scheduler.get_last_lr()[0]
             scheduler.step()
-            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
-                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
-            collector.update_policy_weights_()  # worker collectors act with the new weights
-            run.step(metrics)  # log, evaluate, checkpoint when due (the env's returns)
+            nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
+            run.step(metrics)  # push weights, log (the env's returns), evaluate, checkpoint
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -125,10 +125,8 @@ def main(cfg: Config) -> dict[str, float]:
             metrics["rho_deviation"] = float(deviation)
             metrics["lr"] = scheduler.get_last_lr()[0]
             scheduler.step()
-            if nets.obs_norm is not None:  # after the update, which saw the collection's stats
-                nets.obs_norm.update(batch.get(nets.obs_norm.in_keys[0]))
-            collector.update_policy_weights_()  # the workers act with the new weights next
-            run.step(metrics)  # log, evaluate, checkpoint when due
+            nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
+            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

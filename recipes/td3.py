@@ -84,16 +84,14 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in range(run.updates_due(cfg.replay.init_random_frames, cfg.replay.utd_ratio)):
-                run.updates += 1
+            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
-                if run.updates % cfg.td3.policy_delay == 0:
+                if update % cfg.td3.policy_delay == 0:
                     out = loss(sample)
                     trainers.optimizer_step(total_loss(out), optimizer)
                     target.step()
                 else:  # critic only: the actor's forward is skipped
                     trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
-            collector.update_policy_weights_()  # worker collectors act with the new weights
             run.step(out)  # log (critic-only batches: the last metrics), evaluate, checkpoint
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()

@@ -26,6 +26,7 @@ else:  # torch depends on typing_extensions
 
 if TYPE_CHECKING:
     import torch
+    from tensordict import TensorDictBase
     from tensordict.nn import TensorDictModuleBase
     from torchrl.data import Composite, TensorSpec
 
@@ -506,6 +507,12 @@ class Networks(NamedTuple):
     critic: TensorDictModuleBase
     obs_norm: RunningObservationNorm | None
     acting: TensorDictModuleBase
+
+    def update_obs_norm(self, batch: TensorDictBase) -> None:
+        """Fold ``batch``'s observations into the running statistics (after the update, which
+        saw the statistics the batch was collected with); nothing without normalization."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(batch.get(self.obs_norm.in_keys[0]))
 
 
 @configclass

@@ -555,12 +555,24 @@ class Run:
                 break
 
     def step(self, metrics: Any = None) -> bool:
-        """After a batch's updates: log a ``train`` row when due (``metrics``: the last
-        update's, a mapping or a loss output; None keeps the previous ones), evaluate when due
-        (and after the last batch), checkpoint when due; returns whether the run is done."""
+        """After a batch's updates: push the new weights to the collector's workers (its
+        ``update_policy_weights_``, where it has one), log a ``train`` row when due
+        (``metrics``: the last update's, a mapping or a loss output; None keeps the previous
+        ones), evaluate when due (and after the last batch), checkpoint when due; returns whether
+        the run is done."""
         assert self.collector is not None, "iterate over run.resume(collector) first"
+        push = getattr(self.collector, "update_policy_weights_", None)
+        if push is not None:
+            push()
         self.done = self.end_batch(self.collector, metrics)
         return self.done
+
+    def gradient_steps(self, learning_starts: int, utd_ratio: float) -> Iterator[int]:
+        """The gradient steps due now (:meth:`updates_due`), each counted in :attr:`updates`
+        as it starts; yields the run's count of gradient steps, this one included."""
+        for _ in range(self.updates_due(learning_starts, utd_ratio)):
+            self.updates += 1
+            yield self.updates
 
     def updates_due(self, learning_starts: int, utd_ratio: float) -> int:
         """Gradient steps due now at ``utd_ratio`` per env step since ``learning_starts``,
