@@ -147,3 +147,20 @@ def test_every_recipe_answers_help_without_loading_torch():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded: []" in done.stdout, done.stdout
     assert len(recipes) >= 17
+
+
+def test_gradient_steps_keep_the_update_ratio_and_count_in_the_run(tmp_path):
+    quiet = LogConfig(progress=False, tensorboard=False, curve=False)
+    cfg = configure(Config, log_dir=str(tmp_path), log=quiet, total_frames=64, checkpoint_every=0)
+    run, collector = _run(cfg)
+    seen: list[int] = []
+    with run:
+        for _ in run.resume(collector):
+            before = run.updates
+            steps = list(run.gradient_steps(learning_starts=16, utd_ratio=0.5))
+            assert steps == list(range(before + 1, run.updates + 1))
+            seen += steps
+            # none before learning_starts, then one per two env steps since it
+            assert run.updates == max(0, collector.frames - 16) // 2
+            run.step()
+    assert seen == list(range(1, 25))
