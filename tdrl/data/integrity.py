@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_files", "file_digest", "file_records"]
+__all__ = ["check_files", "ensure_free_space", "file_digest", "file_records"]
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -40,3 +42,16 @@ def check_files(folder: Path, records: dict[str, dict[str, Any]], what: str) -> 
             )
         if file_digest(f) != meta["sha256"]:
             raise ValueError(f"{what}: file {name!r} does not match its SHA-256 (corrupted)")
+
+
+def ensure_free_space(folder: Path, nbytes: int, *, margin: int = 1 << 20) -> None:
+    """Raise ``OSError(ENOSPC)`` ("disk full") when the file system of ``folder`` has less than
+    ``nbytes`` (plus ``margin``) free: for writes through memory maps, which a full disk would
+    answer with SIGBUS, killing the process without a word."""
+    free = shutil.disk_usage(folder).free
+    if free < nbytes + margin:
+        raise OSError(
+            errno.ENOSPC,
+            f"disk full: writing {nbytes / 2**20:.1f} MiB under {str(folder)!r} needs more than "
+            f"the {free / 2**20:.1f} MiB free",
+        )

@@ -17,7 +17,7 @@ from tdrl import _fast, keys
 from tdrl._fast.tdict import entries
 from tdrl.data import sampling
 from tdrl.data.frames import FrameStore
-from tdrl.data.integrity import check_files, file_records
+from tdrl.data.integrity import check_files, ensure_free_space, file_records
 from tdrl.data.storage import NestedKey, StreamStorage, _spell
 from tdrl.ops._common import check_discount
 
@@ -384,6 +384,9 @@ class ReplayBuffer:
         meta["kind"] = type(self).__name__
         if tensors:
             data = TensorDict(tensors, batch_size=[])
+            # The leaves are written through memory maps: a full disk would kill the process
+            # with SIGBUS, so the space is checked first and a shortfall is an OSError.
+            ensure_free_space(path, sum(v.nbytes for v in data.values(True, True)))
             data.memmap(path / "tensors", existsok=True)
             meta["leaves"] = {
                 "/".join(_path_of(k)): {"dtype": str(v.dtype), "shape": list(v.shape)}

@@ -11,6 +11,7 @@ hold the file, the replay buffer and a manifest of SHA-256 sums as one unit.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -163,15 +164,26 @@ def write_checkpoint_dir(root: str | os.PathLike, step: int, write: Callable[[Pa
     tmp = root / (name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    write(tmp)
-    files = {}
-    for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
-        _fsync(f)
-        files[f.relative_to(tmp).as_posix()] = {"bytes": f.stat().st_size, "sha256": file_digest(f)}
-    manifest = tmp / MANIFEST
-    manifest.write_text(json.dumps({"step": step, "files": files}, indent=1))
-    _fsync(manifest)
-    _fsync(tmp)
+    try:
+        write(tmp)
+        files = {}
+        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            _fsync(f)
+            digest = file_digest(f)
+            files[f.relative_to(tmp).as_posix()] = {"bytes": f.stat().st_size, "sha256": digest}
+        manifest = tmp / MANIFEST
+        manifest.write_text(json.dumps({"step": step, "files": files}, indent=1))
+        _fsync(manifest)
+        _fsync(tmp)
+    except OSError as err:  # disk full, say: the unfinished folder goes, the last one stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        if err.errno == errno.ENOSPC:
+            raise OSError(
+                errno.ENOSPC,
+                f"disk full: checkpoint {step} could not be written under {str(root)!r} "
+                f"({err.strerror}); the previous checkpoint is kept",
+            ) from err
+        raise
     final = root / name
     if final.exists():  # the same step saved again: move the old one aside, then drop it
         old = root / (name + ".old")
@@ -182,10 +194,21 @@ def write_checkpoint_dir(root: str | os.PathLike, step: int, write: Callable[[Pa
     else:
         os.replace(tmp, final)
     _fsync(root)
-    for other in root.iterdir():
-        if other != final and (_step_of(other) is not None or other.suffix in (".tmp", ".old")):
+    for other in root.iterdir():  # unfinished saves and older complete checkpoints, nothing else
+        older = (_step_of(other) or 0) < step and (other / MANIFEST).is_file()
+        if other != final and (older or other.suffix in (".tmp", ".old")):
             shutil.rmtree(other, ignore_errors=True)
     return final
+
+
+def remove_unfinished(root: str | os.PathLike) -> None:
+    """Remove the unfinished saves (``<step>.tmp/``: a save killed or out of disk) under
+    ``root``, which hold space and nothing a resume can use. Only the process holding the run
+    folder's lock may call this."""
+    root = Path(root)
+    if root.is_dir():
+        for entry in root.glob("*.tmp"):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def verify_checkpoint_dir(folder: str | os.PathLike) -> dict[str, Any]:
@@ -230,6 +253,15 @@ def latest_checkpoint_dir(root: str | os.PathLike) -> Path | None:
     root = Path(root)
     if not root.is_dir():
         return None
+    for entry in root.iterdir():  # what a resume cannot read is refused, never written over
+        if entry.suffix in (".tmp", ".old"):
+            continue
+        if _step_of(entry) is None or not entry.is_dir() or not (entry / MANIFEST).is_file():
+            raise ValueError(
+                f"{str(entry)!r} is not a checkpoint tdrl can read (a checkpoint is a "
+                f"<step>/ folder with {MANIFEST}): move it out of {str(root)!r} to resume, or "
+                "start a new run with another --log-dir"
+            )
     complete = [p for p in root.iterdir() if _step_of(p) is not None and (p / MANIFEST).is_file()]
     if not complete:
         old = [p for p in root.iterdir() if p.name.endswith(".old") and (p / MANIFEST).is_file()]

@@ -7,6 +7,7 @@ optimizers, RNG, collector and env state, the replay buffer) and the final repor
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import IO, Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from tdrl.trainers.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint_dir,
     load_checkpoint,
+    remove_unfinished,
     save_checkpoint,
     write_checkpoint_dir,
 )
@@ -308,6 +310,7 @@ def resume_run(
     logged after the checkpoint (by a run killed later) are dropped, so the logs of a resumed run
     read like those of an uninterrupted one.
     """
+    remove_unfinished(Path(root) / CHECKPOINTS)
     folder = latest_checkpoint(root)
     if folder is None:  # the run starts again from frame 0: so do its logs
         drop_rows_after(root, 0)
@@ -324,6 +327,33 @@ def resume_run(
         print("resume: async envs were re-seeded; the run continues, not bit-identically")
     drop_rows_after(root, collector.frames)
     return payload["counters"]
+
+
+LOCK_FILE = ".lock"
+
+
+def lock_run_folder(log_dir: Path) -> IO[str]:
+    """An exclusive lock on the run folder, held until the returned file is closed: a second
+    process on the same folder (two fresh runs, or two ``--resume``) would delete the other's
+    unfinished checkpoint and interleave its log rows, so it gets a :class:`RunFolderError`
+    naming the holder instead. The lock goes with the process (a killed run frees it)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(log_dir / LOCK_FILE, "a+")  # noqa: SIM115  # held for the run's life
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise RunFolderError(
+            f"run folder {str(log_dir)!r} is in use by {holder}: wait for it to end, or pass "
+            "another --log-dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()}")
+    handle.flush()
+    return handle
 
 
 def refuse_used_folder(log_dir: Path) -> None:
@@ -470,6 +500,7 @@ class Run:
         self.config = None if config is None else dict(config)
         self.done = False
         self._closed = False
+        self._lock: IO[str] | None = None
         self._flush_before: bool | None = None
         self.counters: dict[str, Any] = {
             "batches": 0,
@@ -590,6 +621,8 @@ class Run:
         """Resume from the folder's checkpoint (when ``resume``, default the constructor's, and
         one exists); open the logs, flush subnormals if asked and start the clock."""
         self.collector = collector
+        if self._lock is None:
+            self._lock = lock_run_folder(self.log_dir)
         if self.flush_denormal and self._flush_before is None:
             self._flush_before = flushing_denormals()
             torch.set_flush_denormal(True)
@@ -733,6 +766,9 @@ class Run:
         if self.collector is not None:
             self.collector.shutdown()
         self.eval_env.close()
+        if self._lock is not None:  # the folder is free for the next process
+            self._lock.close()
+            self._lock = None
 
     def report(self) -> dict[str, float]:
         """The end of a run: see :meth:`finish`."""
