@@ -153,13 +153,13 @@ HEADER = """\
 
 Written by `python benchmarks/minatar_table.py --render` from `minatar_table.jsonl` (one line
 per finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine
-load). The Rainbow cells ran at commits before f568008, where a target copy also copied the
-online network's noise draw, so the target used it on the update after each copy (1 update in
-1000). Every cell: MinAtar's published DQN settings (Young & Tian
-2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99, epsilon
-1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random steps, one update a step),
-the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor is
-tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q) and `recipes/rainbow.py`
+load). The Rainbow lines come from a version of the target copy that also copied the online
+network's noise draw, so the target used that draw on the update after each copy (1 update in
+1000); `HardUpdate` leaves noise draws out now. Every cell: MinAtar's published DQN settings
+(Young & Tian 2019: batch 32, replay 100k, lr 2.5e-4 with Adam instead of RMSprop, gamma 0.99,
+epsilon 1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random steps, one update a
+step), the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor
+is tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q) and `recipes/rainbow.py`
 (Rainbow: `--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no
 Rainbow there).
 Evaluation, both libraries: 10 greedy episodes on a separate env every 25k env steps and at the

@@ -1097,15 +1097,9 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   the comparable figure).
 - TRPO Walker2d, the one row where tdrl's mean final and mean best are below SB3's: final
   3995.6 against 4460.8 (0.90x, -465.2), best 4173.9 against 4740.1 (0.88x, -566.2); seeds 0
-  and 2 are behind (0.79x, 0.87x), seed 1 ahead (1.08x). tdrl's recipe with the zoo's TRPO
-  settings instead (2 envs x 1024 steps, critic minibatches of 128, constant lr, 25 CG
-  iterations, log-std 0) ended seed 0 at 966.3 and seed 1 at 3874.5 (defaults: 3842.2,
-  3769.9; runs outside the table), so the recipe keeps its defaults.
+  and 2 are behind (0.79x, 0.87x), seed 1 ahead (1.08x).
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
-  side by side (together 0%, 0%, 2%). Run side by side for 30k steps (seeds 0 and 1, `--jobs 2
-  --steps 30000`; runs outside the table), tdrl took 463 and 469 s, SB3 515 and 499 s (0.90x,
-  0.94x); from the 10k to the 30k evaluation (20k update steps, two evaluations): 449 and 455 s
-  against 500 and 488 s.
+  side by side (together 0%, 0%, 2%), so each library's runs met other load on the machine.
 """
 
 

@@ -505,10 +505,10 @@ HEADER = """\
 
 Written by `python benchmarks/offline_table.py --render` from `offline_table.jsonl` (one line
 per finished cell: library, algorithm, dataset, seed, gradient-step budget, curve, references,
-settings, commit, machine load). Datasets: tdrl's own D4RL-style
-Minari datasets (`--make-datasets`: expert, medium, medium-replay and random of Hopper-v5, made
-with tdrl's PPO and SAC; see the driver's docstring), so the absolute scores are not those of
-D4RL's datasets. tdrl: `recipes/offline.py`'s defaults; TorchRL: `CQLLoss`/`IQLLoss` with
+settings, commit, machine load). Datasets: tdrl's own D4RL-style Minari datasets
+(`--make-datasets`: expert, medium, medium-replay and random of Hopper-v5 and HalfCheetah-v5,
+made with tdrl's PPO and SAC; see the driver's docstring), so the absolute scores are not those
+of D4RL's datasets. tdrl: `recipes/offline.py`'s defaults; TorchRL: `CQLLoss`/`IQLLoss` with
 its sota-implementations' offline settings; Tianshou: `CQL` with its
 `examples/offline/d4rl_cql.py` settings (no IQL there). Evaluation, every library: 10
 deterministic episodes on a separate env every `eval_every` gradient steps and at the end, one
@@ -594,7 +594,7 @@ def markdown(lines: list[dict[str, Any]]) -> str:
         "| dataset | algorithm | steps | tdrl final | tdrl best | seeds | wall s "
         "| TorchRL final | TorchRL best | seeds | wall s | Tianshou final | Tianshou best "
         "| seeds | wall s | tdrl/TorchRL | tdrl/Tianshou | IQL paper |",
-        "|---|---|---:|" + "---:|" * 16,
+        "|---|---|---:|" + "---:|" * 15,  # one per column after the first three
     ]
     for (dataset, algorithm, steps), libraries in groups.items():
         cells = [dataset, TITLES.get(algorithm, algorithm), mt.fmt_steps(steps)]
