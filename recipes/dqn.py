@@ -1,29 +1,18 @@
 """DQN (Mnih et al. 2015) with double Q (van Hasselt et al. 2015, arXiv 1509.06461), dueling
 heads (Wang et al. 2016, 1511.06581), n-step returns and prioritized replay (Schaul et al. 2015,
-1511.05952) as options, on flat observations or pixels. The distributional family (C51, QR-DQN,
-IQN, FQF) and Rainbow are recipes/rainbow.py.
+1511.05952) as options, on flat observations or uint8 frames (a CNN; frames stored once per step).
+The distributional family and Rainbow are recipes/rainbow.py.
 
-Defaults: CartPole-v1 with rl-baselines3-zoo's tuned DQN settings (hyperparams/dqn.yml): lr
-2.3e-3, batch 64, 256x256 MLP with PyTorch's default init, 1k random steps, epsilon 1 -> 0.04
-over the first 16% of 50k steps, 128 gradient steps per 256 env steps (utd 0.5), gamma 0.99,
-Huber loss, gradient norm clipped at 10 (SB3's default). The zoo copies the target every 10 env
-steps; SB3 trains in bursts, so that is one copy per burst of 128 gradient steps, i.e.
---target-update-interval 128 here (a copy every 10 gradient steps diverged). Where tdrl
-differs: double Q is on by default (the zoo uses SB3's plain DQN; both solve CartPole-v1).
-Adding 3-step returns (--n-steps 3, tdrl's tuned setting in benchmarks/time_to_solve.py)
-solves CartPole-v1 in about a third of the env steps.
+Defaults: rl-baselines3-zoo's tuned CartPole-v1 DQN (hyperparams/dqn.yml): lr 2.3e-3, batch 64,
+256x256 MLP, 1k random steps, epsilon 1 -> 0.04 over 8k steps, utd 0.5, gamma 0.99, Huber loss,
+gradient norm 10, a target copy every 128 gradient steps (the zoo's every 10 env steps, as SB3
+trains in bursts); double Q on. docs/algorithms/dqn.md has the sources and the results.
 
     python recipes/dqn.py                                  # CartPole-v1
     python recipes/dqn.py --n-steps 3 --prioritized --no-double-dqn
     python recipes/dqn.py --env-id MinAtar/Breakout-v1     # uint8 frames: a CNN Q network
     python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --buffer-size 1000000    # Atari: 7.1 GB of frames when full
-
-On uint8 frames ``[C, H, W]`` (``tdrl.envs.pixels``: MinAtar, Atari) the Q network is a CNN
-(--network auto): MinAtar's (Young & Tian 2019) under 36 pixels, DQN's Nature CNN on larger
-frames; the CartPole defaults were not tuned for them. The replay buffer stores stacked or large
-frames once per step (7,090 bytes a transition on Atari with 4-frame stacks instead of 56,474)
-and MinAtar's small frames plainly (``tdrl.data.frames.store_frames_once``).
 """
 
 from __future__ import annotations

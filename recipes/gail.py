@@ -1,17 +1,11 @@
-"""GAIL (Ho & Ermon 2016, arXiv 1606.03476): PPO on a discriminator's reward, from expert
-demonstrations in a Minari dataset (recipes/make_dataset.py makes them from a trained agent).
+"""GAIL (Ho & Ermon 2016, arXiv 1606.03476): PPO on a discriminator's reward -log(1 - D(s, a)),
+from expert demonstrations in a Minari dataset (recipes/make_dataset.py makes them).
 
-Each batch: the discriminator takes ``disc_steps`` Adam steps on expert pairs (10 episodes by
-default) against the batch's own pairs (GAILLoss: expert 1, policy 0), the batch's rewards are
-replaced by ``-log(1 - D(s, a))`` (gail_reward), then PPO's update runs on them as in
-recipes/ppo.py, with the generator at Tianshou's MuJoCo PPO settings (advantages normalized per
-minibatch, raw rewards: --scale-rewards does not apply). The logged and evaluated returns are the
-env's own. The discriminator: two 100-unit tanh layers, Adam 3e-4, on pairs standardized with the
-demonstrations' mean and std, 10 steps of 512 pairs a side per batch of 2048 (tuned on
-Hopper-v5; one step of 2048 raw pairs left the discriminator near chance, and a gradient penalty
-kept it weak). The reward ``-log(1 - D)`` is positive, so it also pays for surviving (GAIL's
-known bias at terminal states; Kostrikov et al. 2018 treat them as absorbing instead): fine for
-Hopper-like tasks, where staying up is what the expert does.
+Defaults: the generator at Tianshou's MuJoCo PPO settings (advantages normalized per minibatch,
+raw rewards); the discriminator two 100-unit tanh layers, Adam 3e-4, 10 steps of 512 pairs a side
+per batch, on pairs standardized with the demonstrations' statistics (tuned on Hopper-v5). The
+logged and evaluated returns are the env's own. docs/algorithms/gail.md has the update, the
+results and the limits (the positive reward also pays for surviving).
 
     python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --stop-at-return 3300 \
         --log-dir runs/expert-hopper                                      # the expert

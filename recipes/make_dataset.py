@@ -1,17 +1,12 @@
-"""Make D4RL-style offline datasets from tdrl's own agents, in the Minari format.
+"""Make D4RL-style offline datasets (Fu et al. 2020, arXiv 2004.07219) from tdrl's own agents, in
+the Minari format, under MINARI_DATASETS_PATH (default ~/.minari/datasets), written whole or not
+at all.
 
-Kinds (D4RL's, Fu et al. 2020, arXiv 2004.07219): ``random`` (uniform random actions),
-``policy`` (the actor of a run's newest checkpoint, stochastic unless ``--deterministic``:
-``medium`` for a policy at about a third of the expert's return, ``expert`` for the best one
-trained), and ``replay`` (the replay buffer of that checkpoint: ``medium-replay``; SAC runs).
-``--algo`` names the run's recipe: ``sac`` (its tanh-Gaussian actor) or ``ppo`` (the Gaussian
-policy of ``recipes/ppo.py``, with the observation normalization it trained with: its running
-statistics are in the actor's checkpoint and are applied, frozen, when it acts). The task and the
-actor's widths (and PPO's activation) are read from the run folder's ``config.json``; flags
-override them (runs without one: Hopper-v5 and the recipe's defaults, sac 256 256, ppo 64 64
-tanh). ``--ref-min-score`` and ``--ref-max-score`` store the returns that normalize scores the
-D4RL way (0 = random, 100 = expert). The dataset id defaults to ``tdrl/<task>-<kind>-v0``; it is
-written whole or not at all, under ``MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``).
+Kinds: ``random`` (uniform actions), ``policy`` (the actor of a run's newest checkpoint:
+``medium``/``expert`` by the run; ``--deterministic`` for its mean) and ``replay`` (that
+checkpoint's replay buffer: ``medium-replay``; SAC runs). ``--algo`` names the run's recipe (sac
+or ppo); the task and the actor's sizes come from the run folder's config.json.
+``--ref-min-score``/``--ref-max-score`` store D4RL's normalization returns (0 random, 100 expert).
 
     python recipes/make_dataset.py --kind random --env-id Hopper-v5 --steps 100000
     python recipes/sac.py --env-id Hopper-v5 --total-frames 100000 --log-dir runs/hopper-medium

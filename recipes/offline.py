@@ -1,18 +1,11 @@
-"""Offline RL on a Minari dataset: behaviour cloning, TD3+BC (Fujimoto & Gu 2021, arXiv
-2106.06860), IQL (Kostrikov et al. 2021, arXiv 2110.06169), CQL (Kumar et al. 2020, arXiv
-2006.04779), CRR (Wang et al. 2020, arXiv 2006.15134) or BCQ (Fujimoto et al. 2019, arXiv
-1812.02900), evaluated in the real env.
+"""Offline RL on a Minari dataset, evaluated in the real env: behaviour cloning, TD3+BC (Fujimoto
+& Gu 2021, arXiv 2106.06860), IQL (Kostrikov et al. 2021, 2110.06169), CQL (Kumar et al. 2020,
+2006.04779), CRR (Wang et al. 2020, 2006.15134) or BCQ (Fujimoto et al. 2019, 1812.02900).
 
-``--total-frames`` counts gradient steps (evaluation, logs and checkpoints too). The dataset is a
-Minari dataset id under ``MINARI_DATASETS_PATH`` (``recipes/make_dataset.py`` writes one). The
-settings are the papers' MuJoCo ones: batch 256, 256x256 ReLU networks, Adam 3e-4, tau 0.005,
-gamma 0.99; TD3+BC alpha 2.5 with TD3's policy noise and actor delay 2; IQL expectile 0.7, beta
-3.0, a Gaussian actor with a state-independent std; CQL(H) on SAC with weight 5 and 10 sampled
-actions per kind (the fixed-weight variant); BCQ's perturbation range 0.05, lambda 0.75 and 10
-sampled actions, its VAE trained in the actor's optimizer group (the authors' 750x750 VAE and
-400x300 perturbation model take --hidden-sizes here, and Adam 3e-4 for their 1e-3). TD3+BC
-normalizes states by the dataset's mean and std, as its authors do (--normalize-states auto).
-No cosine learning-rate decay of IQL's actor; BC regresses the deterministic actor's action.
+``--total-frames`` counts gradient steps. Defaults are the papers' MuJoCo settings (batch 256,
+256x256 ReLU networks, Adam 3e-4, tau 0.005, gamma 0.99, and each algorithm's own coefficients);
+TD3+BC normalizes states by the dataset's statistics, as its authors do. docs/algorithms/offline.md
+lists every setting, its source and where tdrl differs; recipes/make_dataset.py writes datasets.
 
     python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo iql
     python recipes/offline.py --dataset tdrl/hopper-medium-v0 --algo td3bc --total-frames 200000
