@@ -148,8 +148,7 @@ def recipe_q_learning_step(
         optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=max_grad_norm)
         if after is not None:
             after(sample, out)
-        target.counter = k - 1
-        target.step()
+        target.step(k)
 
     return step
 
@@ -159,6 +158,17 @@ def _elapsed(start: float) -> float:
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def _timed_steps(
+    step: Callable[[Any, int], None], buffer: Any, batch_size: int, steps: int
+) -> float:
+    """Seconds for ``step(buffer.sample(batch_size), k)`` at k = 1 .. ``steps``: tdrl's gradient
+    steps as its recipes' loops take them, sampling included."""
+    start = time.perf_counter()
+    for k in range(1, steps + 1):
+        step(buffer.sample(batch_size), k)
+    return _elapsed(start)
 
 
 def plain(bench: Callable[..., float]) -> Callable[..., float]:
@@ -581,9 +591,17 @@ def _td(data: dict[str, torch.Tensor]):  # noqa: ANN202
     )
 
 
+def _replay(data: dict[str, torch.Tensor], device: torch.device = DEVICE) -> Any:
+    """tdrl's ``ReplayBuffer`` (the SAC section's capacity) holding ``data``, on ``device``."""
+    from tdrl.data import ReplayBuffer
+
+    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=device)
+    buffer.extend(_td(data).to(device))
+    return buffer
+
+
 def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     """The loop of recipes/sac.py: sample, loss, one backward, fused Adam, soft update."""
-    from tdrl.data import ReplayBuffer
     from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
     from tdrl.objectives import SACLoss, SoftUpdate
     from tdrl.trainers import optimizer_step
@@ -600,14 +618,13 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
         ],
         fused=True,
     )
-    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
-    buffer.extend(_td(data).to(DEVICE))
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = loss(buffer.sample(SAC_BATCH))
+
+    def step(sample: Any, k: int) -> None:
+        out = loss(sample)
         optimizer_step(out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], optimizer)
         updater.step()
-    return _elapsed(start)
+
+    return _timed_steps(step, _replay(data), SAC_BATCH, steps)
 
 
 def _sb3_model(
@@ -815,23 +832,15 @@ def dqn_data(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def dqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     """The loop of recipes/dqn.py (double Q off, as SB3 has none)."""
-    from tdrl.data import ReplayBuffer
     from tdrl.modules import QValueActor, q_mlp
     from tdrl.objectives import DQNLoss, HardUpdate
-    from tdrl.trainers import optimizer_step
 
     qnet = QValueActor(q_mlp(DQN_OBS, DQN_ACTIONS, DQN_HIDDEN)).to(DEVICE)
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=False).to(DEVICE)
     updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
     optimizer = torch.optim.Adam(qnet.parameters(), lr=2.3e-3, fused=True)
-    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
-    buffer.extend(_td(data).to(DEVICE))
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = loss(buffer.sample(DQN_BATCH))
-        optimizer_step(out["loss"], optimizer, max_grad_norm=10.0)
-        updater.step()
-    return _elapsed(start)
+    step = recipe_q_learning_step(loss, optimizer, updater, max_grad_norm=10.0)
+    return _timed_steps(step, _replay(data), DQN_BATCH, steps)
 
 
 def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -984,8 +993,7 @@ OFFLINE_LR = 3e-4
 
 def _offline_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def run(data: dict[str, torch.Tensor], steps: int) -> float:
-        """The gradient step of recipes/offline.py --algo cql|iql."""
-        from tdrl.data import ReplayBuffer
+        """The gradient step of recipes/offline.py --algo cql|iql (on the CPU)."""
         from tdrl.modules import (
             EnsembleCritic,
             EnsembleMLP,
@@ -1011,14 +1019,12 @@ def _offline_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
         updater = SoftUpdate(loss, tau=0.005)
         params = [*actor.parameters(), *critic.parameters(), *extra]
         optimizer = torch.optim.Adam(params, lr=OFFLINE_LR, fused=True)
-        buffer = ReplayBuffer(SAC_BUFFER, generator=0)
-        buffer.extend(_td(data))
-        start = time.perf_counter()
-        for _ in range(steps):
-            out = loss(buffer.sample(SAC_BATCH))
-            optimizer_step(total_loss(out), optimizer)
+
+        def step(sample: Any, k: int) -> None:
+            optimizer_step(total_loss(loss(sample)), optimizer)
             updater.step()
-        return _elapsed(start)
+
+        return _timed_steps(step, _replay(data, torch.device("cpu")), SAC_BATCH, steps)
 
     return run
 
@@ -1092,7 +1098,6 @@ REDQ_MEMBERS, REDQ_SUBSET, REDQ_ACTOR_EVERY, REDQ_LR = 10, 2, 20, 3e-4
 
 def redq_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     """recipes/redq.py's gradient step (the actor every 20th)."""
-    from tdrl.data import ReplayBuffer
     from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
     from tdrl.objectives import REDQLoss, SoftUpdate
 
@@ -1107,12 +1112,7 @@ def redq_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     step = recipe_actor_critic_step(
         loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=REDQ_ACTOR_EVERY
     )
-    buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
-    buffer.extend(_td(data).to(DEVICE))
-    start = time.perf_counter()
-    for k in range(1, steps + 1):
-        step(buffer.sample(SAC_BATCH), k)
-    return _elapsed(start)
+    return _timed_steps(step, _replay(data), SAC_BATCH, steps)
 
 
 def redq_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
@@ -1187,7 +1187,6 @@ DET_HIDDEN, DET_LR, TD3_DELAY = [400, 300], 1e-3, 2
 
 def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def bench(data: dict[str, torch.Tensor], steps: int) -> float:
-        from tdrl.data import ReplayBuffer
         from tdrl.modules import (
             DeterministicActor,
             EnsembleCritic,
@@ -1212,12 +1211,7 @@ def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], f
             loss, optimizer, SoftUpdate(loss, tau=0.005), actor_every=delay,
             targets_with_actor=algo == "td3",
         )  # fmt: skip
-        buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=DEVICE)
-        buffer.extend(_td(data).to(DEVICE))
-        start = time.perf_counter()
-        for k in range(1, steps + 1):
-            step(buffer.sample(SAC_BATCH), k)
-        return _elapsed(start)
+        return _timed_steps(step, _replay(data), SAC_BATCH, steps)
 
     return bench
 
@@ -1414,10 +1408,7 @@ def _pixel_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
             loss, optimizer, HardUpdate(loss, value_network_update_interval=2000),
             max_grad_norm=10.0, after=after,
         )  # fmt: skip
-        start = time.perf_counter()
-        for k in range(1, steps + 1):
-            step(buffer.sample(PIX_BATCH), k)
-        return _elapsed(start)
+        return _timed_steps(step, buffer, PIX_BATCH, steps)
 
     return run
 

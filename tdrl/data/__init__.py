@@ -1,13 +1,7 @@
 """tdrl.data: replay buffers on preallocated TensorDict storage; Minari datasets."""
 
-from tdrl.data.batches import (
-    POLICY_OUTPUTS,
-    make_replay_buffer,
-    minibatches,
-    transitions,
-    truncate_streams,
-    updates_due,
-)
+from tdrl.data import batches
+from tdrl.data.batches import *  # noqa: F403  (what a training loop does with batches: its __all__)
 from tdrl.data.datasets import load_minari, save_minari, split_episodes
 from tdrl.data.prioritized import PrioritizedReplayBuffer
 from tdrl.data.replay_buffer import ReplayBuffer
@@ -15,12 +9,6 @@ from tdrl.data.storage import StreamStorage
 from tdrl.data.sum_tree import SumTree
 
 __all__ = [
-    "POLICY_OUTPUTS",
-    "make_replay_buffer",
-    "minibatches",
-    "transitions",
-    "truncate_streams",
-    "updates_due",
     "PrioritizedReplayBuffer",
     "ReplayBuffer",
     "StreamStorage",
@@ -29,3 +17,4 @@ __all__ = [
     "save_minari",
     "split_episodes",
 ]
+__all__ += batches.__all__

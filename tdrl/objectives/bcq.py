@@ -27,11 +27,10 @@ from tdrl.keys import (
     LOSS_VAE,
     NEXT,
 )
-from tdrl.objectives.ddpg import CriticOptions, first_critic_value, twin_critic_options
+from tdrl.objectives.ddpg import CriticOptions, DeterministicActorCriticLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.offpolicy import (
     OffPolicyKeys,
-    OffPolicyLoss,
     actor_critic_value,
     bellman_target,
     critic_values,
@@ -70,7 +69,7 @@ def perturbed_samples(
     return repeated, action
 
 
-class BCQLoss(OffPolicyLoss):
+class BCQLoss(DeterministicActorCriticLoss):
     """BCQ's three losses on data transitions ``(s, a, r, s')`` (Fujimoto et al. 2019, Alg. 1):
 
     ::
@@ -117,10 +116,7 @@ class BCQLoss(OffPolicyLoss):
         lmbda: float = 0.75,
         **options: Unpack[CriticOptions],
     ) -> None:
-        options = twin_critic_options(type(self).__name__, options)
-        super().__init__(gamma=options["gamma"], loss_function=options["loss_function"])
-        self._init_actor(actor_network, options["delay_actor"])
-        self._init_critics(qvalue_network, options["num_qvalue_nets"], options["delay_qvalue"])
+        super().__init__(actor_network, qvalue_network, **options)
         if num_samples < 1 or not 0.0 <= lmbda <= 1.0:
             raise ValueError(
                 f"need num_samples >= 1 and lmbda in [0, 1]; got {num_samples}, {lmbda}"
@@ -163,25 +159,8 @@ class BCQLoss(OffPolicyLoss):
         per_sample = (reconstruction - action).pow(2).mean(-1) + 0.5 * kl.mean(-1)
         return self._mean(per_sample, self._weights(batch))
 
-    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss_qvalue, td_error [B])``."""
-        return self._critic_regression(batch, self.value_target(batch))
-
-    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
-        """``loss_actor``: ``-mean_B w Q_0(s, xi(s, a~))`` (gradients to ``xi`` only)."""
-        action = self._act(self.actor_network, batch)
-        q = first_critic_value(self.qvalue_network, batch, action, self.tensor_keys.action)
-        return self._mean(-q, self._weights(batch))
-
-    def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        loss_qvalue, td_error = self.qvalue_loss(batch)
-        out = {
-            LOSS_ACTOR: self.actor_loss(batch),
-            LOSS_QVALUE: loss_qvalue,
-            self.tensor_keys.priority: td_error,
-            LOSS_VAE: self.vae_loss(batch),
-        }
-        return self._output(out)
+    def _more_losses(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        return {LOSS_VAE: self.vae_loss(batch)}
 
 
 class BCQActor(TensorDictModuleBase):

@@ -1,13 +1,13 @@
 """DDPG (Lillicrap et al. 2015, arXiv 1509.02971), and what TD3 and BCQ share with it.
 
-DDPG, TD3 and BCQ each sit directly on :class:`~tdrl.objectives.offpolicy.OffPolicyLoss`: what
-they share is functions (:func:`deterministic_action`, :func:`first_critic_value`) and
-``OffPolicyLoss``'s ``_init_actor``/``_init_critics``/``_critic_regression``, not a base class.
+DDPG, TD3 and BCQ sit on :class:`DeterministicActorCriticLoss`: an actor trained through the
+first critic, a critic ensemble regressed on ``value_target``, and one ``forward``; each loss
+supplies its target action (or its whole target) and its options.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, TypedDict
+from typing import Any, Final, TypedDict, Unpack
 
 import torch
 from tensordict import TensorDictBase
@@ -72,7 +72,77 @@ def first_critic_value(
         return actor_critic_value(critic, batch, action, key, "first")
 
 
-class DDPGLoss(OffPolicyLoss):
+class DeterministicActorCriticLoss(OffPolicyLoss):
+    """What DDPG, TD3 and BCQ share (not a public loss):
+
+    ::
+
+        y            = r + discount (1 - terminated) min_e Q'_e(s', a'),  a' = _next_action(s')
+        critic loss  = sum_e mean_B w (Q_e(s, a) - y)^2
+        loss_actor   = -mean_B w Q_0(s, _act(actor, s))     (gradients to the actor only)
+
+    ``forward`` returns ``loss_actor``, the critic loss under the loss's second output name,
+    ``td_error`` ``[B]`` and what :meth:`_more_losses` adds. ``options`` are
+    :class:`CriticOptions` over :data:`TWIN_CRITIC_DEFAULTS`.
+    """
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: Any,
+        **options: Unpack[CriticOptions],
+    ) -> None:
+        options = twin_critic_options(type(self).__name__, options)
+        super().__init__(gamma=options["gamma"], loss_function=options["loss_function"])
+        self._init_actor(actor_network, options["delay_actor"])
+        self._init_critics(qvalue_network, options["num_qvalue_nets"], options["delay_qvalue"])
+
+    def _act(self, actor: Any, td: TensorDictBase) -> torch.Tensor:
+        """The action ``actor`` takes in ``td``: ``mu(s)``."""
+        return deterministic_action(actor, td, self.tensor_keys.action, type(self).__name__)
+
+    def _next_action(self, next_td: TensorDictBase) -> torch.Tensor:
+        """``a'``: the target actor's action in ``s'``."""
+        return self._act(self.target_actor_network, next_td)
+
+    @torch.no_grad()
+    def value_target(self, batch: TensorDictBase) -> torch.Tensor:
+        """``y = r + discount (1 - terminated) min_e Q'_e(s', a')`` ``[B]`` (no gradient)."""
+        reward, terminated, discount = self._transition(batch)
+        next_td = self._get(batch, NEXT)
+        next_action = self._next_action(next_td)
+        next_q = critic_values(
+            self.target_qvalue_network, next_td, next_action, self.tensor_keys.action
+        )
+        return bellman_target(reward, next_q.min(dim=0).values, terminated, discount)
+
+    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sum_e mean_B w (Q_e(s, a) - y)^2, td_error [B])``."""
+        return self._critic_regression(batch, self.value_target(batch))
+
+    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
+        """``-mean_B w Q_0(s, _act(actor, s))``: the first critic, gradients to the actor only."""
+        action = self._act(self.actor_network, batch)
+        q = first_critic_value(self.qvalue_network, batch, action, self.tensor_keys.action)
+        return self._mean(-q, self._weights(batch))
+
+    def _more_losses(self, batch: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
+        """Losses ``forward`` returns after the actor's and the critic's (BCQ's VAE loss)."""
+        return {}
+
+    def forward(self, batch: TensorDictBase) -> TensorDictBase:
+        loss_critic, td_error = self.qvalue_loss(batch)
+        actor_name, critic_name = self._outputs[:2]
+        out = {
+            actor_name: self.actor_loss(batch),
+            critic_name: loss_critic,
+            self.tensor_keys.priority: td_error,
+            **self._more_losses(batch),
+        }
+        return self._output(out)
+
+
+class DDPGLoss(DeterministicActorCriticLoss):
     """DDPG: one critic, target actor and target critic.
 
     ::
@@ -109,36 +179,7 @@ class DDPGLoss(OffPolicyLoss):
         delay_value: bool = True,
         gamma: float = 0.99,
     ) -> None:
-        super().__init__(gamma=gamma, loss_function=loss_function)
-        self._init_actor(actor_network, delay_actor)
-        self._init_critics(value_network, 1, delay_value)
-
-    @torch.no_grad()
-    def value_target(self, batch: TensorDictBase) -> torch.Tensor:
-        """``y = r + discount (1 - terminated) Q'(s', mu'(s'))`` ``[B]``."""
-        reward, terminated, discount = self._transition(batch)
-        next_td = self._get(batch, NEXT)
-        key, owner = self.tensor_keys.action, type(self).__name__
-        next_action = deterministic_action(self.target_actor_network, next_td, key, owner)
-        next_q = critic_values(self.target_qvalue_network, next_td, next_action, key)
-        return bellman_target(reward, next_q.min(dim=0).values, terminated, discount)
-
-    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean_B w (Q(s, a) - y)^2, td_error [B])``."""
-        return self._critic_regression(batch, self.value_target(batch))
-
-    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
-        """``-mean_B w Q(s, mu(s))``, gradients to the actor only."""
-        key = self.tensor_keys.action
-        action = deterministic_action(self.actor_network, batch, key, type(self).__name__)
-        q = first_critic_value(self.qvalue_network, batch, action, key)
-        return self._mean(-q, self._weights(batch))
-
-    def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        loss_value, td_error = self.qvalue_loss(batch)
-        out = {
-            LOSS_ACTOR: self.actor_loss(batch),
-            LOSS_VALUE: loss_value,
-            self.tensor_keys.priority: td_error,
-        }
-        return self._output(out)
+        super().__init__(
+            actor_network, value_network, num_qvalue_nets=1, loss_function=loss_function,
+            delay_actor=delay_actor, delay_qvalue=delay_value, gamma=gamma,
+        )  # fmt: skip

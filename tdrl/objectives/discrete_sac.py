@@ -36,8 +36,8 @@ class DiscreteSACLoss(OffPolicyLoss):
         qvalue_network: a tdrl ``EnsembleCritic(in_keys=("observation",),
             out_key="action_value")`` or one keyed module writing ``"action_value"`` ``[B, n]``.
         num_actions: ``n``; inferred from the logits when omitted.
-        num_qvalue_nets, loss_function, alpha_init, fixed_alpha, target_entropy_weight,
-        target_entropy, delay_qvalue, gamma: TorchRL's names.
+        num_qvalue_nets, loss_function, alpha_init, fixed_alpha: TorchRL's names.
+        target_entropy_weight, target_entropy, delay_qvalue, gamma: TorchRL's names.
 
     Reads ``action`` (index ``[B]``/``[B, 1]`` or one-hot ``[B, n]``), the networks' in_keys at
     the root and under ``"next"``, ``("next", "reward"|"terminated")``, optional

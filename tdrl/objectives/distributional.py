@@ -17,10 +17,8 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
-from torch import nn
 
 from tdrl.keys import CHOSEN_ACTION_VALUE, FRACTION_ENTROPY, LOSS, NEXT, VALUE_TARGET
-from tdrl.objectives.dqn import dqn_target_network
 from tdrl.objectives.offpolicy import OffPolicyLoss
 from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
 
@@ -84,14 +82,7 @@ class _DistributionalLoss(OffPolicyLoss):
         double_dqn = options.get("double_dqn", False)
         # DQNLoss's loss_function default, which these losses do not use
         super().__init__(gamma=options.get("gamma", 0.99), loss_function="l2")
-        target = dqn_target_network(value_network, delay_value=delay_value, double_dqn=double_dqn)
-        self.value_network = value_network
-        self.delay_value = delay_value
-        self.double_dqn = double_dqn
-        self.target_value_network = target
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        return [(self.value_network, self.target_value_network)] if self.delay_value else []
+        self._init_value(value_network, delay_value, double_dqn)
 
     def _distribution(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         raise NotImplementedError

@@ -9,22 +9,9 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
-from torch import nn
 
 from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
 from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
-from tdrl.objectives.target import make_target
-
-
-def dqn_target_network(
-    value_network: nn.Module, *, delay_value: bool, double_dqn: bool
-) -> nn.Module:
-    """The target network of a Q-learning loss (DQN's and the distributional ones'): a frozen
-    copy of ``value_network`` (:func:`~tdrl.objectives.target.make_target`) with
-    ``delay_value``, else the network itself; ``double_dqn`` needs the copy."""
-    if double_dqn and not delay_value:
-        raise ValueError("double_dqn=True needs delay_value=True (a separate target network)")
-    return make_target(value_network) if delay_value else value_network
 
 
 class DQNLoss(OffPolicyLoss):
@@ -72,14 +59,7 @@ class DQNLoss(OffPolicyLoss):
         gamma: float = 0.99,
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
-        target = dqn_target_network(value_network, delay_value=delay_value, double_dqn=double_dqn)
-        self.value_network = value_network
-        self.delay_value = delay_value
-        self.double_dqn = double_dqn
-        self.target_value_network = target
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        return [(self.value_network, self.target_value_network)] if self.delay_value else []
+        self._init_value(value_network, delay_value, double_dqn)
 
     def _action_values(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         direct = getattr(network, "action_values", None)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from torch import nn
 from torchrl.modules import set_recurrent_mode
 
 from tdrl.keyed import next_key, require
@@ -19,7 +18,6 @@ from tdrl.keys import (
     VALUE_TARGET,
 )
 from tdrl.objectives.offpolicy import OffPolicyLoss
-from tdrl.objectives.target import make_target
 
 
 class DRQNLoss(OffPolicyLoss):
@@ -74,13 +72,8 @@ class DRQNLoss(OffPolicyLoss):
         super().__init__(gamma=gamma, loss_function=loss_function)
         if burn_in < 0:
             raise ValueError(f"burn_in must be >= 0, got {burn_in}")
-        self.value_network = value_network
-        self.target_value_network = make_target(value_network)
+        self._init_value(value_network, delay_value=True, double_dqn=double_dqn)
         self.burn_in = burn_in
-        self.double_dqn = double_dqn
-
-    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        return [(self.value_network, self.target_value_network)]
 
     def _extended(self, batch: TensorDictBase) -> TensorDict:
         """The slice plus one step: each input's ``("next", ...)`` value at the last step."""

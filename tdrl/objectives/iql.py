@@ -82,9 +82,7 @@ class IQLLoss(OffPolicyLoss):
             y = bellman_target(reward, next_value, terminated, discount)
         value = self._value(batch)
         loss_value = self._mean(expectile_loss(target_q - value, self.expectile), weights)
-        q = critic_values(self.qvalue_network, batch, None, action_key)  # [E, B]
-        per_sample = self._distance(q, y.expand_as(q)).sum(0)
-        loss_qvalue = self._mean(per_sample, weights)
+        loss_qvalue, td_error = self._critic_regression(batch, y)
         advantage = target_q - value.detach()
         awr = torch.exp(self.beta * advantage).clamp(max=self.max_weight)
         # select: an actor that writes its outputs (TorchRL's) leaves the caller's batch alone
@@ -95,6 +93,6 @@ class IQLLoss(OffPolicyLoss):
             LOSS_ACTOR: loss_actor,
             LOSS_QVALUE: loss_qvalue,
             LOSS_VALUE: loss_value,
-            self.tensor_keys.priority: (q.detach() - y).abs().max(dim=0).values,
+            self.tensor_keys.priority: td_error,
         }
         return self._output(out)

@@ -21,8 +21,6 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch.distributions import Distribution
 
-from tdrl import _fast
-from tdrl._fast.tdict import new_unchecked
 from tdrl.keyed import next_key, renamed, require
 from tdrl.keys import (
     ACTION,
@@ -107,12 +105,15 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     def target_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
         """``(online, target)`` pairs, for :class:`~tdrl.objectives.target.SoftUpdate`: the
-        critics' (and the actor's, for DDPG/TD3) when their targets are delayed."""
+        critics' (and the actor's, for DDPG/TD3; the Q network's, for the DQN family) when their
+        targets are delayed."""
         pairs: list[tuple[torch.nn.Module, torch.nn.Module]] = []
         if getattr(self, "delay_actor", False):
             pairs.append((self.actor_network, self.target_actor_network))
         if getattr(self, "delay_qvalue", False):
             pairs.append((self.qvalue_network, self.target_qvalue_network))
+        if getattr(self, "delay_value", False):
+            pairs.append((self.value_network, self.target_value_network))
         return pairs
 
     def _init_actor(self, actor_network: TensorDictModuleBase, delay_actor: bool) -> None:
@@ -136,6 +137,16 @@ class OffPolicyLoss(TensorDictModuleBase):
         self.target_qvalue_network = (
             make_target(self.qvalue_network) if delay_qvalue else self.qvalue_network
         )
+
+    def _init_value(self, value_network: Any, delay_value: bool, double_dqn: bool) -> None:
+        """A Q network (the DQN family's) and its frozen target copy (the network itself
+        without ``delay_value``); ``double_dqn`` needs the copy."""
+        if double_dqn and not delay_value:
+            raise ValueError("double_dqn=True needs delay_value=True (a separate target network)")
+        self.value_network = value_network
+        self.delay_value = delay_value
+        self.double_dqn = double_dqn
+        self.target_value_network = make_target(value_network) if delay_value else value_network
 
     def _init_alpha(self, alpha_init: float, fixed_alpha: bool) -> None:
         """``log_alpha``: a parameter to tune, or a buffer when ``fixed_alpha``."""
@@ -243,13 +254,7 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     @staticmethod
     def _output(out: dict[NestedKey, torch.Tensor]) -> TensorDict:
-        """The loss's output TensorDict (batch size ``[]``) from a dict of tensors.
-
-        With the fast paths on and plain string keys, tensordict's checks (~10 us a step) are
-        skipped (tdrl._fast.tdict.new_unchecked): every value is a tensor this loss computed.
-        """
-        if _fast.enabled() and all(type(key) is str for key in out):
-            return new_unchecked(out, _SCALAR)  # type: ignore[arg-type]
+        """The loss's output TensorDict (batch size ``[]``) from a dict of tensors."""
         return TensorDict(out, batch_size=_SCALAR)
 
     # --- computing -----------------------------------------------------------------------

@@ -42,10 +42,10 @@ class SACLoss(OffPolicyLoss):
             TorchRL ``ProbabilisticActor``), reparameterisable.
         qvalue_network: a tdrl critic ensemble (``EnsembleCritic``), or one keyed critic (or a
             list) writing ``"state_action_value"``, copied ``num_qvalue_nets`` times.
-        num_qvalue_nets, loss_function, alpha_init, min_alpha, max_alpha, fixed_alpha,
-        target_entropy, delay_qvalue, gamma: TorchRL's names. ``target_entropy="auto"`` is
-            ``-action_dim``, taken from ``action_dim``, the actor's ``action_dim``, or the first
-            batch's actions.
+        num_qvalue_nets, loss_function, alpha_init, min_alpha, max_alpha: TorchRL's names.
+        fixed_alpha, target_entropy, delay_qvalue, gamma: TorchRL's names.
+            ``target_entropy="auto"`` is ``-action_dim``, taken from ``action_dim``, the actor's
+            ``action_dim``, or the first batch's actions.
         action_dim: action size for ``target_entropy="auto"``.
 
     Reads ``action``, the actor's and critic's in_keys at the root and under ``"next"``,

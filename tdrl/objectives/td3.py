@@ -10,17 +10,11 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE, NEXT
-from tdrl.objectives.ddpg import (
-    CriticOptions,
-    deterministic_action,
-    first_critic_value,
-    twin_critic_options,
-)
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values
+from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE
+from tdrl.objectives.ddpg import CriticOptions, DeterministicActorCriticLoss
 
 
-class TD3Loss(OffPolicyLoss):
+class TD3Loss(DeterministicActorCriticLoss):
     """TD3: twin critics, clipped double-Q target, target policy smoothing.
 
     ::
@@ -68,10 +62,7 @@ class TD3Loss(OffPolicyLoss):
         noise_clip: float = 0.5,
         **options: Unpack[CriticOptions],
     ) -> None:
-        options = twin_critic_options(type(self).__name__, options)
-        super().__init__(gamma=options["gamma"], loss_function=options["loss_function"])
-        self._init_actor(actor_network, options["delay_actor"])
-        self._init_critics(qvalue_network, options["num_qvalue_nets"], options["delay_qvalue"])
+        super().__init__(actor_network, qvalue_network, **options)
         if bounds is None:
             low = getattr(actor_network, "action_low", None)
             high = getattr(actor_network, "action_high", None)
@@ -92,9 +83,6 @@ class TD3Loss(OffPolicyLoss):
         self.policy_noise = policy_noise
         self.noise_clip = noise_clip
 
-    def _act(self, actor: nn.Module, td: TensorDictBase) -> torch.Tensor:
-        return deterministic_action(actor, td, self.tensor_keys.action, type(self).__name__)
-
     def _next_action(self, next_td: TensorDictBase) -> torch.Tensor:
         # Target policy smoothing (Fujimoto et al., sec. 5.3, eq. 14).
         action = self._act(self.target_actor_network, next_td)
@@ -103,33 +91,3 @@ class TD3Loss(OffPolicyLoss):
             -self.noise_clip, self.noise_clip
         )
         return torch.maximum(torch.minimum(action + noise * half, self.max_action), self.min_action)
-
-    @torch.no_grad()
-    def value_target(self, batch: TensorDictBase) -> torch.Tensor:
-        """``y = r + discount (1 - terminated) min_e Q'_e(s', a')`` ``[B]``."""
-        reward, terminated, discount = self._transition(batch)
-        next_td = self._get(batch, NEXT)
-        next_action = self._next_action(next_td)
-        next_q = critic_values(
-            self.target_qvalue_network, next_td, next_action, self.tensor_keys.action
-        )
-        return bellman_target(reward, next_q.min(dim=0).values, terminated, discount)
-
-    def qvalue_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(sum_e mean_B w (Q_e(s, a) - y)^2, td_error [B])``."""
-        return self._critic_regression(batch, self.value_target(batch))
-
-    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
-        """``-mean_B w Q_0(s, mu(s))``: the first critic, gradients to the actor only."""
-        action = self._act(self.actor_network, batch)
-        q = first_critic_value(self.qvalue_network, batch, action, self.tensor_keys.action)
-        return self._mean(-q, self._weights(batch))
-
-    def forward(self, batch: TensorDictBase) -> TensorDictBase:
-        loss_qvalue, td_error = self.qvalue_loss(batch)
-        out = {
-            LOSS_ACTOR: self.actor_loss(batch),
-            LOSS_QVALUE: loss_qvalue,
-            self.tensor_keys.priority: td_error,
-        }
-        return self._output(out)

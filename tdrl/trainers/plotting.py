@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from tdrl.trainers.logger import read_csv
 
@@ -50,23 +50,21 @@ def save_png(fig: Figure, png_path: str | os.PathLike) -> Path:
     return png_path
 
 
-def plot_learning_curve(
-    csv_path: str | os.PathLike,
-    png_path: str | os.PathLike,
-    *,
-    y: str = "return_mean",
-    y_std: str | None = "return_std",
-    x: str = "step",
-    title: str = "",
-    extra: Sequence[tuple[str, str | os.PathLike]] = (),
-) -> Path:
-    """Plot ``y`` against ``x`` from a log CSV (with a +-``y_std`` band when the column exists;
-    a single row shows as a point with an error bar) into ``png_path``.
+class CurveOptions(TypedDict, total=False):
+    """What :func:`learning_curve_figure` plots (its keyword arguments, defaults there)."""
 
-    ``extra`` adds more curves as ``(label, csv_path)`` pairs, e.g. other seeds or libraries.
-    """
-    fig = learning_curve_figure(csv_path, y=y, y_std=y_std, x=x, title=title, extra=extra)
-    return save_png(fig, png_path)
+    y: str
+    y_std: str | None
+    x: str
+    title: str
+    extra: Sequence[tuple[str, str | os.PathLike]]
+
+
+def plot_learning_curve(
+    csv_path: str | os.PathLike, png_path: str | os.PathLike, **options: Unpack[CurveOptions]
+) -> Path:
+    """:func:`learning_curve_figure` of ``csv_path``, saved to ``png_path``."""
+    return save_png(learning_curve_figure(csv_path, **options), png_path)
 
 
 def learning_curve_figure(
@@ -78,7 +76,11 @@ def learning_curve_figure(
     title: str = "",
     extra: Sequence[tuple[str, str | os.PathLike]] = (),
 ) -> Figure:
-    """The figure :func:`plot_learning_curve` saves."""
+    """Plot ``y`` against ``x`` from a log CSV (with a +-``y_std`` band when the column exists;
+    a single row shows as a point with an error bar).
+
+    ``extra`` adds more curves as ``(label, csv_path)`` pairs, e.g. other seeds or libraries.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
