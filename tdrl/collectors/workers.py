@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import copy
 import socket
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -119,8 +121,17 @@ def _noise_state_names(module: torch.nn.Module) -> set[str]:
     }
 
 
+DEFAULT_TIMEOUT = 120.0  # seconds for one rollout: as the async envs' step_timeout
+# seconds a new worker has for its first rollout (it imports torch and makes its envs first)
+START_TIMEOUT = 120.0
+
+
 class _WorkerDied(Exception):
-    """A worker process is gone (killed, crashed, its node lost)."""
+    """A worker process is gone (killed, crashed, its node lost) or silent past the timeout."""
+
+
+class _WorkerSilent(_WorkerDied):
+    """A worker did not answer within the collector's timeout (stopped, hung, unreachable)."""
 
 
 class _RayPool:
@@ -155,17 +166,24 @@ class _RayPool:
     def submit(self, worker: Any, weights: Any, version: int, random: bool) -> Any:
         return worker.rollout.remote(weights, version, random)
 
-    def first_done(self, handles: list[Any]) -> Any:
-        ready, _ = self.ray.wait(handles, num_returns=1)
-        return ready[0]
+    def first_done(self, handles: list[Any], timeout: float | None) -> Any:
+        ready, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
+        return ready[0] if ready else None
 
-    def get(self, worker: Any, handle: Any) -> tuple[Any, ...]:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+    def get(self, worker: Any, handle: Any, timeout: float | None) -> tuple[Any, ...]:
+        from ray.exceptions import (
+            ActorDiedError,
+            ActorUnavailableError,
+            GetTimeoutError,
+            RayActorError,
+        )
 
         try:
-            return tuple(self.ray.get(handle))
+            return tuple(self.ray.get(handle, timeout=timeout))
         except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
             raise _WorkerDied(type(err).__name__) from err
+        except GetTimeoutError as err:
+            raise _WorkerSilent() from err
         except Exception as err:
             cause = getattr(err, "cause", None) or err  # RayTaskError: the worker's error
             raise RuntimeError(f"{type(cause).__name__}: {cause}") from err
@@ -247,19 +265,48 @@ class _ProcessPool:
             pass  # a dead worker: get() reports it
         return worker.conn
 
-    def first_done(self, handles: list[Any]) -> Any:
+    def first_done(self, handles: list[Any], timeout: float | None) -> Any:
         from multiprocessing.connection import wait
 
-        return wait(handles)[0]
+        ready = wait(handles, timeout=timeout)
+        return ready[0] if ready else None
 
-    def get(self, worker: _Process, handle: Any) -> tuple[Any, ...]:
+    def get(self, worker: _Process, handle: Any, timeout: float | None) -> tuple[Any, ...]:
         try:
-            status, payload = worker.conn.recv()
+            if not worker.conn.poll(timeout):
+                raise _WorkerSilent()
+            status, payload = self._receive(worker, timeout)
         except (EOFError, OSError) as err:
             raise _WorkerDied(f"exit code {worker.process.exitcode}") from err
         if status == "error":
             raise RuntimeError(payload)
         return tuple(payload)
+
+    @staticmethod
+    def _receive(worker: _Process, timeout: float | None) -> Any:
+        """``conn.recv()``, within ``timeout`` also when the reply has begun to arrive: a worker
+        stopped half-way through sending would block ``recv`` for good. The read runs in a
+        thread; past the timeout the worker counts as silent, and the kill that follows
+        closes the pipe, which ends the read."""
+        if timeout is None:
+            return worker.conn.recv()
+        box: list[Any] = []
+
+        def read() -> None:
+            try:
+                box.append(("reply", worker.conn.recv()))
+            except BaseException as err:  # EOFError, OSError: handed to the caller
+                box.append(("raised", err))
+
+        reader = threading.Thread(target=read, daemon=True, name="tdrl-worker-reply")
+        reader.start()
+        reader.join(timeout)
+        if not box:
+            raise _WorkerSilent()
+        kind, value = box[0]
+        if kind == "raised":
+            raise value
+        return value
 
     def kill(self, worker: _Process) -> None:
         if worker.process.is_alive():
@@ -287,6 +334,10 @@ class WorkerCollector:
             the learner, so a restarted worker or a resumed run does not start them again; in
             async mode the batches in flight when it is reached are random too).
         on_worker_failure: ``"restart"`` (at most ``max_restarts`` restarts in all) or ``"raise"``.
+        timeout: seconds to wait for a worker's rollout before the worker counts as dead
+            (stopped, hung, its node unreachable): it is then killed and restarted or the error
+            raised, as ``on_worker_failure`` says; None waits forever. A new worker's first
+            rollout, which includes its start, may take at least ``START_TIMEOUT`` (120 s).
         storing_device: where batches are returned (the workers act on the CPU); default: the
             device of the policy's parameters (a learner on CUDA gets CUDA batches), else the CPU.
         pool: the transport (given by the subclasses).
@@ -314,9 +365,13 @@ class WorkerCollector:
         env_kwargs: dict[str, Any] | None = None,
         on_worker_failure: Literal["restart", "raise"] = "restart",
         max_restarts: int = 3,
+        timeout: float | None = DEFAULT_TIMEOUT,
         storing_device: torch.device | str | None = None,
         pool: Any,
     ) -> None:
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
+        self.timeout = timeout
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if num_envs < 1:
@@ -358,6 +413,8 @@ class WorkerCollector:
             env, num_envs, seed, dict(env_kwargs or {}), policy_ref, worker_frames, deterministic,
         )  # fmt: skip
         self.workers = [pool.start(w, self._worker_args) for w in range(num_workers)]
+        self._starting = [True] * num_workers  # no reply yet: the start counts in the wait
+        self._asked = [0.0] * num_workers  # when each worker's request was sent
         self._generation = [0] * num_workers  # restarts of each worker (its seeds move on)
         # traj id offset per worker (a multiple of W, raised past the old ids on a restart)
         self._offsets = [0] * num_workers
@@ -417,10 +474,16 @@ class WorkerCollector:
             if w not in self._pending.values():
                 self._pending[self._submit(w)] = w
         while True:
-            ready = self.pool.first_done(list(self._pending))
+            # a worker silent past its allowance counts as dead even while others answer
+            overdue = [ref for ref, w in self._pending.items() if self._overdue(w)]
+            ready = (
+                overdue[0] if overdue else self.pool.first_done(list(self._pending), self.timeout)
+            )
+            silent = ready is None or bool(overdue)
+            ready = next(iter(self._pending)) if ready is None else ready  # the longest waiting
             w = self._pending.pop(ready)
             try:
-                batch, episodes, version = self._result(w, ready)
+                batch, episodes, version = self._result(w, ready, timeout=0 if silent else None)
             finally:
                 self._pending[self._submit(w)] = w  # keep every worker busy
             if self.version - version <= self.max_policy_lag:
@@ -446,13 +509,22 @@ class WorkerCollector:
         if ref is None:
             return
         try:
-            self.pool.get(self.workers[w], ref)
-        except Exception:  # a dead or failed worker shows on the next rollout
+            self.pool.get(self.workers[w], ref, self.timeout)
+        except Exception:  # a dead, silent or failed worker shows on the next rollout
             pass
         self._unread[w] = None
 
+    def _overdue(self, w: int) -> bool:
+        """Worker ``w`` has not answered its request within its allowance (the timeout, or
+        ``START_TIMEOUT`` while it starts)."""
+        if self.timeout is None:
+            return False
+        allowance = max(self.timeout, START_TIMEOUT) if self._starting[w] else self.timeout
+        return time.monotonic() - self._asked[w] > allowance
+
     def _submit(self, w: int) -> Any:
         self._drain(w)
+        self._asked[w] = time.monotonic()
         fresh = self._weights_ref is not None and self._sent[w] != self.version
         self._sent[w] = self.version
         weights = self._weights_ref if fresh else None
@@ -461,15 +533,27 @@ class WorkerCollector:
         self._unread[w] = ref
         return ref
 
-    def _result(self, w: int, ref: Any) -> tuple[TensorDict, TensorDict, int]:
-        """The rollout ``ref`` of worker ``w``, asked again of a restarted worker if it died."""
+    def _result(
+        self, w: int, ref: Any, timeout: float | None = None
+    ) -> tuple[TensorDict, TensorDict, int]:
+        """The rollout ``ref`` of worker ``w``, asked again of a restarted worker if it died or
+        stayed silent for the timeout (``timeout``: this wait's, default the collector's)."""
         name = self.pool.name
         while True:
             try:
-                batch, episodes, version = self.pool.get(self.workers[w], ref)
+                wait = self.timeout if timeout is None else timeout
+                if wait is not None and self._starting[w]:
+                    wait = max(wait, START_TIMEOUT)
+                timeout = None  # a restarted worker gets the whole timeout
+                batch, episodes, version = self.pool.get(self.workers[w], ref, wait)
+                self._starting[w] = False
                 self._unread[w] = None
                 break
             except _WorkerDied as err:
+                if isinstance(err, _WorkerSilent):  # it is killed before a restart
+                    err = _WorkerDied(
+                        f"no reply within timeout={self.timeout} s: stopped, hung or unreachable"
+                    )
                 if self.on_worker_failure == "raise" or self.restarts >= self.max_restarts:
                     raise RuntimeError(
                         f"{name} {w} of {self.num_workers} died ({err}); {self.restarts} "
@@ -497,6 +581,7 @@ class WorkerCollector:
         if seed is not None:  # new seeds, apart from every worker's earlier ones
             seed += self._generation[w] * self.num_workers * num_envs
         self.workers[w] = self.pool.start(w, (env, num_envs, seed, *rest))
+        self._starting[w] = True
         self._sent[w] = -1  # the new worker holds the initial weights: send the newest again
         W = self.num_workers
         self._offsets[w] = (self._max_id[w] // W + 1) * W  # above every id it gave out
