@@ -71,3 +71,19 @@ def test_the_cycle_finder_finds_a_circle():
     graph.add_import(importer="c", imported="a")
     graph.add_import(importer="c", imported="d")
     assert _cycles(graph, {"a", "b", "c", "d"}) == [["a", "b", "c"]]
+
+
+def test_no_loss_inherits_more_than_three_tdrl_classes():
+    """Losses compose; their own hierarchy stays shallow (a base, a shared base, the loss)."""
+    import inspect
+
+    import tdrl.objectives as objectives
+
+    deep = {}
+    for name in objectives.__all__:
+        cls = getattr(objectives, name)
+        if inspect.isclass(cls):
+            chain = [k.__name__ for k in cls.__mro__ if k.__module__.startswith("tdrl.")]
+            if len(chain) > 3:
+                deep[name] = chain
+    assert not deep

@@ -97,13 +97,54 @@ class DeterministicActorCriticLoss(OffPolicyLoss):
         self._init_actor(actor_network, options["delay_actor"])
         self._init_critics(qvalue_network, options["num_qvalue_nets"], options["delay_qvalue"])
 
+    _smoothing = False  # TD3's target policy smoothing (_init_target_smoothing)
+
+    def _init_target_smoothing(
+        self,
+        actor_network: TensorDictModuleBase,
+        bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None,
+        policy_noise: float,
+        noise_clip: float,
+    ) -> None:
+        """TD3's target policy smoothing (Fujimoto et al. 2018, sec. 5.3, eq. 14): noise of
+        ``policy_noise`` half-ranges, clipped to ``noise_clip``, on the target action, within
+        ``bounds`` (default: the actor's ``action_low``/``action_high``)."""
+        name = type(self).__name__
+        if bounds is None:
+            low = getattr(actor_network, "action_low", None)
+            high = getattr(actor_network, "action_high", None)
+            if low is None or high is None:
+                raise ValueError(
+                    f"{name}: give bounds=(low, high); the actor has no action_low/action_high"
+                )
+        else:
+            low, high = bounds
+        self.register_buffer("min_action", torch.as_tensor(low, dtype=torch.float32).clone())
+        self.register_buffer("max_action", torch.as_tensor(high, dtype=torch.float32).clone())
+        if not (policy_noise >= 0 and noise_clip >= 0):  # False for NaN
+            # a negative clip makes clamp(c, -c) return -c: a constant, biased target action
+            raise ValueError(
+                f"{name}: policy_noise and noise_clip must be >= 0, got {policy_noise}, "
+                f"{noise_clip}"
+            )
+        self.policy_noise = policy_noise
+        self.noise_clip = noise_clip
+        self._smoothing = True
+
     def _act(self, actor: Any, td: TensorDictBase) -> torch.Tensor:
         """The action ``actor`` takes in ``td``: ``mu(s)``."""
         return deterministic_action(actor, td, self.tensor_keys.action, type(self).__name__)
 
     def _next_action(self, next_td: TensorDictBase) -> torch.Tensor:
-        """``a'``: the target actor's action in ``s'``."""
-        return self._act(self.target_actor_network, next_td)
+        """``a'``: the target actor's action in ``s'`` (smoothed, with TD3's smoothing)."""
+        action = self._act(self.target_actor_network, next_td)
+        if not self._smoothing:
+            return action
+        half = (self.max_action - self.min_action) / 2
+        noise = (torch.randn_like(action) * self.policy_noise).clamp(
+            -self.noise_clip, self.noise_clip
+        )
+        return torch.maximum(torch.minimum(action + noise * half, self.max_action), self.min_action)
 
     @torch.no_grad()
     def value_target(self, batch: TensorDictBase) -> torch.Tensor:

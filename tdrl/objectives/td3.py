@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Unpack
 
 import torch
-from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
@@ -63,31 +62,4 @@ class TD3Loss(DeterministicActorCriticLoss):
         **options: Unpack[CriticOptions],
     ) -> None:
         super().__init__(actor_network, qvalue_network, **options)
-        if bounds is None:
-            low = getattr(actor_network, "action_low", None)
-            high = getattr(actor_network, "action_high", None)
-            if low is None or high is None:
-                raise ValueError(
-                    "TD3Loss: give bounds=(low, high); the actor has no action_low/action_high"
-                )
-        else:
-            low, high = bounds
-        self.register_buffer("min_action", torch.as_tensor(low, dtype=torch.float32).clone())
-        self.register_buffer("max_action", torch.as_tensor(high, dtype=torch.float32).clone())
-        if not (policy_noise >= 0 and noise_clip >= 0):  # False for NaN
-            # a negative clip makes clamp(c, -c) return -c: a constant, biased target action
-            raise ValueError(
-                f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise}, "
-                f"{noise_clip}"
-            )
-        self.policy_noise = policy_noise
-        self.noise_clip = noise_clip
-
-    def _next_action(self, next_td: TensorDictBase) -> torch.Tensor:
-        # Target policy smoothing (Fujimoto et al., sec. 5.3, eq. 14).
-        action = self._act(self.target_actor_network, next_td)
-        half = (self.max_action - self.min_action) / 2
-        noise = (torch.randn_like(action) * self.policy_noise).clamp(
-            -self.noise_clip, self.noise_clip
-        )
-        return torch.maximum(torch.minimum(action + noise * half, self.max_action), self.min_action)
+        self._init_target_smoothing(actor_network, bounds, policy_noise, noise_clip)

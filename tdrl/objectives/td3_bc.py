@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Unpack
+
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
 
-from tdrl.objectives.ddpg import first_critic_value
+from tdrl.objectives.ddpg import (
+    CriticOptions,
+    DeterministicActorCriticLoss,
+    first_critic_value,
+)
 from tdrl.objectives.td3 import TD3Loss
 
 
-class TD3BCLoss(TD3Loss):
+class TD3BCLoss(DeterministicActorCriticLoss):
     """TD3's critic loss, and an actor loss that stays near the data's actions:
 
     ::
@@ -21,12 +30,30 @@ class TD3BCLoss(TD3Loss):
     including the episode-end handling of the target and the delayed actor, is :class:`TD3Loss`'s.
 
     Args:
+        actor_network: a deterministic keyed actor writing ``"action"``.
+        qvalue_network: a tdrl ``EnsembleCritic`` or one keyed critic (copied).
         alpha: weight of the Q term against the behaviour-cloning term.
-        *args, **kwargs: :class:`TD3Loss`'s.
+        bounds: ``(low, high)`` of the action box (default: the actor's), as :class:`TD3Loss`.
+        policy_noise: target policy smoothing noise, in half-ranges, as :class:`TD3Loss`.
+        noise_clip: its clip, as :class:`TD3Loss`.
+        **options: :class:`~tdrl.objectives.ddpg.CriticOptions`, as :class:`TD3Loss`.
     """
 
-    def __init__(self, *args: object, alpha: float = 2.5, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    _outputs = TD3Loss._outputs
+
+    def __init__(
+        self,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: nn.Module | Sequence[nn.Module],
+        *,
+        alpha: float = 2.5,
+        bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        **options: Unpack[CriticOptions],
+    ) -> None:
+        super().__init__(actor_network, qvalue_network, **options)
+        self._init_target_smoothing(actor_network, bounds, policy_noise, noise_clip)
         if not alpha > 0:
             raise ValueError(f"alpha must be > 0, got {alpha}")
         self.alpha = alpha
