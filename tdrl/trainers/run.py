@@ -7,7 +7,6 @@ optimizers, RNG, collector and env state, the replay buffer) and the final repor
 from __future__ import annotations
 
 import csv
-import fcntl
 import json
 import math
 import os
@@ -38,6 +37,7 @@ from tdrl.trainers.checkpoint import (
     write_checkpoint_dir,
 )
 from tdrl.trainers.config import RunConfig, RunFolderError, WorkersConfig, flat_dict
+from tdrl.trainers.lock import lock_run_folder
 from tdrl.trainers.logger import Logger, read_csv, rewrite_csv
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.video import record_video
@@ -327,33 +327,6 @@ def resume_run(
         print("resume: async envs were re-seeded; the run continues, not bit-identically")
     drop_rows_after(root, collector.frames)
     return payload["counters"]
-
-
-LOCK_FILE = ".lock"
-
-
-def lock_run_folder(log_dir: Path) -> IO[str]:
-    """An exclusive lock on the run folder, held until the returned file is closed: a second
-    process on the same folder (two fresh runs, or two ``--resume``) would delete the other's
-    unfinished checkpoint and interleave its log rows, so it gets a :class:`RunFolderError`
-    naming the holder instead. The lock goes with the process (a killed run frees it)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(log_dir / LOCK_FILE, "a+")  # noqa: SIM115  # held for the run's life
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise RunFolderError(
-            f"run folder {str(log_dir)!r} is in use by {holder}: wait for it to end, or pass "
-            "another --log-dir"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"process {os.getpid()}")
-    handle.flush()
-    return handle
 
 
 def refuse_used_folder(log_dir: Path) -> None:

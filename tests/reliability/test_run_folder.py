@@ -82,7 +82,7 @@ def test_a_save_removes_unfinished_and_older_complete_folders_only(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from tdrl.trainers.run import lock_run_folder
+from tdrl.trainers.lock import lock_run_folder
 lock = lock_run_folder(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(60)

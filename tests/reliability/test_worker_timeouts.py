@@ -1,6 +1,6 @@
 """Worker collectors never wait forever: a stopped (SIGSTOP) worker counts as dead after the
 collector's timeout and is restarted or raised, as the async envs' workers are; a killed
-(SIGKILL) Ray worker is restarted. Each case finishes in seconds."""
+(SIGKILL) Ray worker is restarted. Each case finishes in seconds; they run with -m workers."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from tdrl.collectors import ProcessCollector, RayCollector, WorkerCollector
 from tdrl.modules import CategoricalActor
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
-WORKERS = [pytest.mark.workers]
 BACKENDS = [
     pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.skipif(not HAS_RAY, reason="no ray")]),
     "process",
@@ -65,15 +64,9 @@ def test_the_timeout_has_a_default_and_bad_ones_are_refused():
     assert default == 120.0
 
 
-# the default run keeps one case (process workers, sync); the rest run with -m workers
-CASES = [
-    pytest.param(backend, sync, marks=[] if (backend, sync) == ("process", True) else WORKERS)
-    for backend in BACKENDS
-    for sync in (True, False)
-]
-
-
-@pytest.mark.parametrize(("backend", "sync"), CASES)
+@pytest.mark.workers  # the default run keeps one worker smoke per backend (test_worker_collectors)
+@pytest.mark.parametrize("sync", [True, False])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_stopped_worker_is_restarted_after_the_timeout(backend, sync, request):
     with make(backend, request, timeout=2.0, sync=sync) as remote:
         answered: set[int] = set()  # async: both workers past their start (ids mod 2: worker)
