@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 
 import pytest
@@ -29,3 +30,20 @@ def device(request: pytest.FixtureRequest) -> str:
     """Runs a test on the CPU and, on a machine with one, on a CUDA device: the CUDA paths are
     checked against the same definitions as the CPU ones (``pytest -k cuda`` selects them)."""
     return request.param
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A local Ray (2 CPUs) for a module's RayCollector tests, shut down after them; nothing
+    without the ray extra."""
+    if importlib.util.find_spec("ray") is None:
+        yield
+        return
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()

@@ -28,19 +28,7 @@ BACKENDS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    if not HAS_RAY:
-        yield
-        return
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/conftest.py
 
 
 def collector(backend: str, *args, **kwargs) -> WorkerCollector:

@@ -26,21 +26,6 @@ BACKENDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    if not HAS_RAY:
-        yield
-        return
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def make(backend: str, request: pytest.FixtureRequest | None = None, **kwargs) -> WorkerCollector:
     torch.manual_seed(0)
     if backend == "ray" and request is not None:
