@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -86,6 +87,14 @@ class Collector:
         device: torch.device | str | None = None,
         storing_device: torch.device | str | None = None,
     ) -> None:
+        if env is None or not hasattr(env, "num_envs"):
+            raise TypeError(
+                f"Collector: env must be a vector env (tdrl.envs.make_vec_env, or a TorchRL env "
+                f"through tdrl.envs.from_torchrl), got {type(env).__name__}"
+            )
+        for name, value in (("frames_per_batch", frames_per_batch), ("total_frames", total_frames)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"Collector: {name} must be an int, got {value!r}")
         n = env.num_envs
         if frames_per_batch <= 0 or frames_per_batch % n:
             raise ValueError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -190,8 +191,12 @@ class ReplayBuffer:
     def _require(self, batch_size: int) -> StreamStorage:
         if self._storage is None or self._storage.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer: call extend() first")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, numbers.Integral)
+            or batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         return self._storage
 
     # --- sampling --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ step is spent on a reset.
 from __future__ import annotations
 
 import multiprocessing
+import numbers
 import signal
 import time
 import traceback
@@ -657,8 +658,8 @@ def make_vec_env(
     Shapes:
         reset() -> TensorDict [num_envs].
     """
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     _check_timeout(step_timeout)

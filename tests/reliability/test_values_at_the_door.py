@@ -220,3 +220,25 @@ def test_a_badly_shaped_gamma_tensor_is_reported_under_its_own_name():
     gae_module = GAE(gamma=torch.full((3, 7), 0.9), lmbda=0.9, value_network=None)
     with pytest.raises(ValueError, match=r"GAE: key 'gamma': shape \(3, 7\)"):
         gae_module(td)
+
+
+def test_counts_that_are_not_whole_numbers_are_named():
+    from tensordict import TensorDict
+
+    from tdrl.collectors import Collector
+    from tdrl.envs import make_vec_env
+
+    with pytest.raises(ValueError, match=r"num_envs must be an int >= 1, got 2.5"):
+        make_vec_env("CartPole-v1", 2.5)
+    with make_vec_env("CartPole-v1", 2, seed=0) as env:
+        with pytest.raises(TypeError, match=r"frames_per_batch must be an int, got 2.0"):
+            Collector(env, None, 2.0)
+        with pytest.raises(TypeError, match=r"total_frames must be an int, got 64.5"):
+            Collector(env, None, 8, 64.5)
+        assert Collector(env, None, np.int64(8)).frames_per_batch == 8  # numpy ints are whole
+    with pytest.raises(TypeError, match=r"env must be a vector env .* got NoneType"):
+        Collector(None, None, 8)
+    buffer = ReplayBuffer(10)
+    buffer.extend(TensorDict({"observation": torch.zeros(4, 3)}, batch_size=[4]))
+    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1, got 2.5"):
+        buffer.sample(2.5)
