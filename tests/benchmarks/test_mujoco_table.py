@@ -240,6 +240,7 @@ def strict_json(text: str) -> dict[str, Any]:
     return json.loads(text, parse_constant=reject)
 
 
+@pytest.mark.table  # a 4,096-step PPO cell through the driver; the SB3 cells stay as smokes
 def test_a_tiny_tdrl_cell_writes_a_well_formed_line(tmp_path: Path) -> None:
     """PPO, Hopper-v5, two 2,048-step batches, in a subprocess as the driver runs it."""
     from recipes import ppo

@@ -81,6 +81,9 @@ def test_main_runs_with_a_tiny_config(name, tmp_path, device):
     assert latest_checkpoint(run) is None  # checkpoint_every=0: never
 
 
+VARIANT = pytest.mark.variants  # run with -m variants (CI does)
+
+
 @pytest.mark.parametrize(
     ("name", "options"),
     [
@@ -89,10 +92,24 @@ def test_main_runs_with_a_tiny_config(name, tmp_path, device):
         ("rainbow", {"algo": "qrdqn", "num_quantiles": 8}),
         ("rainbow", {"algo": "iqn", "noisy": True}),
         ("rainbow", {"algo": "fqf", "num_fractions": 8}),
-        ("rainbow", {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True}),
-        ("rainbow", {"algo": "c51", "noisy": True, "noisy_std": 0.1, "noisy_epsilon": True}),
-        ("rainbow", {"algo": "c51", "noisy": True, "dueling": True, "noisy_layers": "heads"}),
-        ("rainbow", {"algo": "iqn", "noisy": True, "noisy_layers": "heads"}),
+        pytest.param(
+            "rainbow",
+            {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True},
+            marks=VARIANT,
+        ),
+        pytest.param(
+            "rainbow",
+            {"algo": "c51", "noisy": True, "noisy_std": 0.1, "noisy_epsilon": True},
+            marks=VARIANT,
+        ),
+        pytest.param(
+            "rainbow",
+            {"algo": "c51", "noisy": True, "dueling": True, "noisy_layers": "heads"},
+            marks=VARIANT,
+        ),
+        pytest.param(
+            "rainbow", {"algo": "iqn", "noisy": True, "noisy_layers": "heads"}, marks=VARIANT
+        ),
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
