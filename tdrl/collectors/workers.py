@@ -369,7 +369,8 @@ class WorkerCollector:
         storing_device: torch.device | str | None = None,
         pool: Any,
     ) -> None:
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+        if timeout is not None and not (number and timeout > 0):  # NaN fails too
             raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
         self.timeout = timeout
         if num_workers < 1:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import math
 import os
 import signal
 import time
@@ -45,6 +46,9 @@ def pid_of(remote: WorkerCollector, w: int) -> int:
 def test_the_timeout_has_a_default_and_bad_ones_are_refused():
     with pytest.raises(ValueError, match="timeout must be a number of seconds > 0 or None, got 0"):
         make("process", timeout=0)
+    for bad in (True, math.nan, -1.0):
+        with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+            make("process", timeout=bad)
     default = inspect.signature(WorkerCollector).parameters["timeout"].default
     assert default == 120.0
 
