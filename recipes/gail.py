@@ -18,7 +18,6 @@ results and the limits (the positive reward also pays for surviving).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from tdrl import keys, trainers
 from tdrl.trainers.config import (
@@ -29,9 +28,6 @@ from tdrl.trainers.config import (
     RunConfig,
     WorkersConfig,
 )
-
-if TYPE_CHECKING:
-    import torch
 
 
 @trainers.configclass
@@ -62,40 +58,17 @@ class Config:
     """weight of the gradient penalty."""
 
 
-def expert_pairs(dataset: str, episodes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The observations and actions ``[n, *]`` of the dataset's first ``episodes`` episodes."""
-    import torch
-
-    from tdrl.data import load_minari
-
-    if episodes < 1:
-        raise ValueError(f"expert_episodes must be >= 1, got {episodes}")
-    data = load_minari(dataset).storage[:, 0]  # one stream, episode after episode
-    ids = data[keys.COLLECTOR_TRAJ_IDS]
-    first = torch.unique_consecutive(ids)[:episodes]
-    if len(first) < episodes:
-        raise ValueError(f"dataset {dataset!r} holds {len(first)} episodes, {episodes} asked for")
-    keep = torch.isin(ids, first)
-    return data[keys.OBSERVATION][keep], data[keys.ACTION][keep]
-
-
 def main(cfg: Config) -> dict[str, float]:
     """Train GAIL as configured; returns the last evaluation and the last update's metrics."""
     # the library loads here, after the command line: --help answers without it
     import torch
-    from tensordict import TensorDict
     from torch import nn
     from torchrl.modules import set_recurrent_mode
 
     from tdrl.data import minibatches
+    from tdrl.data.expert import ExpertPairs
     from tdrl.estimators import GAE
-    from tdrl.modules import (
-        RunningObservationNorm,
-        StateActionCritic,
-        action_bounds,
-        flat_dims,
-        mlp,
-    )
+    from tdrl.modules import StateActionCritic, flat_dims, mlp
     from tdrl.objectives import ClipPPOLoss, GAILLoss, gail_reward, total_loss
 
     if cfg.onpolicy.scale_rewards:  # the rewards are the discriminator's
@@ -104,37 +77,16 @@ def main(cfg: Config) -> dict[str, float]:
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device
 
-    # 2. networks: the PPO generator's actor and critic, the expert's pairs, the discriminator.
-    # The discriminator sees the actions the env executed: the policy's samples clipped to the
-    # box (the batch keeps them unclipped), as the expert's are; else "out of bounds" alone
-    # would tell the policy apart. Box actions only.
+    # 2. networks: the PPO generator's actor and critic, the expert's pairs (actions clipped to
+    #    the box, as the env executes the policy's; standardized with their own statistics), the
+    #    discriminator. Box actions only.
     nets = cfg.net.build(env.observation_spec, env.action_spec)
-    low, high = (x.to(device) for x in action_bounds(env.action_spec))
-    expert_obs, expert_action = expert_pairs(cfg.dataset, cfg.expert_episodes)
-    obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
-    if expert_obs.shape[1:] != (obs_dim,) or expert_action.shape[1:] != (action_dim,):
-        raise ValueError(
-            f"dataset {cfg.dataset!r}: pairs of shape {tuple(expert_obs.shape[1:])} and "
-            f"{tuple(expert_action.shape[1:])} do not fit {cfg.run.env_id}'s ({obs_dim},) and "
-            f"({action_dim},)"
-        )
-    # A dataset may hold a policy's unclipped samples (or means): the executed actions count.
-    expert_action = torch.maximum(torch.minimum(expert_action, high.cpu()), low.cpu())
-    disc_norm = RunningObservationNorm(obs_dim + action_dim)
-    if cfg.disc_normalize:
-        # The demonstrations' statistics, folded in once and then fixed (a checkpoint holds
-        # them): a running norm over the policy's pairs would move the discriminator's inputs
-        # as the policy moves. Standardized before the discriminator, so that the gradient
-        # penalty bounds its slope in standardized units.
-        disc_norm.update(torch.cat([expert_obs, expert_action], dim=-1))
-
-    def disc_input(obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not cfg.disc_normalize:
-            return obs, action
-        pair = disc_norm.normalize(torch.cat([obs, action], dim=-1))
-        return pair[..., :obs_dim], pair[..., obs_dim:]
-
-    net = mlp(obs_dim + action_dim, 1, cfg.disc_hidden_sizes, activation=nn.Tanh)
+    expert = ExpertPairs.from_minari(
+        cfg.dataset, cfg.expert_episodes, env.observation_spec, env.action_spec,
+        env_id=cfg.run.env_id, standardize=cfg.disc_normalize,
+    ).to(device)  # fmt: skip
+    net = mlp(sum(flat_dims(env.observation_spec, env.action_spec)), 1, cfg.disc_hidden_sizes,
+              activation=nn.Tanh)  # fmt: skip
     discriminator = StateActionCritic(net, out_key=keys.D_LOGITS)
 
     # 3. losses (PPO's and the discriminator's), estimator, optimizers, schedule, collector
@@ -148,15 +100,13 @@ def main(cfg: Config) -> dict[str, float]:
     ).to(device)
     estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic)
     estimator.to(device)
-    disc_norm.to(device)
-    expert_obs, expert_action = disc_input(expert_obs.to(device), expert_action.to(device))
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.onpolicy.lr, fused=True)
     disc_optimizer = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
     batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
     scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
     state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
              "scheduler": scheduler, "discriminator": discriminator,
-             "disc_optimizer": disc_optimizer, "disc_norm": disc_norm}  # fmt: skip
+             "disc_optimizer": disc_optimizer, "expert": expert}  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
@@ -168,23 +118,12 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, "GAIL", state, eval_env=eval_env, policy=nets.actor, config=cfg
     ) as run:
         for batch in run.resume(collector):
-            executed = torch.maximum(torch.minimum(batch.get(keys.ACTION), high), low)
-            batch_obs, batch_action = disc_input(batch.get(keys.OBSERVATION), executed)
-            obs, action = batch_obs.reshape(-1, obs_dim), batch_action.reshape(-1, action_dim)
-            # torch's global generator draws the pairs: checkpoints hold its state (exact resume)
-            n = min(cfg.disc_batch_size, obs.shape[0])
-            for _ in range(cfg.disc_steps):
-                e = torch.randint(expert_obs.shape[0], (n,)).to(expert_obs.device)
-                p = torch.randperm(obs.shape[0])[:n].to(obs.device)
-                pairs = TensorDict(
-                    {keys.OBSERVATION: expert_obs[e], keys.ACTION: expert_action[e],
-                     keys.COLLECTOR_OBSERVATION: obs[p], keys.COLLECTOR_ACTION: action[p]},
-                    batch_size=[],
-                )  # fmt: skip
-                disc_out = disc_loss(pairs)
+            obs, action = expert.prepare(batch.get(keys.OBSERVATION), batch.get(keys.ACTION))
+            for _ in range(cfg.disc_steps):  # pairs drawn with torch's global generator
+                disc_out = disc_loss(expert.draw(obs, action, cfg.disc_batch_size))
                 trainers.optimizer_step(disc_out[keys.LOSS], disc_optimizer)
             # the policy learns from the discriminator's reward, not the env's
-            reward = gail_reward(discriminator, batch_obs, batch_action)
+            reward = gail_reward(discriminator, obs, action)
             batch.set((keys.NEXT, keys.REWARD), reward)
             outs = []
             for epochs in passes:

@@ -67,39 +67,15 @@ def q_network_and_loss(
 ) -> tuple[nn.Module, C51Loss | QRDQNLoss | IQNLoss | FQFLoss]:
     """The greedy distributional Q actor of ``--algo`` (SB3's init, which the zoo tuned; noisy
     layers where asked) and its loss."""
-    from tdrl.modules import (
-        CategoricalQValueActor,
-        FQFQValueActor,
-        IQNQValueActor,
-        QuantileQValueActor,
-    )
-    from tdrl.modules.networks import q_network, quantile_embedding_parts
     from tdrl.objectives import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
 
-    d, common = cfg.dist, dict(double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
-    if cfg.dueling and d.algo in ("iqn", "fqf"):
-        raise ValueError(f"--dueling is for --algo c51 and qrdqn, not {d.algo}")
-    num_actions = int(action_spec.space.n)
-    net = dict(network=cfg.pixels.network, noisy_std=cfg.noise.std,
-               noisy_heads_only=cfg.noise.noisy_layers == "heads")  # fmt: skip
-    if d.algo in ("c51", "qrdqn"):  # num_actions x atoms outputs
-        atoms = d.num_atoms if d.algo == "c51" else d.num_quantiles
-        body = q_network(observation_spec, action_spec, cfg.q.hidden_sizes, dueling=cfg.dueling,
-                         atoms=atoms, **net)  # fmt: skip
-        if d.algo == "c51":
-            c51 = CategoricalQValueActor(
-                body, num_actions, v_min=d.v_min, v_max=d.v_max, num_atoms=d.num_atoms
-            )
-            return c51, C51Loss(c51, **common)
-        quantiles = QuantileQValueActor(body, num_actions, num_quantiles=d.num_quantiles)
-        return quantiles, QRDQNLoss(quantiles, **common)
-    # IQN, FQF: state features times an embedding of the quantile fractions, then a head
-    parts = quantile_embedding_parts(observation_spec, action_spec, cfg.q.hidden_sizes, **net)
-    if d.algo == "iqn":
-        iqn = IQNQValueActor(*parts[:2], num_actions, parts[2])
-        return iqn, IQNLoss(iqn, **common)
-    fqf = FQFQValueActor(*parts[:2], num_actions, parts[2], num_fractions=d.num_fractions)
-    return fqf, FQFLoss(fqf, entropy_coeff=d.fraction_entropy_coeff, **common)
+    qnet = cfg.dist.build(observation_spec, action_spec, cfg.q.hidden_sizes, dueling=cfg.dueling,
+                          network=cfg.pixels.network, noise=cfg.noise)  # fmt: skip
+    common = dict(double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
+    if cfg.dist.algo == "fqf":
+        return qnet, FQFLoss(qnet, entropy_coeff=cfg.dist.fraction_entropy_coeff, **common)
+    losses = {"c51": C51Loss, "qrdqn": QRDQNLoss, "iqn": IQNLoss}
+    return qnet, losses[cfg.dist.algo](qnet, **common)
 
 
 def main(cfg: Config) -> dict[str, float]:

@@ -360,6 +360,51 @@ class DistributionalConfig:
     fraction_entropy_coeff: float = 0.0
     """fqf: weight of the proposal's entropy bonus."""
 
+    def build(
+        self,
+        observation_spec: Composite,
+        action_spec: TensorSpec,
+        hidden_sizes: Sequence[int],
+        *,
+        dueling: bool = False,
+        network: Literal["auto", "mlp", "cnn"] = "auto",
+        noise: NoisyConfig | None = None,
+    ) -> torch.nn.Module:
+        """The greedy Q actor of ``algo`` (SB3's init; noisy layers where ``noise`` asks):
+        c51 and qrdqn an MLP or CNN with ``num_actions x atoms`` outputs (``dueling``: a
+        value/advantage head per atom); iqn and fqf state features times an embedding of the
+        quantile fractions, then a head."""
+        from tdrl.modules import (
+            CategoricalQValueActor,
+            FQFQValueActor,
+            IQNQValueActor,
+            QuantileQValueActor,
+        )
+        from tdrl.modules.networks import q_network, quantile_embedding_parts
+
+        if dueling and self.algo in ("iqn", "fqf"):
+            raise ValueError(f"--dueling is for --algo c51 and qrdqn, not {self.algo}")
+        num_actions = int(action_spec.space.n)
+        noise = noise if noise is not None else NoisyConfig()
+        net: dict[str, Any] = dict(
+            network=network, noisy_std=noise.std, noisy_heads_only=noise.noisy_layers == "heads"
+        )
+        if self.algo in ("c51", "qrdqn"):
+            atoms = self.num_atoms if self.algo == "c51" else self.num_quantiles
+            body = q_network(observation_spec, action_spec, hidden_sizes, dueling=dueling,
+                             atoms=atoms, **net)  # fmt: skip
+            if self.algo == "c51":
+                return CategoricalQValueActor(
+                    body, num_actions, v_min=self.v_min, v_max=self.v_max, num_atoms=atoms
+                )
+            return QuantileQValueActor(body, num_actions, num_quantiles=atoms)
+        features, head, width = quantile_embedding_parts(
+            observation_spec, action_spec, hidden_sizes, **net
+        )
+        if self.algo == "iqn":
+            return IQNQValueActor(features, head, num_actions, width)
+        return FQFQValueActor(features, head, num_actions, width, num_fractions=self.num_fractions)
+
 
 @configclass
 class NoisyConfig:

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from recipes import gail
+from tdrl.data.expert import ExpertPairs
+from tdrl.envs import make_vec_env
 from tdrl.trainers import configure, latest_checkpoint, load_checkpoint, read_csv
 from tdrl.trainers.run import CHECKPOINT
 
@@ -108,11 +110,15 @@ def test_disc_normalize_standardizes_with_the_expert_pairs_statistics(dataset, t
     cfg = configure(gail.Config, **{**TINY, "total_frames": 128}, dataset=dataset,
                     disc_normalize=True, log_dir=str(tmp_path))  # fmt: skip
     gail.main(cfg)
-    obs, action = gail.expert_pairs(dataset, TINY["expert_episodes"])
-    pairs = torch.cat([obs, action], dim=-1).double()
+    with make_vec_env("Hopper-v5", 1) as env:
+        raw = ExpertPairs.from_minari(
+            dataset, TINY["expert_episodes"], env.observation_spec, env.action_spec,
+            standardize=False,
+        )  # fmt: skip
+    pairs = torch.cat([raw.observation, raw.action], dim=-1).double()
     folder = latest_checkpoint(tmp_path)
-    state = load_checkpoint(folder / CHECKPOINT, restore_rng=False)["disc_norm"]
-    mean, var = state["mean"], state["var"]
+    state = load_checkpoint(folder / CHECKPOINT, restore_rng=False)["expert"]
+    mean, var = state["norm.mean"], state["norm.var"]
     # fixed: the statistics are the demonstrations' after the run's updates, not the policy's
     torch.testing.assert_close(mean, pairs.mean(0))
     torch.testing.assert_close(var, pairs.var(0, unbiased=False))
