@@ -422,6 +422,7 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor, key: NestedKey) -> t
         raise TypeError(f"{key!r} must be a bool mask, got {mask.dtype}")
     if mask.shape != logits.shape:
         raise ValueError(f"{key!r} has shape {tuple(mask.shape)}, the logits {tuple(logits.shape)}")
-    if not bool(mask.any(-1).all()):
+    # (a value check: torch.export traces without values, and the exported policy cannot raise)
+    if not torch.compiler.is_exporting() and not bool(mask.any(-1).all()):
         raise ValueError(f"{key!r} has a row with no valid action")
     return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
