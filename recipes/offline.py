@@ -172,7 +172,7 @@ def main(cfg: Config) -> dict[str, float]:
     with trainers.Run.from_config(
         cfg.run, TITLES[cfg.algo], state, eval_env=eval_env, policy=policy, config=cfg
     ) as run:
-        for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run)):
+        for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
             out = None
             for _ in range(steps):
                 run.updates += 1

@@ -17,7 +17,7 @@ import os
 import pickle
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,25 @@ def load_checkpoint(
     return payload
 
 
+def nonfinite_entry(state: Any, path: str = "") -> str | None:
+    """The path (``"state/0/exp_avg"``) of the first floating tensor in ``state`` (nested
+    dicts, lists, tuples: a ``state_dict``) that holds NaN or an infinity; None when none does."""
+    if isinstance(state, torch.Tensor):
+        finite = not state.is_floating_point() or bool(torch.isfinite(state).all())
+        return None if finite else path
+    if isinstance(state, dict):
+        items: Iterable[tuple[Any, Any]] = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return None
+    for key, value in items:
+        found = nonfinite_entry(value, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 # --- checkpoint folders: one unit per step -------------------------------------------------------
 # A run's checkpoints live in ``<run>/checkpoints/<step>/``: every file of step N (the torch file,
 # the replay buffer) is written into ``<step>.tmp/``, then a manifest with each file's size and
@@ -212,8 +231,9 @@ def remove_unfinished(root: str | os.PathLike) -> None:
 
 
 def verify_checkpoint_dir(folder: str | os.PathLike) -> dict[str, Any]:
-    """Check every file of a checkpoint folder against its manifest (presence, size, SHA-256);
-    returns the manifest. Raises ``ValueError`` naming the first file at fault."""
+    """Check a checkpoint folder against its manifest: every listed file present with its size
+    and SHA-256, no file the manifest does not list, the step the folder's name says; returns
+    the manifest. Raises ``ValueError`` naming the first file at fault."""
     folder = Path(folder)
     path = folder / MANIFEST
     try:
@@ -224,7 +244,20 @@ def verify_checkpoint_dir(folder: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(
             f"checkpoint {str(folder)!r}: unreadable manifest {MANIFEST}: {err}"
         ) from None
+    step = int(manifest["step"])
+    if _step_of(folder) not in (None, step):
+        raise ValueError(
+            f"checkpoint {str(folder)!r}: the manifest is of step {step}, the folder's name says "
+            f"{int(folder.name)} (a manifest copied from another checkpoint)"
+        )
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    extra = sorted(present - set(files) - {MANIFEST})
+    if extra:  # written after the save: the checkpoint is no longer the unit that was saved
+        raise ValueError(
+            f"checkpoint {str(folder)!r}: file {extra[0]!r} is not in the manifest (added after "
+            f"the save{f', with {len(extra) - 1} more' if len(extra) > 1 else ''}): move it out "
+            "of the folder to resume"
+        )
     for name, meta in files.items():
         f = folder / name
         if name not in present:

@@ -41,6 +41,7 @@ _POSITIVE = {
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
     "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size", "critic_minibatch_size",
+    "frame_stack", "steps",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
@@ -265,7 +266,12 @@ class RunConfig:
     """end this process after this many env steps of its own (0: never; a resumed run counts
     from where it resumed); it checkpoints there, so --resume goes on (needs checkpoint_every)."""
     resume: bool = False
-    """continue the run in log_dir from its newest checkpoint."""
+    """continue the run in log_dir from its newest checkpoint (refused when it was written by
+    another recipe, with other settings or on other data: see --resume-allow-changes)."""
+    resume_allow_changes: bool = False
+    """with --resume: continue although the checkpoint was written by another recipe, with other
+    settings or on other data (the differences are printed and kept in warnings.log). Without
+    it only the budget, evaluation, logging, pausing, device, threads and workers may change."""
     log_dir: str = ""
     """run folder (default runs/<algo>/<env_id>/seed<seed>)."""
     threads: int = 1
@@ -279,6 +285,18 @@ class RunConfig:
     """flush subnormal floats to zero on CPU while the run trains: Adam's moments of dead ReLU
     units decay into subnormals, which the CPU handles tens of times slower."""
     log: LogConfig = LogConfig()
+
+
+# Settings a --resume may change without --resume-allow-changes: where and how the run is kept,
+# logged, evaluated and computed, and its budget (a schedule over the budget, such as
+# --lr-decay or PER's beta, stretches to the new one from the checkpoint on). Every other field
+# changes what is learned and must match the checkpoint's.
+RESUME_MAY_CHANGE = frozenset({
+    "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
+    "stop_at_return", "eval_every", "eval_episodes", "eval_envs", "log_every",
+    "checkpoint_every", "threads", "device", "step_timeout", "flush_denormal", "num_workers",
+    "ray_address", "tensorboard", "wandb", "wandb_project", "video", "progress", "curve",
+})  # fmt: skip
 
 
 # The run settings of the off-policy MuJoCo recipes (SAC, TD3, DDPG, REDQ): one env, 1M steps,

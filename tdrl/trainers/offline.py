@@ -4,10 +4,12 @@ A :class:`Run` counts env steps through its collector; here :class:`OfflineSteps
 the collector and counts gradient steps, so the run's logs, evaluations, checkpoints, resume and
 report work unchanged (``total_frames``, ``eval_every``, ``checkpoint_every`` are in gradient
 steps). The dataset is not checkpointed (it is on disk already); the sampling generators are, so a
-resumed run draws the same minibatches as an uninterrupted one::
+resumed run draws the same minibatches as an uninterrupted one. What identifies the dataset (its
+id, transition count and a digest: :func:`dataset_digest`) goes with every checkpoint, and a
+resume on other data is refused like one with other settings::
 
     with Run.from_config(cfg.run, ...) as run:
-        for steps in run.resume(OfflineSteps(buffer, cfg.run)):
+        for steps in run.resume(OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
             for _ in range(steps):
                 out = ...                       # one gradient step on buffer.sample(...)
                 run.updates += 1
@@ -16,6 +18,7 @@ resumed run draws the same minibatches as an uninterrupted one::
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +31,30 @@ from tdrl.data import ReplayBuffer
 from tdrl.modules import RunningObservationNorm
 from tdrl.trainers.config import RunConfig
 
-__all__ = ["OfflineSteps", "normalize_dataset_observations"]
+__all__ = ["OfflineSteps", "dataset_digest", "normalize_dataset_observations"]
+
+# Entries a loop may rewrite in place after loading (normalize_dataset_observations), which
+# dataset_digest leaves out so that it names the dataset as loaded.
+_REWRITTEN = (keys.OBSERVATION, keys.NEXT_OBSERVATION)
+
+
+@torch.no_grad()
+def dataset_digest(buffer: ReplayBuffer) -> str:
+    """SHA-256 of a dataset loaded into ``buffer``: the name, dtype and shape of every stored
+    entry, and the data of every entry but the observations (which a loop may normalize in
+    place): actions, rewards, episode flags. Changes when the dataset's steps do; reads each
+    byte once (tens of milliseconds for a million steps)."""
+    digest = hashlib.sha256()
+    storage = buffer.stream_storage
+    if storage is None:
+        return digest.hexdigest()
+    skip = {k if isinstance(k, tuple) else (k,) for k in _REWRITTEN}
+    for key, leaf in zip(storage.keys, storage.leaves, strict=True):
+        data = leaf[: storage.size]
+        digest.update(f"{'/'.join(key)} {data.dtype} {tuple(data.shape)};".encode())
+        if key not in skip:
+            digest.update(data.contiguous().cpu().numpy().data)
+    return digest.hexdigest()
 
 
 class OfflineSteps:
@@ -36,10 +62,24 @@ class OfflineSteps:
     number of gradient steps of the next batch (``steps_per_batch`` cut to end on every step
     count where the run logs, evaluates, checkpoints or stops), ``frames`` counts gradient steps
     (those of the batch just yielded included), no episodes end, and the state is the count and
-    ``buffer``'s sampling generators."""
+    ``buffer``'s sampling generators. ``dataset``: the dataset's id, kept in every checkpoint
+    with the transition count and :func:`dataset_digest` (:attr:`dataset_identity`), which a
+    resume compares."""
 
-    def __init__(self, buffer: ReplayBuffer, cfg: RunConfig, steps_per_batch: int = 1_000) -> None:
+    def __init__(
+        self,
+        buffer: ReplayBuffer,
+        cfg: RunConfig,
+        steps_per_batch: int = 1_000,
+        *,
+        dataset: str = "",
+    ) -> None:
         self.buffer = buffer
+        self.dataset_identity = {
+            "id": dataset,
+            "transitions": len(buffer),
+            "sha256": dataset_digest(buffer),
+        }
         self.total = cfg.total_frames
         events = (cfg.eval_every, cfg.checkpoint_every, cfg.log_every, cfg.stop_after_frames)
         self.steps_per_batch = math.gcd(steps_per_batch, *(n for n in events if n > 0))

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -32,17 +33,26 @@ from tdrl.trainers.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint_dir,
     load_checkpoint,
+    nonfinite_entry,
     remove_unfinished,
     save_checkpoint,
     write_checkpoint_dir,
 )
-from tdrl.trainers.config import RunConfig, RunFolderError, WorkersConfig, flat_dict
+from tdrl.trainers.config import (
+    RESUME_MAY_CHANGE,
+    RunConfig,
+    RunFolderError,
+    WorkersConfig,
+    flat_dict,
+)
 from tdrl.trainers.lock import lock_run_folder
 from tdrl.trainers.logger import Logger, read_csv, rewrite_csv
 from tdrl.trainers.plotting import plot_learning_curve
 from tdrl.trainers.video import record_video
 
 CHECKPOINT = "checkpoint.pt"  # inside each checkpoint folder, beside buffer/ and the manifest
+# also inside each checkpoint folder: the recipe, its config and its dataset, which --resume checks
+RUN_FILE = "run.json"
 BUFFER_DIR = "buffer"
 # Evaluation envs are seeded apart from the training envs (and reset with this seed every time).
 EVAL_SEED_OFFSET = 10_000
@@ -274,16 +284,21 @@ def save_run(
     collector: CollectorLike,
     counters: Mapping[str, Any],
     buffer: ReplayBuffer | None = None,
+    *,
+    identity: Mapping[str, Any] | None = None,
     **objects: Any,
 ) -> Path:
     """Checkpoint at a batch boundary into ``root/checkpoints/<frames>/``, one unit: the objects
     (modules, optimizers, schedulers by their ``state_dict``), ``counters``, the RNG states,
-    ``collector.state_dict()`` and the replay ``buffer``, then a manifest of every file's size
-    and SHA-256, then one rename that makes the folder complete; the previous checkpoint is
-    removed only after that (:func:`tdrl.trainers.checkpoint.write_checkpoint_dir`). A kill at
-    any moment leaves a complete checkpoint to resume from. Returns the folder."""
+    ``collector.state_dict()``, the replay ``buffer`` and ``identity`` (``run.json``: what
+    :func:`check_same_run` compares on a resume), then a manifest of every file's size and
+    SHA-256, then one rename that makes the folder complete; the previous checkpoint is removed
+    only after that (:func:`tdrl.trainers.checkpoint.write_checkpoint_dir`). A kill at any
+    moment leaves a complete checkpoint to resume from. Returns the folder."""
 
     def write(folder: Path) -> None:
+        if identity is not None:
+            (folder / RUN_FILE).write_text(json.dumps(identity, indent=1) + "\n")
         if buffer is not None:
             buffer.save(folder / BUFFER_DIR)
         state = collector.state_dict()
@@ -299,34 +314,166 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def resume_run(
-    root: Path, collector: CollectorLike, buffer: ReplayBuffer | None = None, **objects: Any
+    root: Path,
+    collector: CollectorLike,
+    buffer: ReplayBuffer | None = None,
+    *,
+    identity: Mapping[str, Any] | None = None,
+    allow_changes: bool = False,
+    **objects: Any,
 ) -> dict[str, Any] | None:
     """Load the newest complete checkpoint of the run folder ``root`` into fresh objects;
     returns its counters (None when there is no checkpoint: the run starts from frame 0, and
     the rows a run killed before its first checkpoint logged are dropped).
 
-    When the collector cannot be restored exactly (async envs: fresh episodes follow), the
-    buffer's newest step of every stream is marked truncated (:func:`truncate_streams`). CSV rows
-    logged after the checkpoint (by a run killed later) are dropped, so the logs of a resumed run
-    read like those of an uninterrupted one.
+    Refused before anything in ``root`` changes: a checkpoint of another run (``identity``
+    given: :func:`check_same_run`, unless ``allow_changes``), and one whose objects' tensors or
+    buffer data hold NaN or infinities, or whose counters disagree with each other or with the
+    collector's step count (a ``ValueError`` naming the file and the entry). When the collector
+    cannot be restored exactly (async envs: fresh episodes follow), the buffer's newest step of
+    every stream is marked truncated (:func:`truncate_streams`). CSV rows logged after the
+    checkpoint (by a run killed later) are dropped, so the logs of a resumed run read like those
+    of an uninterrupted one.
     """
-    remove_unfinished(Path(root) / CHECKPOINTS)
     folder = latest_checkpoint(root)
+    if folder is not None and identity is not None:
+        check_same_run(folder, identity, allow_changes=allow_changes)
+    remove_unfinished(Path(root) / CHECKPOINTS)
     if folder is None:  # the run starts again from frame 0: so do its logs
         drop_rows_after(root, 0)
         return None
     payload = load_checkpoint(folder / CHECKPOINT, **objects)
+    where = f"checkpoint {str(folder)!r}: {CHECKPOINT}"
+    for name in objects:
+        bad = nonfinite_entry(payload[name])
+        if bad is not None:
+            raise ValueError(
+                f"{where}: entry {name!r}, {bad!r} holds NaN or infinite values (the run "
+                "diverged before this save): resume from another run or start anew"
+            )
     exact = collector.load_state_dict(payload["collector"])
+    step = int(folder.name.split(".")[0])
+    if collector.frames != step:
+        raise ValueError(
+            f"{where}: entry 'collector' is at frame {collector.frames}, the folder's step is "
+            f"{step} (a checkpoint.pt of another checkpoint)"
+        )
+    check_counters(payload["counters"], collector.frames, where)
     if buffer is not None:
         if not (folder / BUFFER_DIR).is_dir():
             raise FileNotFoundError(f"checkpoint {str(folder)!r} has no replay buffer")
         buffer.load(folder / BUFFER_DIR)
+        storage = buffer.stream_storage
+        if storage is not None:  # the rows [0, size) hold data
+            leaves = zip(storage.keys, storage.leaves, strict=True)
+            bad = nonfinite_entry({"/".join(k): x[: storage.size] for k, x in leaves})
+            if bad is not None:
+                raise ValueError(
+                    f"checkpoint {str(folder)!r}: {BUFFER_DIR}/ entry {bad!r} holds NaN or "
+                    "infinite values"
+                )
         if not exact:
             truncate_streams(buffer)
     if not exact:
         print("resume: async envs were re-seeded; the run continues, not bit-identically")
     drop_rows_after(root, collector.frames)
     return payload["counters"]
+
+
+# Counters of a Run that are counts (whole numbers >= 0) and amounts (finite, >= 0).
+_COUNTS = ("batches", "updates", "episodes")
+_AMOUNTS = ("time", "episode_length_sum")
+
+
+def check_counters(counters: Mapping[str, Any], frames: int, where: str) -> None:
+    """Refuse loaded :class:`Run` counters that no run could have written: a count that is not
+    a whole number >= 0, a time or sum that is negative or not finite, a NaN best return, more
+    batches than ``frames`` (every batch has a step). ``where`` starts the error (the file)."""
+
+    def bad(name: str, why: str) -> ValueError:
+        return ValueError(f"{where}: counter {name!r} is {counters[name]!r}, {why}")
+
+    for name in _COUNTS:
+        value = counters.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad(name, "not a count (a whole number >= 0)")
+    for name in _AMOUNTS:
+        value = counters.get(name, 0.0)
+        if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise bad(name, "not a finite number >= 0")
+    for name in ("episode_return_sum", "best_return", "next_eval"):
+        value = counters.get(name, 0.0)
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            raise bad(name, "not a number")
+    if counters.get("batches", 0) > frames:
+        raise bad("batches", f"more batches than the {frames} steps of the collector")
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value is None else repr(value)
+
+
+def check_same_run(
+    folder: Path, identity: Mapping[str, Any], *, allow_changes: bool = False
+) -> list[str]:
+    """Compare what wrote checkpoint ``folder`` (its ``run.json``: recipe, config by flat
+    names, dataset) with ``identity``, this process's; returns the differences. Fields in
+    :data:`tdrl.trainers.config.RESUME_MAY_CHANGE` may differ. Any other difference (or a
+    checkpoint without ``run.json``) is a :class:`RunFolderError` that names every differing
+    field with its checkpoint and current values; with ``allow_changes`` a warning instead."""
+    try:
+        saved = json.loads((folder / RUN_FILE).read_text())
+    except FileNotFoundError:
+        saved = None
+    except ValueError as err:
+        raise ValueError(f"checkpoint {str(folder)!r}: unreadable {RUN_FILE}: {err}") from None
+    if saved is not None and not isinstance(saved, dict):
+        raise ValueError(f"checkpoint {str(folder)!r}: {RUN_FILE} holds no object: {saved!r}")
+    now = json.loads(json.dumps(identity))  # as run.json reads back: tuples are lists
+    if saved is None:
+        reason = (
+            f"holds no {RUN_FILE} (it was saved before tdrl kept the run's settings in its "
+            "checkpoints), so its recipe and settings cannot be checked"
+        )
+        differences = [RUN_FILE]
+    elif saved.get("recipe") != now.get("recipe"):
+        reason = (
+            f"was written by the recipe {_shown(saved.get('recipe'))}, this is "
+            f"{_shown(now.get('recipe'))}"
+        )
+        differences = ["recipe"]
+    else:
+        differences = []
+        for group, prefix in (("config", ""), ("dataset", "dataset ")):
+            old, new = saved.get(group) or {}, now.get(group) or {}
+            for name in sorted(set(old) | set(new)):
+                if old.get(name) != new.get(name) and name not in RESUME_MAY_CHANGE:
+                    differences.append(
+                        f"{prefix}{name} {_shown(old.get(name))} -> {_shown(new.get(name))}"
+                    )
+        if not differences:
+            return []
+        reason = f"was written with other settings (checkpoint -> now): {', '.join(differences)}"
+    if allow_changes:
+        warnings.warn(
+            f"--resume-allow-changes: the checkpoint {str(folder)!r} {reason}; the run "
+            "continues with the new ones",
+            stacklevel=2,
+        )
+        return differences
+    raise RunFolderError(
+        f"--resume: the checkpoint {str(folder)!r} {reason}. Resume with the settings it was "
+        "written with, pass --log-dir to start a new run, or pass --resume-allow-changes to "
+        "continue it with the new ones"
+    )
+
+
+def recipe_name(config: Any) -> str:
+    """The recipe a config belongs to: the name of the file that defines its class without
+    ``.py`` (``recipes/dqn.py`` -> ``"dqn"``: run as a script, with ``-m``, or imported)."""
+    module = type(config).__module__
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return Path(file).stem if file else module.rpartition(".")[2]
 
 
 def refuse_used_folder(log_dir: Path) -> None:
@@ -366,9 +513,8 @@ def finish_run(log_dir: Path, title: str) -> Path:
     return plot_learning_curve(log_dir / "eval.csv", log_dir / "curve.png", title=title)
 
 
-def _write_config(path: Path, config: Mapping[str, Any]) -> None:
-    """The run's settings as JSON (tuples as lists, infinities as strings), written anew on a
-    resume (the flags of the resumed process: ``--resume`` itself, a new ``--total-frames``)."""
+def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings as JSON takes them: tuples as lists, infinities and NaN as strings."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
@@ -377,8 +523,14 @@ def _write_config(path: Path, config: Mapping[str, Any]) -> None:
             return [plain(v) for v in value]
         return value
 
+    return {k: plain(v) for k, v in config.items()}
+
+
+def _write_config(path: Path, config: Mapping[str, Any]) -> None:
+    """The run's settings as JSON (:func:`_plain`), written anew on a resume (the flags of the
+    resumed process: ``--resume`` itself, a new ``--total-frames``)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: plain(v) for k, v in config.items()}, indent=1) + "\n")
+    tmp.write_text(json.dumps(_plain(config), indent=1) + "\n")
     os.replace(tmp, path)
 
 
@@ -424,7 +576,12 @@ class Run:
         progress: show a progress bar.
         curve: plot ``curve.png`` at :meth:`finish`.
         wandb: ``(project, config)`` to log to Weights & Biases too, or None.
-        config: the run's settings by name, written to ``config.json`` at :meth:`start`.
+        config: the run's settings by name, written to ``config.json`` at :meth:`start` and
+            with every checkpoint (``run.json``), which a resume compares
+            (:func:`check_same_run`).
+        recipe: the recipe's name, kept and compared like ``config``.
+        allow_changes: resume although the recipe, the config or the dataset differ from the
+            checkpoint's (a warning names them).
         video: an env id: :meth:`finish` records one deterministic episode of ``policy`` to
             ``video/final.mp4`` (and W&B), or None.
         flush_denormal: flush subnormal floats to zero from :meth:`start` to :meth:`finish`
@@ -458,6 +615,8 @@ class Run:
         wandb: tuple[str, dict[str, Any]] | None = None,
         video: str | None = None,
         config: Mapping[str, Any] | None = None,
+        recipe: str | None = None,
+        allow_changes: bool = False,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.state = dict(state)
@@ -471,6 +630,11 @@ class Run:
         self.flush_denormal = flush_denormal
         self.wandb, self.video = wandb, video
         self.config = None if config is None else dict(config)
+        self.recipe, self.allow_changes = recipe, allow_changes
+        # what wrote this run's checkpoints (run.json), set by start() from the collector too
+        self.identity: dict[str, Any] = {}
+        # the step a resume started at, until the first updates_due() checks `updates` there
+        self._resumed_at: int | None = None
         self.done = False
         self._closed = False
         self._lock: IO[str] | None = None
@@ -510,7 +674,9 @@ class Run:
     ) -> Run:
         """A run configured by ``cfg``, titled ``"<algo> <env_id>"``, in ``cfg.log_dir`` or
         ``runs/<algo in lower case, '_' for spaces>/<env_id>/seed<seed>``. ``config``: the
-        recipe's whole config, saved as ``config.json`` in the run folder (and sent to W&B)."""
+        recipe's whole config, saved as ``config.json`` in the run folder (and sent to W&B) and
+        with each checkpoint beside the recipe's name (:func:`recipe_name`), which ``--resume``
+        compares (``--resume-allow-changes`` lets them differ)."""
         folder = run_dir(cfg.log_dir, algo.lower().replace(" ", "_"), cfg.env_id, cfg.seed)
         settings = flat_dict(config if config is not None else cfg)
         log = cfg.log
@@ -524,6 +690,8 @@ class Run:
             curve=log.curve, flush_denormal=cfg.flush_denormal,
             wandb=(log.wandb_project, settings) if log.wandb else None,
             video=cfg.env_id if log.video else None, config=settings,
+            recipe=None if config is None else recipe_name(config),
+            allow_changes=cfg.resume_allow_changes,
         )  # fmt: skip
 
     @property
@@ -581,8 +749,19 @@ class Run:
     def updates_due(self, learning_starts: int, utd_ratio: float) -> int:
         """Gradient steps due now at ``utd_ratio`` per env step since ``learning_starts``,
         counted against :attr:`updates` (:func:`tdrl.data.updates_due`): a resumed run keeps
-        the ratio."""
+        the ratio. The first call after a resume refuses a loaded :attr:`updates` above what
+        the ratio gives at the checkpoint's step."""
         assert self.collector is not None, "iterate over run.resume(collector) first"
+        if self._resumed_at is not None:
+            frames, self._resumed_at = self._resumed_at, None
+            most = updates_due(frames, 0, learning_starts=learning_starts, utd_ratio=utd_ratio)
+            if self.updates > most:
+                raise ValueError(
+                    f"checkpoint {str(self.log_dir / CHECKPOINTS / f'{frames:012d}')!r}: "
+                    f"{CHECKPOINT}: counter 'updates' is {self.updates}, more than the {most} "
+                    f"gradient steps that utd_ratio {utd_ratio} from step {learning_starts} "
+                    f"gives by step {frames}"
+                )
         return updates_due(
             self.collector.frames,
             self.updates,
@@ -600,12 +779,21 @@ class Run:
             self._flush_before = flushing_denormals()
             torch.set_flush_denormal(True)
         resuming = self.resume_checkpoint if resume is None else resume
+        self.identity = {"recipe": self.recipe, "config": _plain(self.config or {})}
+        dataset = getattr(collector, "dataset_identity", None)  # OfflineSteps: id, size, digest
+        if dataset is not None:
+            self.identity["dataset"] = dict(dataset)
         if resuming:
-            loaded = resume_run(self.log_dir, collector, self.buffer, **self.state)
+            with _recording_warnings():  # --resume-allow-changes: the changes, in warnings.log
+                loaded = resume_run(
+                    self.log_dir, collector, self.buffer, identity=self.identity,
+                    allow_changes=self.allow_changes, **self.state,
+                )  # fmt: skip
             if loaded is not None:
                 # the last update's metrics: a batch without an update logs them again
                 self.metrics = dict(loaded.pop(SAVED_METRICS, {}))
                 self.counters.update(loaded)
+                self._resumed_at = None if self.allow_changes else collector.frames
         else:
             refuse_used_folder(self.log_dir)
         self.frames = collector.frames
@@ -669,6 +857,7 @@ class Run:
                 collector,
                 {**counters, SAVED_METRICS: metrics},
                 self.buffer,
+                identity=self.identity,
                 **self.state,
             )
         return done
