@@ -39,7 +39,7 @@ from tdrl.collectors import recurrent_state_specs
 from tdrl.envs import VecEnv
 from tdrl.keyed import next_key
 
-__all__ = ["ExportedFiles", "PolicyFunction", "export_policy"]
+__all__ = ["ExportedFiles", "PolicyFunction", "check_export", "export_policy"]
 
 PROGRAM, ONNX, META = "policy.pt2", "policy.onnx", "policy.json"
 
@@ -196,7 +196,44 @@ def export_policy(
         torch.onnx.export(
             program, example, str(onnx_path), input_names=function.input_names,
             output_names=function.output_names, dynamo=True, verbose=False,
+            external_data=False,
         )  # fmt: skip
     meta = {**function.meta(), **(extra or {})}
     (folder / META).write_text(json.dumps(meta, indent=2) + "\n")
-    return ExportedFiles(folder / PROGRAM, onnx_path, folder / META)
+    files = ExportedFiles(folder / PROGRAM, onnx_path, folder / META)
+    check_export(function, files)
+    return files
+
+
+def check_export(function: PolicyFunction, files: ExportedFiles, batch: int = 8) -> None:
+    """The saved program (and the ONNX model) give the policy's actions on random inputs:
+    normal floats, 0/1 frames, masks that allow every action, a zero state at an episode start.
+    Raises a ``RuntimeError`` naming the file and the largest difference."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = []
+    for name, x in zip(function.input_names, function.example_inputs(batch), strict=True):
+        if x.dtype.is_floating_point and name not in map(_name, function.state_keys):
+            x = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+        elif not x.dtype.is_floating_point and x.dtype != torch.bool and "mask" not in name:
+            x = torch.randint(0, 2, x.shape, generator=gen, dtype=x.dtype)
+        elif "mask" in name:
+            x = torch.ones_like(x)
+        inputs.append(x)
+    with torch.no_grad():
+        want = function(*inputs)[0]
+        got = {files.program: torch.export.load(files.program).module()(*inputs)[0]}
+    if files.onnx is not None:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(files.onnx))
+        feed = {n: x.numpy() for n, x in zip(function.input_names, inputs, strict=True)}
+        got[files.onnx] = torch.from_numpy(session.run(None, feed)[0])
+    for path, action in got.items():
+        if action.shape != want.shape or action.dtype != want.dtype:
+            raise RuntimeError(
+                f"{str(path)!r} gives actions {tuple(action.shape)} {action.dtype}, the policy "
+                f"{tuple(want.shape)} {want.dtype}"
+            )
+        gap = float((action.double() - want.double()).abs().max()) if want.numel() else 0.0
+        if not gap <= 1e-4:
+            raise RuntimeError(f"{str(path)!r} differs from the policy by {gap} on the same inputs")

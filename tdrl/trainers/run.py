@@ -58,6 +58,8 @@ BUFFER_DIR = "buffer"
 EVAL_SEED_OFFSET = 10_000
 CONFIG_FILE = "config.json"  # in the run folder: the whole config of the run, by flat names
 WARNINGS_LOG = "warnings.log"  # in the run folder: the Python warnings shown during the run
+# Set inside `exporting(...)`: runs made there export their policy instead of training.
+_export: dict[str, Any] | None = None
 # Warnings shown while make_envs() made the envs (MuJoCo's, for instance), for the next run's log.
 _setup_warnings: list[str] = []
 
@@ -543,6 +545,25 @@ def _scalars(metrics: Any) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def exporting(folder: str | os.PathLike, *, onnx: bool = True) -> Iterator[dict[str, Any]]:
+    """Within this block a :class:`Run` exports instead of training: :meth:`Run.resume` loads
+    the modules of its run folder's newest checkpoint, writes the evaluation policy with
+    :func:`tdrl.export.export_policy` into ``folder`` and yields no batch; :meth:`Run.report`
+    only closes. Nothing in the run folder changes (no lock, no logs). So a recipe's own
+    ``main`` rebuilds its networks for ``recipes/export.py``. The yielded dict gets the
+    :class:`tdrl.export.ExportedFiles` under ``"files"`` and the checkpoint under
+    ``"checkpoint"``."""
+    global _export
+    if _export is not None:
+        raise RuntimeError("exporting(...) blocks do not nest")
+    _export = {"folder": Path(folder), "onnx": onnx}
+    try:
+        yield _export
+    finally:
+        _export = None
+
+
 class Run:
     """The bookkeeping of one recipe run, so each recipe's loop shows only the algorithm.
 
@@ -715,6 +736,9 @@ class Run:
         (:meth:`step` says so). A batch a worker collector made after restarting a dead worker
         first cuts the replay streams (:func:`tdrl.data.truncate_streams`): its envs started
         new episodes."""
+        if _export is not None:
+            self._export_policy(collector, _export)
+            return
         self.start(collector)  # type: ignore[arg-type]
         for batch in collector:
             restarts = getattr(collector, "restarts", 0)
@@ -725,6 +749,24 @@ class Run:
             yield batch
             if self.done:
                 break
+
+    def _export_policy(self, collector: Any, export: dict[str, Any]) -> None:
+        """:func:`exporting`'s work: the newest checkpoint's modules, then the policy out."""
+        from tdrl.export import export_policy
+
+        self.collector = collector
+        folder = latest_checkpoint(self.log_dir)
+        if folder is None:
+            raise RunFolderError(f"run folder {str(self.log_dir)!r} has no checkpoint to export")
+        modules = {k: v for k, v in self.state.items() if isinstance(v, torch.nn.Module)}
+        load_checkpoint(folder / CHECKPOINT, restore_rng=False, **modules)
+        extra = {"recipe": self.recipe, "title": self.title, "checkpoint": str(folder)}
+        export["files"] = export_policy(
+            self.policy, self.eval_env, export["folder"], onnx=export["onnx"], extra=extra
+        )
+        export["checkpoint"] = folder
+        self.frames = int(folder.name.split(".")[0])
+        self.done = True
 
     def step(self, metrics: Any = None) -> bool:
         """After a batch's updates: push the new weights to the collector's workers (its
@@ -944,6 +986,9 @@ class Run:
             The last evaluation (``eval_*``: ``eval_return_mean``, ...), ``best_eval_return``,
             the last update's metrics, ``frames``, ``updates`` and ``time``.
         """
+        if _export is not None:  # nothing ran: no video, curve or report line
+            self.close()
+            return {"frames": float(self.frames)}
         if self.video is not None:
             frames = record_video(
                 self.video,
