@@ -34,6 +34,7 @@ them for learning with :class:`RewardClipping` on the collected batch.
 from __future__ import annotations
 
 import importlib.util
+import numbers
 from typing import Any
 
 import gymnasium as gym
@@ -53,6 +54,7 @@ __all__ = [
     "EpisodicLife",
     "FireReset",
     "FrameStack",
+    "MAX_FRAME_STACK",
     "RewardClipping",
     "make_atari",
     "make_minatar",
@@ -69,6 +71,21 @@ MINATAR_GAMES = {
 }
 ATARI_NAMESPACE = "tdrl"
 _INSTALL = 'pip install -c constraints.txt -e ".[pixels]"'
+# The most frames one observation stacks (DQN stacks 4): a stack is built frame by frame at every
+# reset, so a mistyped 10**6 would take minutes and gigabytes before the first step.
+MAX_FRAME_STACK = 256
+
+
+def _check_frame_stack(value: Any, name: str = "frame_stack") -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not 1 <= int(value) <= MAX_FRAME_STACK
+    ):
+        raise ValueError(
+            f"{name} must be >= 1 and <= {MAX_FRAME_STACK} (an int: frames per observation), "
+            f"got {value!r}"
+        )
 
 
 class ChannelsFirst(gym.ObservationWrapper):
@@ -110,8 +127,7 @@ class FrameStack(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env, num_frames: int) -> None:
-        if num_frames < 1:
-            raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+        _check_frame_stack(num_frames, "num_frames")
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
             raise ValueError(f"FrameStack needs [C, H, W] Box frames, got {space}")
@@ -196,6 +212,7 @@ def make_minatar(
         **kwargs: to ``minatar.gym.BaseEnv`` (``sticky_action_prob``, ``difficulty_ramping``,
             ``render_mode``).
     """
+    _check_frame_stack(frame_stack)
     names = {v: k for k, v in MINATAR_GAMES.items()}
     module = names.get(game, game)
     if module not in MINATAR_GAMES:
@@ -235,6 +252,7 @@ def make_atari(
         **ale_kwargs: to ``gymnasium.make(env_id, ...)`` (``repeat_action_probability``,
             ``full_action_space``, ``max_num_frames_per_episode``, ``render_mode``).
     """
+    _check_frame_stack(frame_stack)
     if importlib.util.find_spec("ale_py") is None:
         raise ImportError(f"Atari envs need the ale-py package: {_INSTALL}")
     import ale_py

@@ -110,8 +110,8 @@ class VecEnv:
     shape or dtype other than ``action_spec``'s raise errors naming them. Out-of-bounds Box actions
     are clipped to ``[low, high]`` before the env sees them (``out_of_bounds="clip"``, the default,
     as Stable-Baselines3 does for Gaussian policies); the TensorDict keeps the unclipped action, so
-    its log-probability stays valid. ``out_of_bounds="reject"`` raises a ``ValueError`` instead
-    (also for NaN). Discrete actions out of range always raise.
+    its log-probability stays valid. ``out_of_bounds="reject"`` raises a ``ValueError`` instead;
+    a NaN action raises in both modes. Discrete actions out of range always raise.
 
     Shapes:
         reset() -> [num_envs]; step(td: [num_envs]) -> td with ("next", ...) of batch [num_envs].
@@ -239,6 +239,13 @@ class VecEnv:
                 # np.clip's Python dispatch costs ~4 us a step; two ufuncs do the same (NaN
                 # stays NaN) into a new array: the policy's own action is left as it was.
                 action = np.minimum(np.maximum(action, self._low), self._high)
+                nan = np.isnan(action)
+                if nan.any():  # clipping keeps a NaN: the env would return NaN observations
+                    env, *dim = np.argwhere(nan)[0].tolist()
+                    raise ValueError(
+                        f"action of env {env} at dimension {tuple(dim)} is NaN "
+                        f"({action[env].tolist()}): the policy's output is not a number"
+                    )
         elif ((action < 0) | (action >= self._n_actions)).any():
             bad = np.argwhere((action < 0) | (action >= self._n_actions))[0]
             raise ValueError(

@@ -106,6 +106,17 @@ class ValueEstimator(TensorDictModuleBase):
         except InputError as err:
             raise ValueError(f"{type(self).__name__}: {err}") from None
 
+    def _lmbda(self, lmbda: float | Tensor) -> float:
+        """``lmbda`` checked and as a float: one lambda for every step (a number, or a tensor of
+        one element)."""
+        if isinstance(lmbda, Tensor) and lmbda.numel() != 1:
+            raise ValueError(
+                f"{type(self).__name__}: lmbda must be a number or a one-element tensor, got a "
+                f"tensor of shape {tuple(lmbda.shape)}"
+            )
+        self._check_discount("lmbda", lmbda)
+        return float(lmbda)
+
     # --- keys -----------------------------------------------------------------------------
     def set_keys(self, **kwargs: NestedKey) -> ValueEstimator:
         """Rename keys (fields of :class:`EstimatorKeys`); unknown names raise ``ValueError``."""

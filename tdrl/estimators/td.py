@@ -25,7 +25,7 @@ class GAE(ValueEstimator):
 
     Args:
         gamma: Discount.
-        lmbda: GAE lambda.
+        lmbda: GAE lambda (a number, or a tensor of one element).
         value_network: Critic writing ``"state_value"``, or ``None`` to read values from the batch.
         average_gae: Standardize the advantage over the batch.
         differentiable: Keep the graph (the torch scan); otherwise a compiled kernel runs
@@ -46,8 +46,7 @@ class GAE(ValueEstimator):
         **kwargs: Any,
     ) -> None:
         super().__init__(gamma=gamma, value_network=value_network, **kwargs)
-        self._check_discount("lmbda", lmbda)
-        self.lmbda = float(lmbda)
+        self.lmbda = self._lmbda(lmbda)
         self.average_gae = average_gae
 
     def _estimate(
@@ -69,7 +68,7 @@ class TDLambdaEstimator(ValueEstimator):
 
     Args:
         gamma: Discount.
-        lmbda: Lambda.
+        lmbda: Lambda (a number, or a tensor of one element).
         value_network: Critic, or ``None`` to read values from the batch.
         average_rewards: Standardize rewards over the batch first (the batch is not modified).
         **kwargs: As :class:`GAE`.
@@ -85,8 +84,7 @@ class TDLambdaEstimator(ValueEstimator):
         **kwargs: Any,
     ) -> None:
         super().__init__(gamma=gamma, value_network=value_network, **kwargs)
-        self._check_discount("lmbda", lmbda)
-        self.lmbda = float(lmbda)
+        self.lmbda = self._lmbda(lmbda)
         self.average_rewards = average_rewards
 
     def _estimate(

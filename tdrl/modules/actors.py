@@ -46,13 +46,32 @@ from tdrl.modules.distributions import (
 
 
 def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> torch.Tensor:
+    """``net(value)``; a failure is a ``ValueError`` naming ``key``, its shape and dtype, and the
+    width the network takes when that is what differs."""
     try:
         return net(value)
     except RuntimeError as error:
+        width = _input_width(net)
+        if width is not None and value.dim() > 0 and value.shape[-1] != width:
+            raise ValueError(
+                f"{owner}: {key!r} of shape {tuple(value.shape)} has {value.shape[-1]} "
+                f"features, the network takes {width}"
+            ) from error
         raise ValueError(
             f"{owner}: the network failed on {key!r} of shape {tuple(value.shape)} and dtype "
             f"{value.dtype}: {error}"
         ) from error
+
+
+def _input_width(net: nn.Module) -> int | None:
+    """The input width of ``net``'s first layer when that is a linear one, else None."""
+    for module in net.modules():
+        if hasattr(module, "in_channels"):  # a convolution reads channels, not features
+            return None
+        width = getattr(module, "in_features", None)
+        if isinstance(width, int):
+            return width
+    return None
 
 
 # An action bound: one number for every dim, one per dim, or None (the default, -1 or 1).

@@ -10,6 +10,8 @@ output: ``QValueActor(NatureCNN(4, n))``, ``CategoricalQValueActor(NatureCNN(4, 
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import nn
 
@@ -76,6 +78,13 @@ class _PixelNet(nn.Module):
         super().__init__()
         convolutions = self.convolutions
         hidden = self.default_hidden if hidden is None else hidden
+        counts = {"in_channels": in_channels, "num_outputs": num_outputs, "hidden": hidden}
+        for name, count in {**counts, "atoms": atoms}.items():
+            if count is None:  # num_outputs: the hidden features
+                continue
+            if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+                owner = type(self).__name__
+                raise ValueError(f"{owner}: {name} must be an int >= 1, got {count!r}")
         scale = self.default_scale if scale is None else scale
         frame_size = self.default_frame_size if frame_size is None else frame_size
         size = (frame_size, frame_size) if isinstance(frame_size, int) else frame_size

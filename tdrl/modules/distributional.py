@@ -327,7 +327,8 @@ class IQNQValueActor(_GreedyQActor):
 
     def features(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``psi(s)`` ``[B, F]``."""
-        return self.feature_net(require(tensordict, self.in_keys[0], type(self).__name__))
+        name, key = type(self).__name__, self.in_keys[0]
+        return _apply(self.feature_net, require(tensordict, key, name), key, name)
 
     def quantiles(self, tensordict: TensorDictBase, taus: torch.Tensor) -> torch.Tensor:
         """``Z_tau(s, .)`` at ``taus`` ``[B, N]``: ``[B, num_actions, N]``."""

@@ -277,10 +277,10 @@ class ConcatCritic(TensorDictModuleBase):
         """The network (or ``net``) on the concatenated inputs; an error names their shapes."""
         owner = type(self).__name__
         inputs = [require(tensordict, key, owner) for key in self.in_keys]
-        x = inputs[0] if len(inputs) == 1 else torch.cat(inputs, dim=-1)
         try:
+            x = inputs[0] if len(inputs) == 1 else torch.cat(inputs, dim=-1)
             return (self.net if net is None else net)(x)
-        except RuntimeError as error:
+        except (RuntimeError, ValueError) as error:  # EnsembleLinear names widths: ValueError
             shapes = {key: tuple(v.shape) for key, v in zip(self.in_keys, inputs, strict=True)}
             raise ValueError(f"{owner}: the network failed on {shapes}: {error}") from error
 

@@ -6,10 +6,11 @@ from typing import Any, Literal
 
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from tensordict.utils import unravel_key
 
-from tdrl.keyed import require
+from tdrl.keyed import check_finite, require
 from tdrl.keys import ACTION, ACTION_ERROR, LOSS_ACTOR, PRIORITY_WEIGHT
-from tdrl.objectives.common import as_batch_shape
+from tdrl.objectives.common import SKIP_CHECK, as_batch_shape
 
 
 class BCLoss(TensorDictModuleBase):
@@ -24,7 +25,9 @@ class BCLoss(TensorDictModuleBase):
     a Gaussian's mean); ``log_prob`` needs an actor with ``get_dist`` (tdrl's and TorchRL's
     probabilistic actors). ``w`` is ``"priority_weight"`` when present.
 
-    Returns ``loss_actor`` and, as a diagnostic, ``"action_error"`` (the mean squared error).
+    Returns ``loss_actor`` and, as a diagnostic, ``"action_error"`` (the mean squared error). A
+    NaN or an infinity in what it reads is refused, naming the entry (``loss.validate_inputs =
+    False`` skips that check).
 
     Shapes:
         batch ``[B]``; action ``[B, A]``.
@@ -41,9 +44,14 @@ class BCLoss(TensorDictModuleBase):
         self.actor_network, self.kind = actor_network, kind
         self.in_keys = [*actor_network.in_keys, ACTION]
         self.out_keys = [LOSS_ACTOR, ACTION_ERROR]
+        self._read_keys = frozenset(map(unravel_key, [*self.in_keys, PRIORITY_WEIGHT]))
+
+    validate_inputs: bool = True
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:
         data_action = require(batch, ACTION, "BCLoss")
+        if self.validate_inputs:
+            check_finite(batch, self._read_keys, "BCLoss", SKIP_CHECK)
         inputs = batch.select(*self.actor_network.in_keys, strict=False)
         with set_interaction_type(InteractionType.DETERMINISTIC):
             action = self.actor_network(inputs.clone(False)).get(ACTION)

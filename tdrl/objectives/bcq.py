@@ -34,6 +34,7 @@ from tdrl.objectives.offpolicy import (
     actor_critic_value,
     bellman_target,
     critic_values,
+    module_box,
 )
 
 __all__ = [
@@ -123,6 +124,9 @@ class BCQLoss(DeterministicActorCriticLoss):
             )
         self.vae_network = vae_network
         self.num_samples, self.lmbda = num_samples, lmbda
+
+    def _action_box(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return module_box(self.vae_network)  # the box its decoder's actions lie in
 
     def _act(self, actor: Any, td: TensorDictBase) -> torch.Tensor:
         """BCQ's actor perturbs a decoder sample, ``xi(s, a~)``: what the actor loss

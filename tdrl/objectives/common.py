@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torch.distributions import Distribution
 
-from tdrl.keyed import renamed, require
+from tdrl.keyed import check_finite, renamed, require
 from tdrl.keys import (
     ACTION,
     ACTION_LOG_PROB,
@@ -22,6 +22,10 @@ from tdrl.keys import (
     VALUE_TARGET,
 )
 from tdrl.ops import distance, standardize
+
+# How every loss's value-check error ends: the losses check what they read for NaN and infinite
+# values (one sum over the entries, one host sync per call); a loss's validate_inputs turns it off.
+SKIP_CHECK = "; loss.validate_inputs = False skips this check"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +99,15 @@ def entropy_of(dist: Distribution) -> torch.Tensor:
 
 
 class OnPolicyLoss(TensorDictModuleBase):
-    """Key handling and critic loss shared by the on-policy losses (not a public loss)."""
+    """Key handling and critic loss shared by the on-policy losses (not a public loss).
+
+    The policy's first read of a batch (:meth:`_dist`) refuses one with a NaN or an infinity in
+    an entry of :attr:`in_keys`, naming it (one sum over the entries, one host sync);
+    ``loss.validate_inputs = False`` skips that check.
+    """
 
     out_keys: list[NestedKey] = []
+    validate_inputs: bool = True
     # Whether the loss reads the behaviour log-prob (PPO's ratio); A2C is on-policy by
     # construction and NPG/TRPO recompute the current policy's log-probs themselves.
     reads_sample_log_prob = True
@@ -143,6 +153,7 @@ class OnPolicyLoss(TensorDictModuleBase):
             if self.clip_value:
                 in_keys.append(keys.value)
         self.in_keys = list(dict.fromkeys(in_keys))
+        self._read_keys = frozenset(map(unravel_key, self.in_keys))
 
     def set_keys(self, **kwargs: NestedKey) -> OnPolicyLoss:
         """Rename the keys read from the batch, e.g. ``set_keys(advantage="adv")``."""
@@ -177,11 +188,20 @@ class OnPolicyLoss(TensorDictModuleBase):
             )
         return self._value_estimator
 
-    def _dist(self, batch: TensorDictBase) -> Distribution:
+    def _dist(self, batch: TensorDictBase, check: bool = True) -> Distribution:
+        """The policy's distribution on ``batch``, which is checked first (:meth:`_check_batch`)
+        unless ``check`` is False (a batch the call has checked already)."""
         # ``select`` gives a new TensorDict over the same tensors: a module that writes its
         # outputs (TorchRL's ProbabilisticActor) cannot touch the caller's batch. A missing
         # in-key raises tensordict's KeyError, which names the key.
+        if check:
+            self._check_batch(batch)
         return self.actor_network.get_dist(batch.select(*self.actor_network.in_keys))
+
+    def _check_batch(self, batch: TensorDictBase) -> None:
+        """No NaN or infinity in what the loss reads (with :attr:`validate_inputs`)."""
+        if self.validate_inputs:
+            check_finite(batch, self._read_keys, type(self).__name__, SKIP_CHECK)
 
     def _advantage(self, batch: TensorDictBase, shape: torch.Size) -> torch.Tensor:
         """The batch's advantage in the log-prob's ``shape``, standardized if configured."""

@@ -118,6 +118,9 @@ class CQLLoss(SACLoss):
         else:
             self.register_buffer("log_alpha_prime", torch.zeros(()))
 
+    def _action_box(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._action_low, self._action_high
+
     def _bounds(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The box ``[A]`` (a float bound broadcast over the action's entries)."""
         shape = like.shape[1:]

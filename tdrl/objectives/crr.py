@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE, NEXT
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values
+from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values, module_box
 
 
 class CRRLoss(OffPolicyLoss):
@@ -42,6 +42,7 @@ class CRRLoss(OffPolicyLoss):
     """
 
     _outputs = (LOSS_ACTOR, LOSS_QVALUE)
+    _continuous_action = True
 
     def __init__(
         self,
@@ -69,6 +70,9 @@ class CRRLoss(OffPolicyLoss):
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue=True)
         self.mode, self.advantage, self.beta, self.max_weight = mode, advantage, beta, max_weight
         self.num_samples = num_samples
+
+    def _action_box(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return module_box(self.actor_network)  # a bounded actor's (TanhGaussianActor)
 
     @torch.no_grad()
     def _sampled_value(self, critic: Any, td: TensorDictBase, reduce: str = "mean") -> torch.Tensor:

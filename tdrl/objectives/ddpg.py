@@ -86,6 +86,8 @@ class DeterministicActorCriticLoss(OffPolicyLoss):
     :class:`CriticOptions` over :data:`TWIN_CRITIC_DEFAULTS`.
     """
 
+    _continuous_action = True
+
     def __init__(
         self,
         actor_network: TensorDictModuleBase,

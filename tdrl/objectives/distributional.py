@@ -10,6 +10,7 @@ regression (:meth:`_DistributionalLoss._quantile_regression`), not a class chain
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
 
@@ -38,9 +39,10 @@ class DistributionalOptions(TypedDict, total=False):
 
 
 def _checked_kappa(kappa: float) -> float:
-    """The quantile Huber threshold, refused when negative."""
-    if kappa < 0:
-        raise ValueError(f"kappa must be >= 0, got {kappa}")
+    """The quantile Huber threshold, refused when negative or not finite (NaN would make every
+    loss NaN; inf every loss 0)."""
+    if not (math.isfinite(kappa) and kappa >= 0):
+        raise ValueError(f"kappa must be >= 0 and finite, got {kappa}")
     return kappa
 
 
@@ -99,9 +101,14 @@ class _DistributionalLoss(OffPolicyLoss):
         return distribution.mean(-1)
 
     def _pick(self, distribution: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``distribution[b, action[b]]``: ``[B, n, K]``, ``[B]`` -> ``[B, K]``."""
+        """``distribution[b, action[b]]``: ``[B, n, K]``, ``[B]`` -> ``[B, K]``; an action
+        outside ``[0, n)`` raises a ``ValueError`` naming the action key."""
         index = action.view(-1, 1, 1).expand(-1, 1, distribution.shape[-1])
-        return distribution.gather(1, index).squeeze(1)
+        try:
+            return distribution.gather(1, index).squeeze(1)
+        except RuntimeError as error:
+            self._check_index(action, distribution.shape[1], error)
+            raise
 
     def _quantile_regression(
         self,

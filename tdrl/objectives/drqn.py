@@ -180,10 +180,8 @@ class DRQNLoss(OffPolicyLoss):
         try:
             chosen = q[:, :-1].gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         except RuntimeError as error:
-            raise ValueError(
-                f"{owner}: {self.tensor_keys.action!r} must hold action indices in "
-                f"[0, {q.shape[-1]}): {error}"
-            ) from error
+            self._check_index(action, q.shape[-1], error)
+            raise
         td_error = (chosen.detach() - target).abs()
         weights = self._slice_weights(batch)
         per_step = self._distance(chosen, target)  # [B, L - burn_in]

@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torch.nn.functional import softplus
 
-from tdrl.keyed import renamed, require
+from tdrl.keyed import check_finite, renamed, require
 from tdrl.keys import (
     ACTION,
     COLLECTOR_ACTION,
@@ -25,6 +25,7 @@ from tdrl.keys import (
     LOSS,
     OBSERVATION,
 )
+from tdrl.objectives.common import SKIP_CHECK
 
 __all__ = ["GAILKeys", "GAILLoss", "gail_reward"]
 
@@ -64,7 +65,8 @@ class GAILLoss(TensorDictModuleBase):
     ``collector_action`` (TorchRL's ``GAILLoss`` keys; ``set_keys`` renames them), as flat
     ``[B]`` batches; the two may differ in size. Returns ``loss`` (what to call backward on),
     and detached diagnostics ``gp_loss``, ``discriminator_expert`` and ``discriminator_policy``
-    (the mean ``D`` on each side).
+    (the mean ``D`` on each side). Each side needs at least one pair; a NaN or an infinity in
+    the four entries is refused, naming it (``loss.validate_inputs = False`` skips that check).
 
     Args:
         discriminator_network: a keyed module reading (observation, action) and writing one
@@ -74,6 +76,8 @@ class GAILLoss(TensorDictModuleBase):
     Shapes:
         observations ``[B, obs]``, actions ``[B, act]``; every output is a scalar.
     """
+
+    validate_inputs: bool = True
 
     def __init__(
         self, discriminator_network: Any, *, use_grad_penalty: bool = False, gp_lambda: float = 10.0
@@ -107,15 +111,20 @@ class GAILLoss(TensorDictModuleBase):
         expert_action = require(batch, k.expert_action, name)
         policy_obs = require(batch, k.collector_observation, name)
         policy_action = require(batch, k.collector_action, name)
-        for key, obs, action in (
-            (k.expert_action, expert_obs, expert_action),
-            (k.collector_action, policy_obs, policy_action),
+        for side, key, obs, action in (
+            ("expert", k.expert_action, expert_obs, expert_action),
+            ("policy", k.collector_action, policy_obs, policy_action),
         ):
             if obs.dim() != 2 or action.dim() != 2 or obs.shape[0] != action.shape[0]:
                 raise ValueError(
                     f"{name}: observations and actions must be [B, obs] and [B, act] with one B; "
                     f"{key!r} has shape {tuple(action.shape)} beside {tuple(obs.shape)}"
                 )
+            if obs.shape[0] == 0:  # a mean over no pairs is NaN
+                shape = tuple(action.shape)
+                raise ValueError(f"{name}: no {side} pairs ({key!r} has shape {shape})")
+        if self.validate_inputs:
+            check_finite(batch, frozenset(map(unravel_key, self.in_keys)), name, SKIP_CHECK)
         net = self.discriminator_network
         expert_logit = _logits(net, expert_obs, expert_action)
         policy_logit = _logits(net, policy_obs, policy_action)

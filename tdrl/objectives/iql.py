@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE, LOSS_VALUE, NEXT, STATE_VALUE
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values
+from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, critic_values, module_box
 from tdrl.ops.distributional import expectile_loss
 
 
@@ -40,6 +40,7 @@ class IQLLoss(OffPolicyLoss):
     """
 
     _outputs = (LOSS_ACTOR, LOSS_QVALUE, LOSS_VALUE)
+    _continuous_action = True
 
     def __init__(
         self,
@@ -64,6 +65,9 @@ class IQLLoss(OffPolicyLoss):
         self.value_network = value_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue=True)
         self.expectile, self.beta, self.max_weight = expectile, beta, max_weight
+
+    def _action_box(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return module_box(self.actor_network)  # a bounded actor's (TanhGaussianActor)
 
     def _value(self, td: TensorDictBase) -> torch.Tensor:
         """``V(s)`` ``[B]``."""

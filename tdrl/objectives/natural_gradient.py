@@ -153,6 +153,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
         """The critic loss (``"loss_critic"``) for the critic's optimizer; the actor is not here."""
         if self.critic_network is None:
             raise RuntimeError(f"{type(self).__name__} has no critic: use actor_step only")
+        self._check_batch(tensordict)
         return self._output({LOSS_CRITIC: self._critic_loss(tensordict)[0]})
 
     def _surrogate(
@@ -162,7 +163,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
         old_log_prob: torch.Tensor,
         advantage: torch.Tensor,
     ) -> tuple[torch.Tensor, Distribution, torch.Tensor]:
-        dist = self._dist(tensordict)
+        dist = self._dist(tensordict, check=False)  # actor_step checked it
         log_prob = dist.log_prob(action)
         return ((log_prob - old_log_prob).exp() * advantage).mean(), dist, log_prob
 
@@ -176,6 +177,7 @@ class NaturalPolicyGradient(OnPolicyLoss):
         owner = type(self).__name__
         keys = self.tensor_keys
         params = [p for p in self.actor_network.parameters() if p.requires_grad]
+        self._check_batch(tensordict)
         action = require(tensordict, keys.action, owner)
         with torch.no_grad():
             # A frozen copy: a distribution may alias the actor's parameters (a state-independent

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torch.distributions import Distribution
 
-from tdrl.keyed import next_key, renamed, require
+from tdrl.keyed import check_finite, next_key, renamed, require
 from tdrl.keys import (
     ACTION,
     ACTION_VALUE,
@@ -35,7 +35,7 @@ from tdrl.keys import (
     TERMINATED,
 )
 from tdrl.modules.ensembles import EnsembleCritic, Reduce, as_ensemble, reduce_members
-from tdrl.objectives.common import as_batch_shape
+from tdrl.objectives.common import SKIP_CHECK, as_batch_shape
 from tdrl.objectives.target import make_target
 from tdrl.ops import DISTANCES, distance, td0_return
 
@@ -65,7 +65,20 @@ _SCALAR = torch.Size([])
 
 
 class OffPolicyLoss(TensorDictModuleBase):
-    """Base of the off-policy losses: ``set_keys``, batch readers, targets, reduction."""
+    """Base of the off-policy losses: ``set_keys``, batch readers, targets, reduction.
+
+    Every loss reads its batch through :meth:`_transition` (or :meth:`_reward_terminated`)
+    first, which refuses a batch with a NaN or an infinity in an entry the loss reads (the
+    networks' inputs at the root and under ``"next"``, the action, the reward, PER's weights),
+    naming the entry; an offline loss that knows the action box also refuses data actions
+    outside it. That costs one sum over the entries and one host sync per call: set
+    ``loss.validate_inputs = False`` to skip it (shape and dtype checks stay).
+    """
+
+    validate_inputs: bool = True
+    # "action" is a continuous [B, A] vector (TorchRL's layout), not a discrete index.
+    _continuous_action: bool = False
+    _read_keys: tuple[OffPolicyKeys, frozenset[NestedKey]] | None = None
 
     def __init__(self, *, gamma: float, loss_function: str) -> None:
         super().__init__()
@@ -177,7 +190,9 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     def _reward_terminated(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(reward, terminated)`` in the batch's shape (``[B]``, or ``[B, L]`` for slices),
-        checked: a floating-point reward and a bool flag."""
+        checked: a floating-point reward and a bool flag; the batch checked first
+        (:meth:`_check_batch`)."""
+        self._check_batch(batch)
         key = next_key(self.tensor_keys.reward)
         reward = self._per_sample(batch, key)
         if not reward.is_floating_point():  # an integer reward would truncate gamma ** k
@@ -186,6 +201,33 @@ class OffPolicyLoss(TensorDictModuleBase):
                 f"{reward.dtype}"
             )
         return reward, self._flag(batch, next_key(self.tensor_keys.terminated))
+
+    def _check_batch(self, batch: TensorDictBase) -> None:
+        """A continuous action's layout, and with :attr:`validate_inputs` the values: no NaN or
+        infinity in what the loss reads, data actions inside :meth:`_action_box`."""
+        owner, key = type(self).__name__, self.tensor_keys.action
+        if self._continuous_action:
+            action = batch.get(key, None)
+            if action is not None and action.dim() != batch.batch_dims + 1:
+                raise ValueError(
+                    f"{owner}: {key!r} has shape {tuple(action.shape)}; a continuous action is "
+                    f"[*B, action_dim] with B = {tuple(batch.batch_size)} (TorchRL's layout: a "
+                    f"one-dimensional action is [*B, 1], e.g. action.unsqueeze(-1))"
+                )
+        if not self.validate_inputs:
+            return
+        if self._read_keys is None or self._read_keys[0] is not self.tensor_keys:
+            keys = [*self.in_keys, self.tensor_keys.priority_weight, self.tensor_keys.gamma]
+            self._read_keys = (self.tensor_keys, frozenset(map(unravel_key, keys)))
+        check_finite(batch, self._read_keys[1], owner, SKIP_CHECK)
+        box = self._action_box()
+        if box is not None and batch.get(key, None) is not None:
+            check_in_box(self._get(batch, key), *box, key, owner)
+
+    def _action_box(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(low, high)`` that the batch's actions must lie in, where the loss knows the box
+        (the offline losses: data actions come from elsewhere); None: not checked."""
+        return None
 
     def _flag(self, batch: TensorDictBase, key: NestedKey) -> torch.Tensor:
         """A bool flag in the batch's shape (``~`` of an integer flag is not ``1 - flag``)."""
@@ -233,17 +275,24 @@ class OffPolicyLoss(TensorDictModuleBase):
 
         An index outside ``[0, n)`` raises a ``ValueError`` that names the action key.
         """
-        index = index.view(*([1] * (values.dim() - 2)), -1, 1).expand(*values.shape[:-1], 1)
+        expanded = index.view(*([1] * (values.dim() - 2)), -1, 1).expand(*values.shape[:-1], 1)
         try:
-            return values.gather(-1, index).squeeze(-1)
+            return values.gather(-1, expanded).squeeze(-1)
         except RuntimeError as error:
-            key, n = self.tensor_keys.action, values.shape[-1]
-            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
-                raise ValueError(
-                    f"{type(self).__name__}: {key!r} holds indices outside [0, {n}): "
-                    f"min {int(index.min())}, max {int(index.max())}"
-                ) from error
+            self._check_index(index, values.shape[-1], error)
             raise
+
+    def _check_index(self, index: torch.Tensor, n: int, error: Exception) -> None:
+        """After ``gather`` failed with ``error``: a ``ValueError`` naming the action key, the
+        first index outside ``[0, n)`` and ``n``, if there is one (else nothing)."""
+        bad = (index < 0) | (index >= n)
+        if bool(bad.any()):
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"{type(self).__name__}: {self.tensor_keys.action!r} holds indices outside "
+                f"[0, {n}) (the network has {n} actions): {int(index[where])} at index {where} "
+                f"(min {int(index.min())}, max {int(index.max())})"
+            ) from error
 
     def _weights(self, batch: TensorDictBase) -> torch.Tensor | None:
         weights = batch.get(self.tensor_keys.priority_weight, None)
@@ -303,6 +352,30 @@ def bellman_target(
         all ``[B]`` -> ``[B]``.
     """
     return td0_return(reward, next_value, terminated, gamma=discount, time_dim=-1, validate=False)
+
+
+def module_box(module: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A module's ``(action_low, action_high)`` (tdrl's bounded actors and BCQ's networks have
+    them), or None."""
+    low, high = getattr(module, "action_low", None), getattr(module, "action_high", None)
+    return None if low is None or high is None else (low, high)
+
+
+def check_in_box(
+    action: torch.Tensor, low: torch.Tensor, high: torch.Tensor, key: NestedKey, owner: str
+) -> None:
+    """Raise ``ValueError`` naming ``key``, the first value outside ``[low, high]`` (bounds
+    float or ``[A]``), its index and its dimension's bounds."""
+    outside = (action < low) | (action > high)
+    if bool(outside.any()):
+        where = tuple(int(i) for i in outside.nonzero()[0])
+        low_at = float(low.expand_as(action)[where])
+        high_at = float(high.expand_as(action)[where])
+        raise ValueError(
+            f"{owner}: {key!r} holds {action[where].item()} at index {where}, outside the action "
+            f"box [{low_at}, {high_at}] ({int(outside.sum())} values outside); clip the data's "
+            f"actions to the box (the env ran them clipped){SKIP_CHECK}"
+        )
 
 
 def rsample_and_log_prob(dist: Distribution) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,6 +58,7 @@ class SACLoss(OffPolicyLoss):
     """
 
     _outputs = (LOSS_ACTOR, LOSS_QVALUE, LOSS_ALPHA, ALPHA, ENTROPY)
+    _continuous_action = True
 
     def __init__(
         self,

@@ -58,6 +58,9 @@ class TD3BCLoss(DeterministicActorCriticLoss):
             raise ValueError(f"alpha must be > 0, got {alpha}")
         self.alpha = alpha
 
+    def _action_box(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.min_action, self.max_action
+
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
         action = self._act(self.actor_network, batch)
         data_action = self._get(batch, self.tensor_keys.action)

@@ -9,6 +9,8 @@ observation, like an ordinary step (partial-episode bootstrapping, Pardo et al. 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -126,8 +128,8 @@ def quantile_huber_loss(
     Shapes:
         quantiles ``[B, N]``, target ``[B, M]``, taus ``[N]`` or ``[B, N]``; returns ``[B]``.
     """
-    if kappa < 0:
-        raise InputError("kappa", f"must be >= 0, got {kappa}")
+    if not (math.isfinite(kappa) and kappa >= 0):  # NaN: every loss NaN; inf: every loss 0
+        raise InputError("kappa", f"must be >= 0 and finite, got {kappa}")
     if quantiles.dim() != 2 or quantiles.shape[-1] < 1:
         raise InputError("quantiles", f"must be [B, N] with N >= 1, got {tuple(quantiles.shape)}")
     B, N = quantiles.shape
