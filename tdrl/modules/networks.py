@@ -376,11 +376,13 @@ def q_ensemble(
     action_spec: TensorSpec,
     hidden_sizes: Sequence[int],
     num_members: int = 2,
+    num_outputs: int = 1,
 ) -> EnsembleCritic:
-    """``num_members`` Q(s, a) critics evaluated as one batched ensemble (SAC, TD3, REDQ)."""
+    """``num_members`` Q(s, a) critics evaluated as one batched ensemble (SAC, TD3, REDQ);
+    ``num_outputs`` > 1: each outputs that many quantiles of the return (TQC)."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     return EnsembleCritic(
-        EnsembleMLP(obs_dim + action_dim, 1, hidden_sizes, num_members=num_members)
+        EnsembleMLP(obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members)
     )
 
 

@@ -36,6 +36,7 @@ from tdrl.objectives.target import (
 )
 from tdrl.objectives.td3 import TD3Loss
 from tdrl.objectives.td3_bc import TD3BCLoss
+from tdrl.objectives.tqc import TQCLoss
 from tdrl.objectives.trpo import TRPOLoss
 
 __all__ = [
@@ -54,10 +55,10 @@ __all__ = [
     "DiscreteBCQLoss",
     "DiscreteCQLLoss",
     "DiscreteSACLoss",
-    "HardUpdate",
-    "IQLLoss",
     "FQFLoss",
     "GAILLoss",
+    "HardUpdate",
+    "IQLLoss",
     "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",
@@ -68,6 +69,7 @@ __all__ = [
     "SoftUpdate",
     "TD3BCLoss",
     "TD3Loss",
+    "TQCLoss",
     "TRPOLoss",
     "as_ensemble",
     "conjugate_gradient",
@@ -77,7 +79,7 @@ __all__ = [
     "hard_update_",
     "imitation_mask",
     "make_target",
-    "total_loss",
     "soft_update_",
+    "total_loss",
     "update_priority",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -122,16 +123,26 @@ class SACLoss(OffPolicyLoss):
         dist = self.actor_network.get_dist(td.select(*self.actor_network.in_keys, strict=False))
         return rsample_and_log_prob(dist)
 
+    def _next_step(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, Any, TensorDictBase, torch.Tensor, torch.Tensor]:
+        """What a soft target reads: ``(reward, terminated, discount, next_td, a', alpha log
+        pi(a'|s'))``, ``a' ~ pi(.|s')`` (``alpha``: :attr:`alpha` unless already read)."""
+        alpha = self.alpha if alpha is None else alpha
+        reward, terminated, discount = self._transition(batch)
+        next_td = self._get(batch, NEXT)
+        next_action, next_log_prob = self._sample(next_td)
+        return reward, terminated, discount, next_td, next_action, alpha * next_log_prob
+
     @torch.no_grad()
     def value_target(
         self, batch: TensorDictBase, alpha: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The soft Bellman target ``y`` ``[B]`` (``alpha``: :attr:`alpha`, if already read)."""
-        alpha = self.alpha if alpha is None else alpha
-        reward, terminated, discount = self._transition(batch)
-        next_td = self._get(batch, NEXT)
-        next_action, next_log_prob = self._sample(next_td)
-        next_value = self._target_q(next_td, next_action) - alpha * next_log_prob
+        reward, terminated, discount, next_td, next_action, entropy_term = self._next_step(
+            batch, alpha
+        )
+        next_value = self._target_q(next_td, next_action) - entropy_term
         return bellman_target(reward, next_value, terminated, discount)
 
     def qvalue_loss(

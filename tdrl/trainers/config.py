@@ -41,12 +41,12 @@ _POSITIVE = {
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
     "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size", "critic_minibatch_size",
-    "frame_stack", "steps",
+    "frame_stack", "steps", "num_critics", "num_quantiles",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
     "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq", "policy_noise",
-    "noise_clip",
+    "noise_clip", "top_quantiles_to_drop",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
 

@@ -113,6 +113,7 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("ddpg", {"noise": "ou"}),
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
+        ("sac", {"algo": "tqc", "num_quantiles": 5, "num_critics": 3}),
     ],
 )
 def test_recipe_options_run(name, options, tmp_path, device):
@@ -310,11 +311,23 @@ def _rows(path: Path) -> list[dict[str, float]]:
 
 @pytest.mark.parametrize(
     ("name", "stop"),
-    [("dqn", 320), ("rainbow", 320), ("sac", 150), ("ddpg", 150), ("drqn", 320), ("td3", 151)],
+    [
+        ("dqn", 320),
+        ("rainbow", 320),
+        ("sac", 150),
+        ("ddpg", 150),
+        ("drqn", 320),
+        ("td3", 151),
+        ("sac-tqc", 150),
+    ],  # fmt: skip
 )
 def test_resume_continues_exactly(name, stop, tmp_path, device):
     """N steps straight == stop, checkpoint (buffer included), fresh objects, resume, N - stop."""
-    module, straight = config(name, tmp_path / "straight", checkpoint_every=100_000, device=device)
+    name, _, algo = name.partition("-")  # "sac-tqc": sac.py --algo tqc
+    options = {"algo": algo, "num_quantiles": 5} if algo else {}
+    module, straight = config(
+        name, tmp_path / "straight", checkpoint_every=100_000, device=device, **options
+    )
     straight = configure(straight, total_frames=straight.replay.init_random_frames + 192)
     if name == "ddpg":  # OU noise: its per-env state restarts at episode starts
         straight = configure(straight, noise="ou")
