@@ -17,16 +17,19 @@ TensorDict says ``device="cpu"`` (tensordict keeps its leaves there).
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numba
 import numpy as np
 import torch
+from numba import types
+from numba.extending import intrinsic
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
-__all__ = ["RowCopier"]
+__all__ = ["NONFINITE", "RowCopier"]
 
 _memmove = ctypes.memmove
 _data_ptr = Tensor.data_ptr
@@ -34,26 +37,81 @@ _data_ptr = Tensor.data_ptr
 # counters: [cursor, size] (owned by the storage). geom: length, streams, leaves n, then n base
 # addresses and n bytes per step of each leaf (this module's leaf order).
 _LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3
+# geom also holds, after the bytes per step, each leaf's float width for the finiteness scan:
+# 4 (float32), 8 (float64) or 0 (not scanned here: not a float, or a half float).
+
+
+@intrinsic
+def _f32_ptr(typingctx: Any, address: Any) -> Any:
+    """An int64 address as a float32 pointer (numba.carray's input)."""
+    sig = types.CPointer(types.float32)(types.int64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float32)))
+
+    return sig, codegen
+
+
+@intrinsic
+def _f64_ptr(typingctx: Any, address: Any) -> Any:
+    """An int64 address as a float64 pointer."""
+    sig = types.CPointer(types.float64)(types.int64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _finite32(address: int, count: int) -> bool:
+    # v * 0 is 0 for a finite v and NaN for NaN or +-inf: no overflow, no branch per value
+    values = numba.carray(_f32_ptr(address), count)  # type: ignore[call-arg]
+    total = np.float32(0.0)
+    for v in values:
+        total += v * np.float32(0.0)
+    return total == 0.0
+
+
+@numba.njit(nogil=True, cache=True)
+def _finite64(address: int, count: int) -> bool:
+    values = numba.carray(_f64_ptr(address), count)  # type: ignore[call-arg]
+    total = 0.0
+    for v in values:
+        total += v * 0.0
+    return total == 0.0
 
 
 @numba.njit(nogil=True)  # not cached: numba cannot cache a function calling a ctypes pointer
-def _write_rows(counters: np.ndarray, geom: np.ndarray, src: tuple[int, ...], steps: int) -> bool:
+def _write_rows(
+    counters: np.ndarray, geom: np.ndarray, src: tuple[int, ...], steps: int, check: bool
+) -> int:
     # One compiled call for all leaves (a ctypes memmove per leaf from Python would pay a
-    # Python call per leaf), with the cursor bookkeeping. False, nothing written, when the
-    # steps would wrap or a source has no data of its own (a wrapper tensor subclass:
-    # data_ptr 0).
+    # Python call per leaf), with the cursor bookkeeping. 1: written. 0, nothing written, when
+    # the steps would wrap or a source has no data of its own (a wrapper tensor subclass:
+    # data_ptr 0). NONFINITE, nothing written, when ``check`` and a scanned float source holds
+    # a NaN or an infinity.
     cursor, length, S, n = counters[0], geom[_LENGTH], geom[_STREAMS], geom[_LEAVES]
     if cursor + steps > length:
-        return False
+        return 0
     for i in range(n):
         if src[i] == 0:
-            return False
+            return 0
+    if check:
+        for i in range(n):
+            width = geom[_HEAD + 2 * n + i]
+            if width == 0:
+                continue
+            count = steps * S * geom[_HEAD + n + i] // width
+            finite = _finite32(src[i], count) if width == 4 else _finite64(src[i], count)
+            if not finite:
+                return -1
     for i in range(n):
         step = geom[_HEAD + n + i]
         _memmove(geom[_HEAD + i] + cursor * S * step, src[i], steps * S * step)
     counters[0] = (cursor + steps) % length
     counters[1] = min(counters[1] + steps, length)
-    return True
+    return 1
 
 
 @numba.njit(nogil=True)  # not cached: calls a ctypes pointer
@@ -72,13 +130,22 @@ def _gather_rows(geom: np.ndarray, dst: tuple[int, ...], index: np.ndarray) -> b
     return True
 
 
-def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
+# What a writer returns when its finiteness check fails (nothing written): the caller names the
+# entry (ReplayBuffer's checked path).
+NONFINITE = -1
+
+
+def _writer_source(
+    keys: list[tuple[str, ...]], floats: list[int] | None = None
+) -> tuple[str, dict[str, Any]]:
     """Python source of a write function specialised to ``keys``, and the names it reads.
 
     Unrolled per leaf (fetch, then ``dtype is``, ``shape ==``, ``is_cpu`` unless the batch's
     device is the CPU, ``is_contiguous()``, ``data_ptr()``): faster than ``map`` over
     attrgetters (the standard library's dataclasses generate code the same way). Key strings
-    are passed as bound names, never pasted into the source.
+    are passed as bound names, never pasted into the source. ``floats``: the indices of the
+    half-float leaves, which torch checks (a concatenated sum: NaN and inf survive it) when the
+    copier checks finiteness; the compiled write scans float32 and float64 leaves itself.
     """
     names: dict[str, Any] = {}
     nodes: dict[tuple[str, ...], str] = {(): "d0"}
@@ -130,7 +197,16 @@ def _writer_source(keys: list[tuple[str, ...]]) -> tuple[str, dict[str, Any]]:
         "        return None",  # a missing key, a non-tensor or sparse leaf: the checked path
         "    if not ok:",
         "        return None",
-        "    return steps if _write_rows(counters, geom, ptrs, steps) else None",
+    ]
+    if floats:  # leaves the compiled scan does not read (half floats): one torch sum
+        flat = "".join(f"x{i}.view(-1), " for i in floats)  # contiguous here: free views
+        lines += [
+            f"    if check and not _isfinite(_cat(({flat})).sum().item()):",
+            "        return _NONFINITE",
+        ]
+    lines += [
+        "    done = _write_rows(counters, geom, ptrs, steps, check)",
+        "    return steps if done > 0 else (None if done == 0 else _NONFINITE)",
     ]
     return "def write(td):\n" + "\n".join(lines) + "\n", names
 
@@ -141,18 +217,33 @@ class RowCopier:
     Args:
         keys: the storage's leaf paths (sorted), ``leaves`` their ``[L, S, *F]`` tensors.
         counters: the storage's ``[cursor, size]`` int64 array (updated in place by writes).
+        check_finite: writes refuse a batch with a NaN or infinite float value (returning
+            :data:`NONFINITE`, nothing written).
     """
 
-    def __init__(self, keys: list[tuple[str, ...]], leaves: list[Tensor], counters: np.ndarray):
+    def __init__(
+        self,
+        keys: list[tuple[str, ...]],
+        leaves: list[Tensor],
+        counters: np.ndarray,
+        *,
+        check_finite: bool = False,
+    ):
         self.keys, self.leaves, self.counters = keys, leaves, counters
         length, streams = leaves[0].shape[:2]
+        widths = {torch.float32: 4, torch.float64: 8}  # what the compiled scan reads
         self._geom = np.array(
             [length, streams, len(leaves)]
             + [x.data_ptr() for x in leaves]
-            + [x[0, 0].numel() * x.element_size() for x in leaves],
+            + [x[0, 0].numel() * x.element_size() for x in leaves]
+            + [widths.get(x.dtype, 0) for x in leaves],
             dtype=np.int64,
         )
-        self._source, self._names = _writer_source(keys)
+        self.check_finite = check_finite
+        halves = [
+            i for i, x in enumerate(leaves) if x.is_floating_point() and x.dtype not in widths
+        ]
+        self._source, self._names = _writer_source(keys, halves)
         # batch size -> the write function specialised to it (see learn): td -> steps or None
         self.writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
         self._protos: dict[int, list[Tensor]] = {}  # empty [B, *F] per leaf, for gather
@@ -184,6 +275,10 @@ class RowCopier:
             "_TD": TensorDict,
             "_CPU": torch.device("cpu"),
             "_write_rows": _write_rows,
+            "_cat": torch.cat,
+            "_isfinite": math.isfinite,
+            "_NONFINITE": NONFINITE,
+            "check": self.check_finite,
             "counters": self.counters,
             "geom": self._geom,
             "steps": steps,

@@ -18,7 +18,10 @@ rebuilds both stacks when a batch is sampled (as DQN's replay memory did, Mnih e
 
 Frames are compared when a step's successor is written: a next frame that is not the following
 step's frame (data of a stream that are not consecutive) is an error naming the key, stream and
-step, so nothing is rebuilt wrong. Memory per step: one frame per key, plus one per episode end.
+step, so nothing is rebuilt wrong. So is a step whose next stack is not its stack shifted by
+one frame (the env stacks another number of frames than ``frame_stack``: the rebuilt stacks
+would hold frames in an order that never happened); the error names the stack size the data
+fit. Memory per step: one frame per key, plus one per episode end.
 
 Shapes:
     an entry of the batch ``[*B, k * C, *F]`` (k frames of C channels, oldest first, as
@@ -119,7 +122,7 @@ class FrameStore:
         one is the following step's frame (the stored newest step's included)."""
         bdims = td.batch_dims
         out = td.exclude(*[(keys.NEXT, *k) for k in self.keys])
-        roots, nexts = [], []
+        roots, nexts, stacks = [], [], []
         for key in self.keys:
             name = _spell(key)
             root, nxt = td.get(name, None), td.get((keys.NEXT, *key), None)
@@ -134,6 +137,7 @@ class FrameStore:
                     f"{tuple(root.shape)} and next {tuple(nxt.shape)} for batch size "
                     f"{tuple(td.batch_size)}"
                 )
+            stacks.append((root, nxt))
             c = root.shape[bdims] // self.k
             newest = root.narrow(bdims, root.shape[bdims] - c, c)
             out.set(name, newest.contiguous())
@@ -151,6 +155,8 @@ class FrameStore:
                     f"storage holds {tuple(self.pending[i].shape[1:])}"
                 )
             self._check_successors(i, root, nxt, done, newest_done)
+        for key, (root, nxt) in zip(self.keys, stacks, strict=True):
+            self._check_stacks(key, root, nxt, bdims, num_streams)
         # The ring bookkeeping (slot_of, owner) lives on the CPU whatever the frames' device.
         self._staged = (nexts, done.cpu())
         return out
@@ -195,6 +201,28 @@ class FrameStore:
                 "step's frame although that step is not done; frame-efficient storage needs each "
                 "stream's steps in order (mark the step done, or store without frame_keys)"
             )
+
+    def _check_stacks(
+        self, key: tuple[str, ...], root: Tensor, nxt: Tensor, bdims: int, num_streams: int
+    ) -> None:
+        """Each step's next stack must be its stack shifted by one frame (true of any env that
+        stacks ``k`` frames, at episode ends and resets too): one comparison per batch. Where it
+        fails, the error names the stack size the batch does fit (the largest that does)."""
+        if self.k == 1 or not bool(_unshifted(root, nxt, bdims, self.k).any()):
+            return
+        n = root.shape[bdims]
+        bad = _unshifted(root, nxt, bdims, self.k).flatten(bdims).any(-1)  # [*B]
+        s, t = (int(i) for i in _streams_first(bad, bdims, num_streams).nonzero()[0])
+        fits = max(
+            k for k in range(1, n + 1) if n % k == 0 and not _unshifted(root, nxt, bdims, k).any()
+        )
+        raise ValueError(
+            f"frame key {_spell(key)!r}: at stream {s}, step {t} of the batch the next stack is "
+            f"not the stack shifted by one frame, read as frame_stack={self.k} frames of "
+            f"{n // self.k} channel(s): the rebuilt stacks would be observations that never "
+            f"happened. The batch fits frame_stack={fits} ({n // fits} channel(s) a frame): "
+            "build the buffer with the env's frame_stack"
+        )
 
     def written(self, storage: StreamStorage, cursor: int, steps: int) -> None:
         """Record the staged next frames of the ``steps`` steps just written from ``cursor``."""
@@ -327,6 +355,14 @@ class FrameStore:
         dev = storage.device  # the frames on the storage's, the bookkeeping on the CPU
         self.finals = [data.get(("finals", *k)).to(dev, copy=True) for k in self.keys]
         self.pending = [data.get(("pending", *k)).to(dev, copy=True) for k in self.keys]
+
+
+def _unshifted(root: Tensor, nxt: Tensor, bdims: int, k: int) -> Tensor:
+    """Elementwise: the next stack's k - 1 older frames differ from the root stack's k - 1
+    newer ones (the stacks read as k frames of ``n / k`` channels). Shapes: ``[*B, m, *F]``."""
+    c = root.shape[bdims] // k
+    m = root.shape[bdims] - c
+    return nxt.narrow(bdims, 0, m) != root.narrow(bdims, c, m)
 
 
 def _streams_first(x: Tensor, batch_dims: int, num_streams: int) -> Tensor:

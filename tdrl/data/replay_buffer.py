@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -50,7 +51,13 @@ class ReplayBuffer:
     (:mod:`tdrl.data.frames`), so a transition costs one frame instead of 2k. Samples and
     slices carry the same stacks the env gave, except at a stream's k-1 oldest stored steps
     once the ring has overwritten their episode's earlier frames: there the oldest stored frame
-    repeats (as at an episode start). ``storage`` shows the single stored frames.
+    repeats (as at an episode start). ``storage`` shows the single stored frames. A batch whose
+    stacks do not shift by one frame a step (the env stacks another number of frames) is
+    refused.
+
+    ``on_nonfinite``: ``"raise"`` (default): ``extend`` refuses a batch with a NaN or infinite
+    float entry, naming the key (one fused check per batch, as ``Collector(on_nonfinite=...)``
+    does); ``"ignore"``: no check.
 
     Shapes:
         storage leaves ``[capacity // S, S, *F]``; ``sample(B) -> [B]``; slices ``[B, L]``.
@@ -68,12 +75,16 @@ class ReplayBuffer:
         storage_path: str | Path | None = None,
         frame_keys: Sequence[NestedKey] | None = None,
         frame_stack: int = 1,
+        on_nonfinite: Literal["raise", "ignore"] = "raise",
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if n_steps < 1 or n_steps > capacity:
             raise ValueError(f"n_steps must be in [1, capacity={capacity}], got {n_steps}")
         check_discount("gamma", gamma)
+        if on_nonfinite not in ("raise", "ignore"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'ignore', got {on_nonfinite!r}")
+        self.on_nonfinite = on_nonfinite
         self._capacity = capacity
         self.device = torch.device(device)
         self._num_streams = num_streams
@@ -100,17 +111,25 @@ class ReplayBuffer:
     # --- writing ---------------------------------------------------------------------------
     def extend(self, td: TensorDictBase) -> None:
         """Append a ``[S]`` batch or a ``[S, T]`` rollout at the write cursor."""
+        check = self.on_nonfinite == "raise"
         if self._frames is not None:
+            if check:
+                _check_finite(td)
             self._extend_frames(self._frames, td)
             return
         storage = self._storage
         if storage is None:
+            if check:
+                _check_finite(td)  # before anything is allocated
             storage = self._allocate(td)
         # StreamStorage.write's first step, inlined: the per-step add of 8 envs is ~4 us, and a
         # Python call level is ~5% of it (benchmarks/buffers.py times it against SB3's add).
+        # The fast writer checks finiteness itself, on the leaves it fetches anyway.
         writer = storage.fast_writers.get(td.batch_size)
         steps = writer(td) if writer is not None and _fast.enabled() else None
-        if steps is None:
+        if steps is None or steps < 0:
+            if check:
+                _check_finite(td)  # raises, naming the entry, where the fast writer refused
             steps = storage.write(td)
         if steps and self._hooked:
             self._written(steps)
@@ -151,6 +170,7 @@ class ReplayBuffer:
     def _allocate(self, td: TensorDictBase) -> StreamStorage:
         streams = self._streams_of(td)
         storage = StreamStorage(self._capacity, streams, self.device, path=self.storage_path)
+        storage.check_finite = self.on_nonfinite == "raise"
         if self.n_steps > storage.length:
             raise ValueError(
                 f"n_steps={self.n_steps} exceeds the {storage.length} steps a stream holds"
@@ -350,6 +370,7 @@ class ReplayBuffer:
         self, data: TensorDictBase, state: dict[str, Any], path: Path | None
     ) -> StreamStorage:
         storage = StreamStorage(self._capacity, int(state["num_streams"]), self.device, path=path)
+        storage.check_finite = self.on_nonfinite == "raise"
         rows = (storage.length, int(state["size"]))  # all rows, or the filled ones (save())
         if data.batch_dims != 2 or tuple(data.batch_size) not in {
             (n, storage.num_streams) for n in rows
@@ -468,3 +489,51 @@ class ReplayBuffer:
 
 def _path_of(key: NestedKey) -> tuple[str, ...]:
     return key if isinstance(key, tuple) else (key,)
+
+
+def _float_leaves(td: TensorDictBase, out: list[Tensor]) -> list[Tensor]:
+    for value in td.values():  # not values(True, True): a few times slower for a small batch
+        if isinstance(value, Tensor):
+            if value.is_floating_point() and not value.is_meta:  # meta: the storage names it
+                out.append(value)
+        elif isinstance(value, TensorDictBase):
+            _float_leaves(value, out)
+    return out
+
+
+def _check_finite(td: TensorDictBase) -> None:
+    """Raise a ``ValueError`` naming the first float entry of ``td`` with a NaN or infinite value
+    (its key, batch index and values).
+
+    One fused sum over all float leaves (NaN and inf survive a sum): for a small batch the torch
+    calls cost more than the data, so the leaves are concatenated and summed at once; a large
+    one is summed leaf by leaf, without the copy. Only a non-finite sum (or one that overflowed)
+    looks at each leaf, to name it.
+    """
+    floats = _float_leaves(td, [])
+    size = td.batch_size.numel()
+    if not floats or not size:
+        return
+    bdims = td.batch_dims
+    total = None
+    if len(floats) > 1 and size <= 1024:
+        flat = [x if x.dim() == bdims + 1 else x.reshape(*td.batch_size, -1) for x in floats]
+        try:
+            total = float(torch.cat(flat, -1).sum())
+        except RuntimeError:  # leaves on more than one device
+            pass
+    if total is None:
+        total = sum(float(x.sum()) for x in floats)
+    if math.isfinite(total):
+        return
+    for key, x in td.items(include_nested=True, leaves_only=True):
+        if not x.is_floating_point() or x.is_meta or bool(torch.isfinite(x).all()):
+            continue
+        bad = (~torch.isfinite(x)).reshape(*td.batch_size, -1).any(-1)
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"non-finite {key!r} at batch index {where} (batch size {tuple(td.batch_size)}): "
+            f"{x[where].flatten()[:6].tolist()}; the buffer refuses the batch "
+            "(ReplayBuffer(on_nonfinite='ignore') skips this check)"
+        )
+    # finite values whose sum overflowed: nothing to refuse

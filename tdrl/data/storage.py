@@ -119,6 +119,9 @@ class StreamStorage:
         # batch size -> the fast twin's write for that validated layout (the copier's table; a
         # writer returns the steps written, or None, nothing written, for the checked path)
         self.fast_writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
+        # the fast writes refuse NaN and infinite floats (ReplayBuffer(on_nonfinite="raise"),
+        # which checks the other writes itself); set before the first write
+        self.check_finite = False
 
     # the next time position to write, and the written positions per stream
     cursor, size = _Counter(0), _Counter(1)
@@ -197,7 +200,9 @@ class StreamStorage:
         copy would drop). Built once per allocation."""
         if self._copier is None and self.leaves and _fast.supported():
             if self.device.type == "cpu" and not any(x.is_complex() for x in self.leaves):
-                self._copier = RowCopier(self.keys, self.leaves, self._counters)
+                self._copier = RowCopier(
+                    self.keys, self.leaves, self._counters, check_finite=self.check_finite
+                )
                 self.fast_writers = self._copier.writers
         return self._copier if _fast.enabled() else None
 
@@ -278,7 +283,7 @@ class StreamStorage:
         writer = self.fast_writers.get(td.batch_size)  # validated layouts only (plain TensorDicts)
         if writer is not None and _fast.enabled():
             steps = writer(td)
-            if steps is not None:
+            if steps is not None and steps >= 0:  # else (None or NONFINITE) nothing was written
                 return steps
         steps = self.write_checked(td)
         copier = self._fast_copier()

@@ -237,19 +237,27 @@ def test_state_dict_round_trip_and_empty_buffer(tmp_path):
 def test_a_buffer_on_any_device_samples_what_the_cpu_buffer_does(rollout, device):
     # Same generator, same writes: uniform n-step, slice, frame-stacked and prioritized samples
     # (with their priority updates) on `device` equal the CPU buffer's, and live on `device`.
+    from tdrl.collectors import Collector
     from tdrl.data import PrioritizedReplayBuffer
+    from tdrl.envs import FrameStack, make_vec_env
+    from tests.tiny_envs import Counting
 
     td = rollout(3, 40)
+    with make_vec_env(lambda: FrameStack(Counting(), 4), 3, seed=0) as env:
+        stacks = Collector(env, None, 3 * 40).rollout()  # 4-frame stacks, as the buffer's
     kinds = {
-        "nstep": lambda dev: ReplayBuffer(90, device=dev, n_steps=3, gamma=0.9, generator=3),
-        "frames": lambda dev: ReplayBuffer(
-            90, device=dev, generator=3, frame_keys=["observation"], frame_stack=4
+        "nstep": (lambda dev: ReplayBuffer(90, device=dev, n_steps=3, gamma=0.9, generator=3), td),
+        "frames": (
+            lambda dev: ReplayBuffer(
+                90, device=dev, generator=3, frame_keys=["observation"], frame_stack=4
+            ),
+            stacks,
         ),
-        "per": lambda dev: PrioritizedReplayBuffer(90, device=dev, n_steps=2, generator=3),
+        "per": (lambda dev: PrioritizedReplayBuffer(90, device=dev, n_steps=2, generator=3), td),
     }
-    for make in kinds.values():
+    for make, data in kinds.values():
         cpu, other = make("cpu"), make(device)
-        for part in (td[:, :25], td[:, 25:]):
+        for part in (data[:, :25], data[:, 25:]):
             cpu.extend(part)
             other.extend(part.to(device))
         for _ in range(3):
@@ -260,7 +268,7 @@ def test_a_buffer_on_any_device_samples_what_the_cpu_buffer_does(rollout, device
                 priority = want["index"].float().remainder(7) + 0.5
                 cpu.update_priority(want["index"], priority)
                 other.update_priority(got["index"], priority.to(device))
-        want, got = cpu.sample_slices(4, 8), other.sample_slices(4, 8)
+        want, got = cpu.sample_slices(4, 4), other.sample_slices(4, 4)  # <= 5-step episodes
         assert (got.cpu() == want).all()
 
 
