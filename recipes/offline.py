@@ -86,7 +86,7 @@ def main(cfg: Config) -> dict[str, float]:
         TD3BCLoss,
         total_loss,
     )
-    from tdrl.trainers.offline import normalize_dataset_observations
+    from tdrl.trainers.offline import clip_dataset_actions, normalize_dataset_observations
 
     # 1. envs (evaluation only) and the dataset as a replay buffer
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
@@ -99,6 +99,8 @@ def main(cfg: Config) -> dict[str, float]:
                 f"dataset {cfg.dataset!r}: {key} of shape {tuple(buffer.storage[key].shape[2:])} "
                 f"does not fit {cfg.run.env_id}'s {tuple(spec.shape[1:])}"
             )
+    if clipped := clip_dataset_actions(buffer, act_spec):  # a policy's unclipped samples
+        print(f"dataset {cfg.dataset!r}: {clipped} action values clipped into the action box")
     normalize = cfg.normalize_states == "on" or (
         cfg.normalize_states == "auto" and cfg.algo in NORMALIZED_BY_AUTHORS
     )

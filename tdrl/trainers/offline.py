@@ -25,10 +25,11 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
+from torchrl.data import TensorSpec
 
 from tdrl import keys
 from tdrl.data import ReplayBuffer
-from tdrl.modules import RunningObservationNorm
+from tdrl.modules import RunningObservationNorm, action_bounds
 from tdrl.trainers.config import RunConfig
 
 __all__ = ["OfflineSteps", "dataset_digest", "normalize_dataset_observations"]
@@ -143,3 +144,19 @@ def normalize_dataset_observations(
         value = data.get(key)
         value.copy_(norm.normalize(value))
     return norm
+
+
+def clip_dataset_actions(buffer: ReplayBuffer, action_spec: TensorSpec) -> int:
+    """Clip a dataset's ``"action"`` entries into the action box, in place; returns how many
+    values changed. A dataset recorded from a Gaussian policy may hold its unclipped samples,
+    which the env ran clipped (as tdrl's ``VecEnv`` does): the offline losses read the actions
+    the env executed, and refuse actions outside the box. Call it once, right after loading."""
+    storage = buffer.stream_storage
+    if storage is None or storage.size == 0:
+        raise ValueError("clip_dataset_actions: the buffer is empty")
+    low, high = action_bounds(action_spec)
+    action = buffer.storage[: storage.size].get(keys.ACTION)  # [L, S, *A] views
+    clipped = torch.maximum(torch.minimum(action, high.to(action)), low.to(action))
+    changed = int((clipped != action).sum())
+    action.copy_(clipped)
+    return changed

@@ -66,3 +66,18 @@ def test_normalize_dataset_observations_refuses_integer_observations_and_empty_b
         normalize_dataset_observations(rb)
     with pytest.raises(ValueError, match="the buffer is empty"):
         normalize_dataset_observations(ReplayBuffer(8, num_streams=1))
+
+
+def test_clip_dataset_actions_puts_a_policys_samples_into_the_box():
+    from tdrl.envs import make_vec_env
+    from tdrl.trainers.offline import clip_dataset_actions
+
+    with make_vec_env("Hopper-v5", 1) as env:
+        spec = env.action_spec
+    action = torch.tensor([[0.5, -0.2, 0.1], [1.7, -3.0, 0.9], [-1.0, 1.0, 2.5]])
+    buffer = ReplayBuffer(10)
+    buffer.extend(TensorDict({"action": action, "observation": torch.zeros(3, 11)}, [3]))
+    assert clip_dataset_actions(buffer, spec) == 3  # 1.7, -3.0 and 2.5
+    stored = buffer.storage[:3]["action"].reshape(3, 3)
+    torch.testing.assert_close(stored, action.clamp(-1.0, 1.0))
+    assert clip_dataset_actions(buffer, spec) == 0
