@@ -3,7 +3,7 @@ tuner does: TPE sampling, median or successive-halving pruning on the evaluation
 writes, several trials at once, and a study folder that a killed search resumes from.
 
 The recipe's fixed flags follow ``--``; the searched ones are ``--space`` entries
-(``NAME=float|log|int:LOW:HIGH`` or ``NAME=cat:A|B``, a tuple written ``64,64``) or a TOML
+(``NAME=float|log|int:LOW:HIGH`` or ``'NAME=cat:A|B'``, quoted, a tuple written ``64,64``) or a TOML
 ``--space-file``. Trial 0 runs the recipe's defaults. The summary (``summary.txt``, and
 ``summary.png``) gives the best trial as a ready command line and the parameters' importances.
 

@@ -296,6 +296,11 @@ class Study:
 
         done = (TrialState.COMPLETE, TrialState.PRUNED)
         failures = 0
+        # queued trials (the defaults) one at a time: parallel workers could both take one
+        queued = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        if queued:
+            self.study.optimize(self._objective, n_trials=queued, catch=(TrialFailed,),
+                                callbacks=[self._summarize])  # fmt: skip
         while (left := n_trials - len(self.study.get_trials(deepcopy=False, states=done))) > 0:
             before = len(self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
             self.study.optimize(self._objective, n_trials=left, n_jobs=workers,

@@ -88,6 +88,8 @@ def test_a_killed_study_resumes_and_leaves_no_runs_behind(tmp_path):
     time.sleep(2.5)  # the trial's run notices its parent is gone within a second
     ps = subprocess.run(["pgrep", "-f", f"tdrl.tune .*{folder}"], capture_output=True, text=True)
     assert ps.stdout.strip() == "", f"orphaned trial runs: {ps.stdout}"
+    # the rest two at a time (a queued trial is never taken by both workers)
+    command = [*command[:2], "--workers", "2", *command[2:]]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     study = optuna.load_study(study_name="tdrl", storage=f"sqlite:///{folder / 'study.db'}")
