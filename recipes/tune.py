@@ -1,6 +1,7 @@
 """Hyperparameter search over any recipe's settings with Optuna (the tune extra), as rl_zoo3's
 tuner does: TPE sampling, median or successive-halving pruning on the evaluations the recipe
-writes, several trials at once, and a study folder that a killed search resumes from.
+writes, several trials at once (processes, or Ray actors with --ray-address), and a study
+folder that a killed search resumes from.
 
 The recipe's fixed flags follow ``--``; the searched ones are ``--space`` entries
 (``NAME=float|log|int:LOW:HIGH`` or ``'NAME=cat:A|B'``, quoted, a tuple written ``64,64``) or a TOML
@@ -45,6 +46,8 @@ class Config:
     """the study folder (default runs/tune/<recipe>); an existing study there resumes."""
     sampler_seed: int = 0
     """seed of the TPE sampler."""
+    ray_address: str = ""
+    """run the trials as Ray actors (the ray extra) on this cluster: local, auto or host:port."""
 
 
 def main(cfg: Config, recipe_args: list[str]) -> str:
@@ -60,7 +63,7 @@ def main(cfg: Config, recipe_args: list[str]) -> str:
     study = Study(
         path, space, cfg.study_dir or f"runs/tune/{path.stem}", args=recipe_args,
         seeds=cfg.seeds, objective=cfg.objective, pruner=cfg.pruner,
-        sampler_seed=cfg.sampler_seed,
+        sampler_seed=cfg.sampler_seed, ray_address=cfg.ray_address or None,
     )  # fmt: skip
     study.optimize(cfg.trials, workers=cfg.workers)
     summary = study.summary()

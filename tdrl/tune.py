@@ -185,6 +185,9 @@ class Study:
         pruner: ``"median"`` (Optuna's MedianPruner after 5 trials), ``"halving"`` (successive
             halving) or ``"none"``.
         sampler_seed: seed of the TPE sampler.
+        ray_address: run each trial's recipe as a Ray actor (one CPU) on this cluster
+            (``"auto"``, ``"host:port"``, or ``"local"`` for a Ray of this machine) instead of a
+            child process; the run folders are written where the actors run.
     """
 
     def __init__(
@@ -198,6 +201,7 @@ class Study:
         objective: Literal["final", "mean"] = "final",
         pruner: Literal["median", "halving", "none"] = "median",
         sampler_seed: int = 0,
+        ray_address: str | None = None,
     ) -> None:
         import optuna
 
@@ -207,6 +211,7 @@ class Study:
         self.module = load_recipe(self.recipe)
         self.space, self.args, self.seeds = list(space), list(args), list(seeds)
         self.objective = objective
+        self.ray_address = ray_address or None
         if objective not in ("final", "mean"):
             raise ValueError(f"objective must be 'final' or 'mean', got {objective!r}")
         if not self.space:
@@ -338,22 +343,24 @@ class Study:
     def _run(
         self, trial: Any, values: dict[str, Any], seed: int, index: int
     ) -> list[tuple[int, float]]:
-        """One recipe run in a child process; its evaluations, reported to the pruner as they
-        come (step: this seed's frames after the earlier seeds' budgets)."""
+        """One recipe run, in a child process or a Ray actor; its evaluations, reported to the
+        pruner as they come (step: this seed's frames after the earlier seeds' budgets)."""
         import optuna
 
         folder = self.folder / "trials" / str(trial.number) / f"seed{seed}"
         run_values = {**values, "seed": seed, "log_dir": str(folder), "progress": False}
-        command = [sys.executable, "-m", "tdrl.tune", str(self.recipe), json.dumps(self.args),
-                   json.dumps(run_values, default=list)]  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
-        log = open(folder.parent / f"seed{seed}.log", "w")  # noqa: SIM115
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        log = folder.parent / f"seed{seed}.log"
+        child: _ProcessRun | _RayRun
+        if self.ray_address is None:
+            child = _ProcessRun(self.recipe, self.args, run_values, log)
+        else:
+            child = _RayRun(self.ray_address, self.recipe, self.args, run_values)
         evals: list[tuple[int, float]] = []
         try:
             while True:
-                finished = child.poll() is not None
-                for step, value in _read_evals(folder / "eval.csv")[len(evals) :]:
+                finished = child.finished()
+                for step, value in child.evals(folder)[len(evals) :]:
                     evals.append((step, value))
                     trial.report(value, index * self.total_frames + step)
                     if trial.should_prune():
@@ -362,16 +369,11 @@ class Study:
                     break
                 time.sleep(0.5)
         finally:
-            if child.poll() is None:
-                child.terminate()
-                child.wait()
-            log.close()
-        if child.returncode != 0:
-            tail = (folder.parent / f"seed{seed}.log").read_text()[-600:]
-            trial.set_user_attr("error", tail)
-            raise TrialFailed(
-                f"trial {trial.number}, seed {seed} exited {child.returncode}: {tail}"
-            )
+            child.stop()
+        error = child.error()
+        if error is not None:
+            trial.set_user_attr("error", error)
+            raise TrialFailed(f"trial {trial.number}, seed {seed} failed: {error}")
         return evals
 
     def _summarize(self, study: Any, trial: Any) -> None:
@@ -412,6 +414,79 @@ class Study:
         if plot:
             _plot(complete, self.folder / "summary.png", self.objective)
         return "\n".join(lines) + "\n"
+
+
+class _ProcessRun:
+    """A trial's recipe run in a child process (``python -m tdrl.tune``), its output in ``log``."""
+
+    def __init__(self, recipe: Path, args: list[str], values: dict[str, Any], log: Path):
+        command = [sys.executable, "-m", "tdrl.tune", str(recipe), json.dumps(args),
+                   json.dumps(values, default=list)]  # fmt: skip
+        self.log = log
+        with log.open("w") as out:
+            self.child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+    def finished(self) -> bool:
+        return self.child.poll() is not None
+
+    def evals(self, folder: Path) -> list[tuple[int, float]]:
+        return _read_evals(folder / "eval.csv")
+
+    def stop(self) -> None:
+        if self.child.poll() is None:
+            self.child.terminate()
+            self.child.wait()
+
+    def error(self) -> str | None:
+        if self.child.returncode == 0:
+            return None
+        return f"exited {self.child.returncode}: {self.log.read_text()[-600:]}"
+
+
+class _RecipeActor:
+    """What a Ray actor runs: the recipe in its own process, and its evaluations on request
+    (``max_concurrency=2``: the study asks while the run goes on)."""
+
+    def __init__(self, recipe: str, args: list[str], values: dict[str, Any]) -> None:
+        self.recipe, self.args, self.values = recipe, args, values
+
+    def run(self) -> None:
+        _run_recipe(self.recipe, self.args, self.values)
+
+    def evals(self, folder: str) -> list[tuple[int, float]]:
+        return _read_evals(Path(folder) / "eval.csv")
+
+
+class _RayRun:
+    """A trial's recipe run as a Ray actor (one CPU) on the cluster at ``address`` ("local":
+    a Ray of this machine); ended with ``ray.kill`` when pruned."""
+
+    def __init__(self, address: str, recipe: Path, args: list[str], values: dict[str, Any]):
+        from tdrl.collectors.workers import _start_ray
+
+        self.ray = ray = _start_ray(None if address == "local" else address, 1)
+        actor = ray.remote(num_cpus=1, max_concurrency=2)(_RecipeActor)
+        self.actor = actor.remote(str(recipe), args, values)
+        self.done = self.actor.run.remote()
+        self._error: str | None = None
+
+    def finished(self) -> bool:
+        ready, _ = self.ray.wait([self.done], timeout=0)
+        return bool(ready)
+
+    def evals(self, folder: Path) -> list[tuple[int, float]]:
+        return list(self.ray.get(self.actor.evals.remote(str(folder))))
+
+    def stop(self) -> None:
+        if self.finished():
+            try:
+                self.ray.get(self.done)
+            except Exception as err:  # the recipe's error, re-raised by Ray
+                self._error = f"{type(err).__name__}: {str(err)[-600:]}"
+        self.ray.kill(self.actor)
+
+    def error(self) -> str | None:
+        return self._error
 
 
 def _read_evals(path: Path) -> list[tuple[int, float]]:
@@ -457,15 +532,19 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _trial_main(argv: Sequence[str]) -> None:
-    """``python -m tdrl.tune RECIPE ARGS_JSON VALUES_JSON``: one run of a study's trial."""
+def _run_recipe(recipe: str, args: list[str], values: dict[str, Any]) -> None:
+    """The recipe's ``main`` with its fixed command-line ``args`` and the trial's ``values``."""
     from tdrl.trainers.config import configure, parse
 
-    recipe, args, values = argv[0], json.loads(argv[1]), json.loads(argv[2])
-    _exit_with_parent()
     module = load_recipe(recipe)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     module.main(configure(parse(module.Config, args), **values))
+
+
+def _trial_main(argv: Sequence[str]) -> None:
+    """``python -m tdrl.tune RECIPE ARGS_JSON VALUES_JSON``: one run of a study's trial."""
+    _exit_with_parent()
+    _run_recipe(argv[0], json.loads(argv[1]), json.loads(argv[2]))
 
 
 if __name__ == "__main__":

@@ -98,3 +98,16 @@ def test_a_killed_study_resumes_and_leaves_no_runs_behind(tmp_path):
     assert study.trials[0].params["lr"] == pytest.approx(3e-4)  # trial 0: the recipe's default
     assert "best: trial" in done.stdout and "recipes/ppo.py" in done.stdout
     assert (folder / "summary.png").is_file()
+
+
+@pytest.mark.workers
+def test_trials_run_as_ray_actors(tmp_path, local_ray):
+    pytest.importorskip("ray")
+    study = Study(RECIPES / "ppo.py", [parse_param("lr=log:1e-4:1e-2")], tmp_path / "study",
+                  args=TINY, pruner="none", ray_address="local")  # fmt: skip
+    study.optimize(2, workers=2)
+    states = [t.state.name for t in study.study.trials]
+    assert states == ["COMPLETE", "COMPLETE"], [t.user_attrs for t in study.study.trials]
+    for n in (0, 1):  # each run wrote its folder (here: this machine's Ray)
+        assert (tmp_path / "study" / "trials" / str(n) / "seed0" / "eval.csv").is_file()
+    study.close()
