@@ -118,6 +118,11 @@ ALGOS: dict[str, Algo] = {
     "npg": Algo("trpo", (("algo", "npg"),), ON_POLICY_STEPS, None),
     "trpo": Algo("trpo", (("algo", "trpo"),), ON_POLICY_STEPS, "TRPO"),
     "sac": Algo("sac", (), OFF_POLICY_STEPS, "SAC"),
+    # sac.py --algo tqc at sb3-contrib's learning rate (the recipe's own is SAC's 1e-3); the
+    # rest of sb3-contrib's TQC defaults (2 critics of 25 quantiles, 2 dropped, batch 256, tau,
+    # gamma, 256x256) and the zoo's 10k random steps are the recipe's already
+    "tqc": Algo("sac", (("algo", "tqc"), ("actor_lr", 3e-4), ("critic_lr", 3e-4)),
+                OFF_POLICY_STEPS, "TQC"),  # fmt: skip
     "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
     "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),
     # checkpoints every 3k steps (the recipe's 100k would be only the last): a REDQ cell takes
@@ -204,6 +209,9 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
     ("trpo", "Swimmer"): dict(_TRPO, gamma=0.9999),
     # sac.yml: "&mujoco-defaults" (HalfCheetah-v4): learning_starts 10000; Swimmer gamma 0.999.
     **{("sac", task): dict(learning_starts=10_000) for task in _LOCOMOTION},
+    # tqc.yml "&mujoco-defaults" (HalfCheetah-v4): learning_starts only (sb3-contrib's TQC
+    # defaults otherwise)
+    **{("tqc", task): dict(learning_starts=10_000) for task in _LOCOMOTION},
     ("sac", "Swimmer"): dict(learning_starts=10_000, gamma=0.999),
     **{(algo, task): dict(_DETERMINISTIC) for algo in ("td3", "ddpg") for task in _LOCOMOTION},
     **{(algo, "Swimmer"): dict(_DETERMINISTIC, gamma=0.9999) for algo in ("td3", "ddpg")},
@@ -684,7 +692,7 @@ def train_sb3(
 
 
 def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
-    """SB3 (TRPO: sb3-contrib) with the zoo's hyperparameters, evaluated like the recipes."""
+    """SB3 (TRPO, TQC: sb3-contrib) with the zoo's hyperparameters, evaluated like the recipes."""
     import numpy as np
     import torch
     from stable_baselines3.common.noise import NormalActionNoise
@@ -709,7 +717,7 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
         policy_kwargs = kwargs["policy_kwargs"]
         policy_kwargs["activation_fn"] = getattr(torch.nn, policy_kwargs["activation_fn"])
     name = ALGOS[cell.algorithm].sb3
-    package = "sb3_contrib" if name == "TRPO" else "stable_baselines3"
+    package = "sb3_contrib" if name in ("TRPO", "TQC") else "stable_baselines3"
     algo_class = getattr(importlib.import_module(package), str(name))
     model = algo_class("MlpPolicy", env, seed=cell.seed, device="cpu", verbose=0, **kwargs)
     settings = {
