@@ -41,26 +41,22 @@ _LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3
 # 4 (float32), 8 (float64) or 0 (not scanned here: not a float, or a half float).
 
 
-@intrinsic
-def _f32_ptr(typingctx: Any, address: Any) -> Any:
-    """An int64 address as a float32 pointer (numba.carray's input)."""
-    sig = types.CPointer(types.float32)(types.int64)
+def _pointer_intrinsic(dtype: Any) -> Any:
+    """A numba intrinsic that reads an int64 address as a pointer to ``dtype`` (what
+    ``numba.carray`` takes)."""
+    pointer = types.CPointer(dtype)
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float32)))
+    def cast(typingctx: Any, address: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return builder.inttoptr(args[0], context.get_value_type(pointer))
 
-    return sig, codegen
+        return pointer(types.int64), codegen
+
+    return intrinsic(cast)
 
 
-@intrinsic
-def _f64_ptr(typingctx: Any, address: Any) -> Any:
-    """An int64 address as a float64 pointer."""
-    sig = types.CPointer(types.float64)(types.int64)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float64)))
-
-    return sig, codegen
+_f32_ptr = _pointer_intrinsic(types.float32)
+_f64_ptr = _pointer_intrinsic(types.float64)
 
 
 @numba.njit(nogil=True, cache=True)
