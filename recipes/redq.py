@@ -8,7 +8,11 @@ gamma 0.99, batch 256, 256x256 ReLU MLPs, 10k uniform random steps, 1 env, a 1M 
 critics are one batched ensemble call, and the actor loss uses the mean over the N critics (the
 paper's Alg. 1 line 13; Tianshou's "min" target mode only affects the target).
 
+DroQ (Hiraoka et al. 2022, arXiv 2110.02034) is this loop with 2 critics, each hidden layer
+followed by dropout (rate 0.01, the paper's MuJoCo setting) and LayerNorm: the second command.
+
     python recipes/redq.py --env-id HalfCheetah-v5 --total-frames 300000
+    python recipes/redq.py --num-qvalue-nets 2 --critic-dropout 0.01 --critic-layer-norm
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ class Config:
     """ensemble size N."""
     sub_sample_len: int = 2
     """critics in each target's minimum (M)."""
+    critic_dropout: float = 0.0
+    """dropout rate after each hidden layer of the critics (DroQ: 0.01)."""
+    critic_layer_norm: bool = False
+    """LayerNorm after each hidden layer (and its dropout) of the critics (DroQ)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -50,11 +58,13 @@ def main(cfg: Config) -> dict[str, float]:
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device
 
-    # 2. networks: a tanh-Gaussian actor and all N critics in one batched ensemble
+    # 2. networks: a tanh-Gaussian actor and all N critics in one batched ensemble (DroQ: with
+    #    dropout and LayerNorm)
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
     critic = q_ensemble(
-        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, cfg.num_qvalue_nets
-    )
+        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, cfg.num_qvalue_nets,
+        dropout=cfg.critic_dropout, layer_norm=cfg.critic_layer_norm,
+    )  # fmt: skip
 
     # 3. loss, target update, optimizer (a group per part), buffer, collector
     loss = REDQLoss(
@@ -76,8 +86,9 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: store each batch, then G critic steps per env step, each with its target
     #    update; every actor_delay-th step the whole loss (actor and alpha too)
     state = {"loss": loss, "optimizer": optimizer}
+    title = "DroQ" if cfg.critic_dropout else "REDQ"
     with trainers.Run.from_config(
-        cfg.run, "REDQ", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+        cfg.run, title, state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
     ) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))

@@ -1,6 +1,7 @@
-"""Soft actor-critic (Haarnoja et al. 2018, arXiv 1801.01290, 1812.05905) on MuJoCo, and TQC
-(Kuznetsov et al. 2020, arXiv 2005.04269): SAC with critics of return quantiles whose pooled
-target drops the largest atoms (--algo tqc).
+"""Soft actor-critic (Haarnoja et al. 2018, arXiv 1801.01290, 1812.05905) on MuJoCo; TQC
+(Kuznetsov et al. 2020, arXiv 2005.04269): critics of return quantiles whose pooled target drops
+the largest atoms (--algo tqc); CrossQ (Bhatt et al. 2024, arXiv 1902.05605): no target networks,
+batch-renormalized networks, the critic run on (s, a) and (s', a') as one batch (--algo crossq).
 
 Defaults are Tianshou's MuJoCo SAC benchmark (examples/mujoco/mujoco_sac.py): lr 1e-3 for actor
 and critics, automatic entropy tuning (target -|A|, alpha lr 3e-4, alpha starting at 1), tau
@@ -8,10 +9,14 @@ and critics, automatic entropy tuning (target -|A|, alpha lr 3e-4, alpha startin
 step, a 1M buffer. The critics are one batched ensemble, and one Adam holds a group per part
 (the same updates as one Adam each). TQC at sb3-contrib's settings (rl-baselines3-zoo's
 hyperparams/tqc.yml) is the third line: 2 critics of 25 quantiles, 2 dropped per critic, lr 3e-4.
+CrossQ at sb3-contrib's (the zoo's crossq.yml) is the fourth: 2048x2048 critics, the actor every
+third step, Adam betas (0.5, 0.999), 5k random steps, batch renorm warmed up over 100k batches.
 
     python recipes/sac.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/sac.py --env-id Pendulum-v1 --total-frames 20000 --init-random-frames 1000
     python recipes/sac.py --algo tqc --actor-lr 3e-4 --critic-lr 3e-4 --env-id Hopper-v5
+    python recipes/sac.py --algo crossq --critic-hidden-sizes 2048 2048 --policy-delay 3 \
+        --adam-beta1 0.5 --init-random-frames 5000 --env-id Hopper-v5
 """
 
 from __future__ import annotations
@@ -36,8 +41,17 @@ class Config:
     replay: ReplayConfig = ReplayConfig()
     ac: ActorCriticConfig = ActorCriticConfig()
     entropy: EntropyConfig = EntropyConfig()
-    algo: Literal["sac", "tqc"] = "sac"
-    """sac (a clipped double-Q target) or tqc (quantile critics, a truncated pooled target)."""
+    algo: Literal["sac", "tqc", "crossq"] = "sac"
+    """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target) or
+    crossq (no target networks; batch-renormalized actor and critics)."""
+    critic_hidden_sizes: tuple[int, ...] = ()
+    """the critics' hidden widths (empty: --hidden-sizes)."""
+    policy_delay: int = 1
+    """critic steps per actor and alpha step."""
+    adam_beta1: float = 0.9
+    """Adam's beta1."""
+    renorm_warmup: int = 100_000
+    """crossq: learning batches of plain batch norm before the renorm clips apply."""
     num_critics: int = 2
     """critics in the ensemble."""
     num_quantiles: int = 25
@@ -52,51 +66,63 @@ def main(cfg: Config) -> dict[str, float]:
     # the library loads here, after the command line: --help answers without it
     from tdrl.data import ReplayBuffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
-    from tdrl.objectives import SACLoss, SoftUpdate, TQCLoss, total_loss
+    from tdrl.objectives import CrossQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device
 
     # 2. networks: a tanh-Gaussian actor and the critics in one batched ensemble (tqc: each with
-    #    num_quantiles outputs)
-    tqc = cfg.algo == "tqc"
-    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
-    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes,
-                        cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1)  # fmt: skip
+    #    num_quantiles outputs; crossq: batch renorm before every linear layer of both)
+    tqc, renorm = cfg.algo == "tqc", {"warmup_steps": cfg.renorm_warmup}
+    renorm_or_none = renorm if cfg.algo == "crossq" else None
+    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes,
+                                batch_renorm=renorm_or_none)  # fmt: skip
+    critic = q_ensemble(
+        env.observation_spec, env.action_spec, cfg.critic_hidden_sizes or cfg.ac.hidden_sizes,
+        cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm_or_none,
+    )  # fmt: skip
 
-    # 3. loss, target update, optimizer (a group per part), buffer, collector
+    # 3. loss, target update (none for crossq), optimizer (a group per part), buffer, collector
     entropy = dict(alpha_init=cfg.entropy.alpha_init, target_entropy=cfg.entropy.entropy_target())
     if tqc:
         loss = TQCLoss(actor, critic, top_quantiles_to_drop=cfg.top_quantiles_to_drop,
                        gamma=cfg.ac.gamma, **entropy).to(device)  # fmt: skip
     else:
-        loss = SACLoss(actor, critic, num_qvalue_nets=cfg.num_critics, gamma=cfg.ac.gamma,
-                       **entropy).to(device)  # fmt: skip
-    target = SoftUpdate(loss, tau=cfg.ac.tau)
+        algo = CrossQLoss if cfg.algo == "crossq" else SACLoss
+        loss = algo(actor, critic, num_qvalue_nets=cfg.num_critics, gamma=cfg.ac.gamma,
+                    **entropy).to(device)  # fmt: skip
+    target = SoftUpdate(loss, tau=cfg.ac.tau) if loss.target_pairs() else None
     optimizer = trainers.adam(
         (actor.parameters(), cfg.ac.actor_lr),
         (critic.parameters(), cfg.ac.critic_lr),
         ([loss.log_alpha], cfg.entropy.alpha_lr),
+        betas=(cfg.adam_beta1, 0.999),
     )
     buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
     collector = trainers.make_collector(
         cfg.run, env, actor, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the loop: store each batch, then the gradient steps due at the update ratio
+    # 4. the loop: store each batch, then the gradient steps due at the update ratio, the
+    #    whole loss every policy_delay-th (the others: the critics alone)
     state = {"loss": loss, "optimizer": optimizer}
     with trainers.Run.from_config(
-        cfg.run, cfg.algo.upper(), state, eval_env=eval_env, policy=actor, buffer=buffer,
-        config=cfg,
+        cfg.run, {"crossq": "CrossQ"}.get(cfg.algo, cfg.algo.upper()), state, eval_env=eval_env,
+        policy=actor, buffer=buffer, config=cfg,
     ) as run:  # fmt: skip
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             out = None
-            for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
-                out = loss(buffer.sample(cfg.replay.batch_size))
-                trainers.optimizer_step(total_loss(out), optimizer)
-                target.step()
+            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+                sample = buffer.sample(cfg.replay.batch_size)
+                if update % cfg.policy_delay == 0:
+                    out = loss(sample)
+                    trainers.optimizer_step(total_loss(out), optimizer)
+                else:
+                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+                if target is not None:
+                    target.step()
             run.step(out)  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()

@@ -53,9 +53,12 @@ from tdrl.modules.normalization import (
 )
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
+from tdrl.modules.renorm import BatchRenorm, batch_statistics
 from tdrl.modules.sde import GSDEActor
 
 __all__ = [
+    "BatchRenorm",
+    "batch_statistics",
     "GRUModule",
     "LSTMModule",
     "RecurrentActor",

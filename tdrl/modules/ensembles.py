@@ -31,13 +31,25 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torch.func import functional_call, stack_module_state
+from torch.nn import functional as F
 
 from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
+from tdrl.modules.renorm import BatchRenorm
 
 Init = Literal["default", "orthogonal"]
 Reduce = Literal["min", "first"]
 Members = int | torch.Tensor | None  # all members, the first n, or an index tensor of members
+
+
+def member_rows(*tensors: torch.Tensor, members: Members) -> list[torch.Tensor]:
+    """The rows of per-member ``tensors`` (``[E, ...]``) that ``members`` names: all of them
+    (None), the first ``n`` (an int), or those of an index tensor, in its order."""
+    if isinstance(members, torch.Tensor):
+        return [t.index_select(0, members) for t in tensors]
+    if members is not None:
+        return [t[:members] for t in tensors]
+    return list(tensors)
 
 
 class EnsembleLinear(nn.Module):
@@ -96,12 +108,7 @@ class EnsembleLinear(nn.Module):
     ) -> torch.Tensor:
         """Apply the ``E`` layers, or only the ``members`` given (a count: the first ones; an
         index tensor: those, in its order); ``shared`` says ``x`` has no leading ensemble dim."""
-        weight: torch.Tensor = self.weight
-        bias: torch.Tensor = self.bias
-        if isinstance(members, torch.Tensor):
-            weight, bias = weight.index_select(0, members), bias.index_select(0, members)
-        elif members is not None:
-            weight, bias = weight[:members], bias[:members]
+        weight, bias = member_rows(self.weight, self.bias, members=members)
         e = weight.shape[0]
         if x.shape[-1] != self.in_features:  # the one-output product below would broadcast it
             raise ValueError(
@@ -144,6 +151,14 @@ class EnsembleMLP(nn.Module):
         init: ``"default"`` or ``"orthogonal"`` (see :class:`EnsembleLinear`).
         hidden_gain: orthogonal gain of the hidden layers.
         output_gain: orthogonal gain of the last layer.
+        dropout: the rate of a dropout after every hidden linear layer (DroQ: Hiraoka et al.
+            2022, arXiv 2110.02034; linear, dropout, LayerNorm, activation), in ``[0, 1)``;
+            active while the module is in training mode.
+        layer_norm: a LayerNorm (affine, per member) after every hidden linear layer (and its
+            dropout).
+        batch_renorm: keyword arguments of a :class:`~tdrl.modules.renorm.BatchRenorm` before
+            every linear layer, the input's included (CrossQ: Bhatt et al. 2024; sb3-contrib's
+            critic), or None.
 
     Shapes:
         ``[*B, in]`` -> ``[E, *B, out]``.
@@ -160,8 +175,13 @@ class EnsembleMLP(nn.Module):
         init: Init = "default",
         hidden_gain: float = math.sqrt(2.0),
         output_gain: float = 1.0,
+        dropout: float = 0.0,
+        layer_norm: bool = False,
+        batch_renorm: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"EnsembleMLP: dropout must be in [0, 1), got {dropout}")
         self.num_members = num_members
         widths = [in_features, *hidden_sizes]
         self.hidden = nn.ModuleList(
@@ -172,6 +192,17 @@ class EnsembleMLP(nn.Module):
         self.output = EnsembleLinear(
             widths[-1], out_features, num_members, init=init, gain=output_gain
         )
+        self.dropout = dropout
+        self.norms = nn.ModuleList(
+            _MemberLayerNorm(width, num_members) for width in widths[1:] if layer_norm
+        )
+        self.renorms = nn.ModuleList()
+        if batch_renorm is not None:  # one before each linear layer, the output's included
+            self.renorms.extend(
+                BatchRenorm(width, (num_members,), **batch_renorm) for width in widths
+            )
+        # the plain ReLU MLP, which _FrozenMin's hand-written backward reproduces
+        self.plain = not (dropout or layer_norm or batch_renorm is not None)
 
     def forward(self, x: torch.Tensor, members: Members = None) -> torch.Tensor:
         """``[E, *B, out]``: every member's output, or the ``members`` given only (a count:
@@ -179,12 +210,46 @@ class EnsembleMLP(nn.Module):
         # ReLU in place on the fresh layer output (baddbmm's backward does not read its output):
         # one [E, B, H] buffer less per layer, ~5% of a SAC gradient step at batch 256.
         relu_in_place = type(self.activation) is nn.ReLU
+        if not self.plain:
+            return self._forward_normalized(x, members, relu_in_place)
         shared = True
         for layer in self.hidden:
             x = layer(x, shared, members)
             x = torch.relu_(x) if relu_in_place else self.activation(x)
             shared = False
         return self.output(x, shared, members)
+
+    def _forward_normalized(
+        self, x: torch.Tensor, members: Members, relu_in_place: bool
+    ) -> torch.Tensor:
+        """:meth:`forward` with batch renorm, dropout or LayerNorm in the layers."""
+        if members is not None and self.renorms:
+            raise ValueError("EnsembleMLP: a member subset cannot run through batch renorm")
+        lead = x.shape[:-1]
+        shared = True
+        for i, layer in enumerate(self.hidden):
+            if self.renorms:
+                x, shared = self._renorm(i, x, shared, lead), False
+            x = layer(x, shared, members)
+            if self.dropout:
+                x = F.dropout(x, self.dropout, self.training)
+            if self.norms:
+                x = self.norms[i](x, members)
+            x = torch.relu_(x) if relu_in_place else self.activation(x)
+            shared = False
+        if self.renorms:
+            x, shared = self._renorm(len(self.hidden), x, shared, lead), False
+        return self.output(x, shared, members)
+
+    def _renorm(self, i: int, x: torch.Tensor, shared: bool, lead: Any) -> torch.Tensor:
+        """The ``i``-th batch renorm on ``[E, B, F]`` (the batch dims of a shared ``[*B, F]``
+        input flattened into one)."""
+        if shared:
+            x = x.reshape(1, -1, x.shape[-1])
+        elif x.dim() != 3:
+            x = x.reshape(x.shape[0], -1, x.shape[-1])
+        out = self.renorms[i](x)
+        return out if len(lead) == 1 else out.view(self.num_members, *lead, out.shape[-1])
 
     def reduced(self, x: torch.Tensor, how: Reduce) -> torch.Tensor:
         """``[*B, out]``: the minimum over the members (``"min"``) or the first member's output
@@ -206,11 +271,27 @@ class EnsembleMLP(nn.Module):
             and x.dim() == 2
             and self.output.out_features == 1
             and type(self.activation) is nn.ReLU
+            and self.plain
             and not any(p.requires_grad for p in self.parameters())
         )
         if frozen_input_grad:
             return cast(torch.Tensor, _FrozenMin.apply(x, self))
         return reduce_members(self(x), how)
+
+
+class _MemberLayerNorm(nn.Module):
+    """LayerNorm over the last dim with an affine transform per ensemble member."""
+
+    def __init__(self, width: int, num_members: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_members, 1, width))
+        self.bias = nn.Parameter(torch.zeros(num_members, 1, width))
+
+    def forward(self, x: torch.Tensor, members: Members = None) -> torch.Tensor:
+        weight, bias = member_rows(self.weight, self.bias, members=members)
+        out = F.layer_norm(x.reshape(x.shape[0], -1, x.shape[-1]), x.shape[-1:], eps=self.eps)
+        return (out * weight + bias).view(x.shape)
 
 
 class _FrozenMin(torch.autograd.Function):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
@@ -42,6 +42,7 @@ from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp
 from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.qvalue import q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
+from tdrl.modules.renorm import BatchRenorm
 from tdrl.modules.sde import GSDEActor
 
 # The recurrent actor's intermediate keys: the normalized observation and the RNN's output.
@@ -351,13 +352,26 @@ def action_bounds(action_spec: TensorSpec) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def tanh_gaussian_actor(
-    observation_spec: Composite, action_spec: TensorSpec, hidden_sizes: Sequence[int]
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    hidden_sizes: Sequence[int],
+    *,
+    batch_renorm: dict[str, Any] | None = None,
 ) -> TanhGaussianActor:
     """SAC's actor: a ReLU MLP with PyTorch's default init writing a tanh-squashed Gaussian in
-    the env's action box (Tianshou's and SB3's SAC networks)."""
+    the env's action box (Tianshou's and SB3's SAC networks). ``batch_renorm``: keyword
+    arguments of a :class:`~tdrl.modules.renorm.BatchRenorm` before every linear layer (CrossQ's
+    actor, as sb3-contrib's), or None."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
     net = torch_default_init_(mlp(obs_dim, 2 * action_dim, hidden_sizes, activation=nn.ReLU))
+    if batch_renorm is not None:
+        layers: list[nn.Module] = []
+        for layer in net.children():
+            if isinstance(layer, nn.Linear):
+                layers.append(BatchRenorm(layer.in_features, **batch_renorm))
+            layers.append(layer)
+        net = nn.Sequential(*layers)
     return TanhGaussianActor(net, action_dim, action_low=low, action_high=high)
 
 
@@ -377,13 +391,21 @@ def q_ensemble(
     hidden_sizes: Sequence[int],
     num_members: int = 2,
     num_outputs: int = 1,
+    *,
+    dropout: float = 0.0,
+    layer_norm: bool = False,
+    batch_renorm: dict[str, Any] | None = None,
 ) -> EnsembleCritic:
     """``num_members`` Q(s, a) critics evaluated as one batched ensemble (SAC, TD3, REDQ);
-    ``num_outputs`` > 1: each outputs that many quantiles of the return (TQC)."""
+    ``num_outputs`` > 1: each outputs that many quantiles of the return (TQC). ``dropout`` and
+    ``layer_norm`` after each hidden layer make DroQ's critics, ``batch_renorm`` before each
+    linear layer CrossQ's (:class:`~tdrl.modules.ensembles.EnsembleMLP`)."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
-    return EnsembleCritic(
-        EnsembleMLP(obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members)
-    )
+    net = EnsembleMLP(
+        obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members,
+        dropout=dropout, layer_norm=layer_norm, batch_renorm=batch_renorm,
+    )  # fmt: skip
+    return EnsembleCritic(net)
 
 
 def is_frames(observation_spec: Composite) -> bool:

@@ -12,6 +12,7 @@ from tdrl.objectives.bcq import (
 )
 from tdrl.objectives.common import total_loss
 from tdrl.objectives.cql import CQLLoss, DiscreteCQLLoss, conservative_gap
+from tdrl.objectives.crossq import CrossQLoss
 from tdrl.objectives.crr import CRRLoss
 from tdrl.objectives.ddpg import DDPGLoss
 from tdrl.objectives.discrete_sac import DiscreteSACLoss
@@ -46,6 +47,7 @@ __all__ = [
     "BCQLoss",
     "C51Loss",
     "CQLLoss",
+    "CrossQLoss",
     "CRRLoss",
     "ClipPPOLoss",
     "DDPGLoss",

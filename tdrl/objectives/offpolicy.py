@@ -318,6 +318,12 @@ class OffPolicyLoss(TensorDictModuleBase):
         ``|Q_e(s, a) - y|`` over the members (PER's priority)."""
         self._get(batch, self.tensor_keys.action)  # named if missing (the critic reads it)
         q = critic_values(self.qvalue_network, batch, None, self.tensor_keys.action)
+        return self._regression(q, target, batch)
+
+    def _regression(
+        self, q: torch.Tensor, target: torch.Tensor, batch: TensorDictBase
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_critic_regression` for the members' values ``q`` ``[E, B]`` already computed."""
         per_sample = self._distance(q, target.expand_as(q)).sum(0)
         td_error = (q.detach() - target).abs().max(dim=0).values
         return self._mean(per_sample, self._weights(batch)), td_error

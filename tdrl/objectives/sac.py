@@ -149,12 +149,7 @@ class SACLoss(OffPolicyLoss):
         self, batch: TensorDictBase, alpha: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss_qvalue, td_error [B])``."""
-        target = self.value_target(batch, alpha)
-        self._get(batch, self.tensor_keys.action)
-        q = critic_values(self.qvalue_network, batch, None, self.tensor_keys.action)
-        per_sample = self._distance(q, target.expand_as(q)).sum(0)
-        td_error = (q.detach() - target).abs().max(dim=0).values
-        return self._mean(per_sample, self._weights(batch)), td_error
+        return self._critic_regression(batch, self.value_target(batch, alpha))
 
     def actor_loss(
         self, batch: TensorDictBase, alpha: torch.Tensor | None = None

@@ -19,12 +19,17 @@ from tdrl._fast import optim as fast
 __all__ = ["adam", "clip_grad_norm_", "linear_decay", "optimizer_step"]
 
 
-def adam(*groups: tuple[Iterable[torch.Tensor], float], eps: float = 1e-8) -> torch.optim.Adam:
+def adam(
+    *groups: tuple[Iterable[torch.Tensor], float],
+    eps: float = 1e-8,
+    betas: tuple[float, float] = (0.9, 0.999),
+) -> torch.optim.Adam:
     """One fused Adam over parameter groups ``(parameters, lr)``: the same updates as one Adam
     per group, with one kernel per group instead of a Python loop over tensors."""
     return torch.optim.Adam(
-        [{"params": list(params), "lr": lr} for params, lr in groups], eps=eps, fused=True
-    )
+        [{"params": list(params), "lr": lr} for params, lr in groups], eps=eps, betas=betas,
+        fused=True,
+    )  # fmt: skip
 
 
 def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:

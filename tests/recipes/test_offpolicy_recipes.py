@@ -114,6 +114,7 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
         ("sac", {"algo": "tqc", "num_quantiles": 5, "num_critics": 3}),
+        ("redq", {"num_qvalue_nets": 2, "critic_dropout": 0.01, "critic_layer_norm": True}),
     ],
 )
 def test_recipe_options_run(name, options, tmp_path, device):
@@ -319,20 +320,27 @@ def _rows(path: Path) -> list[dict[str, float]]:
         ("drqn", 320),
         ("td3", 151),
         ("sac-tqc", 150),
+        ("sac-crossq", 151),
     ],  # fmt: skip
 )
 def test_resume_continues_exactly(name, stop, tmp_path, device):
     """N steps straight == stop, checkpoint (buffer included), fresh objects, resume, N - stop."""
     name, _, algo = name.partition("-")  # "sac-tqc": sac.py --algo tqc
-    options = {"algo": algo, "num_quantiles": 5} if algo else {}
+    options = {
+        "": {},
+        "tqc": {"algo": "tqc", "num_quantiles": 5},
+        # the actor every third step; batch renorm past its warm-up: running statistics and
+        # step counts must come back with the networks
+        "crossq": {"algo": "crossq", "policy_delay": 3, "adam_beta1": 0.5, "renorm_warmup": 50},
+    }[algo]
     module, straight = config(
         name, tmp_path / "straight", checkpoint_every=100_000, device=device, **options
     )
     straight = configure(straight, total_frames=straight.replay.init_random_frames + 192)
     if name == "ddpg":  # OU noise: its per-env state restarts at episode starts
         straight = configure(straight, noise="ou")
-    if name == "td3":  # a row every batch: the first after the resume is a critic-only step,
-        straight = configure(straight, log_every=0)  # which logs the last metrics
+    if name == "td3" or algo == "crossq":  # a row every batch: the first after the resume is
+        straight = configure(straight, log_every=0)  # a critic-only step, logging the last metrics
     result = module.main(straight)
     first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=stop)
     module.main(first)
