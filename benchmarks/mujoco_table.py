@@ -123,17 +123,33 @@ ALGOS: dict[str, Algo] = {
     # gamma, 256x256) and the zoo's 10k random steps are the recipe's already
     "tqc": Algo("sac", (("algo", "tqc"), ("actor_lr", 3e-4), ("critic_lr", 3e-4)),
                 OFF_POLICY_STEPS, "TQC"),  # fmt: skip
+    # sac.py --algo crossq at the zoo's crossq.yml settings (lr 1e-3, Adam betas 0.5/0.999, the
+    # actor every 3rd step, 5k random steps, batch renorm momentum 0.01 warmed up 100k batches),
+    # but 256x256 critics in both libraries, not the zoo's 2048x2048: a 2048-wide update takes
+    # 0.44 s on one core here (11 h a cell); sb3-contrib's CrossQ policy notes that CrossQ
+    # "already works with a [256,256] critic network", the width only adding to it
+    "crossq": Algo("sac", (("algo", "crossq"), ("critic_hidden_sizes", (256, 256)),
+                           ("policy_delay", 3), ("adam_beta1", 0.5),
+                           ("init_random_frames", 5_000)), OFF_POLICY_STEPS, "CrossQ"),  # fmt: skip
     "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
     "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),
     # checkpoints every 3k steps (the recipe's 100k would be only the last): a REDQ cell takes
     # ~3 h of a core (600k gradient steps), so a cut cell resumes while its run folder is there
     "redq": Algo("redq", (("checkpoint_every", 3_000),), REDQ_STEPS, None),
+    # redq.py as DroQ (Hiraoka et al. 2022): REDQ's loop with 2 critics of dropout 0.01 and
+    # LayerNorm; compared with REDQ at the same 30k budget
+    "droq": Algo("redq", (("num_qvalue_nets", 2), ("critic_dropout", 0.01),
+                          ("critic_layer_norm", True), ("checkpoint_every", 3_000)),
+                 REDQ_STEPS, None),  # fmt: skip
 }
+
+DISPLAY_NAMES = {"rainbow": "Rainbow", "crossq": "CrossQ", "droq": "DroQ"}
 
 
 def display_name(algorithm: str) -> str:
-    """An algorithm's name in the tables and plots: upper case, but "Rainbow" (not an acronym)."""
-    return "Rainbow" if algorithm == "rainbow" else algorithm.upper()
+    """An algorithm's name in the tables and plots: upper case, but the names that are not
+    acronyms as their authors write them."""
+    return DISPLAY_NAMES.get(algorithm, algorithm.upper())
 
 
 # rl-baselines3-zoo 2.9.2, rl_zoo3/hyperparams/<algo>.yml, key "<Task>-v4" (v2 for Reacher and
@@ -212,6 +228,11 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
     # tqc.yml "&mujoco-defaults" (HalfCheetah-v4): learning_starts only (sb3-contrib's TQC
     # defaults otherwise)
     **{("tqc", task): dict(learning_starts=10_000) for task in _LOCOMOTION},
+    # crossq.yml "&mujoco-defaults" (HalfCheetah-v4): lr 1e-3 and the 1M buffer are the class's
+    # defaults; the critics 256x256 instead of 2048x2048 (ALGOS["crossq"] says why)
+    **{("crossq", task): dict(learning_starts=5_000, policy_delay=3,
+                              policy_kwargs=dict(net_arch=dict(pi=[256, 256], qf=[256, 256])))
+       for task in _LOCOMOTION},
     ("sac", "Swimmer"): dict(learning_starts=10_000, gamma=0.999),
     **{(algo, task): dict(_DETERMINISTIC) for algo in ("td3", "ddpg") for task in _LOCOMOTION},
     **{(algo, "Swimmer"): dict(_DETERMINISTIC, gamma=0.9999) for algo in ("td3", "ddpg")},
@@ -717,7 +738,7 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
         policy_kwargs = kwargs["policy_kwargs"]
         policy_kwargs["activation_fn"] = getattr(torch.nn, policy_kwargs["activation_fn"])
     name = ALGOS[cell.algorithm].sb3
-    package = "sb3_contrib" if name in ("TRPO", "TQC") else "stable_baselines3"
+    package = "sb3_contrib" if name in ("TRPO", "TQC", "CrossQ") else "stable_baselines3"
     algo_class = getattr(importlib.import_module(package), str(name))
     model = algo_class("MlpPolicy", env, seed=cell.seed, device="cpu", verbose=0, **kwargs)
     settings = {
