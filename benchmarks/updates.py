@@ -51,6 +51,12 @@ CQL and IQL sections (offline): the SAC section's shapes and data, each library'
 ``IQLLoss``, Tianshou's ``CQL``; SB3 has neither, Tianshou no IQL) at one set of settings (see
 ``_offline_tdrl``), 3 interleaved rounds, median.
 
+TQC and CrossQ sections: the SAC section's shapes and data at the MuJoCo table's settings
+(sb3-contrib's: TQC 2 critics of 25 quantiles, 2 dropped each, lr 3e-4; CrossQ batch renorm
+before every linear layer, 256x256 critics, no targets, the actor every 3rd step, Adam betas
+(0.5, 0.999)), tdrl recipes/sac.py's step against sb3-contrib's ``train`` and TorchRL's losses,
+3 interleaved rounds, median (the "SB3" row is sb3-contrib).
+
 TD3 and DDPG sections: the SAC section's shapes and data at the MuJoCo table's TD3 and DDPG
 settings (rl-zoo3's: 400x300 MLPs, lr 1e-3; TD3's actor and targets every 2nd critic step), each
 library's own update (see ``_deterministic_peers``), 3 interleaved rounds, median.
@@ -128,10 +134,11 @@ def recipe_actor_critic_step(
     def step(sample: Any, k: int) -> None:
         if k % actor_every == 0:
             optimizer_step(total_loss(loss(sample)), optimizer)
-            target.step()
+            if target is not None:  # CrossQ has none
+                target.step()
             return
         optimizer_step(loss.qvalue_loss(sample)[0], optimizer)  # critic-only step
-        if not targets_with_actor:
+        if target is not None and not targets_with_actor:
             target.step()
 
     return step
@@ -1173,6 +1180,160 @@ section_redq = steps_section(
 )  # fmt: skip
 
 
+# --- TQC and CrossQ: gradient steps on HalfCheetah shapes -----------------------------------------
+# The MuJoCo table's settings (sb3-contrib's, which its cells run): TQC with 2 critics of 25
+# quantiles, the top 2 per critic dropped, lr 3e-4, 256x256 MLPs, Polyak targets; CrossQ with batch
+# renorm before every linear layer of the actor and the 256x256 critics (the table's width), no
+# targets, the actor every 3rd step, lr 1e-3, Adam betas (0.5, 0.999). The SAC section's data.
+# tdrl runs recipes/sac.py's step (one fused Adam), sb3-contrib ``TQC.train`` / ``CrossQ.train``,
+# TorchRL its ``TQCLoss`` / ``CrossQLoss`` in its sota loop (one backward of the summed losses).
+TQC_QUANTILES, TQC_DROP, TQC_LR = 25, 2, 3e-4
+CROSSQ_DELAY, CROSSQ_LR = 3, 1e-3
+
+
+def _sac_family_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        from tdrl.objectives import CrossQLoss, SoftUpdate, TQCLoss
+        from tdrl.trainers import adam
+
+        from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
+
+        renorm = {} if algo == "crossq" else None
+        net = mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU)
+        if renorm is not None:  # tanh_gaussian_actor(..., batch_renorm=...)'s layers
+            layers = [m for m in net.children()]
+            net = nn.Sequential(*[
+                x for m in layers
+                for x in ((BatchRenormLayer(m.in_features), m) if isinstance(m, nn.Linear) else (m,))
+            ])  # fmt: skip
+        actor = TanhGaussianActor(net, SAC_ACT)
+        outputs = TQC_QUANTILES if algo == "tqc" else 1
+        critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, outputs, SAC_HIDDEN, num_members=2,
+                                            batch_renorm=renorm))  # fmt: skip
+        if algo == "tqc":
+            loss, lr, betas = TQCLoss(actor, critic, top_quantiles_to_drop=TQC_DROP), TQC_LR, None
+            target = SoftUpdate(loss, tau=0.005)
+        else:
+            loss, lr, betas, target = CrossQLoss(actor, critic), CROSSQ_LR, (0.5, 0.999), None
+        loss.to(DEVICE)
+        optimizer = adam((actor.parameters(), lr), (critic.parameters(), lr),
+                         ([loss.log_alpha], lr), betas=betas or (0.9, 0.999))  # fmt: skip
+        delay = CROSSQ_DELAY if algo == "crossq" else 1
+        step = recipe_actor_critic_step(loss, optimizer, target, actor_every=delay)
+        return _timed_steps(step, _replay(data), SAC_BATCH, steps)
+
+    return bench
+
+
+def BatchRenormLayer(width: int) -> nn.Module:  # noqa: N802
+    from tdrl.modules import BatchRenorm
+
+    return BatchRenorm(width)
+
+
+def _sac_family_sb3(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        import gymnasium as gym
+        from sb3_contrib import TQC, CrossQ
+
+        class Shapes(gym.Env):
+            observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
+            action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
+
+        if algo == "tqc":
+            cls, lr, kwargs = TQC, TQC_LR, {
+                "top_quantiles_to_drop_per_net": TQC_DROP,
+                "policy_kwargs": {"net_arch": SAC_HIDDEN, "n_quantiles": TQC_QUANTILES},
+            }  # fmt: skip
+        else:
+            cls, lr, kwargs = CrossQ, CROSSQ_LR, {
+                "policy_delay": CROSSQ_DELAY,
+                "policy_kwargs": {"net_arch": {"pi": SAC_HIDDEN, "qf": SAC_HIDDEN}},
+            }  # fmt: skip
+        model = _sb3_model(cls, Shapes, data, learning_rate=lr, batch_size=SAC_BATCH, **kwargs)
+        start = time.perf_counter()
+        model.train(gradient_steps=steps, batch_size=SAC_BATCH)
+        return _elapsed(start)
+
+    return bench
+
+
+def _sac_family_torchrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
+    def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.modules import BatchRenorm1d, ValueOperator
+        from torchrl.objectives import CrossQLoss, SoftUpdate, TQCLoss
+
+        actor, _ = _torchrl_actor_and_critic()
+        if algo == "tqc":
+            qvalue = ValueOperator(torchrl_mlp(SAC_OBS + SAC_ACT, TQC_QUANTILES),
+                                   in_keys=["action", "observation"])  # fmt: skip
+            loss = TQCLoss(actor, qvalue, num_qvalue_nets=2,
+                           top_quantiles_to_drop_per_net=TQC_DROP,
+                           target_entropy=-float(SAC_ACT)).to(DEVICE)  # fmt: skip
+            optimizer = torch.optim.Adam(loss.parameters(), lr=TQC_LR)
+            return _torchrl_updates(
+                loss, optimizer, SoftUpdate(loss, eps=0.995), _td(data), steps, SAC_BATCH
+            )
+        # batch renorm before every linear layer of the critic (sb3-contrib's layout); the
+        # losses apart, the actor and alpha every policy_delay-th step
+        widths = [SAC_OBS + SAC_ACT, *SAC_HIDDEN]
+        layers: list[nn.Module] = []
+        for n_in, n_out in zip(widths, [*SAC_HIDDEN, 1], strict=True):
+            layers += [BatchRenorm1d(n_in, momentum=0.01, warmup_steps=100_000),
+                       nn.Linear(n_in, n_out), nn.ReLU()]  # fmt: skip
+        critic_net = _Concatenated(nn.Sequential(*layers[:-1]))
+        qvalue = ValueOperator(critic_net, in_keys=["action", "observation"])
+        loss = CrossQLoss(actor, qvalue, num_qvalue_nets=2, loss_function="l2",
+                          target_entropy=-float(SAC_ACT)).to(DEVICE)  # fmt: skip
+        optimizer = torch.optim.Adam(loss.parameters(), lr=CROSSQ_LR, betas=(0.5, 0.999))
+        buffer = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(SAC_BUFFER, device=DEVICE), batch_size=SAC_BATCH
+        )
+        buffer.extend(_td(data).to(DEVICE))
+        start = time.perf_counter()
+        for k in range(1, steps + 1):
+            sample = buffer.sample()
+            total, _ = loss.qvalue_loss(sample)
+            if k % CROSSQ_DELAY == 0:
+                actor_loss, metadata = loss.actor_loss(sample)
+                total = total + actor_loss + loss.alpha_loss(metadata["log_prob"])
+            optimizer.zero_grad()
+            total.backward()
+            optimizer.step()
+        return _elapsed(start)
+
+    return bench
+
+
+class _Concatenated(nn.Module):
+    """``net`` on its inputs concatenated (what TorchRL's ``MLP`` does with several inputs)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat(inputs, dim=-1))
+
+
+TQC_PEERS = peers(_sac_family_tdrl("tqc"), _sac_family_sb3("tqc"), None, _sac_family_torchrl("tqc"))
+CROSSQ_PEERS = peers(
+    _sac_family_tdrl("crossq"), _sac_family_sb3("crossq"), None, _sac_family_torchrl("crossq")
+)
+section_tqc = steps_section(
+    f"TQC gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, 2 "
+    f"critics of {TQC_QUANTILES} quantiles, {TQC_DROP} dropped each, {{steps}} steps, 1 thread",
+    TQC_PEERS, sac_data, 200,
+)  # fmt: skip
+section_crossq = steps_section(
+    f"CrossQ gradient steps: batch {SAC_BATCH}, 256x256 batch-renormalized MLPs, obs {SAC_OBS}, "
+    f"act {SAC_ACT}, twin critics on the joint batch, actor every {CROSSQ_DELAY}rd step, "
+    "{steps} steps, 1 thread",
+    CROSSQ_PEERS, sac_data, 300,
+)  # fmt: skip
+
+
 # --- TD3 and DDPG: gradient steps on HalfCheetah shapes -------------------------------------------
 # The settings of the MuJoCo table's 100k TD3 and DDPG cells (rl-zoo3's, which the SB3 cells run):
 # 400x300 ReLU MLPs for the actor and the critics, lr 1e-3 for both, batch 256, tau 0.005; the
@@ -1495,6 +1656,8 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "cql": section_cql,
     "iql": section_iql,
     "redq": section_redq,
+    "tqc": section_tqc,
+    "crossq": section_crossq,
     "td3": section_td3,
     "ddpg": section_ddpg,
     "qrdqn_pixels": section_qrdqn_pixels,

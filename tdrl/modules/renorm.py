@@ -111,16 +111,18 @@ class BatchRenorm(nn.Module):
                 f"BatchRenorm: input has {x.shape[-1]} features (shape {tuple(x.shape)}), the "
                 f"layer takes {self.num_features}"
             )
-        if not self.learning:
-            x_hat = (x - self.running_mean) * (self.running_var + self.eps).rsqrt()
-            return x_hat * self.scale + self.bias
+        if not self.learning:  # x * a + b: one multiply-add on the batch
+            a = self.scale * (self.running_var + self.eps).rsqrt()
+            return torch.addcmul(self.bias - self.running_mean * a, x, a)
         if x.shape[-2] < 2:
             raise ValueError(
                 f"BatchRenorm: learning from a batch needs at least 2 rows on dim -2, got shape "
                 f"{tuple(x.shape)}"
             )
+        # (torch.var over a non-last dim is several times slower than these two passes)
         mean = x.mean(dim=-2, keepdim=True)
-        var = x.var(dim=-2, keepdim=True, unbiased=False)
+        centered = x - mean
+        var = centered.square().mean(dim=-2, keepdim=True)
         std = (var + self.eps).sqrt()
         r_max, d_max = self.clips()
         with torch.no_grad():
@@ -131,8 +133,9 @@ class BatchRenorm(nn.Module):
             self.running_mean.add_(self.momentum * (mean - self.running_mean))
             self.running_var.add_(self.momentum * (var * n / (n - 1) - self.running_var))
             self.steps.add_(1)
-        x_hat = (x - mean) / std * r + d
-        return x_hat * self.scale + self.bias
+        # (x - mean) / std * r + d, then the affine map: one multiply-add on the batch
+        a = self.scale * r / std
+        return torch.addcmul(self.bias + self.scale * d, centered, a)
 
     def extra_repr(self) -> str:
         lead = tuple(self.scale.shape[:-2])
