@@ -1193,19 +1193,17 @@ CROSSQ_DELAY, CROSSQ_LR = 3, 1e-3
 
 def _sac_family_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def bench(data: dict[str, torch.Tensor], steps: int) -> float:
+        from tdrl.modules import BatchRenorm, EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
         from tdrl.objectives import CrossQLoss, SoftUpdate, TQCLoss
         from tdrl.trainers import adam
-
-        from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
 
         renorm = {} if algo == "crossq" else None
         net = mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU)
         if renorm is not None:  # tanh_gaussian_actor(..., batch_renorm=...)'s layers
-            layers = [m for m in net.children()]
-            net = nn.Sequential(*[
-                x for m in layers
-                for x in ((BatchRenormLayer(m.in_features), m) if isinstance(m, nn.Linear) else (m,))
-            ])  # fmt: skip
+            layers: list[nn.Module] = []
+            for m in net.children():
+                layers += [BatchRenorm(m.in_features), m] if isinstance(m, nn.Linear) else [m]
+            net = nn.Sequential(*layers)
         actor = TanhGaussianActor(net, SAC_ACT)
         outputs = TQC_QUANTILES if algo == "tqc" else 1
         critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, outputs, SAC_HIDDEN, num_members=2,
@@ -1223,12 +1221,6 @@ def _sac_family_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], floa
         return _timed_steps(step, _replay(data), SAC_BATCH, steps)
 
     return bench
-
-
-def BatchRenormLayer(width: int) -> nn.Module:  # noqa: N802
-    from tdrl.modules import BatchRenorm
-
-    return BatchRenorm(width)
 
 
 def _sac_family_sb3(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
