@@ -17,6 +17,10 @@ third step, Adam betas (0.5, 0.999), 5k random steps, batch renorm warmed up ove
     python recipes/sac.py --algo tqc --actor-lr 3e-4 --critic-lr 3e-4 --env-id Hopper-v5
     python recipes/sac.py --algo crossq --critic-hidden-sizes 2048 2048 --policy-delay 3 \
         --adam-beta1 0.5 --init-random-frames 5000 --env-id Hopper-v5
+    python recipes/sac.py --residual --hidden-sizes 128 --critic-hidden-sizes 512 512
+
+The last is SimBa's SAC (Lee et al. 2024, arXiv 2410.09754): a 128-wide actor of one residual
+block, 512-wide critics of two.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ class Config:
     """Adam's beta1."""
     renorm_warmup: int = 100_000
     """crossq: learning batches of plain batch norm before the renorm clips apply."""
+    residual: bool = False
+    """SimBa's residual blocks (Lee et al. 2024) for actor and critics, one per hidden width
+    (all equal); their norms are LayerNorms, batch renorm for crossq."""
     num_critics: int = 2
     """critics in the ensemble."""
     num_quantiles: int = 25
@@ -77,10 +84,11 @@ def main(cfg: Config) -> dict[str, float]:
     tqc, renorm = cfg.algo == "tqc", {"warmup_steps": cfg.renorm_warmup}
     renorm_or_none = renorm if cfg.algo == "crossq" else None
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes,
-                                batch_renorm=renorm_or_none)  # fmt: skip
+                                batch_renorm=renorm_or_none, residual=cfg.residual)  # fmt: skip
     critic = q_ensemble(
         env.observation_spec, env.action_spec, cfg.critic_hidden_sizes or cfg.ac.hidden_sizes,
         cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm_or_none,
+        residual=cfg.residual,
     )  # fmt: skip
 
     # 3. loss, target update (none for crossq), optimizer (a group per part), buffer, collector

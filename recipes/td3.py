@@ -35,6 +35,9 @@ class Config:
     td3: TD3Config = TD3Config()
     exploration_noise: float = 0.1
     """Gaussian exploration noise (half-range units)."""
+    residual: bool = False
+    """SimBa's residual LayerNorm blocks (Lee et al. 2024) for actor and critics, one per
+    hidden width (all equal)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -53,12 +56,16 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 2. networks: deterministic actor (Gaussian noise on top acts only while collecting), twin
     #    critics in one batched ensemble
-    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
+    actor = deterministic_actor(
+        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, residual=cfg.residual
+    )
     noise = AdditiveGaussianNoise(
         len(low), sigma_init=cfg.exploration_noise, action_low=low, action_high=high
     )
     policy = TensorDictSequential(actor, noise)
-    critic = q_ensemble(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
+    critic = q_ensemble(
+        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, residual=cfg.residual
+    )
 
     # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
     loss = TD3Loss(

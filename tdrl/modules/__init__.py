@@ -54,9 +54,11 @@ from tdrl.modules.normalization import (
 from tdrl.modules.qvalue import Dueling, QValueActor, StateActionCritic, q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
 from tdrl.modules.renorm import BatchRenorm, batch_statistics
+from tdrl.modules.residual import ResidualMLP
 from tdrl.modules.sde import GSDEActor
 
 __all__ = [
+    "ResidualMLP",
     "BatchRenorm",
     "batch_statistics",
     "GRUModule",

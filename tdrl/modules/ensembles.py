@@ -194,7 +194,7 @@ class EnsembleMLP(nn.Module):
         )
         self.dropout = dropout
         self.norms = nn.ModuleList(
-            _MemberLayerNorm(width, num_members) for width in widths[1:] if layer_norm
+            MemberLayerNorm(width, num_members) for width in widths[1:] if layer_norm
         )
         self.renorms = nn.ModuleList()
         if batch_renorm is not None:  # one before each linear layer, the output's included
@@ -279,7 +279,7 @@ class EnsembleMLP(nn.Module):
         return reduce_members(self(x), how)
 
 
-class _MemberLayerNorm(nn.Module):
+class MemberLayerNorm(nn.Module):
     """LayerNorm over the last dim with an affine transform per ensemble member."""
 
     def __init__(self, width: int, num_members: int, eps: float = 1e-5) -> None:

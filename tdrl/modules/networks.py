@@ -43,6 +43,7 @@ from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.qvalue import q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
 from tdrl.modules.renorm import BatchRenorm
+from tdrl.modules.residual import ResidualMLP
 from tdrl.modules.sde import GSDEActor
 
 # The recurrent actor's intermediate keys: the normalized observation and the RNN's output.
@@ -357,31 +358,53 @@ def tanh_gaussian_actor(
     hidden_sizes: Sequence[int],
     *,
     batch_renorm: dict[str, Any] | None = None,
+    residual: bool = False,
 ) -> TanhGaussianActor:
     """SAC's actor: a ReLU MLP with PyTorch's default init writing a tanh-squashed Gaussian in
     the env's action box (Tianshou's and SB3's SAC networks). ``batch_renorm``: keyword
     arguments of a :class:`~tdrl.modules.renorm.BatchRenorm` before every linear layer (CrossQ's
-    actor, as sb3-contrib's), or None."""
+    actor, as sb3-contrib's), or None. ``residual``: SimBa's residual blocks instead, one per
+    hidden width (:class:`~tdrl.modules.residual.ResidualMLP`)."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
-    net = torch_default_init_(mlp(obs_dim, 2 * action_dim, hidden_sizes, activation=nn.ReLU))
-    if batch_renorm is not None:
-        layers: list[nn.Module] = []
-        for layer in net.children():
-            if isinstance(layer, nn.Linear):
-                layers.append(BatchRenorm(layer.in_features, **batch_renorm))
-            layers.append(layer)
-        net = nn.Sequential(*layers)
+    net = _actor_net(obs_dim, 2 * action_dim, hidden_sizes, batch_renorm, residual)
     return TanhGaussianActor(net, action_dim, action_low=low, action_high=high)
 
 
+def _actor_net(
+    obs_dim: int,
+    out: int,
+    hidden_sizes: Sequence[int],
+    batch_renorm: dict[str, Any] | None,
+    residual: bool,
+) -> nn.Module:
+    """The off-policy actors' network: a ReLU MLP (PyTorch's default init), with batch renorm
+    before every linear layer if asked, or SimBa's residual blocks."""
+    if residual:
+        return ResidualMLP(obs_dim, out, hidden_sizes, batch_renorm=batch_renorm)
+    net = torch_default_init_(mlp(obs_dim, out, hidden_sizes, activation=nn.ReLU))
+    if batch_renorm is None:
+        return net
+    layers: list[nn.Module] = []
+    for layer in net.children():
+        if isinstance(layer, nn.Linear):
+            layers.append(BatchRenorm(layer.in_features, **batch_renorm))
+        layers.append(layer)
+    return nn.Sequential(*layers)
+
+
 def deterministic_actor(
-    observation_spec: Composite, action_spec: TensorSpec, hidden_sizes: Sequence[int]
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    hidden_sizes: Sequence[int],
+    *,
+    residual: bool = False,
 ) -> DeterministicActor:
-    """DDPG's and TD3's actor: a ReLU MLP with PyTorch's default init, tanh-scaled to the box."""
+    """DDPG's and TD3's actor: a ReLU MLP with PyTorch's default init, tanh-scaled to the box
+    (``residual``: SimBa's residual blocks instead, one per hidden width)."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
-    net = torch_default_init_(mlp(obs_dim, action_dim, hidden_sizes, activation=nn.ReLU))
+    net = _actor_net(obs_dim, action_dim, hidden_sizes, None, residual)
     return DeterministicActor(net, action_dim, action_low=low, action_high=high)
 
 
@@ -395,12 +418,22 @@ def q_ensemble(
     dropout: float = 0.0,
     layer_norm: bool = False,
     batch_renorm: dict[str, Any] | None = None,
+    residual: bool = False,
 ) -> EnsembleCritic:
     """``num_members`` Q(s, a) critics evaluated as one batched ensemble (SAC, TD3, REDQ);
     ``num_outputs`` > 1: each outputs that many quantiles of the return (TQC). ``dropout`` and
     ``layer_norm`` after each hidden layer make DroQ's critics, ``batch_renorm`` before each
-    linear layer CrossQ's (:class:`~tdrl.modules.ensembles.EnsembleMLP`)."""
+    linear layer CrossQ's (:class:`~tdrl.modules.ensembles.EnsembleMLP`); ``residual``: SimBa's
+    residual blocks, one per hidden width (:class:`~tdrl.modules.residual.ResidualMLP`; its
+    norms batch renorm with ``batch_renorm``)."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
+    if residual:
+        if dropout or layer_norm:
+            raise ValueError("q_ensemble: residual blocks take no dropout or extra LayerNorm")
+        return EnsembleCritic(
+            ResidualMLP(obs_dim + action_dim, num_outputs, hidden_sizes,
+                        num_members=num_members, batch_renorm=batch_renorm)  # fmt: skip
+        )
     net = EnsembleMLP(
         obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members,
         dropout=dropout, layer_norm=layer_norm, batch_renorm=batch_renorm,

@@ -115,6 +115,8 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("sac", {"target_entropy": "-0.3"}),
         ("sac", {"algo": "tqc", "num_quantiles": 5, "num_critics": 3}),
         ("redq", {"num_qvalue_nets": 2, "critic_dropout": 0.01, "critic_layer_norm": True}),
+        ("sac", {"residual": True, "critic_hidden_sizes": (16, 16)}),  # SimBa's layout
+        ("td3", {"residual": True}),
     ],
 )
 def test_recipe_options_run(name, options, tmp_path, device):
