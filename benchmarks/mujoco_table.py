@@ -123,13 +123,14 @@ ALGOS: dict[str, Algo] = {
     # gamma, 256x256) and the zoo's 10k random steps are the recipe's already
     "tqc": Algo("sac", (("algo", "tqc"), ("actor_lr", 3e-4), ("critic_lr", 3e-4)),
                 OFF_POLICY_STEPS, "TQC"),  # fmt: skip
-    # sac.py --algo crossq at the zoo's crossq.yml settings (lr 1e-3, Adam betas 0.5/0.999, the
+    # sac.py --algo crossq at the zoo's crossq.yml settings (lr 1e-3 for all three parts, as
+    # sb3-contrib's entropy coefficient, Adam betas 0.5/0.999 (sb3-contrib's alpha: 0.9), the
     # actor every 3rd step, 5k random steps, batch renorm momentum 0.01 warmed up 100k batches),
     # but 256x256 critics in both libraries, not the zoo's 2048x2048: a 2048-wide update takes
     # 0.44 s on one core here (11 h a cell); sb3-contrib's CrossQ policy notes that CrossQ
     # "already works with a [256,256] critic network", the width only adding to it
     "crossq": Algo("sac", (("algo", "crossq"), ("critic_hidden_sizes", (256, 256)),
-                           ("policy_delay", 3), ("adam_beta1", 0.5),
+                           ("policy_delay", 3), ("adam_beta1", 0.5), ("alpha_lr", 1e-3),
                            ("init_random_frames", 5_000)), OFF_POLICY_STEPS, "CrossQ"),  # fmt: skip
     "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
     "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),

@@ -10,13 +10,14 @@ step, a 1M buffer. The critics are one batched ensemble, and one Adam holds a gr
 (the same updates as one Adam each). TQC at sb3-contrib's settings (rl-baselines3-zoo's
 hyperparams/tqc.yml) is the third line: 2 critics of 25 quantiles, 2 dropped per critic, lr 3e-4.
 CrossQ at sb3-contrib's (the zoo's crossq.yml) is the fourth: 2048x2048 critics, the actor every
-third step, Adam betas (0.5, 0.999), 5k random steps, batch renorm warmed up over 100k batches.
+third step, Adam betas (0.5, 0.999), lr 1e-3 everywhere, 5k random steps, batch renorm warmed up
+over 100k batches.
 
     python recipes/sac.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/sac.py --env-id Pendulum-v1 --total-frames 20000 --init-random-frames 1000
     python recipes/sac.py --algo tqc --actor-lr 3e-4 --critic-lr 3e-4 --env-id Hopper-v5
     python recipes/sac.py --algo crossq --critic-hidden-sizes 2048 2048 --policy-delay 3 \
-        --adam-beta1 0.5 --init-random-frames 5000 --env-id Hopper-v5
+        --adam-beta1 0.5 --alpha-lr 1e-3 --init-random-frames 5000 --env-id Hopper-v5
     python recipes/sac.py --residual --hidden-sizes 128 --critic-hidden-sizes 512 512
 
 The last is SimBa's SAC (Lee et al. 2024, arXiv 2410.09754): a 128-wide actor of one residual
