@@ -10,10 +10,15 @@ Batches, TensorDicts for TorchRL and tdrl, on device "cpu" as tdrl's ``VecEnv.st
 TorchRL's envs return them), pre-built in a pool of 64 chunks so that making data is not timed.
 The TensorDicts hold the transition content SB3 stores (observation, action, ("next",
 observation / reward / done / terminated / truncated): 7 leaves); the row "tdrl full batch"
-stores the whole 11-leaf collector layout of docs/design.md (root flags, traj ids).
+stores the whole 11-leaf collector layout of docs/design.md (root flags, traj ids); the row "tdrl
+flat [8] chunks" the same chunks into a buffer of one stream (8 time steps each).
 One thread for torch (torch.set_num_threads(1)): the peers run single-threaded here too.
 Rows marked "(plain)" run tdrl with its fast paths off (``tdrl.set_fast(False)``, as
 ``TDRL_FAST=0``): the public-API twins of the compiled copies, so a reader sees what they buy.
+
+Last, each buffer constructed and filled with 200k transitions in chunks of 8, construction
+timed (SB3 allocates in its constructor, tdrl at its first extend), as [8] env streams and as
+flat [8] chunks of one stream.
 
     python benchmarks/buffers.py [--quick]
 """
@@ -152,13 +157,15 @@ def torchrl(capacity: int, pool: list[TensorDict], prioritized: bool) -> tuple[C
     return lambda i: rb.extend(pool[i % POOL]), sample
 
 
-def tdrl(capacity: int, pool: list[TensorDict], prioritized: bool) -> tuple[Callable, Callable]:
+def tdrl(
+    capacity: int, pool: list[TensorDict], prioritized: bool, streams: int = N_ENVS
+) -> tuple[Callable, Callable]:
     if prioritized:
         rb: ReplayBuffer = PrioritizedReplayBuffer(
-            capacity, alpha=ALPHA, beta=BETA, num_streams=N_ENVS, generator=0
+            capacity, alpha=ALPHA, beta=BETA, num_streams=streams, generator=0
         )
     else:
-        rb = ReplayBuffer(capacity, num_streams=N_ENVS, generator=0)
+        rb = ReplayBuffer(capacity, num_streams=streams, generator=0)
     priority = torch.rand(POOL, BATCH)
 
     def sample(i: int) -> None:
@@ -186,6 +193,9 @@ def main() -> None:
         ("tdrl ReplayBuffer", lambda cap: tdrl(cap, tds, False)),
         ("tdrl ReplayBuffer (plain)", lambda cap: tdrl(cap, tds, False)),
         ("tdrl ReplayBuffer, full batch (11 leaves)", lambda cap: tdrl(cap, full_tds, False)),
+        # the same [8] chunks as 8 time steps of one stream: a flat batch (a user's own loop,
+        # a dataset, a TorchRL batch)
+        ("tdrl ReplayBuffer, flat [8] chunks", lambda cap: tdrl(cap, tds, False, streams=1)),
         ("Tianshou PrioritizedVectorReplayBuffer", lambda cap: tianshou(cap, np_pool, True)),
         ("TorchRL + PrioritizedSampler", lambda cap: torchrl(cap, tds, True)),
         ("tdrl PrioritizedReplayBuffer", lambda cap: tdrl(cap, tds, True)),
@@ -233,6 +243,8 @@ def main() -> None:
     print(f"\ntdrl / SB3: add {ours_add / sb3_add:.2f}x, sample {ours_sample / sb3_sample:.2f}x")
     full_add = rows["tdrl ReplayBuffer, full batch (11 leaves)"][0]
     print(f"tdrl full 11-leaf batch / SB3: add {full_add / sb3_add:.2f}x")
+    flat_add = rows["tdrl ReplayBuffer, flat [8] chunks"][0]
+    print(f"tdrl flat [8] chunks / SB3: add {flat_add / sb3_add:.2f}x (target >= 1.2x)")
     per = rows["tdrl PrioritizedReplayBuffer"][1]
     print(f"tdrl prioritized / Tianshou prioritized: sample+update {per / ts_per:.2f}x")
     plain_add, plain_sample = rows["tdrl ReplayBuffer (plain)"]
@@ -241,6 +253,32 @@ def main() -> None:
         f"{plain_sample / sb3_sample:.2f}x; the fast paths buy add "
         f"{ours_add / plain_add - 1:+.0%}, sample {ours_sample / plain_sample - 1:+.0%}"
     )
+    fill_from_empty(tds, np_pool)
+
+
+def fill_from_empty(pool: list[TensorDict], np_pool: list[dict[str, np.ndarray]]) -> None:
+    """Construct a buffer of 200k and fill it in chunks of 8, construction timed (SB3 and
+    Tianshou allocate in their constructors, tdrl at its first extend): 5 interleaved rounds,
+    the median; tdrl's [8] chunks as 8 env streams and as 8 steps of one stream (flat)."""
+    capacity, rounds = 200_000, 5
+    makers = {
+        "SB3 ReplayBuffer": lambda: sb3(capacity, np_pool)[0],
+        "tdrl ReplayBuffer, [8] streams": lambda: tdrl(capacity, pool, False)[0],
+        "tdrl ReplayBuffer, flat [8] chunks": lambda: tdrl(capacity, pool, False, streams=1)[0],
+    }
+    times: dict[str, list[float]] = {name: [] for name in makers}
+    for _ in range(rounds):
+        for name, make in makers.items():
+            start = time.perf_counter()
+            add = make()
+            for i in range(capacity // N_ENVS):
+                add(i)
+            times[name].append(time.perf_counter() - start)
+    print(f"\nconstruct + fill {capacity:,} transitions in chunks of {N_ENVS}, median of {rounds}")
+    median = {name: sorted(t)[rounds // 2] for name, t in times.items()}
+    for name, t in median.items():
+        print(f"{name:44s} {capacity / t:12,.0f} transitions/s  vs SB3 "
+              f"{median['SB3 ReplayBuffer'] / t:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":
