@@ -69,28 +69,67 @@ def _step(rows: KernelRows, i: int, t: int) -> tuple[float, float, float, float,
     return rows.reward[i, t], rows.value[i, t], next_value, gamma, done, masked, ok
 
 
+@numba.njit(inline="always")
+def _gae_forward(
+    rows: KernelRows, i: int, lmbda: float, advantage: np.ndarray, value_target: np.ndarray
+) -> tuple[float, bool]:
+    """Row ``i``'s TD errors into ``advantage`` and its recursion coefficients into
+    ``value_target`` (scratch, overwritten by the backward pass); ``(checksum, flags_ok)``."""
+    chk = 0.0
+    flags_ok = True
+    for t in range(rows.reward.shape[1]):
+        r, v, nv, g, done, masked, ok = _step(rows, i, t)
+        flags_ok &= ok
+        chk += r + v + nv
+        advantage[i, t] = 0.0 if masked else r + g * nv - v
+        value_target[i, t] = 0.0 if done else g * lmbda
+    return chk, flags_ok
+
+
+@numba.njit(inline="always")
+def _gae_back(
+    value: np.ndarray, advantage: np.ndarray, value_target: np.ndarray, i: int, t: int, acc: float
+) -> float:
+    """One step of ``A_t = delta_t + c_t A_{t+1}`` (``A_t = delta_t`` at a cut, whatever
+    ``A_{t+1}`` holds), the advantage and the target written."""
+    delta = advantage[i, t]
+    c = value_target[i, t]
+    acc = delta if c == 0.0 else delta + c * acc
+    advantage[i, t] = acc
+    value_target[i, t] = acc + value[i, t]
+    return acc
+
+
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def gae_kernel(
     rows: KernelRows, lmbda: float, advantage: np.ndarray, value_target: np.ndarray
 ) -> tuple[float, bool]:
+    # The backward recursion is a chain of dependent multiply-adds: one row at a time it runs at
+    # the chain's latency. Four rows side by side keep four independent chains in flight (the
+    # forward passes of the four first, so that their rows are still in cache).
     n, t_len = rows.reward.shape
+    value = rows.value
     chk = 0.0
     flags_ok = True
-    for i in range(n):
-        for t in range(t_len):
-            r, v, nv, g, done, masked, ok = _step(rows, i, t)
+    blocked = n - n % 4
+    for i in range(0, blocked, 4):
+        for k in range(4):
+            c, ok = _gae_forward(rows, i + k, lmbda, advantage, value_target)
+            chk += c
             flags_ok &= ok
-            chk += r + v + nv
-            advantage[i, t] = 0.0 if masked else r + g * nv - v
-            # scratch: the recursion's coefficient, overwritten by the target below
-            value_target[i, t] = 0.0 if done else g * lmbda
+        a0 = a1 = a2 = a3 = 0.0
+        for t in range(t_len - 1, -1, -1):
+            a0 = _gae_back(value, advantage, value_target, i, t, a0)
+            a1 = _gae_back(value, advantage, value_target, i + 1, t, a1)
+            a2 = _gae_back(value, advantage, value_target, i + 2, t, a2)
+            a3 = _gae_back(value, advantage, value_target, i + 3, t, a3)
+    for i in range(blocked, n):
+        c, ok = _gae_forward(rows, i, lmbda, advantage, value_target)
+        chk += c
+        flags_ok &= ok
         acc = 0.0
         for t in range(t_len - 1, -1, -1):
-            delta = advantage[i, t]
-            c = value_target[i, t]
-            acc = delta if c == 0.0 else delta + c * acc
-            advantage[i, t] = acc
-            value_target[i, t] = acc + rows.value[i, t]
+            acc = _gae_back(value, advantage, value_target, i, t, acc)
     return chk, flags_ok
 
 
