@@ -691,21 +691,32 @@ def _tianshou_updates(
     return _elapsed(start)
 
 
-def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+def sb3_train(model: Any, steps: int) -> float:
+    """Seconds for ``steps`` gradient steps of an SB3 model's ``train`` at the SAC batch."""
+    start = time.perf_counter()
+    model.train(gradient_steps=steps, batch_size=SAC_BATCH)
+    return _elapsed(start)
+
+
+def sac_shapes() -> type:
+    """A gymnasium env class with the SAC section's spaces, for SB3's constructors."""
     import gymnasium as gym
-    from stable_baselines3 import SAC
 
     class Shapes(gym.Env):
         observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
         action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
 
+    return Shapes
+
+
+def sac_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+    from stable_baselines3 import SAC
+
     model = _sb3_model(
-        SAC, Shapes, data, learning_rate=1e-3, batch_size=SAC_BATCH,
+        SAC, sac_shapes(), data, learning_rate=1e-3, batch_size=SAC_BATCH,
         policy_kwargs={"net_arch": SAC_HIDDEN},
     )  # fmt: skip
-    start = time.perf_counter()
-    model.train(gradient_steps=steps, batch_size=SAC_BATCH)
-    return _elapsed(start)
+    return sb3_train(model, steps)
 
 
 def _tianshou_sac_parts(cls: Any, lr: float, alpha_lr: float, **kwargs: Any) -> Any:
@@ -1225,12 +1236,7 @@ def _sac_family_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], floa
 
 def _sac_family_sb3(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def bench(data: dict[str, torch.Tensor], steps: int) -> float:
-        import gymnasium as gym
         from sb3_contrib import TQC, CrossQ
-
-        class Shapes(gym.Env):
-            observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
-            action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
 
         if algo == "tqc":
             cls, lr, kwargs = TQC, TQC_LR, {
@@ -1242,10 +1248,8 @@ def _sac_family_sb3(algo: str) -> Callable[[dict[str, torch.Tensor], int], float
                 "policy_delay": CROSSQ_DELAY,
                 "policy_kwargs": {"net_arch": {"pi": SAC_HIDDEN, "qf": SAC_HIDDEN}},
             }  # fmt: skip
-        model = _sb3_model(cls, Shapes, data, learning_rate=lr, batch_size=SAC_BATCH, **kwargs)
-        start = time.perf_counter()
-        model.train(gradient_steps=steps, batch_size=SAC_BATCH)
-        return _elapsed(start)
+        return sb3_train(_sb3_model(cls, sac_shapes(), data, learning_rate=lr,
+                                    batch_size=SAC_BATCH, **kwargs), steps)  # fmt: skip
 
     return bench
 
@@ -1371,21 +1375,14 @@ def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], f
 
 def _deterministic_sb3(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
     def bench(data: dict[str, torch.Tensor], steps: int) -> float:
-        import gymnasium as gym
         from stable_baselines3 import DDPG, TD3
-
-        class Shapes(gym.Env):
-            observation_space = gym.spaces.Box(-np.inf, np.inf, (SAC_OBS,), np.float32)
-            action_space = gym.spaces.Box(-1.0, 1.0, (SAC_ACT,), np.float32)
 
         cls, kwargs = (TD3, {"policy_delay": TD3_DELAY}) if algo == "td3" else (DDPG, {})
         model = _sb3_model(
-            cls, Shapes, data, learning_rate=DET_LR, batch_size=SAC_BATCH,
+            cls, sac_shapes(), data, learning_rate=DET_LR, batch_size=SAC_BATCH,
             policy_kwargs={"net_arch": DET_HIDDEN}, **kwargs,
         )  # fmt: skip
-        start = time.perf_counter()
-        model.train(gradient_steps=steps, batch_size=SAC_BATCH)
-        return _elapsed(start)
+        return sb3_train(model, steps)
 
     return bench
 
