@@ -60,6 +60,19 @@ ADVANTAGE = "advantage"
 VALUE_TARGET = "value_target"
 TD_ERROR = "td_error"
 
+# --- intrinsic rewards (RND) ---------------------------------------------------------------
+# Written under "next" beside the env's reward, so that estimators and losses stay as they are:
+# an estimator with its keys renamed to these computes the intrinsic return. Its episode flags
+# are all False: the intrinsic return runs across episode ends (Burda et al. 2018, sec. 2.3).
+INTRINSIC_REWARD = "intrinsic_reward"
+NEXT_INTRINSIC_REWARD = (NEXT, INTRINSIC_REWARD)
+INTRINSIC_DONE = "intrinsic_done"
+INTRINSIC_TERMINATED = "intrinsic_terminated"
+INTRINSIC_TRUNCATED = "intrinsic_truncated"
+INTRINSIC_VALUE = "intrinsic_state_value"
+INTRINSIC_ADVANTAGE = "intrinsic_advantage"
+INTRINSIC_VALUE_TARGET = "intrinsic_value_target"
+
 # --- collector ------------------------------------------------------------------------------
 COLLECTOR = "collector"
 TRAJ_IDS = "traj_ids"
@@ -103,6 +116,9 @@ LOSS_ALPHA = "loss_alpha"
 LOSS_ALPHA_PRIME = "loss_alpha_prime"
 # BCQ's conditional VAE of the data's actions (its ELBO).
 LOSS_VAE = "loss_vae"
+# RND's predictor (its distillation error) and the intrinsic critic.
+LOSS_RND = "loss_rnd"
+LOSS_INTRINSIC_VALUE = "loss_intrinsic_value"
 # GAIL (TorchRL's GAILLoss names): the policy's pairs beside the expert's, the discriminator's
 # logit, and diagnostics (the gradient penalty, the mean D on each side).
 COLLECTOR_OBSERVATION = "collector_observation"

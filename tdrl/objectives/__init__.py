@@ -26,6 +26,7 @@ from tdrl.objectives.npg import NPGLoss
 from tdrl.objectives.ppo import ClipPPOLoss
 from tdrl.objectives.redq import REDQLoss
 from tdrl.objectives.reinforce import ReinforceLoss
+from tdrl.objectives.rnd import IntrinsicValueLoss, RNDLoss
 from tdrl.objectives.sac import SACLoss
 from tdrl.objectives.target import (
     HardUpdate,
@@ -61,11 +62,13 @@ __all__ = [
     "GAILLoss",
     "HardUpdate",
     "IQLLoss",
+    "IntrinsicValueLoss",
     "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",
     "QRDQNLoss",
     "REDQLoss",
+    "RNDLoss",
     "ReinforceLoss",
     "SACLoss",
     "SoftUpdate",
