@@ -17,6 +17,9 @@ per batch (--recompute-advantage: before every epoch, as Tianshou).
         --minibatch-size 256 --seq-len 16 --epochs 4 --lr 3e-3 --no-lr-decay --gamma 0.98 \
         --lmbda 0.8 --critic-coeff 0.5 --no-normalize-observations --normalize-advantage \
         --no-scale-rewards                                  # a POMDP: memory needed
+    python recipes/ppo.py --env-id MountainCar-v0 --intrinsic-coeff 1 --extrinsic-coeff 2
+
+The last adds RND's exploration bonus (Burda et al. 2018) at CleanRL's coefficients.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tdrl.trainers.config import (
     NetworkConfig,
     OnPolicyConfig,
     PPOConfig,
+    RNDConfig,
     RunConfig,
     WorkersConfig,
 )
@@ -42,6 +46,7 @@ class Config:
     net: NetworkConfig = NetworkConfig()
     adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
     ppo: PPOConfig = PPOConfig()
+    rnd: RNDConfig = RNDConfig()
     adam_eps: float = 1e-8
     """Adam's epsilon (PyTorch's default; SB3's on-policy policies use 1e-5)."""
 
@@ -72,13 +77,19 @@ def main(cfg: Config) -> dict[str, float]:
     ).to(device)  # fmt: skip
     estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic)
     estimator.to(device)
+    # --intrinsic-coeff: RND's intrinsic reward, critic and non-episodic estimator (or None)
+    bonus = cfg.rnd.build(env.observation_spec, nets, lmbda=cfg.adv.lmbda,
+                          critic_coeff=cfg.adv.critic_coeff)  # fmt: skip
+    params = [*loss.parameters(), *(p for part in bonus or () for p in part.parameters())]
     optimizer = torch.optim.Adam(
-        loss.parameters(), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True
+        dict.fromkeys(params), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True
     )
     batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
     scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
     state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
              "scheduler": scheduler}  # fmt: skip
+    if bonus is not None:
+        state["rnd"], state["intrinsic_critic"] = bonus.rnd, bonus.critic_loss
     scaler = None
     if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
         scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
@@ -88,6 +99,7 @@ def main(cfg: Config) -> dict[str, float]:
     # --recompute-advantage: the estimator runs again before every epoch
     passes = [1] * cfg.ppo.epochs if cfg.ppo.recompute_advantage else [cfg.ppo.epochs]
     seq_len = cfg.net.sequence_length  # --recurrent: minibatches of whole sequences
+    in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
     # 4. the loop: collect a rollout, estimate advantages, minibatch epochs
     with trainers.Run.from_config(
@@ -96,16 +108,22 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
+            if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
+                bonus.rnd.intrinsic_reward(batch)
             outs = []
             for epochs in passes:
                 with torch.no_grad():
                     estimator(batch)
+                    if bonus is not None:  # the intrinsic advantage, mixed into "advantage"
+                        bonus.mix(batch, cfg.rnd.extrinsic_coeff, cfg.rnd.intrinsic_coeff)
                 with set_recurrent_mode(seq_len is not None):
                     for minibatch in minibatches(
-                        batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=loss.in_keys,
+                        batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=in_keys,
                         seq_len=seq_len,
                     ):  # fmt: skip
                         out = loss(minibatch)
+                        if bonus is not None:  # loss_rnd, loss_intrinsic_value
+                            out.update(bonus.losses(minibatch))
                         trainers.optimizer_step(
                             total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                         )

@@ -48,7 +48,7 @@ _NON_NEGATIVE = {
     "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq", "policy_noise",
     "noise_clip", "top_quantiles_to_drop",
 }  # fmt: skip
-_UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta"}
+_UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta", "intrinsic_gamma"}
 
 
 def _check_field(name: str, value: object) -> None:
@@ -655,6 +655,96 @@ class NetworkConfig:
         recurrent_critic = self.recurrent != "none" and self.recurrent_critic
         acting = TensorDictSequential(actor, critic) if recurrent_critic else actor
         return Networks(actor, critic, obs_norm, acting)
+
+
+class IntrinsicParts(NamedTuple):
+    """RND's parts for an on-policy recipe (:meth:`RNDConfig.build`)."""
+
+    rnd: Any  # tdrl.objectives.RNDLoss: the intrinsic reward and the predictor's loss
+    critic_loss: Any  # tdrl.objectives.IntrinsicValueLoss
+    estimator: Any  # GAE on the intrinsic keys: the non-episodic intrinsic advantage
+
+    def mix(self, batch: TensorDictBase, extrinsic: float, intrinsic: float) -> None:
+        """The intrinsic advantage of ``batch`` (a whole rollout), mixed into its advantage:
+        ``extrinsic * A + intrinsic * A_int`` (the paper's sec. 2.3: two heads, one policy)."""
+        from tdrl import keys
+
+        self.estimator(batch)
+        mixed = extrinsic * batch.get(keys.ADVANTAGE) + intrinsic * batch.get(
+            keys.INTRINSIC_ADVANTAGE
+        )
+        batch.set(keys.ADVANTAGE, mixed)
+
+    @property
+    def in_keys(self) -> list[Any]:
+        """What :meth:`losses` reads from a minibatch."""
+        return [*self.rnd.in_keys, *self.critic_loss.in_keys]
+
+    def losses(self, minibatch: TensorDictBase) -> TensorDictBase:
+        """``loss_rnd`` and ``loss_intrinsic_value`` of a minibatch, to add to the policy's."""
+        return self.rnd(minibatch).update(self.critic_loss(minibatch))
+
+
+@configclass
+class RNDConfig:
+    """Random network distillation's exploration bonus (Burda et al. 2018, arXiv 1810.12894): an
+    intrinsic reward, its own critic and non-episodic advantage, mixed into the policy's. Off
+    while --intrinsic-coeff is 0."""
+
+    intrinsic_coeff: float = 0.0
+    """weight of the intrinsic advantage (0: no RND; CleanRL's RND: 1)."""
+    extrinsic_coeff: float = 1.0
+    """weight of the env's advantage when RND is on (CleanRL's RND: 2)."""
+    intrinsic_gamma: float = 0.99
+    """discount of the intrinsic return (the paper: 0.99)."""
+    rnd_update_proportion: float = 1.0
+    """fraction of each minibatch the predictor learns from (CleanRL: 0.25 with 128 envs)."""
+    rnd_hidden_sizes: tuple[int, ...] = (256, 256)
+    """widths of the target's and the predictor's ReLU MLPs (their output: the last width)."""
+
+    def build(
+        self, observation_spec: Composite, nets: Networks, *, lmbda: float, critic_coeff: float
+    ) -> IntrinsicParts | None:
+        """RND's networks, loss, intrinsic critic (a copy of the extrinsic critic as built,
+        sharing its observation normalizer) and estimator, or None while ``intrinsic_coeff`` is
+        0. Call it before any update."""
+        if self.intrinsic_coeff == 0:
+            return None
+        import copy
+
+        from torch import nn
+
+        from tdrl import keys
+        from tdrl.estimators import GAE
+        from tdrl.modules import NormalizedInput, ValueCritic, mlp
+        from tdrl.objectives import IntrinsicValueLoss, RNDLoss
+
+        leaf = observation_spec[keys.OBSERVATION]
+        shape = tuple(leaf.shape[len(observation_spec.shape) :])
+        if len(shape) != 1:
+            raise ValueError(f"--intrinsic-coeff: RND takes flat observations here, got {shape}")
+        *hidden, features = self.rnd_hidden_sizes
+
+        def net() -> nn.Module:
+            return mlp(shape[0], features, hidden, activation=nn.ReLU, output_gain=1.0)
+
+        rnd = RNDLoss(net(), net(), shape, gamma=self.intrinsic_gamma,
+                      update_proportion=self.rnd_update_proportion)  # fmt: skip
+        if not isinstance(nets.critic, ValueCritic):
+            raise ValueError("--intrinsic-coeff: RND takes a feed-forward critic here")
+        # the extrinsic critic as built (before any update): its architecture and init, with
+        # the observation normalizer shared, not copied
+        critic_net = copy.deepcopy(nets.critic.net)
+        for module in critic_net.modules():
+            if isinstance(module, NormalizedInput) and nets.obs_norm is not None:
+                module.obs_norm = nets.obs_norm
+        critic = ValueCritic(critic_net, out_key=keys.INTRINSIC_VALUE)
+        estimator = GAE(gamma=self.intrinsic_gamma, lmbda=lmbda, value_network=critic).set_keys(
+            reward=keys.INTRINSIC_REWARD, value=keys.INTRINSIC_VALUE, done=keys.INTRINSIC_DONE,
+            terminated=keys.INTRINSIC_TERMINATED, truncated=keys.INTRINSIC_TRUNCATED,
+            advantage=keys.INTRINSIC_ADVANTAGE, value_target=keys.INTRINSIC_VALUE_TARGET,
+        )  # fmt: skip
+        return IntrinsicParts(rnd, IntrinsicValueLoss(critic, coeff=critic_coeff), estimator)
 
 
 @configclass

@@ -257,6 +257,32 @@ def test_scale_rewards_in_every_on_policy_recipe_resumes_exactly(tmp_path: Path)
         impala.main(tiny("impala", tmp_path / "impala", env_id="Hopper-v5", scale_rewards=True))
 
 
+def test_ppo_with_rnd_learns_its_predictor_resumes_exactly_and_refuses_bad_coefficients(
+    tmp_path: Path,
+) -> None:
+    """--intrinsic-coeff adds RND: its losses are logged, the predictor's error falls, its
+    statistics and the intrinsic critic go in the checkpoint (a resumed run equals a straight
+    one), and a negative or NaN coefficient is refused, naming the flag."""
+    rnd = dict(env_id="CartPole-v1", total_frames=640, intrinsic_coeff=1.0, extrinsic_coeff=2.0)
+    straight = tiny("ppo", tmp_path / "straight", **rnd)
+    ppo.main(straight)
+    rows = read_csv(tmp_path / "straight" / "train.csv")
+    assert rows[-1]["loss_rnd"] < rows[0]["loss_rnd"] and "loss_intrinsic_value" in rows[-1]
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    ppo.main(first)
+    saved = torch.load(latest_checkpoint(tmp_path / "resumed") / "checkpoint.pt",
+                       weights_only=False)  # fmt: skip
+    assert {"rnd", "intrinsic_critic"} <= set(saved)
+    torch.manual_seed(12345)
+    ppo.main(configure(first, stop_after_frames=0, resume=True))
+    assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
+        tmp_path / "straight" / "train.csv"
+    )
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="--intrinsic-coeff \\(a loss weight\\) must be"):
+            configure(straight, intrinsic_coeff=bad)
+
+
 def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tmp_path: Path):
     """--scale-value-targets (ValueTargetScaling): the critic regresses on scaled targets, the
     statistics go in the checkpoint, and a resumed run equals a straight one."""
