@@ -18,8 +18,10 @@ per batch (--recompute-advantage: before every epoch, as Tianshou).
         --lmbda 0.8 --critic-coeff 0.5 --no-normalize-observations --normalize-advantage \
         --no-scale-rewards                                  # a POMDP: memory needed
     python recipes/ppo.py --env-id MountainCar-v0 --intrinsic-coeff 1 --extrinsic-coeff 2
+    python recipes/ppo.py --env-id MountainCar-v0 --intrinsic-coeff 1 --intrinsic icm
 
-The last adds RND's exploration bonus (Burda et al. 2018) at CleanRL's coefficients.
+The last two add an exploration bonus: RND (Burda et al. 2018) at CleanRL's coefficients, and
+ICM (Pathak et al. 2017).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import math
 from tdrl import trainers
 from tdrl.trainers.config import (
     AdvantageConfig,
+    IntrinsicConfig,
     NetworkConfig,
     OnPolicyConfig,
     PPOConfig,
-    RNDConfig,
     RunConfig,
     WorkersConfig,
 )
@@ -46,7 +48,7 @@ class Config:
     net: NetworkConfig = NetworkConfig()
     adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
     ppo: PPOConfig = PPOConfig()
-    rnd: RNDConfig = RNDConfig()
+    explore: IntrinsicConfig = IntrinsicConfig()
     adam_eps: float = 1e-8
     """Adam's epsilon (PyTorch's default; SB3's on-policy policies use 1e-5)."""
 
@@ -77,9 +79,9 @@ def main(cfg: Config) -> dict[str, float]:
     ).to(device)  # fmt: skip
     estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic)
     estimator.to(device)
-    # --intrinsic-coeff: RND's intrinsic reward, critic and non-episodic estimator (or None)
-    bonus = cfg.rnd.build(env.observation_spec, nets, lmbda=cfg.adv.lmbda,
-                          critic_coeff=cfg.adv.critic_coeff)  # fmt: skip
+    # --intrinsic-coeff: RND's or ICM's reward, critic and non-episodic estimator (or None)
+    bonus = cfg.explore.build(env.observation_spec, env.action_spec, nets, lmbda=cfg.adv.lmbda,
+                              critic_coeff=cfg.adv.critic_coeff)  # fmt: skip
     params = [*loss.parameters(), *(p for part in bonus or () for p in part.parameters())]
     optimizer = torch.optim.Adam(
         dict.fromkeys(params), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True
@@ -89,7 +91,7 @@ def main(cfg: Config) -> dict[str, float]:
     state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
              "scheduler": scheduler}  # fmt: skip
     if bonus is not None:
-        state["rnd"], state["intrinsic_critic"] = bonus.rnd, bonus.critic_loss
+        state["bonus"], state["intrinsic_critic"] = bonus.module, bonus.critic_loss
     scaler = None
     if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
         scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
@@ -109,20 +111,20 @@ def main(cfg: Config) -> dict[str, float]:
             if scaler is not None:
                 scaler(batch)
             if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
-                bonus.rnd.intrinsic_reward(batch)
+                bonus.module.intrinsic_reward(batch)
             outs = []
             for epochs in passes:
                 with torch.no_grad():
                     estimator(batch)
                     if bonus is not None:  # the intrinsic advantage, mixed into "advantage"
-                        bonus.mix(batch, cfg.rnd.extrinsic_coeff, cfg.rnd.intrinsic_coeff)
+                        bonus.mix(batch, cfg.explore.extrinsic_coeff, cfg.explore.intrinsic_coeff)
                 with set_recurrent_mode(seq_len is not None):
                     for minibatch in minibatches(
                         batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=in_keys,
                         seq_len=seq_len,
                     ):  # fmt: skip
                         out = loss(minibatch)
-                        if bonus is not None:  # loss_rnd, loss_intrinsic_value
+                        if bonus is not None:  # the bonus's model losses, the intrinsic critic's
                             out.update(bonus.losses(minibatch))
                         trainers.optimizer_step(
                             total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm

@@ -119,6 +119,9 @@ LOSS_VAE = "loss_vae"
 # RND's predictor (its distillation error) and the intrinsic critic.
 LOSS_RND = "loss_rnd"
 LOSS_INTRINSIC_VALUE = "loss_intrinsic_value"
+# ICM's forward and inverse models.
+LOSS_ICM_FORWARD = "loss_icm_forward"
+LOSS_ICM_INVERSE = "loss_icm_inverse"
 # GAIL (TorchRL's GAILLoss names): the policy's pairs beside the expert's, the discriminator's
 # logit, and diagnostics (the gradient penalty, the mean D on each side).
 COLLECTOR_OBSERVATION = "collector_observation"

@@ -20,6 +20,7 @@ from tdrl.objectives.distributional import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
 from tdrl.objectives.dqn import DQNLoss
 from tdrl.objectives.drqn import DRQNLoss
 from tdrl.objectives.gail import GAILLoss, gail_reward
+from tdrl.objectives.icm import ICMLoss
 from tdrl.objectives.iql import IQLLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
@@ -61,6 +62,7 @@ __all__ = [
     "FQFLoss",
     "GAILLoss",
     "HardUpdate",
+    "ICMLoss",
     "IQLLoss",
     "IntrinsicValueLoss",
     "IQNLoss",

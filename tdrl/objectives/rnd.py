@@ -134,11 +134,7 @@ class RNDLoss(TensorDictModuleBase):
                 f"{tuple(rollout.batch_size)}"
             )
         obs = self._next_observation(rollout)
-        rollout.set(K.NEXT_INTRINSIC_REWARD, self.error(obs))
-        never = torch.zeros(*rollout.batch_size, 1, dtype=torch.bool, device=obs.device)
-        for key in (K.INTRINSIC_DONE, K.INTRINSIC_TERMINATED, K.INTRINSIC_TRUNCATED):
-            rollout.set((K.NEXT, key), never)
-        self.reward_scaling(rollout)  # folds the returns in, then divides by their std
+        write_intrinsic_reward(rollout, self.error(obs), self.reward_scaling)
         self.obs_norm.update(obs.reshape(-1, *self.observation_shape))
         return rollout
 
@@ -147,6 +143,20 @@ class RNDLoss(TensorDictModuleBase):
         keep = torch.rand(e.shape, device=e.device) < self.update_proportion
         loss = (e * keep).sum() / keep.sum().clamp(min=1)
         return TensorDict({K.LOSS_RND: loss}, batch_size=[])
+
+
+def write_intrinsic_reward(
+    rollout: TensorDictBase, reward: torch.Tensor, scaling: RewardScaling | None
+) -> None:
+    """``reward`` as ``("next", "intrinsic_reward")`` ``[*B, 1]`` of a ``[num_envs, T]``
+    rollout, with the intrinsic episode flags all False (a non-episodic return), then divided
+    by the running std of that return (``scaling`` folds the rollout's returns in first)."""
+    rollout.set(K.NEXT_INTRINSIC_REWARD, reward.reshape(*rollout.batch_size, 1))
+    never = torch.zeros(*rollout.batch_size, 1, dtype=torch.bool, device=reward.device)
+    for key in (K.INTRINSIC_DONE, K.INTRINSIC_TERMINATED, K.INTRINSIC_TRUNCATED):
+        rollout.set((K.NEXT, key), never)
+    if scaling is not None:
+        scaling(rollout)
 
 
 class IntrinsicValueLoss(TensorDictModuleBase):

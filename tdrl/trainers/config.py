@@ -658,15 +658,15 @@ class NetworkConfig:
 
 
 class IntrinsicParts(NamedTuple):
-    """RND's parts for an on-policy recipe (:meth:`RNDConfig.build`)."""
+    """An exploration bonus's parts for an on-policy recipe (:meth:`IntrinsicConfig.build`)."""
 
-    rnd: Any  # tdrl.objectives.RNDLoss: the intrinsic reward and the predictor's loss
+    module: Any  # tdrl.objectives.RNDLoss or ICMLoss: the intrinsic reward and its models' loss
     critic_loss: Any  # tdrl.objectives.IntrinsicValueLoss
     estimator: Any  # GAE on the intrinsic keys: the non-episodic intrinsic advantage
 
     def mix(self, batch: TensorDictBase, extrinsic: float, intrinsic: float) -> None:
         """The intrinsic advantage of ``batch`` (a whole rollout), mixed into its advantage:
-        ``extrinsic * A + intrinsic * A_int`` (the paper's sec. 2.3: two heads, one policy)."""
+        ``extrinsic * A + intrinsic * A_int`` (RND's two value heads, one policy)."""
         from tdrl import keys
 
         self.estimator(batch)
@@ -678,36 +678,48 @@ class IntrinsicParts(NamedTuple):
     @property
     def in_keys(self) -> list[Any]:
         """What :meth:`losses` reads from a minibatch."""
-        return [*self.rnd.in_keys, *self.critic_loss.in_keys]
+        return [*self.module.in_keys, *self.critic_loss.in_keys]
 
     def losses(self, minibatch: TensorDictBase) -> TensorDictBase:
-        """``loss_rnd`` and ``loss_intrinsic_value`` of a minibatch, to add to the policy's."""
-        return self.rnd(minibatch).update(self.critic_loss(minibatch))
+        """The bonus's model losses and ``loss_intrinsic_value`` of a minibatch, to add to the
+        policy's."""
+        return self.module(minibatch).update(self.critic_loss(minibatch))
 
 
 @configclass
-class RNDConfig:
-    """Random network distillation's exploration bonus (Burda et al. 2018, arXiv 1810.12894): an
-    intrinsic reward, its own critic and non-episodic advantage, mixed into the policy's. Off
-    while --intrinsic-coeff is 0."""
+class IntrinsicConfig:
+    """An exploration bonus: RND (Burda et al. 2018, arXiv 1810.12894) or ICM (Pathak et al.
+    2017, arXiv 1705.05363); an intrinsic reward, its own critic and non-episodic advantage,
+    mixed into the policy's. Off while --intrinsic-coeff is 0."""
 
+    intrinsic: Literal["rnd", "icm"] = "rnd"
+    """the bonus: rnd (random network distillation) or icm (the intrinsic curiosity module)."""
     intrinsic_coeff: float = 0.0
-    """weight of the intrinsic advantage (0: no RND; CleanRL's RND: 1)."""
+    """weight of the intrinsic advantage (0: no bonus; CleanRL's RND: 1)."""
     extrinsic_coeff: float = 1.0
-    """weight of the env's advantage when RND is on (CleanRL's RND: 2)."""
+    """weight of the env's advantage when a bonus is on (CleanRL's RND: 2)."""
     intrinsic_gamma: float = 0.99
-    """discount of the intrinsic return (the paper: 0.99)."""
+    """discount of the intrinsic return (RND's paper: 0.99)."""
     rnd_update_proportion: float = 1.0
-    """fraction of each minibatch the predictor learns from (CleanRL: 0.25 with 128 envs)."""
-    rnd_hidden_sizes: tuple[int, ...] = (256, 256)
-    """widths of the target's and the predictor's ReLU MLPs (their output: the last width)."""
+    """rnd: fraction of each minibatch the predictor learns from (CleanRL: 0.25, 128 envs)."""
+    icm_beta: float = 0.2
+    """icm: the forward model's share of its loss (the inverse model's: 1 - beta)."""
+    bonus_hidden_sizes: tuple[int, ...] = (256, 256)
+    """widths of the bonus's ReLU MLPs (RND's target and predictor, ICM's features: their
+    output is the last width)."""
 
     def build(
-        self, observation_spec: Composite, nets: Networks, *, lmbda: float, critic_coeff: float
+        self,
+        observation_spec: Composite,
+        action_spec: TensorSpec,
+        nets: Networks,
+        *,
+        lmbda: float,
+        critic_coeff: float,
     ) -> IntrinsicParts | None:
-        """RND's networks, loss, intrinsic critic (a copy of the extrinsic critic as built,
-        sharing its observation normalizer) and estimator, or None while ``intrinsic_coeff`` is
-        0. Call it before any update."""
+        """The bonus's networks and loss, the intrinsic critic (a copy of the extrinsic critic
+        as built, sharing its observation normalizer) and estimator, or None while
+        ``intrinsic_coeff`` is 0. Call it before any update."""
         if self.intrinsic_coeff == 0:
             return None
         import copy
@@ -717,34 +729,44 @@ class RNDConfig:
         from tdrl import keys
         from tdrl.estimators import GAE
         from tdrl.modules import NormalizedInput, ValueCritic, mlp
-        from tdrl.objectives import IntrinsicValueLoss, RNDLoss
+        from tdrl.objectives import ICMLoss, IntrinsicValueLoss, RNDLoss
 
         leaf = observation_spec[keys.OBSERVATION]
         shape = tuple(leaf.shape[len(observation_spec.shape) :])
         if len(shape) != 1:
-            raise ValueError(f"--intrinsic-coeff: RND takes flat observations here, got {shape}")
-        *hidden, features = self.rnd_hidden_sizes
-
-        def net() -> nn.Module:
-            return mlp(shape[0], features, hidden, activation=nn.ReLU, output_gain=1.0)
-
-        rnd = RNDLoss(net(), net(), shape, gamma=self.intrinsic_gamma,
-                      update_proportion=self.rnd_update_proportion)  # fmt: skip
+            raise ValueError(f"--intrinsic-coeff: the bonus takes flat observations, got {shape}")
         if not isinstance(nets.critic, ValueCritic):
-            raise ValueError("--intrinsic-coeff: RND takes a feed-forward critic here")
+            raise ValueError("--intrinsic-coeff: the bonus takes a feed-forward critic")
+        *hidden, features = self.bonus_hidden_sizes
+
+        def net(n_in: int, n_out: int, widths: Any = hidden) -> nn.Module:
+            return mlp(n_in, n_out, widths, activation=nn.ReLU, output_gain=1.0)
+
+        if self.intrinsic == "rnd":
+            module: Any = RNDLoss(net(shape[0], features), net(shape[0], features), shape,
+                                  gamma=self.intrinsic_gamma,
+                                  update_proportion=self.rnd_update_proportion)  # fmt: skip
+        else:
+            from torchrl.data import Categorical as CategoricalSpec
+
+            discrete = isinstance(action_spec, CategoricalSpec)
+            actions = int(action_spec.space.n) if discrete else int(action_spec.shape[-1])
+            module = ICMLoss(net(shape[0], features), net(features + actions, features),
+                             net(2 * features, actions), num_actions=actions, discrete=discrete,
+                             beta=self.icm_beta, gamma=self.intrinsic_gamma)  # fmt: skip
         # the extrinsic critic as built (before any update): its architecture and init, with
         # the observation normalizer shared, not copied
         critic_net = copy.deepcopy(nets.critic.net)
-        for module in critic_net.modules():
-            if isinstance(module, NormalizedInput) and nets.obs_norm is not None:
-                module.obs_norm = nets.obs_norm
+        for sub in critic_net.modules():
+            if isinstance(sub, NormalizedInput) and nets.obs_norm is not None:
+                sub.obs_norm = nets.obs_norm
         critic = ValueCritic(critic_net, out_key=keys.INTRINSIC_VALUE)
         estimator = GAE(gamma=self.intrinsic_gamma, lmbda=lmbda, value_network=critic).set_keys(
             reward=keys.INTRINSIC_REWARD, value=keys.INTRINSIC_VALUE, done=keys.INTRINSIC_DONE,
             terminated=keys.INTRINSIC_TERMINATED, truncated=keys.INTRINSIC_TRUNCATED,
             advantage=keys.INTRINSIC_ADVANTAGE, value_target=keys.INTRINSIC_VALUE_TARGET,
         )  # fmt: skip
-        return IntrinsicParts(rnd, IntrinsicValueLoss(critic, coeff=critic_coeff), estimator)
+        return IntrinsicParts(module, IntrinsicValueLoss(critic, coeff=critic_coeff), estimator)
 
 
 @configclass

@@ -272,7 +272,7 @@ def test_ppo_with_rnd_learns_its_predictor_resumes_exactly_and_refuses_bad_coeff
     ppo.main(first)
     saved = torch.load(latest_checkpoint(tmp_path / "resumed") / "checkpoint.pt",
                        weights_only=False)  # fmt: skip
-    assert {"rnd", "intrinsic_critic"} <= set(saved)
+    assert {"bonus", "intrinsic_critic"} <= set(saved)
     torch.manual_seed(12345)
     ppo.main(configure(first, stop_after_frames=0, resume=True))
     assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
@@ -281,6 +281,14 @@ def test_ppo_with_rnd_learns_its_predictor_resumes_exactly_and_refuses_bad_coeff
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="--intrinsic-coeff \\(a loss weight\\) must be"):
             configure(straight, intrinsic_coeff=bad)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_ppo_with_icm_runs_on_discrete_and_continuous_actions(env_id: str, tmp_path: Path) -> None:
+    cfg = tiny("ppo", tmp_path, env_id=env_id, intrinsic_coeff=1.0, intrinsic="icm")
+    ppo.main(cfg)
+    rows = read_csv(tmp_path / "train.csv")
+    assert {"loss_icm_forward", "loss_icm_inverse", "loss_intrinsic_value"} <= set(rows[-1])
 
 
 def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tmp_path: Path):
