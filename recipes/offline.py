@@ -91,7 +91,8 @@ def main(cfg: Config) -> dict[str, float]:
     # 1. envs (evaluation only) and the dataset as a replay buffer
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     env.close()
-    buffer = load_minari(cfg.dataset, generator=cfg.run.seed)
+    device = cfg.run.torch_device
+    buffer = load_minari(cfg.dataset, generator=cfg.run.seed, device=device)
     obs_spec, act_spec = eval_env.observation_spec, eval_env.action_spec
     for key, spec in (("observation", obs_spec["observation"]), ("action", act_spec)):
         if buffer.storage[key].shape[2:] != spec.shape[1:]:
@@ -152,6 +153,7 @@ def main(cfg: Config) -> dict[str, float]:
             critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
 
     # 3. optimizer (a group per part) and target update; the evaluation policy and the state
+    loss.to(device)
     target = None
     if cfg.algo == "bc":
         optimizer = torch.optim.Adam(actor.parameters(), lr=cfg.ac.actor_lr)
