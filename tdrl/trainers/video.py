@@ -65,5 +65,16 @@ def record_video(
                 frames.append(env.render()[0])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimwrite(path, [np.asarray(f) for f in frames], fps=fps, macro_block_size=1)
+    imageio.mimwrite(path, [uint8_frame(f) for f in frames], fps=fps, macro_block_size=1)
     return len(frames)
+
+
+def uint8_frame(frame: Any) -> np.ndarray:
+    """An RGB frame as uint8: float frames in [0, 1] (MinAtar renders float64) scaled by 255 and
+    rounded, other values clipped to [0, 255]; uint8 frames as they are."""
+    array = np.asarray(frame)
+    if array.dtype == np.uint8:
+        return array
+    if np.issubdtype(array.dtype, np.floating) and array.size and float(array.max()) <= 1.0:
+        array = array * 255.0
+    return np.clip(np.rint(array), 0, 255).astype(np.uint8)

@@ -44,3 +44,17 @@ def test_video_of_a_recurrent_pixel_policy_on_stacked_minatar_frames(tmp_path):
     assert bool(first["is_init"].all()) and not bool(later["is_init"].any())
     state = later["recurrent_state_h"]
     assert state.shape == (1, 1, 8) and bool(state.abs().sum() > 0)  # carried from step to step
+
+
+def test_frames_are_written_as_uint8_whatever_the_env_renders():
+    import numpy as np
+
+    from tdrl.trainers.video import uint8_frame
+
+    unit = np.array([[[0.0, 0.5, 1.0]]])  # MinAtar renders float64 in [0, 1]
+    assert uint8_frame(unit).dtype == np.uint8
+    assert uint8_frame(unit).tolist() == [[[0, 128, 255]]]
+    wide = np.array([[[-3.0, 17.4, 300.0]]])  # floats in pixel units: rounded and clipped
+    assert uint8_frame(wide).tolist() == [[[0, 17, 255]]]
+    pixels = np.arange(6, dtype=np.uint8).reshape(1, 2, 3)
+    assert uint8_frame(pixels) is pixels
