@@ -231,8 +231,8 @@ class EnsembleMLP(nn.Module):
             if self.renorms:
                 x, shared = self._renorm(i, x, shared, lead), False
             x = layer(x, shared, members)
-            if self.dropout:
-                x = F.dropout(x, self.dropout, self.training)
+            if self.dropout and self.training:
+                x = dropout(x, self.dropout)
             if self.norms:
                 x = self.norms[i](x, members)
             x = torch.relu_(x) if relu_in_place else self.activation(x)
@@ -277,6 +277,25 @@ class EnsembleMLP(nn.Module):
         if frozen_input_grad:
             return cast(torch.Tensor, _FrozenMin.apply(x, self))
         return reduce_members(self(x), how)
+
+
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout in training mode: each element zeroed with probability ``p`` independently, the
+    rest scaled by ``1 / (1 - p)``, as ``F.dropout``. For a small ``p`` on the CPU the dropped
+    positions are drawn as a Bernoulli process, cumulative geometric gaps: the same law from
+    ~``p`` of the random draws ``F.dropout`` makes (one per element; at DroQ's 0.01 those were
+    a quarter of a DroQ update step on one CPU core, and the step runs 1.3x as fast without)."""
+    if x.device.type != "cpu" or p > 0.1 or p <= 0.0:
+        return F.dropout(x, p, True)
+    n = x.numel()
+    chunk = int(n * p + 6 * math.sqrt(n * p) + 16)
+    ends = torch.empty(chunk, dtype=torch.float64).geometric_(p).cumsum_(0)
+    while float(ends[-1]) <= n:  # the gaps ran out before the end: more of them
+        more = torch.empty(chunk, dtype=torch.float64).geometric_(p).cumsum_(0)
+        ends = torch.cat([ends, more + ends[-1]])
+    mask = torch.full((n,), 1.0 / (1.0 - p), dtype=x.dtype)
+    mask[ends[ends <= n].long() - 1] = 0.0
+    return x * mask.view(x.shape)
 
 
 class MemberLayerNorm(nn.Module):

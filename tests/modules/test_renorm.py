@@ -188,3 +188,31 @@ def test_dropout_acts_in_training_mode_only_and_layer_norm_is_per_member():
                 )
                 want += float(norm.bias.detach()[e, 0, j])
                 assert float(out[e, b, j]) == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.01, 0.05])
+def test_cpu_dropout_drops_each_element_independently_with_probability_p(p):
+    from tdrl.modules.ensembles import dropout
+
+    torch.manual_seed(0)
+    n, draws = 4000, 500
+    zeros = []
+    for _ in range(draws):
+        x = torch.ones(n, requires_grad=True)
+        y = dropout(x, p)
+        kept = y != 0
+        torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
+        y.sum().backward()  # the gradient is the mask
+        torch.testing.assert_close(x.grad, y.detach())
+        zeros.append(n - int(kept.sum()))
+    mean = sum(zeros) / draws
+    var = sum((z - mean) ** 2 for z in zeros) / (draws - 1)
+    # Binomial(n, p): mean n p, variance n p (1 - p); 5 standard errors of each estimate
+    assert abs(mean - n * p) < 5 * math.sqrt(n * p * (1 - p) / draws)
+    assert abs(var / (n * p * (1 - p)) - 1) < 5 * math.sqrt(2 / (draws - 1))
+    # every position is dropped alike: the first and the last tenth as often as the middle
+    counts = torch.zeros(n)
+    for _ in range(draws):
+        counts += (dropout(torch.ones(n), p) == 0).float()
+    tenths = counts.view(10, -1).sum(1) / (draws * n / 10)
+    assert (tenths - p).abs().max() < 6 * math.sqrt(p / (draws * n / 10))
