@@ -81,7 +81,7 @@ def main(cfg: Config) -> dict[str, float]:
     estimator.to(device)
     # --intrinsic-coeff: RND's or ICM's reward, critic and non-episodic estimator (or None)
     bonus = cfg.explore.build(env.observation_spec, env.action_spec, nets, lmbda=cfg.adv.lmbda,
-                              critic_coeff=cfg.adv.critic_coeff)  # fmt: skip
+                              critic_coeff=cfg.adv.critic_coeff, device=device)  # fmt: skip
     params = [*loss.parameters(), *(p for part in bonus or () for p in part.parameters())]
     optimizer = torch.optim.Adam(
         dict.fromkeys(params), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True

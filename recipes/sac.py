@@ -10,8 +10,8 @@ step, a 1M buffer. The critics are one batched ensemble, and one Adam holds a gr
 (the same updates as one Adam each). TQC at sb3-contrib's settings (rl-baselines3-zoo's
 hyperparams/tqc.yml) is the third line: 2 critics of 25 quantiles, 2 dropped per critic, lr 3e-4.
 CrossQ at sb3-contrib's (the zoo's crossq.yml) is the fourth: 2048x2048 critics, the actor every
-third step, Adam betas (0.5, 0.999), lr 1e-3 everywhere, 5k random steps, batch renorm warmed up
-over 100k batches.
+third step, Adam betas (0.5, 0.999) (for alpha too; sb3-contrib's alpha keeps 0.9), lr 1e-3
+everywhere, 5k random steps, batch renorm warmed up over 100k batches.
 
     python recipes/sac.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/sac.py --env-id Pendulum-v1 --total-frames 20000 --init-random-frames 1000

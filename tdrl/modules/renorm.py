@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -94,10 +95,16 @@ class BatchRenorm(nn.Module):
         self.register_buffer("running_var", torch.ones(shape))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         self.learning = False  # set by batch_statistics()
+        self._steps: int | None = None  # the buffer's value on the host (read once, not per call)
 
-    def clips(self) -> tuple[float, float]:
-        """``(r_max, d_max)`` at the current step: ``(1, 0)`` through the warm-up, then linear."""
-        steps = int(self.steps)
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._steps = None  # the loaded buffer is read again
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def clips(self, steps: int | None = None) -> tuple[float, float]:
+        """``(r_max, d_max)`` after ``steps`` learning batches (default: the ``steps`` buffer):
+        ``(1, 0)`` through the warm-up, then linear."""
+        steps = int(self.steps) if steps is None else steps
         if steps < self.warmup_steps:
             return 1.0, 0.0
         if self.relax_steps == 0:
@@ -113,8 +120,10 @@ class BatchRenorm(nn.Module):
             )
         if not self.learning:  # x * a + b: one multiply-add on the batch
             a = self.scale * (self.running_var + self.eps).rsqrt()
-            return torch.addcmul(self.bias - self.running_mean * a, x, a)
-        if x.shape[-2] < 2:
+            out = torch.addcmul(self.bias - self.running_mean * a, x, a)
+            # one unbatched row [F] stays [F] (the statistics' [1, F] would add a dim)
+            return out.view(x.shape) if x.dim() == 1 and self.scale.dim() == 2 else out
+        if x.dim() < 2 or x.shape[-2] < 2:
             raise ValueError(
                 f"BatchRenorm: learning from a batch needs at least 2 rows on dim -2, got shape "
                 f"{tuple(x.shape)}"
@@ -124,7 +133,9 @@ class BatchRenorm(nn.Module):
         centered = x - mean
         var = centered.square().mean(dim=-2, keepdim=True)
         std = (var + self.eps).sqrt()
-        r_max, d_max = self.clips()
+        if self._steps is None:  # one read of the buffer; then counted here (no host sync)
+            self._steps = int(self.steps)
+        r_max, d_max = self.clips(self._steps)
         with torch.no_grad():
             running_std = (self.running_var + self.eps).sqrt()
             r = (std / running_std).clamp(1.0 / r_max, r_max)
@@ -133,6 +144,7 @@ class BatchRenorm(nn.Module):
             self.running_mean.add_(self.momentum * (mean - self.running_mean))
             self.running_var.add_(self.momentum * (var * n / (n - 1) - self.running_var))
             self.steps.add_(1)
+            self._steps += 1
         # (x - mean) / std * r + d, then the affine map: one multiply-add on the batch
         a = self.scale * r / std
         return torch.addcmul(self.bias + self.scale * d, centered, a)

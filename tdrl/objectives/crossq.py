@@ -31,11 +31,15 @@ class CrossQLoss(SACLoss):
                         a~ ~ pi(.|s) on the actor's batch statistics, Q_e on its running ones
         loss_alpha    = SAC's
 
-    as sb3-contrib's ``CrossQ.train``. There is no target network and so nothing for
-    :class:`~tdrl.objectives.SoftUpdate` to move; the paper's delayed actor (every third step) is
-    the loop's: call :meth:`qvalue_loss` alone on the other steps. The batch renorm layers learn
-    from a batch only inside these forwards (:func:`~tdrl.modules.renorm.batch_statistics`);
-    acting and evaluation read the running statistics.
+    as sb3-contrib's ``CrossQ.train``, but for two things: the losses are summed for one
+    backward, so the actor's loss reads the critic before this step's critic update (sb3-contrib
+    steps the critic first), and the critic loss is SAC's ``sum_e mean_B`` (sb3-contrib's is half
+    of it, which Adam's scale-free steps barely notice). There is no target network and so
+    nothing for :class:`~tdrl.objectives.SoftUpdate` to move; the paper's delayed actor (every
+    third step) is the loop's: call :meth:`qvalue_loss` alone on the other steps. The batch
+    renorm layers learn from a batch only inside these forwards
+    (:func:`~tdrl.modules.renorm.batch_statistics`); acting and evaluation read the running
+    statistics.
 
     Args:
         actor_network: a reparameterisable stochastic actor (``tanh_gaussian_actor(...,
@@ -67,7 +71,12 @@ class CrossQLoss(SACLoss):
                 "(tdrl.modules.q_ensemble(..., batch_renorm={})), got "
                 f"{type(qvalue_network).__name__} without them"
             )
-        kwargs["num_qvalue_nets"] = qvalue_network.num_members
+        members = qvalue_network.num_members
+        if kwargs.setdefault("num_qvalue_nets", members) != members:
+            raise ValueError(
+                f"CrossQLoss: num_qvalue_nets={kwargs['num_qvalue_nets']} differs from the "
+                f"critic ensemble's {members} members"
+            )
         super().__init__(actor_network, qvalue_network, delay_qvalue=False, **kwargs)
 
     def qvalue_loss(

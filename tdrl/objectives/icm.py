@@ -32,13 +32,13 @@ class ICMLoss(TensorDictModuleBase):
     ``a`` enters ``f`` one-hot for discrete actions. ``R`` is the running discounted sum of
     ``reward_scale * e`` per env across episode ends, as :class:`~tdrl.objectives.RNDLoss` keeps
     (Burda et al. 2018, arXiv 1808.04355, normalize curiosity rewards so);
-    ``normalize_rewards=False`` leaves the division out. The features are the inverse model's:
-    ``phi(s')`` enters the forward loss without a gradient, so the forward loss cannot shrink
-    them (Tianshou's ``ICMPolicy`` lets it through). :meth:`intrinsic_reward` runs on a whole
-    ``[num_envs, T]`` rollout and writes the reward with all-False intrinsic episode flags, as
-    :class:`~tdrl.objectives.RNDLoss` does, for a non-episodic intrinsic return (the setting
-    Burda et al. 2018, arXiv 1808.04355, discuss for curiosity); ``forward`` gives the two losses
-    on minibatches.
+    ``normalize_rewards=False`` leaves the division out. ``phi(s')``, the forward model's
+    target, enters the forward loss without a gradient, so that loss cannot pull the features
+    toward its own predictions; ``phi(s)`` carries one there as in the inverse loss (Tianshou's
+    ``ICMPolicy`` lets the target's gradient through too). :meth:`intrinsic_reward` runs on a
+    whole ``[num_envs, T]`` rollout and writes the reward with all-False intrinsic episode flags,
+    as :class:`~tdrl.objectives.RNDLoss` does, for a non-episodic intrinsic return;
+    ``forward`` gives the two losses on minibatches.
 
     Args:
         feature_net: observations to features ``[*B, k]``.

@@ -46,7 +46,7 @@ _POSITIVE = {
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
     "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq", "policy_noise",
-    "noise_clip", "top_quantiles_to_drop",
+    "noise_clip", "top_quantiles_to_drop", "renorm_warmup",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta", "intrinsic_gamma"}
 
@@ -75,6 +75,8 @@ def _check_field(name: str, value: object) -> None:
         raise ValueError(f"{flag} must be > 0 (inf: no clipping), got {value}")
     if name.endswith("_coeff") and not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{flag} (a loss weight) must be finite and >= 0, got {value}")
+    if name == "adam_beta1" and not 0.0 <= value < 1.0:
+        raise ValueError(f"{flag} must lie in [0, 1), got {value}")
     if name == "seed" and value < 0:
         raise ValueError(f"{flag} must be >= 0, got {value}")
 
@@ -708,6 +710,16 @@ class IntrinsicConfig:
     """widths of the bonus's ReLU MLPs (RND's target and predictor, ICM's features: their
     output is the last width)."""
 
+    def __post_init__(self) -> None:
+        if not self.bonus_hidden_sizes:
+            raise ValueError("--bonus-hidden-sizes needs at least one width (the output's)")
+        if not 0.0 < self.rnd_update_proportion <= 1.0:
+            raise ValueError(
+                f"--rnd-update-proportion must be in (0, 1], got {self.rnd_update_proportion}"
+            )
+        if not 0.0 <= self.icm_beta <= 1.0:
+            raise ValueError(f"--icm-beta must lie in [0, 1], got {self.icm_beta}")
+
     def build(
         self,
         observation_spec: Composite,
@@ -716,6 +728,7 @@ class IntrinsicConfig:
         *,
         lmbda: float,
         critic_coeff: float,
+        device: Any = "cpu",
     ) -> IntrinsicParts | None:
         """The bonus's networks and loss, the intrinsic critic (a copy of the extrinsic critic
         as built, sharing its observation normalizer) and estimator, or None while
@@ -724,6 +737,7 @@ class IntrinsicConfig:
             return None
         import copy
 
+        import torch
         from torch import nn
 
         from tdrl import keys
@@ -750,6 +764,9 @@ class IntrinsicConfig:
             from torchrl.data import Categorical as CategoricalSpec
 
             discrete = isinstance(action_spec, CategoricalSpec)
+            if not discrete and action_spec.dtype not in (torch.float32, torch.float64):
+                kind = type(action_spec).__name__
+                raise ValueError(f"--intrinsic icm takes Discrete or Box actions, got {kind}")
             actions = int(action_spec.space.n) if discrete else int(action_spec.shape[-1])
             module = ICMLoss(net(shape[0], features), net(features + actions, features),
                              net(2 * features, actions), num_actions=actions, discrete=discrete,
@@ -766,7 +783,8 @@ class IntrinsicConfig:
             terminated=keys.INTRINSIC_TERMINATED, truncated=keys.INTRINSIC_TRUNCATED,
             advantage=keys.INTRINSIC_ADVANTAGE, value_target=keys.INTRINSIC_VALUE_TARGET,
         )  # fmt: skip
-        return IntrinsicParts(module, IntrinsicValueLoss(critic, coeff=critic_coeff), estimator)
+        critic_loss = IntrinsicValueLoss(critic, coeff=critic_coeff)
+        return IntrinsicParts(module.to(device), critic_loss.to(device), estimator.to(device))
 
 
 @configclass

@@ -139,6 +139,9 @@ def test_bad_settings_and_inputs_are_named():
         m(torch.zeros(4, 3))
     with batch_statistics(m), pytest.raises(ValueError, match=r"at least 2 rows.*\(1, 2\)"):
         m(torch.zeros(1, 2))
+    with batch_statistics(m), pytest.raises(ValueError, match=r"at least 2 rows.*\(2,\)"):
+        m(torch.zeros(2))
+    assert m(torch.zeros(2)).shape == (2,)  # one unbatched row keeps its shape
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.0"):
         EnsembleMLP(3, 1, (4,), dropout=1.0)
 

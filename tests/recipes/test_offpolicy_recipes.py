@@ -591,3 +591,17 @@ def test_recipes_that_collect_locally_refuse_the_worker_collectors_flags(name, t
     with pytest.raises(TypeError, match=r"has no field\(s\) \['steps_per_batch'\]"):
         config(name, tmp_path, steps_per_batch=50)
     assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"adam_beta1": 1.0}, r"--adam-beta1 must lie in \[0, 1\), got 1.0"),
+        ({"renorm_warmup": -1}, "--renorm-warmup must be >= 0, got -1"),
+    ],
+)
+def test_bad_crossq_flags_are_named(flags, message):
+    import sac
+
+    with pytest.raises(ValueError, match=message):
+        configure(sac.Config, **flags)

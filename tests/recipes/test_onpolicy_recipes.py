@@ -370,3 +370,17 @@ def test_an_on_policy_recipe_refuses_steps_per_batch_it_would_ignore(tmp_path: P
     cfg = tiny("ppo", tmp_path, steps_per_batch=4)
     with pytest.raises(ValueError, match="--steps-per-batch 4 sets the batches of the off-policy"):
         ppo.main(cfg)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"bonus_hidden_sizes": ()}, "--bonus-hidden-sizes needs at least one width"),
+        ({"rnd_update_proportion": 0.0}, r"--rnd-update-proportion must be in \(0, 1\], got 0.0"),
+        ({"icm_beta": 2.0}, r"--icm-beta must lie in \[0, 1\], got 2.0"),
+        ({"intrinsic_gamma": 1.5}, r"--intrinsic-gamma must lie in \[0, 1\], got 1.5"),
+    ],
+)
+def test_bad_exploration_bonus_flags_are_named(flags, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        configure(ppo.Config, **flags)
