@@ -66,7 +66,6 @@ def main(cfg: Config) -> dict[str, float]:
     import torch
     from tensordict.nn import TensorDictSequential
 
-    from tdrl.data import load_minari
     from tdrl.modules import (
         actor_critic,
         bcq_perturbation,
@@ -86,26 +85,20 @@ def main(cfg: Config) -> dict[str, float]:
         TD3BCLoss,
         total_loss,
     )
-    from tdrl.trainers.offline import clip_dataset_actions, normalize_dataset_observations
+    from tdrl.trainers.offline import load_dataset_for
 
-    # 1. envs (evaluation only) and the dataset as a replay buffer
+    # 1. envs (evaluation only) and the dataset as a replay buffer, checked against the env's
+    #    spaces, its actions clipped into the box, and normalized where asked
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     env.close()
     device = cfg.run.torch_device
-    buffer = load_minari(cfg.dataset, generator=cfg.run.seed, device=device)
-    obs_spec, act_spec = eval_env.observation_spec, eval_env.action_spec
-    for key, spec in (("observation", obs_spec["observation"]), ("action", act_spec)):
-        if buffer.storage[key].shape[2:] != spec.shape[1:]:
-            raise ValueError(
-                f"dataset {cfg.dataset!r}: {key} of shape {tuple(buffer.storage[key].shape[2:])} "
-                f"does not fit {cfg.run.env_id}'s {tuple(spec.shape[1:])}"
-            )
-    if clipped := clip_dataset_actions(buffer, act_spec):  # a policy's unclipped samples
-        print(f"dataset {cfg.dataset!r}: {clipped} action values clipped into the action box")
     normalize = cfg.normalize_states == "on" or (
         cfg.normalize_states == "auto" and cfg.algo in NORMALIZED_BY_AUTHORS
     )
-    obs_norm = normalize_dataset_observations(buffer) if normalize else None
+    buffer, obs_norm = load_dataset_for(cfg.dataset, eval_env, normalize=normalize,
+                                        generator=cfg.run.seed, device=device,
+                                        env_name=cfg.run.env_id)  # fmt: skip
+    obs_spec, act_spec = eval_env.observation_spec, eval_env.action_spec
 
     # 2. networks and loss of the chosen algorithm
     hidden, gamma = cfg.ac.hidden_sizes, cfg.ac.gamma

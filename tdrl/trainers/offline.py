@@ -32,7 +32,13 @@ from tdrl.data import ReplayBuffer
 from tdrl.modules import RunningObservationNorm, action_bounds
 from tdrl.trainers.config import RunConfig
 
-__all__ = ["OfflineSteps", "dataset_digest", "normalize_dataset_observations"]
+__all__ = [
+    "OfflineSteps",
+    "clip_dataset_actions",
+    "dataset_digest",
+    "load_dataset_for",
+    "normalize_dataset_observations",
+]
 
 # Entries a loop may rewrite in place after loading (normalize_dataset_observations), which
 # dataset_digest leaves out so that it names the dataset as loaded.
@@ -160,3 +166,34 @@ def clip_dataset_actions(buffer: ReplayBuffer, action_spec: TensorSpec) -> int:
     changed = int((clipped != action).sum())
     action.copy_(clipped)
     return changed
+
+
+def load_dataset_for(
+    dataset: str,
+    env: Any,
+    *,
+    normalize: bool = False,
+    generator: int | None = None,
+    device: torch.device | str = "cpu",
+    env_name: str = "the env",
+) -> tuple[ReplayBuffer, RunningObservationNorm | None]:
+    """A Minari dataset as a replay buffer ready for an offline loop on ``env``'s spaces:
+    loaded (``tdrl.data.load_minari``), its observation and action shapes checked against the
+    env's (an error names the entry and both shapes), its actions clipped into the env's box
+    (:func:`clip_dataset_actions`, the count printed), and with ``normalize`` its observations
+    normalized (:func:`normalize_dataset_observations`: the transform is returned, for the
+    evaluation policy; else None). ``env_name`` names the env in errors."""
+    from tdrl.data import load_minari
+
+    buffer = load_minari(dataset, generator=generator, device=device)
+    obs_spec, act_spec = env.observation_spec, env.action_spec
+    for key, spec in ((keys.OBSERVATION, obs_spec[keys.OBSERVATION]), (keys.ACTION, act_spec)):
+        stored = tuple(buffer.storage[key].shape[2:])
+        if stored != tuple(spec.shape[1:]):
+            raise ValueError(
+                f"dataset {dataset!r}: {key} of shape {stored} does not fit {env_name}'s "
+                f"{tuple(spec.shape[1:])}"
+            )
+    if clipped := clip_dataset_actions(buffer, act_spec):  # a policy's unclipped samples
+        print(f"dataset {dataset!r}: {clipped} action values clipped into the action box")
+    return buffer, normalize_dataset_observations(buffer) if normalize else None

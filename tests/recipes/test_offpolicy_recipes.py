@@ -605,3 +605,21 @@ def test_bad_crossq_flags_are_named(flags, message):
 
     with pytest.raises(ValueError, match=message):
         configure(sac.Config, **flags)
+
+
+def test_a_dataset_that_does_not_fit_the_env_is_named(tmp_path, monkeypatch):
+    pytest.importorskip("minari")
+    from tdrl.collectors import Collector
+    from tdrl.data import save_minari
+    from tdrl.envs import make_vec_env
+    from tdrl.trainers.offline import load_dataset_for
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    with make_vec_env("Hopper-v5", 1, seed=0) as env:
+        save_minari(Collector(env, None, 50).rollout(), "tdrl/hopper-fit-v0", "Hopper-v5")
+        buffer, norm = load_dataset_for("tdrl/hopper-fit-v0", env, normalize=True)
+        assert len(buffer) == 50 and norm is not None
+    with make_vec_env("Pendulum-v1", 1) as env, pytest.raises(
+        ValueError, match=r"observation of shape \(11,\) does not fit Pendulum-v1's \(3,\)"
+    ):
+        load_dataset_for("tdrl/hopper-fit-v0", env, env_name="Pendulum-v1")
