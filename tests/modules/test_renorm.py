@@ -82,10 +82,12 @@ def test_during_the_warmup_it_is_batch_norm_and_the_running_statistics_move(step
 def test_after_the_warmup_r_and_d_are_clipped_and_carry_no_gradient():
     m, x = layer(warmup_steps=2, r_max=1.5, d_max=0.5), batch().requires_grad_(True)
     m.steps.fill_(2)
+    with torch.no_grad():  # feature 1's r inside the clip, the others' outside it
+        m.running_var.copy_(torch.tensor([[0.25, 1.0, 0.01]]))
     mu_run, var_run = m.running_mean.clone(), m.running_var.clone()
     with batch_statistics(m):
         y = m(x)
-    clipped = set()
+    clipped, r_free = set(), set()
     for f, col in enumerate(columns(x.detach())):
         mean, var, _ = stats(col)
         sigma_b = math.sqrt(var + m.eps)
@@ -94,12 +96,13 @@ def test_after_the_warmup_r_and_d_are_clipped_and_carry_no_gradient():
         r = min(max(r_raw, 1 / 1.5), 1.5)
         d = min(max(d_raw, -0.5), 0.5)
         clipped |= {f for raw, c in ((r_raw, r), (d_raw, d)) if raw != c}
+        r_free |= {f} if r_raw == r else set()
         for b, v in enumerate(col):
             want = ((v - mean) / sigma_b * r + d) * float(m.scale.detach()[0, f]) + float(
                 m.bias.detach()[0, f]
             )
             assert float(y.detach()[b, f]) == pytest.approx(want, rel=1e-5, abs=1e-5)
-    assert clipped, "the batch should hit a clip"
+    assert clipped and r_free, "the batch should hit a clip, and leave some r free"
     # The gradient of sum(y * g) treats r and d as constants: each feature is batch norm's
     # gradient scaled by r (d drops out), g the upstream gradient.
     g = torch.randn(B, F_, generator=torch.Generator().manual_seed(3))
