@@ -141,7 +141,7 @@ def normalize_dataset_observations(
         )
     flat = obs.reshape(-1, *obs.shape[2:]).double()
     mean, std = flat.mean(0), flat.std(0, unbiased=False)
-    norm = RunningObservationNorm(tuple(obs.shape[2:]), clip=None)
+    norm = RunningObservationNorm(tuple(obs.shape[2:]), clip=None).to(obs.device)
     norm.mean.copy_(mean)
     # normalize() divides by sqrt(var + epsilon): this var makes that sigma + eps exactly
     norm.var.copy_((std + eps).pow(2) - norm.epsilon)
