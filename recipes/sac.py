@@ -70,7 +70,7 @@ class Config:
 
 
 def main(cfg: Config) -> dict[str, float]:
-    """Train SAC or TQC; returns the final deterministic evaluation and the counters."""
+    """Train SAC, TQC or CrossQ; returns the final deterministic evaluation and the counters."""
     # the library loads here, after the command line: --help answers without it
     from tdrl.data import ReplayBuffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
@@ -82,13 +82,13 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 2. networks: a tanh-Gaussian actor and the critics in one batched ensemble (tqc: each with
     #    num_quantiles outputs; crossq: batch renorm before every linear layer of both)
-    tqc, renorm = cfg.algo == "tqc", {"warmup_steps": cfg.renorm_warmup}
-    renorm_or_none = renorm if cfg.algo == "crossq" else None
+    tqc = cfg.algo == "tqc"
+    renorm = {"warmup_steps": cfg.renorm_warmup} if cfg.algo == "crossq" else None
     actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes,
-                                batch_renorm=renorm_or_none, residual=cfg.residual)  # fmt: skip
+                                batch_renorm=renorm, residual=cfg.residual)  # fmt: skip
     critic = q_ensemble(
         env.observation_spec, env.action_spec, cfg.critic_hidden_sizes or cfg.ac.hidden_sizes,
-        cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm_or_none,
+        cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm,
         residual=cfg.residual,
     )  # fmt: skip
 
