@@ -15,8 +15,6 @@ advantages too) is another thing. Differences from Tianshou: a short default bud
 
 from __future__ import annotations
 
-import math
-
 from tdrl import trainers
 from tdrl.trainers.config import (
     AdvantageConfig,
@@ -50,7 +48,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     from tdrl.data import minibatches
     from tdrl.estimators import GAE
-    from tdrl.modules import RewardScaling, ValueTargetScaling
+    from tdrl.modules import ValueTargetScaling
     from tdrl.objectives import A2CLoss, total_loss
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
@@ -74,15 +72,11 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
     )
-    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
-    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
-    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
-             "scheduler": scheduler}  # fmt: skip
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
+    state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     if cfg.scale_value_targets:
         state["value_target_scaling"] = estimator
-    scaler = None
-    if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
-        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
@@ -97,20 +91,18 @@ def main(cfg: Config) -> dict[str, float]:
                 scaler(batch)
             with torch.no_grad():
                 estimator(batch)
-            outs = []
             with set_recurrent_mode(seq_len is not None):
                 for minibatch in minibatches(batch, None, in_keys=loss.in_keys, seq_len=seq_len):
                     out = loss(minibatch)
                     trainers.optimizer_step(
                         total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                     )
-                    outs.append(out.detach())
+                    run.record(out)  # logged as the batch's mean
                     run.updates += 1
-            metrics = torch.stack(outs).mean().to_dict()
-            metrics["lr"] = scheduler.get_last_lr()[0]
+            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
+            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

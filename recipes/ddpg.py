@@ -93,12 +93,12 @@ def main(cfg: Config) -> dict[str, float]:
     ) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
-            out = None
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 out = loss(buffer.sample(cfg.replay.batch_size))
                 trainers.optimizer_step(total_loss(out), optimizer)
                 target.step()
-            run.step(out)  # push weights to workers, log, evaluate, checkpoint when due
+                run.record(out)  # logged as the mean of the batch's steps
+            run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

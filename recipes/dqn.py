@@ -127,7 +127,6 @@ def main(cfg: Config) -> dict[str, float]:
                 buffer.beta = linear_schedule(
                     cfg.per.per_beta, 1.0, cfg.run.total_frames, collector.frames
                 )
-            metrics = None
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
                 out = loss(sample)
@@ -137,11 +136,8 @@ def main(cfg: Config) -> dict[str, float]:
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
                 target.step(update)  # counted from the run's steps: on time after a resume
-                metrics = {
-                    keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
-                    "epsilon": exploration.eps,
-                }  # fmt: skip
-            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
+                run.record({keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]})
+            run.step({"epsilon": exploration.eps})  # push weights, log, evaluate, checkpoint
         # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
         return run.report()
 

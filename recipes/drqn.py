@@ -91,18 +91,14 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
-            metrics = None
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 out = loss(buffer.sample_slices(cfg.replay.batch_size, cfg.slice_len))
                 trainers.optimizer_step(
                     out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
                 )
                 target.step(update)  # counted from the run's steps: on time after a resume
-                metrics = {
-                    keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE],
-                    "epsilon": exploration.eps,
-                }  # fmt: skip
-            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
+                run.record({keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]})
+            run.step({"epsilon": exploration.eps})  # push weights, log, evaluate, checkpoint
         # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
         return run.report()
 

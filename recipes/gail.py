@@ -17,8 +17,6 @@ results and the limits (the positive reward also pays for surviving).
 
 from __future__ import annotations
 
-import math
-
 from tdrl import keys, trainers
 from tdrl.trainers.config import (
     AdvantageConfig,
@@ -102,11 +100,9 @@ def main(cfg: Config) -> dict[str, float]:
     estimator.to(device)
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.onpolicy.lr, fused=True)
     disc_optimizer = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
-    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
-    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
-    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
-             "scheduler": scheduler, "discriminator": discriminator,
-             "disc_optimizer": disc_optimizer, "expert": expert}  # fmt: skip
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    state = nets.state(optimizer=optimizer, scheduler=scheduler, discriminator=discriminator,
+                       disc_optimizer=disc_optimizer, expert=expert)  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
@@ -125,7 +121,6 @@ def main(cfg: Config) -> dict[str, float]:
             # the policy learns from the discriminator's reward, not the env's
             reward = gail_reward(discriminator, obs, action)
             batch.set((keys.NEXT, keys.REWARD), reward)
-            outs = []
             for epochs in passes:
                 with torch.no_grad():
                     estimator(batch)
@@ -138,14 +133,14 @@ def main(cfg: Config) -> dict[str, float]:
                         trainers.optimizer_step(
                             total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                         )
-                        outs.append(out.detach())
+                        run.record(out)
                         run.updates += 1
-            metrics = torch.stack(outs).mean().to_dict()
-            metrics["disc_loss"] = disc_out[keys.LOSS].item()
-            metrics["disc_expert"] = float(disc_out[keys.DISCRIMINATOR_EXPERT])
-            metrics["disc_policy"] = float(disc_out[keys.DISCRIMINATOR_POLICY])
-            metrics["gail_reward"] = float(reward.mean())
-            metrics["lr"] = scheduler.get_last_lr()[0]
+            metrics = {
+                "disc_loss": disc_out[keys.LOSS], "gail_reward": reward.mean(),
+                "disc_expert": disc_out[keys.DISCRIMINATOR_EXPERT],
+                "disc_policy": disc_out[keys.DISCRIMINATOR_POLICY],
+                "lr": scheduler.get_last_lr()[0],
+            }  # fmt: skip
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step(metrics)  # push weights, log (the env's returns), evaluate, checkpoint

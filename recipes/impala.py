@@ -25,8 +25,6 @@ more slowly), eps 1e-5, observation normalization and 64x64 tanh MLPs.
 
 from __future__ import annotations
 
-import math
-
 from tdrl import keys, trainers
 from tdrl.trainers.config import (
     AdvantageConfig,
@@ -92,10 +90,8 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = torch.optim.RMSprop(
         loss.parameters(), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
     )
-    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
-    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
-    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
-             "scheduler": scheduler}  # fmt: skip
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    state = nets.state(optimizer=optimizer, scheduler=scheduler)
     seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
 
     # 4. the loop: the first finished rollout, its V-trace update, the new weights out
@@ -108,22 +104,19 @@ def main(cfg: Config) -> dict[str, float]:
                 log_mu = batch.get(keys.ACTION_LOG_PROB)
                 deviation = (log_pi - log_mu.reshape(log_pi.shape)).exp().sub(1).abs().mean()
                 estimator(batch)
-            outs = []
             with set_recurrent_mode(seq_len is not None):
                 for minibatch in minibatches(batch, None, in_keys=loss.in_keys, seq_len=seq_len):
                     out = loss(minibatch)
                     trainers.optimizer_step(
                         total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                     )
-                    outs.append(out.detach())
+                    run.record(out)
                     run.updates += 1
-            metrics = torch.stack(outs).mean().to_dict()
+            metrics = {"rho_deviation": float(deviation), "lr": scheduler.get_last_lr()[0]}
             if isinstance(collector, WorkerCollector):  # updates between acting and learning
                 acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
                 metrics["policy_lag"] = float(collector.version - acted)
                 metrics["dropped_batches"] = float(collector.dropped_batches)
-            metrics["rho_deviation"] = float(deviation)
-            metrics["lr"] = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due

@@ -170,7 +170,6 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, TITLES[cfg.algo], state, eval_env=eval_env, policy=policy, config=cfg
     ) as run:
         for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
-            out = None
             for _ in range(steps):
                 run.updates += 1
                 sample = buffer.sample(cfg.batch_size)
@@ -179,9 +178,10 @@ def main(cfg: Config) -> dict[str, float]:
                     trainers.optimizer_step(total_loss(out), optimizer)
                     if target is not None:
                         target.step()
+                    run.record(out)
                 else:  # TD3+BC's critic-only steps (its targets move with the actor)
                     trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
-            run.step(out)
+            run.step()
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -26,8 +26,6 @@ ICM (Pathak et al. 2017).
 
 from __future__ import annotations
 
-import math
-
 from tdrl import trainers
 from tdrl.trainers.config import (
     AdvantageConfig,
@@ -61,7 +59,6 @@ def main(cfg: Config) -> dict[str, float]:
 
     from tdrl.data import minibatches
     from tdrl.estimators import GAE
-    from tdrl.modules import RewardScaling
     from tdrl.objectives import ClipPPOLoss, total_loss
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
@@ -86,15 +83,11 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = torch.optim.Adam(
         dict.fromkeys(params), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True
     )
-    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
-    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
-    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
-             "scheduler": scheduler}  # fmt: skip
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
+    state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     if bonus is not None:
         state["bonus"], state["intrinsic_critic"] = bonus.module, bonus.critic_loss
-    scaler = None
-    if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
-        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
@@ -112,7 +105,6 @@ def main(cfg: Config) -> dict[str, float]:
                 scaler(batch)
             if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
                 bonus.module.intrinsic_reward(batch)
-            outs = []
             for epochs in passes:
                 with torch.no_grad():
                     estimator(batch)
@@ -129,13 +121,12 @@ def main(cfg: Config) -> dict[str, float]:
                         trainers.optimizer_step(
                             total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                         )
-                        outs.append(out.detach())
+                        run.record(out)  # logged as the batch's mean
                         run.updates += 1
-            metrics = torch.stack(outs).mean().to_dict()
-            metrics["lr"] = scheduler.get_last_lr()[0]
+            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
+            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -92,16 +92,16 @@ def main(cfg: Config) -> dict[str, float]:
     ) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
-            out = None
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
                 if update % cfg.actor_delay == 0:
                     out = loss(sample)
                     trainers.optimizer_step(total_loss(out), optimizer)
+                    run.record(out)
                 else:  # critic only: the actor's forward is skipped
                     trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
                 target.step()
-            run.step(out)  # log (critic-only batches: the last metrics), evaluate, checkpoint
+            run.step()  # log (critic-only batches: the last metrics), evaluate, checkpoint
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -14,7 +14,6 @@ are cut there (value 0; with --baseline, V bootstraps them).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from tdrl import trainers
@@ -54,7 +53,6 @@ def main(cfg: Config) -> dict[str, float]:
 
     from tdrl.data import minibatches
     from tdrl.estimators import TD1Estimator
-    from tdrl.modules import RewardScaling
     from tdrl.objectives import ReinforceLoss, total_loss
 
     cfg.net.refuse_memory("reinforce.py")  # feed-forward, state-independent log-std policies only
@@ -73,13 +71,9 @@ def main(cfg: Config) -> dict[str, float]:
     estimator = TD1Estimator(gamma=cfg.onpolicy.gamma, value_network=baseline or zero_value())
     estimator.to(device)
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.onpolicy.lr, fused=True)
-    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
-    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
-    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
-             "scheduler": scheduler}  # fmt: skip
-    scaler = None
-    if cfg.onpolicy.scale_rewards:  # the baseline learns scaled returns
-        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the baseline's returns too
+    state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
@@ -93,17 +87,15 @@ def main(cfg: Config) -> dict[str, float]:
                 scaler(batch)
             with torch.no_grad():
                 estimator(batch)
-            outs = []
             for minibatch in minibatches(batch, None, in_keys=loss.in_keys):
                 out = loss(minibatch)
                 trainers.optimizer_step(total_loss(out), optimizer)
-                outs.append(out.detach())
+                run.record(out)
                 run.updates += 1
-            metrics = torch.stack(outs).mean().to_dict()
-            metrics["lr"] = scheduler.get_last_lr()[0]
+            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
+            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

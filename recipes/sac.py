@@ -122,17 +122,17 @@ def main(cfg: Config) -> dict[str, float]:
     ) as run:  # fmt: skip
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
-            out = None
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
                 if update % cfg.policy_delay == 0:
                     out = loss(sample)
                     trainers.optimizer_step(total_loss(out), optimizer)
+                    run.record(out)  # logged as the mean of the batch's steps
                 else:
                     trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
                 if target is not None:
                     target.step()
-            run.step(out)  # push weights to workers, log, evaluate, checkpoint when due
+            run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -21,7 +21,6 @@ above) and a short default budget.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from tdrl import trainers
@@ -63,7 +62,6 @@ def main(cfg: Config) -> dict[str, float]:
 
     from tdrl.data import minibatches
     from tdrl.estimators import GAE
-    from tdrl.modules import RewardScaling
     from tdrl.objectives import NPGLoss, TRPOLoss, total_loss
 
     cfg.net.refuse_memory("trpo.py")  # feed-forward, state-independent log-std policies only
@@ -91,13 +89,9 @@ def main(cfg: Config) -> dict[str, float]:
     estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.lmbda, value_network=nets.critic)
     estimator.to(device)
     optimizer = torch.optim.Adam(nets.critic.parameters(), lr=cfg.onpolicy.lr, fused=True)
-    batches = math.ceil(cfg.run.total_frames / cfg.onpolicy.frames_per_batch)
-    scheduler = trainers.linear_decay(optimizer, batches, decay=cfg.onpolicy.lr_decay)
-    state = {"actor": nets.actor, "critic": nets.critic, "optimizer": optimizer,
-             "scheduler": scheduler}  # fmt: skip
-    scaler = None
-    if cfg.onpolicy.scale_rewards:  # the critic learns scaled returns
-        scaler = state["reward_scaler"] = RewardScaling(cfg.onpolicy.gamma).to(device)
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
+    state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
@@ -119,16 +113,14 @@ def main(cfg: Config) -> dict[str, float]:
             # drawing the first one checks the batch (a NaN or inf advantage or value target
             # is named) before the actor moves
             first = next(critic_batches)
-            metrics = loss.actor_step(flat).to_dict()
+            actor_metrics = loss.actor_step(flat)
             run.updates += 1
-            outs = []
             for minibatch in itertools.chain([first], critic_batches):
                 out = loss(minibatch)
                 trainers.optimizer_step(total_loss(out), optimizer)
-                outs.append(out.detach())
+                run.record(out)
                 run.updates += 1
-            metrics.update(torch.stack(outs).mean().to_dict())
-            metrics["lr"] = scheduler.get_last_lr()[0]
+            metrics = {**actor_metrics.to_dict(), "lr": scheduler.get_last_lr()[0]}
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tensordict.nn import TensorDictModuleBase
     from torchrl.data import Composite, TensorSpec
 
-    from tdrl.modules import RunningObservationNorm
+    from tdrl.modules import RewardScaling, RunningObservationNorm
 
 T = TypeVar("T")
 
@@ -564,6 +564,23 @@ class OnPolicyConfig:
     """divide rewards by the running std of the discounted return before the estimator, so the
     critic learns scaled returns (SB3's VecNormalize reward part, CleanRL's NormalizeReward)."""
 
+    def lr_schedule(
+        self, optimizer: torch.optim.Optimizer, total_frames: int
+    ) -> torch.optim.lr_scheduler.LambdaLR:
+        """The learning-rate schedule, stepped once per batch: linear to 0 over the run's
+        batches (``lr_decay``), else constant."""
+        from tdrl.trainers.optim import linear_decay
+
+        batches = math.ceil(total_frames / self.frames_per_batch)
+        return linear_decay(optimizer, batches, decay=self.lr_decay)
+
+    def reward_scaler(self, device: torch.device | str = "cpu") -> RewardScaling | None:
+        """``scale_rewards``: a :class:`~tdrl.modules.RewardScaling` at this discount, to run
+        on each batch before the estimator (and to checkpoint); else None."""
+        from tdrl.modules import RewardScaling
+
+        return RewardScaling(self.gamma).to(device) if self.scale_rewards else None
+
 
 class Networks(NamedTuple):
     """An on-policy recipe's networks (:meth:`NetworkConfig.build`)."""
@@ -572,6 +589,12 @@ class Networks(NamedTuple):
     critic: TensorDictModuleBase
     obs_norm: RunningObservationNorm | None
     acting: TensorDictModuleBase
+
+    def state(self, **objects: Any) -> dict[str, Any]:
+        """What a checkpoint holds: the actor, the critic and ``objects`` (optimizer, schedule,
+        scalers; None left out), by name."""
+        named = {"actor": self.actor, "critic": self.critic, **objects}
+        return {name: obj for name, obj in named.items() if obj is not None}
 
     def update_obs_norm(self, batch: TensorDictBase) -> None:
         """Fold ``batch``'s observations into the running statistics (after the update, which

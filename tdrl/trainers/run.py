@@ -545,6 +545,20 @@ def _scalars(metrics: Any) -> dict[str, Any]:
     }
 
 
+def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each key's mean over the rows that have it (tensors stay on their device)."""
+    if len(rows) == 1:
+        return dict(rows[0])
+    mean: dict[str, Any] = {}
+    for key in dict.fromkeys(k for row in rows for k in row):
+        values = [row[key] for row in rows if key in row]
+        if all(isinstance(v, torch.Tensor) for v in values):
+            mean[key] = torch.stack([v.reshape(()) for v in values]).float().mean()
+        else:
+            mean[key] = sum(float(v) for v in values) / len(values)
+    return mean
+
+
 @contextmanager
 def exporting(folder: str | os.PathLike, *, onnx: bool = True) -> Iterator[dict[str, Any]]:
     """Within this block a :class:`Run` exports instead of training: :meth:`Run.resume` loads
@@ -672,6 +686,7 @@ class Run:
         }
         self.last_eval: dict[str, float] = {}
         self.metrics: dict[str, Any] = {}
+        self._recorded: list[dict[str, Any]] = []  # this batch's gradient steps (record())
         self.frames = 0
         # worker restarts the buffer has been told of (Run.resume cuts the streams)
         self.restarts_seen = 0
@@ -768,17 +783,28 @@ class Run:
         self.frames = int(folder.name.split(".")[0])
         self.done = True
 
+    def record(self, metrics: Any) -> None:
+        """Keep one gradient step's metrics (a mapping or a loss output; entries of more than one
+        element, a per-sample ``"td_error"``, are left out): the next :meth:`step` logs their
+        mean over the steps recorded since the step before."""
+        self._recorded.append(_scalars(metrics))
+
     def step(self, metrics: Any = None) -> bool:
         """After a batch's updates: push the new weights to the collector's workers (its
-        ``update_policy_weights_``, where it has one), log a ``train`` row when due
-        (``metrics``: the last update's, a mapping or a loss output; None keeps the previous
-        ones), evaluate when due (and after the last batch), checkpoint when due; returns whether
-        the run is done."""
+        ``update_policy_weights_``, where it has one), log a ``train`` row when due, evaluate
+        when due (and after the last batch), checkpoint when due; returns whether the run is
+        done. The row holds the latest value of every metric: the mean of those :meth:`record`
+        kept in this batch, then ``metrics`` (a mapping or a loss output), over the earlier
+        ones (a batch without a gradient step keeps them)."""
         assert self.collector is not None, "iterate over run.resume(collector) first"
         push = getattr(self.collector, "update_policy_weights_", None)
         if push is not None:
             push()
-        self.done = self.end_batch(self.collector, metrics)
+        new = _mean_rows(self._recorded) if self._recorded else {}
+        self._recorded = []
+        if metrics is not None:
+            new.update(_scalars(metrics))
+        self.done = self.end_batch(self.collector, {**self.metrics, **new} if new else None)
         return self.done
 
     def gradient_steps(self, learning_starts: int, utd_ratio: float) -> Iterator[int]:

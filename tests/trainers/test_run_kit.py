@@ -97,6 +97,33 @@ def test_a_run_saves_its_config_and_a_used_folder_is_refused_naming_the_way_out(
             next(fresh.resume(collector))
 
 
+def test_a_train_row_holds_the_mean_of_the_recorded_steps_and_keeps_earlier_metrics(tmp_path):
+    import torch
+
+    from tdrl.trainers import read_csv
+
+    quiet = LogConfig(progress=False, tensorboard=False, curve=False)
+    cfg = configure(Config, log_dir=str(tmp_path), log=quiet, total_frames=32)
+    run, collector = _run(cfg)
+    steps = [
+        [{"loss": torch.tensor(1.0), "q": 2.0}, {"loss": torch.tensor(3.0), "q": 4.0}],
+        [],  # no gradient step in this batch: the row keeps the last values
+        [{"loss": torch.tensor(5.0), "td_error": torch.ones(4)}],  # per-sample entries left out
+        [{"loss": torch.tensor([7.0])}],
+    ]
+    with run:
+        for batch, recorded in zip(run.resume(collector), steps, strict=True):
+            for metrics in recorded:
+                run.record(metrics)
+            run.step({"epsilon": 0.5, "loss": 9.0} if batch.numel() and not recorded else None)
+        result = run.report()
+    rows = read_csv(tmp_path / "train.csv")
+    assert [(row["loss"], row["q"]) for row in rows] == [(2.0, 3.0), (9.0, 3.0), (5.0, 3.0),
+                                                         (7.0, 3.0)]  # fmt: skip
+    assert rows[1]["epsilon"] == rows[3]["epsilon"] == 0.5 and "td_error" not in rows[2]
+    assert result["loss"] == 7.0 and result["q"] == 3.0
+
+
 def test_on_the_command_line_a_refused_folder_is_one_line_not_a_traceback(capsys):
     error = RunFolderError("the run folder 'x' holds a previous run (eval.csv): pass --log-dir")
     _one_line_errors(RunFolderError, error, None)
