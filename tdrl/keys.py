@@ -122,6 +122,12 @@ LOSS_INTRINSIC_VALUE = "loss_intrinsic_value"
 # ICM's forward and inverse models.
 LOSS_ICM_FORWARD = "loss_icm_forward"
 LOSS_ICM_INVERSE = "loss_icm_inverse"
+# PPG's auxiliary phase: the policy network's value head, its distillation loss, the behavioural
+# cloning term KL(pi_old || pi) (weighted) and the mean KL itself (a diagnostic).
+AUX_VALUE = "aux_value"
+LOSS_AUX_VALUE = "loss_aux_value"
+LOSS_CLONE = "loss_clone"
+KL = "kl"
 # GAIL (TorchRL's GAILLoss names): the policy's pairs beside the expert's, the discriminator's
 # logit, and diagnostics (the gradient penalty, the mean D on each side).
 COLLECTOR_OBSERVATION = "collector_observation"

@@ -53,6 +53,7 @@ __all__ = [
     "NormalizedInput",
     "action_bounds",
     "actor_critic",
+    "aux_value_head",
     "deterministic_actor",
     "flat_dims",
     "is_frames",
@@ -175,6 +176,45 @@ def actor_critic(
         torch_default_init_(actor)
         torch_default_init_(critic)
     return actor, critic, obs_norm
+
+
+def aux_value_head(
+    actor: TensorDictModuleBase, *, out_key: NestedKey = keys.AUX_VALUE
+) -> ValueCritic:
+    """A value head on a policy's own hidden layers: PPG's auxiliary value (Cobbe et al. 2020,
+    arXiv 2009.04416), trained in its auxiliary phase so that the policy's features learn what
+    the value needs.
+
+    The head is the actor's network without its output layer, shared (the same modules and
+    parameters, observation normalization included), then a new linear layer to ``[*B, 1]``
+    (orthogonal init, gain 1) written under ``out_key``. The actor's ``net`` must be a
+    feed-forward ``nn.Sequential`` ending in a linear layer, as :func:`actor_critic` builds it
+    (recurrent and gSDE actors are refused, named).
+
+    Shapes:
+        reads the actor's observation ``[*B, obs]``; writes ``[*B, 1]``.
+    """
+    body, width = _without_output_layer(getattr(actor, "net", None), type(actor).__name__)
+    head = nn.Linear(width, 1)
+    nn.init.orthogonal_(head.weight, VALUE_GAIN)
+    nn.init.zeros_(head.bias)
+    return ValueCritic(nn.Sequential(body, head), in_key=actor.in_keys[0], out_key=out_key)
+
+
+def _without_output_layer(net: nn.Module | None, owner: str) -> tuple[nn.Module, int]:
+    """``net`` without its last linear layer (sharing the other modules), and that layer's input
+    width."""
+    if isinstance(net, nn.Sequential) and len(net):
+        last = net[-1]
+        if isinstance(last, nn.Linear):
+            return net[:-1], last.in_features
+        if isinstance(last, nn.Sequential):
+            inner, width = _without_output_layer(last, owner)
+            return nn.Sequential(*list(net)[:-1], inner), width
+    raise ValueError(
+        f"aux_value_head: {owner} has no feed-forward network ending in a linear layer (its "
+        f"'net' is {type(net).__name__}); recurrent and gSDE actors have no such head"
+    )
 
 
 def _feed_forward_actor(

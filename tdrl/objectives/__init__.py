@@ -24,6 +24,7 @@ from tdrl.objectives.icm import ICMLoss
 from tdrl.objectives.iql import IQLLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
+from tdrl.objectives.ppg import PPGAuxLoss
 from tdrl.objectives.ppo import ClipPPOLoss
 from tdrl.objectives.redq import REDQLoss
 from tdrl.objectives.reinforce import ReinforceLoss
@@ -68,6 +69,7 @@ __all__ = [
     "IQNLoss",
     "ModuleEnsemble",
     "NPGLoss",
+    "PPGAuxLoss",
     "QRDQNLoss",
     "REDQLoss",
     "RNDLoss",

@@ -41,7 +41,8 @@ _POSITIVE = {
     "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
     "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size", "critic_minibatch_size",
-    "frame_stack", "steps", "num_critics", "num_quantiles",
+    "frame_stack", "steps", "num_critics", "num_quantiles", "policy_iterations", "aux_epochs",
+    "aux_minibatch_size",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
@@ -73,7 +74,9 @@ def _check_field(name: str, value: object) -> None:
     if name == "max_grad_norm" and not value > 0:  # False for NaN
         # < 0 would flip every gradient, 0 zero them, NaN make them NaN; inf: no clipping
         raise ValueError(f"{flag} must be > 0 (inf: no clipping), got {value}")
-    if name.endswith("_coeff") and not (math.isfinite(value) and value >= 0):
+    if (name.endswith("_coeff") or name == "beta_clone") and not (
+        math.isfinite(value) and value >= 0
+    ):
         raise ValueError(f"{flag} (a loss weight) must be finite and >= 0, got {value}")
     if name == "adam_beta1" and not 0.0 <= value < 1.0:
         raise ValueError(f"{flag} must lie in [0, 1), got {value}")
@@ -580,6 +583,20 @@ class OnPolicyConfig:
         from tdrl.modules import RewardScaling
 
         return RewardScaling(self.gamma).to(device) if self.scale_rewards else None
+
+
+@configclass
+class PPGConfig:
+    """PPG's phases (Cobbe et al. 2020; CleanRL's ``ppg_procgen.py`` settings)."""
+
+    policy_iterations: int = 32
+    """N_pi: rollouts of the policy phase (PPO) between two auxiliary phases."""
+    aux_epochs: int = 6
+    """E_aux: passes over the stored states in an auxiliary phase."""
+    aux_minibatch_size: int = 256
+    """states per auxiliary gradient step."""
+    beta_clone: float = 1.0
+    """weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary phase."""
 
 
 class Networks(NamedTuple):

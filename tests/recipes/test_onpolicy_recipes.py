@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes import a2c, impala, ppo, reinforce, trpo
+from recipes import a2c, impala, ppg, ppo, reinforce, trpo
 from tdrl.trainers import configure, latest_checkpoint, read_csv
 from tdrl.trainers.config import flat_dict
 
@@ -23,6 +23,8 @@ RECIPES |= {"impala": impala}
 # IMPALA with an LSTM actor and critic: the collector stores both states, the update trains on
 # whole sequences.
 RECIPES |= {"impala_lstm": impala}
+# PPG: PPO's policy phase and, every policy_iterations rollouts, the auxiliary phase.
+RECIPES |= {"ppg": ppg}
 
 # Small enough for seconds, large enough for episode ends, resets and several batches.
 TINY = dict(
@@ -51,6 +53,7 @@ TINY_EXTRA = {
         sde_sample_freq=4,
     ),
     "impala": dict(collector="local"),
+    "ppg": dict(minibatch_size=32, policy_iterations=2, aux_minibatch_size=64),
     "impala_lstm": dict(collector="local", recurrent="lstm", seq_len=8, recurrent_critic=True),
 }
 
@@ -107,6 +110,7 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("trpo", "Pendulum-v1"),
         ("a2c", "Hopper-v5"),
         ("impala", "Hopper-v5"),
+        ("ppg", "Hopper-v5"),  # the stored rollouts of the auxiliary phase are checkpointed
         ("ppo_lstm", "CartPoleNoVel-v1"),  # the LSTM state is in the checkpoint
         ("ppo_lstm", "HopperNoVel-v5"),
         ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too

@@ -1,0 +1,126 @@
+"""Phasic policy gradient (Cobbe et al. 2020, arXiv 2009.04416) on a MuJoCo task, or any gymnasium
+task.
+
+A policy phase of PPO with separate policy and value networks, and every --policy-iterations
+rollouts an auxiliary phase over those rollouts' states: a value head on the policy network's
+hidden layers learns the value targets under a behavioural-cloning KL to the policy as the phase
+began (--beta-clone), and the value network trains further. The phases are CleanRL's
+ppg_procgen.py (N_pi 32, one policy and one value epoch per rollout, 6 auxiliary epochs, beta_clone
+1); the rest is recipes/ppo.py's defaults (Tianshou's MuJoCo PPO: 8 envs x 256 steps, minibatch
+64, Adam 3e-4 decayed linearly, GAE 0.95, clip 0.2, critic coefficient 0.25, gradient norm 0.5,
+64x64 tanh MLPs, observation normalization, rewards scaled by the return's running std).
+
+    python recipes/ppg.py                                   # Hopper-v5, short budget
+    python recipes/ppg.py --env-id CartPole-v1 --frames-per-batch 256 --policy-iterations 8 \
+        --no-normalize-observations --no-scale-rewards
+"""
+
+from __future__ import annotations
+
+from tdrl import trainers
+from tdrl.trainers.config import (
+    AdvantageConfig,
+    NetworkConfig,
+    OnPolicyConfig,
+    PPGConfig,
+    PPOConfig,
+    RunConfig,
+    WorkersConfig,
+)
+
+
+@trainers.configclass
+class Config:
+    run: RunConfig = RunConfig()
+    workers: WorkersConfig = WorkersConfig()
+    onpolicy: OnPolicyConfig = OnPolicyConfig(normalize_advantage=False, scale_rewards=True)
+    net: NetworkConfig = NetworkConfig()
+    adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
+    ppo: PPOConfig = PPOConfig(epochs=1)  # the policy phase: E_pi = E_V = 1
+    ppg: PPGConfig = PPGConfig()
+
+
+def main(cfg: Config) -> dict[str, float]:
+    """Train PPG as configured; returns the last evaluation and the last update's metrics."""
+    # the library loads here, after the command line: --help answers without it
+    import torch
+
+    from tdrl.data import ReplayBuffer, minibatches
+    from tdrl.estimators import GAE
+    from tdrl.modules import aux_value_head
+    from tdrl.objectives import ClipPPOLoss, PPGAuxLoss, total_loss
+
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env
+    env, eval_env = trainers.make_envs(cfg.run)
+    device = cfg.run.torch_device
+
+    # 2. networks: policy and value networks, the policy's own value head on its hidden layers
+    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="ppg.py", memory=False)
+    aux_value = aux_value_head(nets.actor)
+
+    # 3. the policy phase's loss (PPO's) and estimator, the auxiliary phase's loss and the store
+    #    of the last N_pi rollouts' states and value targets; one Adam for every part
+    loss = ClipPPOLoss(
+        nets.actor, nets.critic, clip_epsilon=cfg.ppo.clip_epsilon,
+        entropy_coeff=cfg.adv.entropy_coeff, critic_coeff=cfg.adv.critic_coeff,
+        normalize_advantage=cfg.onpolicy.normalize_advantage,
+    ).to(device)  # fmt: skip
+    estimator = GAE(gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic)
+    estimator.to(device)
+    aux_loss = PPGAuxLoss(nets.actor, aux_value, nets.critic, beta_clone=cfg.ppg.beta_clone)
+    aux_loss.to(device)
+    stored = ReplayBuffer(  # a ring of exactly N_pi rollouts, checkpointed with the run
+        cfg.ppg.policy_iterations * cfg.onpolicy.frames_per_batch, num_streams=cfg.run.num_envs,
+        generator=cfg.run.seed, device=device,
+    )  # fmt: skip
+    params = dict.fromkeys([*loss.parameters(), *aux_loss.parameters()])
+    optimizer = torch.optim.Adam(params, lr=cfg.onpolicy.lr, fused=True)
+    scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
+    scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
+    state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler,
+                       aux_value=aux_value)  # fmt: skip
+    collector = trainers.make_collector(
+        cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
+    )
+
+    # 4. the loop: collect a rollout, its advantages, the policy phase's minibatch epochs; every
+    #    N_pi-th rollout the auxiliary phase over the stored ones
+    with trainers.Run.from_config(
+        cfg.run, "PPG", state, eval_env=eval_env, policy=nets.actor, buffer=stored, config=cfg
+    ) as run:
+        for batch in run.resume(collector):
+            if scaler is not None:
+                scaler(batch)
+            with torch.no_grad():
+                estimator(batch)
+            for minibatch in minibatches(
+                batch, cfg.ppo.minibatch_size, epochs=cfg.ppo.epochs, in_keys=loss.in_keys
+            ):
+                out = loss(minibatch)
+                trainers.optimizer_step(
+                    total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
+                )
+                run.record(out)
+                run.updates += 1
+            stored.extend(batch.select(*aux_loss.in_keys))  # states and value targets
+            if collector.frames // cfg.onpolicy.frames_per_batch % cfg.ppg.policy_iterations == 0:
+                data = aux_loss.snapshot(stored.storage.reshape(-1).clone())  # pi_old
+                for minibatch in minibatches(
+                    data, cfg.ppg.aux_minibatch_size, epochs=cfg.ppg.aux_epochs
+                ):
+                    out = aux_loss(minibatch)
+                    trainers.optimizer_step(
+                        total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
+                    )
+                    run.record({f"aux_{key}": value for key, value in out.items()})
+                    run.updates += 1
+            lr = scheduler.get_last_lr()[0]
+            scheduler.step()
+            nets.update_obs_norm(batch)  # after the updates, which saw the collection's stats
+            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
+        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        return run.report()
+
+
+if __name__ == "__main__":
+    main(trainers.parse(Config, description=__doc__))
