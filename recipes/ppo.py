@@ -103,6 +103,10 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
+            if cfg.ppo.clip_decay:  # the clip range follows the learning rate's schedule
+                loss.clip_epsilon = (
+                    cfg.ppo.clip_epsilon * scheduler.get_last_lr()[0] / cfg.onpolicy.lr
+                )
             if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
                 bonus.module.intrinsic_reward(batch)
             for epochs in passes:

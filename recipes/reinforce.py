@@ -33,17 +33,19 @@ class Config:
     """subtract a learned state value from the return (and train it)."""
 
 
-def zero_value() -> TensorDictModule:
-    """V = 0 everywhere: the estimator then returns plain discounted returns."""
+def zero_value(observation_dims: int) -> TensorDictModule:
+    """V = 0 everywhere (float, ``[*B, 1]`` for observations of ``observation_dims`` dims: 1 for
+    vectors, 3 for frames): the estimator then returns plain discounted returns."""
+    import torch
     from tensordict.nn import TensorDictModule
 
     from tdrl.keys import OBSERVATION, STATE_VALUE
 
-    return TensorDictModule(
-        lambda observation: observation.new_zeros(*observation.shape[:-1], 1),
-        in_keys=[OBSERVATION],
-        out_keys=[STATE_VALUE],
-    )
+    def zeros(observation: torch.Tensor) -> torch.Tensor:
+        batch = observation.shape[: observation.dim() - observation_dims]
+        return torch.zeros(*batch, 1, device=observation.device)
+
+    return TensorDictModule(zeros, in_keys=[OBSERVATION], out_keys=[STATE_VALUE])
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -53,6 +55,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     from tdrl.data import minibatches
     from tdrl.estimators import TD1Estimator
+    from tdrl.keys import OBSERVATION
     from tdrl.objectives import ReinforceLoss, total_loss
 
     cfg.net.refuse_memory("reinforce.py")  # feed-forward, state-independent log-std policies only
@@ -68,7 +71,10 @@ def main(cfg: Config) -> dict[str, float]:
     loss = ReinforceLoss(
         nets.actor, baseline, normalize_advantage=cfg.onpolicy.normalize_advantage
     ).to(device)
-    estimator = TD1Estimator(gamma=cfg.onpolicy.gamma, value_network=baseline or zero_value())
+    spec = env.observation_spec
+    obs_dims = len(spec[OBSERVATION].shape) - len(spec.shape)  # vectors 1, frames 3
+    value = baseline or zero_value(obs_dims)
+    estimator = TD1Estimator(gamma=cfg.onpolicy.gamma, value_network=value)
     estimator.to(device)
     optimizer = torch.optim.Adam(loss.parameters(), lr=cfg.onpolicy.lr, fused=True)
     scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)

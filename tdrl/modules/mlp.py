@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
+import torch
 from torch import nn
 
 # Gains of the CleanRL / Tianshou MuJoCo PPO setup (after "The 37 Implementation Details of PPO",
@@ -15,9 +17,16 @@ POLICY_GAIN = 0.01
 VALUE_GAIN = 1.0
 
 
-def orthogonal_init_(layer: nn.Linear, gain: float) -> nn.Linear:
+Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)
+
+
+def orthogonal_init_(layer: Layer, gain: float) -> Layer:
     """Orthogonal weights with ``gain`` and zero bias, in place (Saxe et al. 2013, 1312.6120)."""
-    nn.init.orthogonal_(layer.weight, gain=gain)
+    if layer.weight.is_contiguous():
+        nn.init.orthogonal_(layer.weight, gain=gain)
+    else:  # a channels-last convolution's weight: drawn contiguous, then copied in
+        with torch.no_grad():
+            layer.weight.copy_(nn.init.orthogonal_(torch.empty(layer.weight.shape), gain=gain))
     if layer.bias is not None:
         nn.init.zeros_(layer.bias)
     return layer

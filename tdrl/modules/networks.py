@@ -38,7 +38,7 @@ from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import to_noisy
 from tdrl.modules.ensembles import EnsembleCritic, EnsembleMLP
-from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp
+from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
 from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.qvalue import q_mlp
 from tdrl.modules.recurrent import GRUModule, LSTMModule, RecurrentActor
@@ -136,13 +136,28 @@ def actor_critic(
     Gaussian policy's mean and scale in the env's units (SB3's unsquashed PPO policies: the env
     clips the actions) instead of rescaling ``[-1, 1]`` to the env's bounds.
 
+    On uint8 frames ``[C, H, W]`` (MinAtar, Atari: :func:`is_frames`) both heads sit on one
+    shared CNN (:func:`pixel_network`: MinAtar's or the Nature CNN with its hidden layer; CleanRL's
+    ``ppo_atari.py`` and SB3's ``CnnPolicy``), orthogonally initialised with gain sqrt(2), and the
+    frames are scaled inside the CNN, not normalized (``normalize_observations`` does not apply;
+    ``hidden_sizes`` and ``activation`` neither). Recurrent and gSDE policies on frames are
+    refused.
+
     Returns:
         ``(actor, critic, obs_norm)``; ``obs_norm`` is ``None`` without normalization.
 
     Shapes:
-        observation ``[*B, obs_dim]`` (one flat ``"observation"`` entry; the specs may carry
-        leading batch dims, e.g. ``[num_envs]``).
+        observation ``[*B, obs_dim]`` (one flat ``"observation"`` entry) or uint8 frames
+        ``[*B, C, H, W]``; the specs may carry leading batch dims, e.g. ``[num_envs]``.
     """
+    cnn = pixel_network(observation_spec)
+    if cnn is not None:
+        if recurrent is not None or sde_sample_freq:
+            what = f"recurrent={recurrent!r}" if recurrent is not None else "sde_sample_freq"
+            raise ValueError(f"actor_critic: {what} on frames is not supported (a CNN policy)")
+        return _pixel_actor_critic(
+            observation_spec, action_spec, cnn(None), init_log_std, ortho_init, rescale_actions
+        )
     obs_dim, _ = flat_dims(observation_spec, action_spec)
     obs_norm = RunningObservationNorm(obs_dim) if normalize_observations else None
 
@@ -215,6 +230,39 @@ def _without_output_layer(net: nn.Module | None, owner: str) -> tuple[nn.Module,
         f"aux_value_head: {owner} has no feed-forward network ending in a linear layer (its "
         f"'net' is {type(net).__name__}); recurrent and gSDE actors have no such head"
     )
+
+
+def _pixel_actor_critic(
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    encoder: nn.Module,
+    init_log_std: float,
+    ortho_init: bool,
+    rescale_actions: bool,
+) -> tuple[TensorDictModuleBase, TensorDictModuleBase, None]:
+    """A policy and a value head on one shared CNN ``encoder`` (its hidden features)."""
+    width = int(encoder.hidden)  # type: ignore[arg-type]
+    if ortho_init:
+        for layer in encoder.modules():
+            if isinstance(layer, nn.Conv2d):
+                orthogonal_init_(layer, HIDDEN_GAIN)
+            elif isinstance(layer, nn.Linear):
+                orthogonal_init_(layer, HIDDEN_GAIN)
+
+    def trunk(out_features: int, gain: float) -> nn.Module:
+        return nn.Sequential(encoder, orthogonal_init_(nn.Linear(width, out_features), gain))
+
+    def no_sde() -> tuple[nn.Module, int]:
+        raise AssertionError("gSDE is refused on frames")
+
+    actor = _feed_forward_actor(
+        observation_spec, action_spec, trunk, init_log_std, 0, rescale_actions, no_sde
+    )
+    critic = ValueCritic(trunk(1, VALUE_GAIN))
+    if not ortho_init:
+        torch_default_init_(actor)
+        torch_default_init_(critic)
+    return actor, critic, None
 
 
 def _feed_forward_actor(
@@ -470,10 +518,11 @@ def q_ensemble(
     if residual:
         if dropout or layer_norm:
             raise ValueError("q_ensemble: residual blocks take no dropout or extra LayerNorm")
-        return EnsembleCritic(
-            ResidualMLP(obs_dim + action_dim, num_outputs, hidden_sizes,
-                        num_members=num_members, batch_renorm=batch_renorm)  # fmt: skip
-        )
+        body = ResidualMLP(
+            obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members,
+            batch_renorm=batch_renorm,
+        )  # fmt: skip
+        return EnsembleCritic(body)
     net = EnsembleMLP(
         obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members,
         dropout=dropout, layer_norm=layer_norm, batch_renorm=batch_renorm,

@@ -19,7 +19,6 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch.distributions import Distribution, kl_divergence
-from torch.nn.utils import parameters_to_vector
 
 from tdrl.keyed import require
 from tdrl.keys import ENTROPY, LOSS_CRITIC
@@ -208,7 +207,8 @@ class NaturalPolicyGradient(OnPolicyLoss):
             )
         # Largest step along the direction whose quadratic KL model equals max_kl.
         full_step = direction * torch.sqrt(2.0 * self.max_kl / curvature)
-        old_params = parameters_to_vector(params).detach()
+        # reshape, not torch's parameters_to_vector (a view): a CNN's channels-last weights
+        old_params = torch.cat([p.detach().reshape(-1) for p in params])
         fractions = [self.backtrack_ratio**i for i in range(self.max_backtracks)]
         with torch.no_grad():
             for fraction in fractions if self.line_search else [1.0]:

@@ -851,6 +851,9 @@ class PPOConfig:
     """samples per gradient step."""
     clip_epsilon: float = 0.2
     """ratio clip range."""
+    clip_decay: bool = False
+    """decay the clip range with the learning rate's schedule (rl-baselines3-zoo's Atari PPO:
+    lin_0.1)."""
     recompute_advantage: bool = False
     """re-run the estimator with the current critic before every epoch (Tianshou's
     ``recompute_advantage``, on in its MuJoCo PPO); off: once per rollout (SB3, CleanRL)."""

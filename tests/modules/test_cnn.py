@@ -128,3 +128,39 @@ def test_cnns_are_the_net_of_the_discrete_actors():
     # A float observation reaches the CNN's check through the actor unchanged.
     with pytest.raises(TypeError, match="uint8"):
         QValueActor(NatureCNN(4, 6))(obs.apply(lambda x: x.float()))
+
+
+def test_actor_critic_on_frames_shares_one_orthogonally_initialised_cnn():
+    """MinAtar frames: a categorical actor and a value head on one MinAtarCNN (CleanRL's
+    ppo_atari and SB3's CnnPolicy share it), gains sqrt(2) inside, 0.01 and 1 at the heads."""
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import actor_critic
+
+    with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
+        actor, critic, obs_norm = actor_critic(env.observation_spec, env.action_spec)
+        obs = env.reset()
+    assert obs_norm is None and isinstance(actor, CategoricalActor)
+    encoder = actor.net[0]
+    assert isinstance(encoder, MinAtarCNN) and critic.net[0] is encoder
+    conv = encoder.features[1]
+    w = conv.weight.detach().reshape(conv.out_channels, -1)
+    # orthogonal rows of norm sqrt(2) (16 rows of 36 inputs)
+    torch.testing.assert_close(w @ w.T, 2.0 * torch.eye(16), atol=1e-4, rtol=0)
+    for head, gain in ((actor.net[1], 0.01), (critic.net[1], 1.0)):
+        w = head.weight.detach()
+        torch.testing.assert_close(w @ w.T, gain**2 * torch.eye(w.shape[0]), atol=1e-5, rtol=0)
+    out = critic(actor(obs.clone()))
+    assert out["logits"].shape == (2, 3) and out["state_value"].shape == (2, 1)
+    loss = out["logits"].sum() + out["state_value"].sum()
+    loss.backward()
+    assert conv.weight.grad is not None  # both heads train the shared CNN
+
+
+@pytest.mark.parametrize("option", [{"recurrent": "lstm"}, {"sde_sample_freq": 4}])
+def test_actor_critic_refuses_memory_on_frames(option):
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import actor_critic
+
+    with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
+        with pytest.raises(ValueError, match="on frames is not supported"):
+            actor_critic(env.observation_spec, env.action_spec, **option)

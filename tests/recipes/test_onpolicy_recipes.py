@@ -23,6 +23,8 @@ RECIPES |= {"impala": impala}
 # IMPALA with an LSTM actor and critic: the collector stores both states, the update trains on
 # whole sequences.
 RECIPES |= {"impala_lstm": impala}
+# PPO with the zoo's Atari clip schedule.
+RECIPES |= {"ppo_clip_decay": ppo}
 # PPG: PPO's policy phase and, every policy_iterations rollouts, the auxiliary phase.
 RECIPES |= {"ppg": ppg}
 
@@ -53,6 +55,7 @@ TINY_EXTRA = {
         sde_sample_freq=4,
     ),
     "impala": dict(collector="local"),
+    "ppo_clip_decay": dict(epochs=2, minibatch_size=32, clip_decay=True, clip_epsilon=0.1),
     "ppg": dict(minibatch_size=32, policy_iterations=2, aux_minibatch_size=64),
     "impala_lstm": dict(collector="local", recurrent="lstm", seq_len=8, recurrent_critic=True),
 }
@@ -90,6 +93,17 @@ def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path, device: str) -
     assert (latest_checkpoint(tmp_path) / "checkpoint.pt").is_file()
 
 
+@pytest.mark.parametrize("name", ["ppo", "ppg", "a2c", "trpo", "reinforce", "impala"])
+def test_on_policy_recipes_learn_from_frames_through_a_cnn(name: str, tmp_path: Path) -> None:
+    """MinAtar's uint8 frames: actor_critic puts both heads on one MinAtarCNN (no observation
+    normalization: the frames are scaled inside); a resume is reproducible, not exact, there
+    (MinAtar's game state is not readable: tdrl.envs.state)."""
+    cfg = tiny(name, tmp_path, env_id="MinAtar/Breakout-v1", normalize_observations=True)
+    result = RECIPES[name].main(cfg)
+    assert result["frames"] == cfg.run.total_frames
+    assert torch.isfinite(torch.tensor(list(result.values()))).all(), result
+
+
 def test_curve_off_writes_no_png(tmp_path: Path) -> None:
     result = ppo.main(tiny("ppo", tmp_path, curve=False, env_id="CartPole-v1"))
     assert result["frames"] == TINY["total_frames"]
@@ -111,6 +125,7 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("a2c", "Hopper-v5"),
         ("impala", "Hopper-v5"),
         ("ppg", "Hopper-v5"),  # the stored rollouts of the auxiliary phase are checkpointed
+        ("ppo_clip_decay", "Hopper-v5"),  # the clip follows the (checkpointed) lr schedule
         ("ppo_lstm", "CartPoleNoVel-v1"),  # the LSTM state is in the checkpoint
         ("ppo_lstm", "HopperNoVel-v5"),
         ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too
