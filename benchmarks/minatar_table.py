@@ -1,4 +1,4 @@
-"""The MinAtar benchmark table: DQN and Rainbow on pixels, tdrl beside SB3's DQN.
+"""The MinAtar benchmark table: DQN, Rainbow, PPO and PPG on pixels, tdrl beside SB3's DQN and PPO.
 
 The cells, their JSON lines (``docs/benchmarks/minatar_table.jsonl``: one fsynced line per
 finished cell, done cells skipped), ``--jobs``, the subprocess per cell with one thread, the
@@ -29,6 +29,11 @@ exploration_fraction = 100k / budget), whose features extractor is tdrl's ``MinA
 128 hidden features) and net_arch [] (SB3's output layer), so both Q networks have the same layers,
 parameters and PyTorch default init, on the same env id (``MinAtar/<Game>-v1``, uint8 frames C x 10
 x 10, registered by ``tdrl.envs``).
+
+PPO (both libraries) runs rl-baselines3-zoo's Atari settings (``PPO_ZOO``) without the frame
+stack, SB3's ``PPO("CnnPolicy")`` with tdrl's MinAtarCNN body as its shared features extractor
+and ``net_arch=[]``, so both have the same layers and parameter count, orthogonally initialised;
+PPG (tdrl only) the same with the paper's phases (``PPG``).
 
 Evaluation, the same for both (mujoco_table's): 10 greedy episodes on 5 separate envs reset with
 seed + 10,000 every 25k env steps and at the end. Budget: 500k env steps.
@@ -70,25 +75,55 @@ RAINBOW = (
     ("algo", "c51"), ("noisy", True), ("dueling", True), ("prioritized", True), ("n_steps", 3),
     ("double_dqn", True),
 )  # fmt: skip
+# rl-baselines3-zoo's Atari PPO (hyperparams/ppo.yml, "atari": 8 envs x 128 steps, 4 epochs of
+# minibatch 256, lr 2.5e-4 and clip 0.1 both decayed linearly, vf_coef 0.5, ent_coef 0.01, SB3's
+# defaults for the rest) without its frame stack (MinAtar's channels carry the motion), as fields
+# of recipes/ppo.py's Config.
+PPO_ZOO = (
+    ("num_envs", 8), ("frames_per_batch", 1024), ("epochs", 4), ("minibatch_size", 256),
+    ("lr", 2.5e-4), ("lr_decay", True), ("clip_epsilon", 0.1), ("clip_decay", True),
+    ("critic_coeff", 0.5), ("entropy_coeff", 0.01), ("gamma", 0.99), ("lmbda", 0.95),
+    ("max_grad_norm", 0.5), ("normalize_advantage", True), ("scale_rewards", False),
+    ("adam_eps", 1e-5),
+)  # fmt: skip
+# PPG: the same, with the paper's phases (Cobbe et al. 2020; CleanRL's ppg_procgen.py): one policy
+# epoch per rollout, an auxiliary phase of 6 epochs every 32 rollouts, beta_clone 1.
+PPG = (
+    *((name, value) for name, value in PPO_ZOO if name != "epochs"), ("epochs", 1),
+    ("policy_iterations", 32), ("aux_epochs", 6), ("beta_clone", 1.0),
+)  # fmt: skip
 ALGOS = {
     "dqn": mt.Algo("dqn", (*PUBLISHED, *TABLE_RUN, ("double_dqn", False)), STEPS, "DQN"),
     "rainbow": mt.Algo("rainbow", (*PUBLISHED, *TABLE_RUN, *RAINBOW), STEPS, None),
+    "ppo": mt.Algo("ppo", (*PPO_ZOO, *TABLE_RUN), STEPS, "PPO"),
+    "ppg": mt.Algo("ppg", (*PPG, *TABLE_RUN), STEPS, None),
 }
 PACKAGES = ("gymnasium", "minatar")
 
 
 def sb3_cell_settings(cell: mt.Cell) -> dict[str, Any] | None:
-    """SB3 DQN's arguments for one cell: :func:`sb3_settings` and the epsilon decay over
+    """SB3's arguments for one cell: :func:`sb3_settings` and, for DQN, the epsilon decay over
     ``EPS_FRAMES`` env steps as a fraction of the cell's budget."""
     kwargs = sb3_settings(cell.algorithm, cell.task)
-    if kwargs is not None:
+    if kwargs is not None and cell.algorithm == "dqn":
         kwargs["exploration_fraction"] = EPS_FRAMES / cell.steps  # epsilon's decay in env steps
     return kwargs
 
 
 def sb3_settings(algorithm: str, task: str) -> dict[str, Any] | None:
     """SB3 DQN's arguments with the published values (exploration_fraction, which depends on the
-    budget, is added per cell); None for Rainbow."""
+    budget, is added per cell), SB3 PPO's with the zoo's Atari ones (``learning_rate`` and
+    ``clip_range`` decay linearly from these); None for Rainbow and PPG."""
+    if algorithm == "ppo":
+        ppo = dict(PPO_ZOO)
+        return {
+            "n_envs": ppo["num_envs"], "n_steps": ppo["frames_per_batch"] // ppo["num_envs"],
+            "n_epochs": ppo["epochs"], "batch_size": ppo["minibatch_size"],
+            "learning_rate": ppo["lr"], "clip_range": ppo["clip_epsilon"],
+            "vf_coef": ppo["critic_coeff"], "ent_coef": ppo["entropy_coeff"],
+            "gamma": ppo["gamma"], "gae_lambda": ppo["lmbda"],
+            "max_grad_norm": ppo["max_grad_norm"], "normalize_advantage": True,
+        }  # fmt: skip
     if algorithm != "dqn":
         return None
     tdrl = dict(PUBLISHED)
@@ -107,10 +142,9 @@ def sb3_settings(algorithm: str, task: str) -> dict[str, Any] | None:
     }
 
 
-def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
-    """SB3's DQN with tdrl's MinAtarCNN as its Q network, evaluated like the recipe."""
+def minatar_features() -> type:
+    """SB3's features extractor of tdrl's MinAtarCNN up to its 128-unit ReLU layer."""
     import torch
-    from stable_baselines3 import DQN
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     import tdrl.envs  # noqa: F401  # registers MinAtar/<Game>-v1: uint8 [C, 10, 10] frames
@@ -122,12 +156,53 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
         def __init__(self, observation_space: Any) -> None:
             super().__init__(observation_space, features_dim=HIDDEN)
             channels, height, width = observation_space.shape
-            self.body = MinAtarCNN(channels, None, hidden=HIDDEN, frame_size=(height, width))
+            body = MinAtarCNN(channels, None, hidden=HIDDEN, frame_size=(height, width))
+            # contiguous weights: SB3's orthogonal init (PPO) views them, which channels-last
+            # convolution weights refuse
+            self.body = body.to(memory_format=torch.contiguous_format)
 
         def forward(self, observations: torch.Tensor) -> torch.Tensor:
             # SB3 hands floats (normalize_images=False: still MinAtar's 0/1, exact in uint8)
             return self.body(observations.to(torch.uint8))
 
+    return MinAtarFeatures
+
+
+def run_sb3_ppo(cell: mt.Cell) -> dict[str, Any]:
+    """SB3's PPO with the zoo's Atari settings, tdrl's MinAtarCNN as its shared features
+    extractor and net_arch [] (one linear layer per head, as tdrl's actor_critic on frames)."""
+    from stable_baselines3 import PPO
+
+    kwargs = sb3_cell_settings(cell)
+    assert kwargs is not None
+    start = time.perf_counter()
+    envs = mt.sb3_envs(cell, kwargs["n_envs"])
+    lr, clip = kwargs["learning_rate"], kwargs["clip_range"]
+    arguments = {k: v for k, v in kwargs.items() if k != "n_envs"}
+    arguments |= {"learning_rate": lambda p: p * lr, "clip_range": lambda p: p * clip}
+    policy_kwargs = dict(features_extractor_class=minatar_features(), net_arch=[],
+                         normalize_images=False)  # fmt: skip
+    model = PPO("CnnPolicy", envs[0], seed=cell.seed, device="cpu", verbose=0,
+                policy_kwargs=policy_kwargs, **arguments)  # fmt: skip
+    settings = {
+        "class": "stable_baselines3.PPO",
+        "source": "rl-baselines3-zoo hyperparams/ppo.yml atari (lin_2.5e-4, lin_0.1), no frame "
+        "stack",
+        "hyperparameters": kwargs,
+        "policy": "CnnPolicy: tdrl.modules.MinAtarCNN(C, None) features (shared), net_arch []",
+        "policy_parameters": sum(p.numel() for p in model.policy.parameters()),
+    }
+    return mt.train_sb3(cell, model, envs, start, settings, PACKAGES)
+
+
+def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
+    """SB3's DQN with tdrl's MinAtarCNN as its Q network (PPO: :func:`run_sb3_ppo`), evaluated
+    like the recipe."""
+    from stable_baselines3 import DQN
+
+    if cell.algorithm == "ppo":
+        return run_sb3_ppo(cell)
+    MinAtarFeatures = minatar_features()
     kwargs = sb3_cell_settings(cell)
     if kwargs is None:
         raise ValueError(f"SB3 has no {cell.algorithm}")
@@ -161,7 +236,12 @@ epsilon 1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random step
 step), the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor
 is tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q) and `recipes/rainbow.py`
 (Rainbow: `--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no
-Rainbow there).
+Rainbow there). PPO, both libraries: rl-baselines3-zoo's Atari PPO without the frame stack (8 envs
+x 128 steps, 4 epochs of minibatch 256, lr 2.5e-4 and clip 0.1 decayed linearly, vf_coef 0.5,
+ent_coef 0.01, Adam eps 1e-5, advantages normalized), the MinAtarCNN under both heads (SB3's
+shared features extractor, net_arch []); tdrl: `recipes/ppo.py`. PPG (tdrl, `recipes/ppg.py`):
+PPO's settings with the paper's phases (one policy epoch per rollout, 6 auxiliary epochs every 32
+rollouts, beta_clone 1). Greedy evaluation for every row.
 Evaluation, both libraries: 10 greedy episodes on a separate env every 25k env steps and at the
 end; one torch thread per run.
 

@@ -38,6 +38,8 @@ class Config:
     adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
     ppo: PPOConfig = PPOConfig(epochs=1)  # the policy phase: E_pi = E_V = 1
     ppg: PPGConfig = PPGConfig()
+    adam_eps: float = 1e-8
+    """Adam's epsilon (PyTorch's default; SB3's and CleanRL's: 1e-5)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -74,7 +76,7 @@ def main(cfg: Config) -> dict[str, float]:
         generator=cfg.run.seed, device=device,
     )  # fmt: skip
     params = dict.fromkeys([*loss.parameters(), *aux_loss.parameters()])
-    optimizer = torch.optim.Adam(params, lr=cfg.onpolicy.lr, fused=True)
+    optimizer = torch.optim.Adam(params, lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True)
     scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
     scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
     state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler,

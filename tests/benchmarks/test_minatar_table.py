@@ -24,11 +24,12 @@ mt = mn.mt  # mujoco_table: the machinery
 BREAKOUT = "MinAtar/Breakout-v1"
 
 
-def test_the_cells_are_two_games_three_seeds_and_three_runs(capsys: pytest.CaptureFixture) -> None:
+def test_the_cells_are_two_games_three_seeds_and_six_runs(capsys: pytest.CaptureFixture) -> None:
     cells = mt.build_cells(mn.MINATAR, list(mn.ALGOS), mn.TASKS, [0, 1, 2])
-    assert len(cells) == 18
+    assert len(cells) == 36
     runs = {(c.library, c.algorithm) for c in cells}
-    assert runs == {("tdrl", "dqn"), ("SB3", "dqn"), ("tdrl", "rainbow")}
+    assert runs == {("tdrl", "dqn"), ("SB3", "dqn"), ("tdrl", "rainbow"), ("tdrl", "ppo"),
+                    ("SB3", "ppo"), ("tdrl", "ppg")}  # fmt: skip
     assert {(c.steps, c.eval_every, c.eval_episodes) for c in cells} == {(500_000, 25_000, 10)}
     assert f"rainbow {BREAKOUT}: no SB3 class, tdrl only" in capsys.readouterr().out
     assert mn.MINATAR.table == ROOT / "docs" / "benchmarks" / "minatar_table.jsonl"
@@ -60,6 +61,28 @@ def test_both_libraries_get_the_published_settings() -> None:
         "exploration_final_eps": 0.1, "max_grad_norm": cfg["max_grad_norm"],
     }  # fmt: skip
     assert mn.sb3_settings("rainbow", BREAKOUT) is None
+
+
+def test_ppo_runs_the_zoos_atari_settings_in_both_libraries_and_ppg_adds_its_phases() -> None:
+    from recipes import ppg, ppo
+    from tdrl.trainers import configure
+    from tdrl.trainers.config import flat_dict
+
+    cfg = flat_dict(configure(ppo.Config, **dict(mn.ALGOS["ppo"].preset)))
+    sb3 = mn.sb3_settings("ppo", BREAKOUT)
+    assert sb3 == {
+        "n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": 2.5e-4,
+        "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01, "gamma": 0.99, "gae_lambda": 0.95,
+        "max_grad_norm": 0.5, "normalize_advantage": True,
+    }  # fmt: skip
+    assert cfg["num_envs"] * sb3["n_steps"] == cfg["frames_per_batch"] == 1024
+    assert (cfg["clip_decay"], cfg["lr_decay"], cfg["scale_rewards"]) == (True, True, False)
+    assert (cfg["adam_eps"], cfg["normalize_advantage"]) == (1e-5, True)  # SB3's
+    assert mn.sb3_cell_settings(mt.Cell("SB3", "ppo", BREAKOUT, 0, 300, 150, 10)) == sb3
+    ppg_cfg = flat_dict(configure(ppg.Config, **dict(mn.ALGOS["ppg"].preset)))
+    assert (ppg_cfg["epochs"], ppg_cfg["policy_iterations"], ppg_cfg["aux_epochs"]) == (1, 32, 6)
+    for name in ("lr", "clip_epsilon", "entropy_coeff", "critic_coeff", "minibatch_size"):
+        assert ppg_cfg[name] == cfg[name], name
 
 
 def tiny(library: str) -> Any:
