@@ -14,6 +14,10 @@ Importing ``tdrl.envs`` registers, when the ``pixels`` extra is installed:
   ``AtariPreprocessing``: up to 30 no-op actions at reset, 4 frames per step with the max over
   the last two, 84x84 grayscale; FIRE after each reset in games that wait for it. Frames
   ``[1, 84, 84]`` uint8.
+- ``"tdrl/MiniGrid-<Task>"`` for every ``"MiniGrid-<Task>"`` of minigrid (Chevalier-Boisvert et al.
+  2023, arXiv 2306.13831; the ``minigrid`` extra): the agent's 7x7 partial view as ``[3, 7, 7]``
+  uint8 (object, colour and state indices, bounded by 10, 5 and 2), the mission text dropped
+  (minigrid's ``ImgObsWrapper``): sparse-reward gridworlds for the exploration bonuses.
 
 Options are make kwargs, e.g. ``make_vec_env("tdrl/Breakout-v5", 8, frame_stack=4,
 terminal_on_life_loss=True)``:
@@ -274,9 +278,48 @@ def make_atari(
     return FrameStack(env, frame_stack) if frame_stack > 1 else env
 
 
+class MiniGridView(gym.ObservationWrapper):
+    """minigrid's ``[7, 7, 3]`` view of object, colour and state indices (declared 0..255) as
+    ``[3, 7, 7]`` uint8 bounded by the largest index of each (10, 5, 2), so a CNN scales it
+    into [0, 1] (:func:`tdrl.modules.pixel_network` divides by the bound)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or space.shape[-1:] != (3,):
+            raise ValueError(f"MiniGridView needs minigrid's [H, W, 3] image, got {space}")
+        from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+
+        bounds = [max(OBJECT_TO_IDX.values()), max(COLOR_TO_IDX.values()),
+                  max(STATE_TO_IDX.values())]  # fmt: skip
+        height, width = space.shape[:2]
+        high = np.broadcast_to(np.array(bounds, np.uint8)[:, None, None], (3, height, width))
+        self.observation_space = gym.spaces.Box(
+            np.zeros_like(high), high.copy(), high.shape, np.uint8
+        )
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.uint8)
+
+
+def make_minigrid(env_id: str, **kwargs: Any) -> gym.Env:
+    """A minigrid task (``"MiniGrid-DoorKey-8x8-v0"``) with its 7x7 view as ``[3, 7, 7]``
+    uint8 (:class:`MiniGridView`), the mission text dropped; ``kwargs`` to ``gymnasium.make``
+    (``max_steps``, ``render_mode``)."""
+    try:
+        import minigrid  # noqa: F401  # registers the MiniGrid-* ids
+        from minigrid.wrappers import ImgObsWrapper
+    except ImportError as err:
+        raise ImportError(
+            "minigrid envs need the minigrid package: python -m pip install -c constraints.txt "
+            '-e ".[minigrid]"'
+        ) from err
+    return MiniGridView(ImgObsWrapper(gym.make(env_id, **kwargs)))
+
+
 def register_pixel_tasks() -> None:
-    """Register the MinAtar ids, and the ``tdrl/<Game>-v5`` Atari ids when ale-py is installed
-    (idempotent)."""
+    """Register the MinAtar ids, the ``tdrl/<Game>-v5`` Atari ids when ale-py is installed, and
+    the ``tdrl/MiniGrid-*`` ids when minigrid is (idempotent)."""
     for module, name in MINATAR_GAMES.items():
         for version, minimal in (("v0", False), ("v1", True)):
             _register(
@@ -284,6 +327,11 @@ def register_pixel_tasks() -> None:
                 make_minatar,
                 {"game": module, "minimal_action_set": minimal},
             )
+    if importlib.util.find_spec("minigrid") is not None:
+        import minigrid  # noqa: F401  # registers the MiniGrid-* ids
+
+        for env_id in [i for i in gym.registry if i.startswith("MiniGrid-")]:
+            _register(f"{ATARI_NAMESPACE}/{env_id}", make_minigrid, {"env_id": env_id})
     if importlib.util.find_spec("ale_py") is None:
         return
     import ale_py

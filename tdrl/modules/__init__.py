@@ -8,7 +8,7 @@ from tdrl.modules.actors import (
     TanhGaussianActor,
 )
 from tdrl.modules.bcq import BCQVAE, BCQPerturbation, bcq_perturbation, bcq_vae
-from tdrl.modules.cnn import MinAtarCNN, NatureCNN, PixelInput
+from tdrl.modules.cnn import FlatFrames, MinAtarCNN, NatureCNN, PixelInput
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import (
@@ -80,6 +80,7 @@ __all__ = [
     "EnsembleLinear",
     "EnsembleMLP",
     "EpsilonGreedy",
+    "FlatFrames",
     "GSDEActor",
     "GaussianActor",
     "IndependentBernoulli",

@@ -17,7 +17,7 @@ from torch import nn
 
 from tdrl.modules.qvalue import Dueling
 
-__all__ = ["MinAtarCNN", "NatureCNN", "PixelInput"]
+__all__ = ["FlatFrames", "MinAtarCNN", "NatureCNN", "PixelInput"]
 
 
 class PixelInput(nn.Module):
@@ -52,6 +52,21 @@ class PixelInput(nn.Module):
         # Channels-last activations: oneDNN's CPU convolutions run them about a fifth faster.
         frames = observation.reshape(-1, c, h, w).contiguous(memory_format=torch.channels_last)
         return frames.float() * self.scale
+
+
+class FlatFrames(nn.Module):
+    """uint8 frames ``[*B, C, H, W]`` as floats ``[*B, C * H * W]`` times ``scale``: the input of
+    an MLP on small frames (an exploration bonus's networks on MiniGrid's 7x7 view)."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        if frames.dim() < 3:
+            shape = tuple(frames.shape)
+            raise ValueError(f"FlatFrames: expected frames [*B, C, H, W], got shape {shape}")
+        return frames.flatten(-3).to(torch.get_default_dtype()) * self.scale
 
 
 class _PixelNet(nn.Module):

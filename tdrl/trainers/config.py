@@ -782,22 +782,31 @@ class IntrinsicConfig:
 
         from tdrl import keys
         from tdrl.estimators import GAE
-        from tdrl.modules import NormalizedInput, ValueCritic, mlp
+        from tdrl.modules import FlatFrames, NormalizedInput, ValueCritic, mlp
+        from tdrl.modules.networks import is_frames
         from tdrl.objectives import ICMLoss, IntrinsicValueLoss, RNDLoss
 
         leaf = observation_spec[keys.OBSERVATION]
         shape = tuple(leaf.shape[len(observation_spec.shape) :])
-        if len(shape) != 1:
-            raise ValueError(f"--intrinsic-coeff: the bonus takes flat observations, got {shape}")
+        frames = is_frames(observation_spec)
+        if len(shape) != 1 and not frames:
+            raise ValueError(
+                f"--intrinsic-coeff: the bonus takes flat observations or uint8 frames, got {shape}"
+            )
         if not isinstance(nets.critic, ValueCritic):
             raise ValueError("--intrinsic-coeff: the bonus takes a feed-forward critic")
         *hidden, features = self.bonus_hidden_sizes
+        width = math.prod(shape)  # frames: their MLPs read them flattened (small views)
 
         def net(n_in: int, n_out: int, widths: Any = hidden) -> nn.Module:
             return mlp(n_in, n_out, widths, activation=nn.ReLU, output_gain=1.0)
 
+        def observation_net() -> nn.Module:  # RND's: on observations normalized by RNDLoss
+            body = net(width, features)
+            return nn.Sequential(nn.Flatten(-3), body) if frames else body
+
         if self.intrinsic == "rnd":
-            module: Any = RNDLoss(net(shape[0], features), net(shape[0], features), shape,
+            module: Any = RNDLoss(observation_net(), observation_net(), shape,
                                   gamma=self.intrinsic_gamma,
                                   update_proportion=self.rnd_update_proportion)  # fmt: skip
         else:
@@ -808,7 +817,11 @@ class IntrinsicConfig:
                 kind = type(action_spec).__name__
                 raise ValueError(f"--intrinsic icm takes Discrete or Box actions, got {kind}")
             actions = int(action_spec.space.n) if discrete else int(action_spec.shape[-1])
-            module = ICMLoss(net(shape[0], features), net(features + actions, features),
+            scale = 1.0 / max(float(leaf.space.high.max()), 1.0)
+            feature_net = net(width, features)
+            if frames:  # ICM's features read raw observations: the frames scaled, flattened
+                feature_net = nn.Sequential(FlatFrames(scale), feature_net)
+            module = ICMLoss(feature_net, net(features + actions, features),
                              net(2 * features, actions), num_actions=actions, discrete=discrete,
                              beta=self.icm_beta, gamma=self.intrinsic_gamma)  # fmt: skip
         # the extrinsic critic as built (before any update): its architecture and init, with
