@@ -11,6 +11,10 @@ advantages too) is another thing. Differences from Tianshou: a short default bud
 
     python recipes/a2c.py                                   # Hopper-v5, short budget
     python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3
+    python recipes/a2c.py --env-id MountainCar-v0 --intrinsic-coeff 1 --intrinsic icm
+
+The last adds ICM's exploration bonus (Pathak et al. 2017, whose agent is A3C); --intrinsic rnd
+is RND's (ppo.py's docstring has its CleanRL coefficients).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from tdrl import trainers
 from tdrl.trainers.config import (
     AdvantageConfig,
+    IntrinsicConfig,
     NetworkConfig,
     OnPolicyConfig,
     RunConfig,
@@ -34,6 +39,7 @@ class Config:
     )
     net: NetworkConfig = NetworkConfig()
     adv: AdvantageConfig = AdvantageConfig(entropy_coeff=0.01)
+    explore: IntrinsicConfig = IntrinsicConfig()
     scale_value_targets: bool = True
     """the critic learns its value targets divided by the running std of the returns, the
     advantages staying in reward units (Tianshou's return_scaling; ValueTargetScaling)."""
@@ -69,18 +75,25 @@ def main(cfg: Config) -> dict[str, float]:
     if cfg.scale_value_targets:
         estimator = ValueTargetScaling(estimator)  # its statistics go in the checkpoints
     estimator.to(device)
+    # --intrinsic-coeff: RND's or ICM's reward, critic and non-episodic estimator (or None)
+    bonus = cfg.explore.build(env.observation_spec, env.action_spec, nets, lmbda=cfg.adv.lmbda,
+                              critic_coeff=cfg.adv.critic_coeff, device=device)  # fmt: skip
+    params = [*loss.parameters(), *(p for part in bonus or () for p in part.parameters())]
     optimizer = torch.optim.RMSprop(
-        loss.parameters(), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
+        dict.fromkeys(params), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
     )
     scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
     scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
     state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     if cfg.scale_value_targets:
         state["value_target_scaling"] = estimator
+    if bonus is not None:
+        state["bonus"], state["intrinsic_critic"] = bonus.module, bonus.critic_loss
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
     seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
+    in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
     # 4. the loop: collect a rollout, estimate advantages on it, one full-batch step
     with trainers.Run.from_config(
@@ -89,11 +102,17 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
+            if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
+                bonus.module.intrinsic_reward(batch)
             with torch.no_grad():
                 estimator(batch)
+                if bonus is not None:  # the intrinsic advantage, mixed into "advantage"
+                    bonus.mix(batch, cfg.explore.extrinsic_coeff, cfg.explore.intrinsic_coeff)
             with set_recurrent_mode(seq_len is not None):
-                for minibatch in minibatches(batch, None, in_keys=loss.in_keys, seq_len=seq_len):
+                for minibatch in minibatches(batch, None, in_keys=in_keys, seq_len=seq_len):
                     out = loss(minibatch)
+                    if bonus is not None:  # the bonus's model losses, the intrinsic critic's
+                        out.update(bonus.losses(minibatch))
                     trainers.optimizer_step(
                         total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                     )

@@ -310,6 +310,24 @@ def test_ppo_with_icm_runs_on_discrete_and_continuous_actions(env_id: str, tmp_p
     assert {"loss_icm_forward", "loss_icm_inverse", "loss_intrinsic_value"} <= set(rows[-1])
 
 
+def test_a2c_with_icm_trains_its_models_and_resumes_exactly(tmp_path: Path) -> None:
+    """A2C takes the bonuses as PPO does (ICM's paper trains A3C): the models' losses are logged,
+    the forward model's error falls, and a resumed run equals a straight one."""
+    icm = dict(env_id="CartPole-v1", total_frames=640, intrinsic_coeff=1.0, intrinsic="icm")
+    straight = tiny("a2c", tmp_path / "straight", **icm)
+    a2c.main(straight)
+    rows = read_csv(tmp_path / "straight" / "train.csv")
+    assert {"loss_icm_forward", "loss_icm_inverse", "loss_intrinsic_value"} <= set(rows[-1])
+    assert rows[-1]["loss_icm_forward"] < rows[0]["loss_icm_forward"]
+    first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
+    a2c.main(first)
+    torch.manual_seed(12345)
+    a2c.main(configure(first, stop_after_frames=0, resume=True))
+    assert _losses(tmp_path / "resumed" / "train.csv") == _losses(
+        tmp_path / "straight" / "train.csv"
+    )
+
+
 def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tmp_path: Path):
     """--scale-value-targets (ValueTargetScaling): the critic regresses on scaled targets, the
     statistics go in the checkpoint, and a resumed run equals a straight one."""
