@@ -55,16 +55,18 @@ def recipe_config(module: Any, saved: dict[str, Any], run: Path) -> Any:
     return trainers.configure(module.Config, **{**values, **quiet, "log_dir": str(run)})
 
 
-def main(cfg: Config) -> Path:
-    """Export; returns the folder of the files."""
+def trained_run(folder: str) -> tuple[Any, Any, Path]:
+    """The recipe module that wrote the run ``folder``, its config with the run's settings
+    (:func:`recipe_config`), and the newest checkpoint: what rebuilds the trained policy
+    (``with exporting(...): module.main(config)``)."""
     import importlib
 
-    from tdrl.trainers.run import RUN_FILE, exporting
+    from tdrl.trainers.run import RUN_FILE
 
-    run = Path(cfg.run)
-    checkpoint = trainers.latest_checkpoint(run) if cfg.run else None
+    run = Path(folder)
+    checkpoint = trainers.latest_checkpoint(run) if folder else None
     if checkpoint is None:
-        raise FileNotFoundError(f"--run {cfg.run!r} is not a run folder with a checkpoint")
+        raise FileNotFoundError(f"--run {folder!r} is not a run folder with a checkpoint")
     if not (checkpoint / RUN_FILE).is_file():
         raise FileNotFoundError(
             f"checkpoint {str(checkpoint)!r} has no {RUN_FILE} (written before tdrl recorded "
@@ -79,10 +81,19 @@ def main(cfg: Config) -> Path:
     if str(Path(__file__).parent) not in sys.path:
         sys.path.insert(0, str(Path(__file__).parent))
     module = importlib.import_module(recipe)
-    out = Path(cfg.out) if cfg.out else run / "export"
+    return module, recipe_config(module, written["config"], run), checkpoint
+
+
+def main(cfg: Config) -> Path:
+    """Export; returns the folder of the files."""
+    from tdrl.trainers.run import exporting
+
+    module, config, checkpoint = trained_run(cfg.run)
+    out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export"
     with exporting(out, onnx=cfg.onnx) as exported:
-        module.main(recipe_config(module, written["config"], run))
+        module.main(config)
     files = exported["files"]  # checked against the policy as they were written
+    recipe = module.__name__.rsplit(".", 1)[-1]
     print(f"{recipe} policy of {str(checkpoint)!r} exported to {out}: " + ", ".join(
         p.name for p in (files.program, files.onnx, files.meta) if p is not None))  # fmt: skip
     return out

@@ -9,7 +9,7 @@ results and the limits (the positive reward also pays for surviving).
 
     python recipes/ppo.py --env-id Hopper-v5 --total-frames 1000000 --stop-at-return 3300 \
         --log-dir runs/expert-hopper                                      # the expert
-    python recipes/make_dataset.py --kind policy --algo ppo --run runs/expert-hopper \
+    python recipes/make_dataset.py --kind policy --run runs/expert-hopper \
         --deterministic --steps 20000 --num-envs 4 --dataset-id tdrl/hopper-expert-v0
     python recipes/gail.py --dataset tdrl/hopper-expert-v0 --expert-episodes 10 \
         --total-frames 1000000

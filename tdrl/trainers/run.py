@@ -560,18 +560,21 @@ def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @contextmanager
-def exporting(folder: str | os.PathLike, *, onnx: bool = True) -> Iterator[dict[str, Any]]:
+def exporting(
+    folder: str | os.PathLike | None, *, onnx: bool = True
+) -> Iterator[dict[str, Any]]:
     """Within this block a :class:`Run` exports instead of training: :meth:`Run.resume` loads
     the modules of its run folder's newest checkpoint, writes the evaluation policy with
-    :func:`tdrl.export.export_policy` into ``folder`` and yields no batch; :meth:`Run.report`
-    only closes. Nothing in the run folder changes (no lock, no logs). So a recipe's own
-    ``main`` rebuilds its networks for ``recipes/export.py``. The yielded dict gets the
-    :class:`tdrl.export.ExportedFiles` under ``"files"`` and the checkpoint under
-    ``"checkpoint"``."""
+    :func:`tdrl.export.export_policy` into ``folder`` (None: writes nothing) and yields no
+    batch; :meth:`Run.report` only closes. Nothing in the run folder changes (no lock, no logs).
+    So a recipe's own ``main`` rebuilds its trained policy for ``recipes/export.py`` and
+    ``recipes/make_dataset.py``. The yielded dict gets the policy (its checkpoint's weights)
+    under ``"policy"``, the checkpoint under ``"checkpoint"`` and, with a folder, the
+    :class:`tdrl.export.ExportedFiles` under ``"files"``."""
     global _export
     if _export is not None:
         raise RuntimeError("exporting(...) blocks do not nest")
-    _export = {"folder": Path(folder), "onnx": onnx}
+    _export = {"folder": None if folder is None else Path(folder), "onnx": onnx}
     try:
         yield _export
     finally:
@@ -776,10 +779,11 @@ class Run:
         modules = {k: v for k, v in self.state.items() if isinstance(v, torch.nn.Module)}
         load_checkpoint(folder / CHECKPOINT, restore_rng=False, **modules)
         extra = {"recipe": self.recipe, "title": self.title, "checkpoint": str(folder)}
-        export["files"] = export_policy(
-            self.policy, self.eval_env, export["folder"], onnx=export["onnx"], extra=extra
-        )
-        export["checkpoint"] = folder
+        if export["folder"] is not None:
+            export["files"] = export_policy(
+                self.policy, self.eval_env, export["folder"], onnx=export["onnx"], extra=extra
+            )
+        export["checkpoint"], export["policy"] = folder, self.policy
         self.frames = int(folder.name.split(".")[0])
         self.done = True
 

@@ -520,7 +520,7 @@ def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeyp
     make = importlib.import_module("make_dataset")
     sac, cfg = config("sac", tmp_path, env_id="Hopper-v5", total_frames=300, checkpoint_every=300)
     sac.main(cfg)  # a (tiny) agent whose checkpoint holds the actor and the replay buffer
-    common = dict(env_id="Hopper-v5", steps=64, num_envs=2, hidden_sizes=cfg.ac.hidden_sizes)
+    common = dict(env_id="Hopper-v5", steps=64, num_envs=2)
     ids = [
         make.main(make.Config(kind="random", **common, ref_min_score=-20.0, ref_max_score=3000.0)),
         make.main(make.Config(kind="policy", run=cfg.run.log_dir, **common)),
@@ -533,7 +533,7 @@ def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeyp
     assert minari.get_normalized_score(random, 1490.0) == pytest.approx(0.5)  # (1490+20)/3020
     with pytest.raises(FileNotFoundError, match="needs --run"):
         make.main(make.Config(kind="policy", run=str(tmp_path / "nothing"), **common))
-    # the run's config.json gives the task and the actor's widths (16, not the default 256 256)
+    # the recipe rebuilds the run's actor from its settings (16 wide, not the default 256 256)
     capsys.readouterr()
     own = make.Config(
         kind="policy", run=cfg.run.log_dir, steps=64, num_envs=2, dataset_id="tdrl/own-v0"
