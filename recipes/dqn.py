@@ -13,6 +13,9 @@ trains in bursts); double Q on. docs/algorithms/dqn.md has the sources and the r
     python recipes/dqn.py --env-id MinAtar/Breakout-v1     # uint8 frames: a CNN Q network
     python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --buffer-size 1000000    # Atari: 7.1 GB of frames when full
+    python recipes/dqn.py --env-id MountainCar-v0 --intrinsic-coeff 1 --intrinsic icm
+
+The last adds ICM's curiosity (Pathak et al. 2017) to the stored rewards; --intrinsic rnd: RND's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 from tdrl import keys, trainers
 from tdrl.trainers.config import (
     Q_LEARNING_RUN,
+    IntrinsicConfig,
     PERConfig,
     PixelConfig,
     QLearningConfig,
@@ -51,6 +55,7 @@ class Config:
     """select the bootstrap action with the online network."""
     per: PERConfig = PERConfig()
     pixels: PixelConfig = PixelConfig()
+    explore: IntrinsicConfig = IntrinsicConfig()
 
 
 def q_network_and_loss(
@@ -78,7 +83,7 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
     from tdrl.envs import RewardClipping
     from tdrl.modules import EpsilonGreedy, linear_schedule
-    from tdrl.objectives import HardUpdate, update_priority
+    from tdrl.objectives import HardUpdate, total_loss, update_priority
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     both, train = cfg.pixels.env_kwargs()  # frame stacks; Atari's life loss (training only)
@@ -100,7 +105,9 @@ def main(cfg: Config) -> dict[str, float]:
     target = HardUpdate(loss, value_network_update_interval=cfg.q.target_update_interval)
     loss.to(device)
     policy.to(device)
-    optimizer = trainers.adam((qnet.parameters(), cfg.q.lr))
+    bonus = cfg.explore.model(env.observation_spec, env.action_spec, device)  # or None
+    bonus_group = [] if bonus is None else [(bonus.parameters(), cfg.q.lr)]
+    optimizer = trainers.adam((qnet.parameters(), cfg.q.lr), *bonus_group)
     buffer = make_replay_buffer(
         cfg.replay.buffer_size, prioritized=cfg.per.prioritized, alpha=cfg.per.per_alpha,
         beta=cfg.per.per_beta, n_steps=cfg.per.n_steps, gamma=cfg.q.gamma,
@@ -115,12 +122,16 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: store each batch, step the schedules, then the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "policy": policy}
+    if bonus is not None:
+        state["bonus"] = bonus
     with trainers.Run.from_config(
         cfg.run, "DQN", state, eval_env=eval_env, policy=qnet, buffer=buffer, config=cfg
     ) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns
                 batch = clip(batch)
+            if bonus is not None:  # the stored reward gains the intrinsic one
+                batch = cfg.explore.add_reward(bonus, batch)
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
             if isinstance(buffer, PrioritizedReplayBuffer):  # importance weights -> 1 at the end
@@ -130,9 +141,12 @@ def main(cfg: Config) -> dict[str, float]:
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
                 out = loss(sample)
-                trainers.optimizer_step(
-                    out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
-                )
+                total = out[keys.LOSS]
+                if bonus is not None:  # the bonus's models learn from the replay
+                    extra = bonus(sample)
+                    total = total + total_loss(extra)
+                    run.record(extra)
+                trainers.optimizer_step(total, optimizer, max_grad_norm=cfg.q.max_grad_norm)
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
                 target.step(update)  # counted from the run's steps: on time after a resume

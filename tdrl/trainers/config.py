@@ -760,31 +760,21 @@ class IntrinsicConfig:
         if not 0.0 <= self.icm_beta <= 1.0:
             raise ValueError(f"--icm-beta must lie in [0, 1], got {self.icm_beta}")
 
-    def build(
-        self,
-        observation_spec: Composite,
-        action_spec: TensorSpec,
-        nets: Networks,
-        *,
-        lmbda: float,
-        critic_coeff: float,
-        device: Any = "cpu",
-    ) -> IntrinsicParts | None:
-        """The bonus's networks and loss, the intrinsic critic (a copy of the extrinsic critic
-        as built, sharing its observation normalizer) and estimator, or None while
-        ``intrinsic_coeff`` is 0. Call it before any update."""
+    def model(
+        self, observation_spec: Composite, action_spec: TensorSpec, device: Any = "cpu"
+    ) -> Any:
+        """The bonus's networks and loss (:class:`~tdrl.objectives.RNDLoss` or
+        :class:`~tdrl.objectives.ICMLoss`: the intrinsic reward and its models' loss), or None
+        while ``intrinsic_coeff`` is 0."""
         if self.intrinsic_coeff == 0:
             return None
-        import copy
-
         import torch
         from torch import nn
 
         from tdrl import keys
-        from tdrl.estimators import GAE
-        from tdrl.modules import FlatFrames, NormalizedInput, ValueCritic, mlp
+        from tdrl.modules import FlatFrames, mlp
         from tdrl.modules.networks import is_frames
-        from tdrl.objectives import ICMLoss, IntrinsicValueLoss, RNDLoss
+        from tdrl.objectives import ICMLoss, RNDLoss
 
         leaf = observation_spec[keys.OBSERVATION]
         shape = tuple(leaf.shape[len(observation_spec.shape) :])
@@ -793,8 +783,6 @@ class IntrinsicConfig:
             raise ValueError(
                 f"--intrinsic-coeff: the bonus takes flat observations or uint8 frames, got {shape}"
             )
-        if not isinstance(nets.critic, ValueCritic):
-            raise ValueError("--intrinsic-coeff: the bonus takes a feed-forward critic")
         *hidden, features = self.bonus_hidden_sizes
         width = math.prod(shape)  # frames: their MLPs read them flattened (small views)
 
@@ -824,6 +812,46 @@ class IntrinsicConfig:
             module = ICMLoss(feature_net, net(features + actions, features),
                              net(2 * features, actions), num_actions=actions, discrete=discrete,
                              beta=self.icm_beta, gamma=self.intrinsic_gamma)  # fmt: skip
+        return module.to(device)
+
+    def add_reward(self, module: Any, batch: TensorDictBase) -> TensorDictBase:
+        """A value-based recipe's bonus: the intrinsic reward of a whole ``[num_envs, T]``
+        ``batch`` mixed into its reward, ``extrinsic_coeff * r + intrinsic_coeff * r_int``, before
+        it is stored (the collector has logged the env's own returns); returns ``batch``."""
+        from tdrl import keys
+
+        module.intrinsic_reward(batch)
+        reward = batch.get(keys.NEXT_REWARD)
+        intrinsic = batch.get(keys.NEXT_INTRINSIC_REWARD).reshape(reward.shape)
+        mixed = self.extrinsic_coeff * reward + self.intrinsic_coeff * intrinsic.to(reward.dtype)
+        batch.set(keys.NEXT_REWARD, mixed)
+        return batch
+
+    def build(
+        self,
+        observation_spec: Composite,
+        action_spec: TensorSpec,
+        nets: Networks,
+        *,
+        lmbda: float,
+        critic_coeff: float,
+        device: Any = "cpu",
+    ) -> IntrinsicParts | None:
+        """The bonus (:meth:`model`), the intrinsic critic (a copy of the extrinsic critic as
+        built, sharing its observation normalizer) and estimator, or None while
+        ``intrinsic_coeff`` is 0. Call it before any update."""
+        module = self.model(observation_spec, action_spec)
+        if module is None:
+            return None
+        import copy
+
+        from tdrl import keys
+        from tdrl.estimators import GAE
+        from tdrl.modules import NormalizedInput, ValueCritic
+        from tdrl.objectives import IntrinsicValueLoss
+
+        if not isinstance(nets.critic, ValueCritic):
+            raise ValueError("--intrinsic-coeff: the bonus takes a feed-forward critic")
         # the extrinsic critic as built (before any update): its architecture and init, with
         # the observation normalizer shared, not copied
         critic_net = copy.deepcopy(nets.critic.net)

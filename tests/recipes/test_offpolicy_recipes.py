@@ -623,3 +623,27 @@ def test_a_dataset_that_does_not_fit_the_env_is_named(tmp_path, monkeypatch):
         ValueError, match=r"observation of shape \(11,\) does not fit Pendulum-v1's \(3,\)"
     ):
         load_dataset_for("tdrl/hopper-fit-v0", env, env_name="Pendulum-v1")
+
+
+def test_dqn_with_icm_stores_the_mixed_reward_trains_its_models_and_resumes_exactly(tmp_path):
+    """--intrinsic-coeff on DQN: the stored reward is extrinsic + intrinsic (CartPole pays 1 a
+    step, the curiosity adds its own), the bonus's models learn from the replay, and a resumed run
+    equals a straight one (the bonus and its statistics are in the checkpoint)."""
+    from tdrl.keys import NEXT_REWARD
+    from tdrl.trainers.run import BUFFER_DIR
+
+    icm = dict(intrinsic_coeff=1.0, intrinsic="icm", checkpoint_every=150)
+    module, straight = config("dqn", tmp_path / "straight", **icm)
+    module.main(straight)
+    rows = read_csv(Path(straight.run.log_dir) / "train.csv")
+    assert {"loss_icm_forward", "loss_icm_inverse", "loss"} <= set(rows[-1])
+    buffer = ReplayBuffer(straight.replay.buffer_size)
+    buffer.load(latest_checkpoint(straight.run.log_dir) / BUFFER_DIR)
+    reward = buffer.sample(128)[NEXT_REWARD]  # stored transitions only
+    assert bool((reward >= 1.0).all()) and bool((reward > 1.0).any())
+    _, first = config("dqn", tmp_path / "resumed", **icm, stop_after_frames=150)
+    module.main(first)
+    module.main(configure(first, stop_after_frames=0, resume=True))
+
+    got, expected = (_rows(Path(c.run.log_dir) / "train.csv") for c in (first, straight))
+    assert got == expected
