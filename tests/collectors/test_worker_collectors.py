@@ -22,8 +22,14 @@ from tdrl.envs import make_vec_env
 from tdrl.modules import CategoricalActor
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
+# Ray's start-up alone takes minutes on a loaded 2-core machine (the default run beside other
+# jobs): its tests get a longer limit than the suite's 300 s, which bounds hangs, not speed.
 BACKENDS = [
-    pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.skipif(not HAS_RAY, reason="no ray")]),
+    pytest.param(
+        "ray",
+        marks=[pytest.mark.ray, pytest.mark.skipif(not HAS_RAY, reason="no ray"),
+               pytest.mark.timeout(900)],
+    ),  # fmt: skip
     "process",
 ]
 
