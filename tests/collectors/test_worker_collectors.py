@@ -27,8 +27,11 @@ HAS_RAY = importlib.util.find_spec("ray") is not None
 BACKENDS = [
     pytest.param(
         "ray",
-        marks=[pytest.mark.ray, pytest.mark.skipif(not HAS_RAY, reason="no ray"),
-               pytest.mark.timeout(900)],
+        marks=[
+            pytest.mark.ray,
+            pytest.mark.skipif(not HAS_RAY, reason="no ray"),
+            pytest.mark.timeout(900),
+        ],
     ),  # fmt: skip
     "process",
 ]
