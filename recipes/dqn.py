@@ -142,7 +142,7 @@ def main(cfg: Config) -> dict[str, float]:
                 sample = buffer.sample(cfg.replay.batch_size)
                 out = loss(sample)
                 total = out[keys.LOSS]
-                if bonus is not None:  # the bonus's models learn from the replay
+                if bonus is not None:  # the bonus's models learn from the replay (one clip norm)
                     extra = bonus(sample)
                     total = total + total_loss(extra)
                     run.record(extra)

@@ -71,6 +71,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     if cfg.onpolicy.scale_rewards:  # the rewards are the discriminator's
         raise ValueError("--scale-rewards does not apply to GAIL")
+    if cfg.ppo.clip_decay:
+        raise ValueError("gail.py has no --clip-decay (its clip range is constant)")
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device

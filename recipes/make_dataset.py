@@ -4,7 +4,8 @@ at all.
 
 Kinds: ``random`` (uniform actions), ``policy`` (the trained policy of a run's newest
 checkpoint, rebuilt by the recipe that wrote it, as recipes/export.py rebuilds it: any recipe's
-run; ``medium``/``expert`` by the run; ``--deterministic`` for its mode) and ``replay`` (that
+run, on the CPU, in the run's env options; ``medium``/``expert`` by the run; ``--deterministic``
+for its mode, a Q-learning run's greedy policy being deterministic already) and ``replay`` (that
 checkpoint's replay buffer: ``medium-replay``; off-policy runs). The task is the run's. Actions
 are stored as the env executed them (clipped into its box). ``--ref-min-score``/
 ``--ref-max-score`` store D4RL's normalization returns (0 random, 100 expert).
@@ -52,9 +53,10 @@ class Config:
     """the expert's return (D4RL normalization)."""
 
 
-def trained_policy(run: str) -> tuple[Any, str, Path]:
-    """The trained policy of the run folder ``run`` (its recipe's ``main`` rebuilds it and loads
-    the newest checkpoint, nothing runs), its task, and the checkpoint."""
+def trained_policy(run: str) -> tuple[Any, str, dict[str, Any], Path]:
+    """The trained policy of the run folder ``run`` on the CPU (its recipe's ``main`` rebuilds
+    it and loads the newest checkpoint, nothing runs), its task and env options (a frame stack),
+    and the checkpoint."""
     from tdrl.trainers.run import exporting
 
     if str(Path(__file__).parent) not in sys.path:
@@ -63,8 +65,8 @@ def trained_policy(run: str) -> tuple[Any, str, Path]:
 
     module, config, checkpoint = trained_run(run)
     with exporting(None) as loaded:
-        module.main(config)
-    return loaded["policy"], config.run.env_id, checkpoint
+        module.main(trainers.configure(config, device="cpu"))
+    return loaded["policy"], config.run.env_id, loaded["env_kwargs"], checkpoint
 
 
 def main(cfg: Config) -> str:
@@ -79,11 +81,11 @@ def main(cfg: Config) -> str:
 
     # 1. the run's trained policy and task (policy, replay)
     policy: Any = None
-    env_id = cfg.env_id or "Hopper-v5"
+    env_id, env_kwargs = cfg.env_id or "Hopper-v5", {}
     if cfg.kind != "random":
         if not cfg.run or trainers.latest_checkpoint(Path(cfg.run)) is None:
             raise FileNotFoundError(f"--kind {cfg.kind} needs --run with a checkpoint: {cfg.run!r}")
-        policy, trained_on, checkpoint = trained_policy(cfg.run)
+        policy, trained_on, env_kwargs, checkpoint = trained_policy(cfg.run)
         if cfg.env_id and cfg.env_id != trained_on:
             raise ValueError(f"--env-id {cfg.env_id}: the run {cfg.run!r} trained on {trained_on}")
         env_id = trained_on
@@ -98,13 +100,14 @@ def main(cfg: Config) -> str:
     else:
         torch.manual_seed(cfg.seed)
         frames = -(-cfg.steps // cfg.num_envs) * cfg.num_envs
-        env = make_vec_env(env_id, cfg.num_envs, seed=cfg.seed)
+        env = make_vec_env(env_id, cfg.num_envs, seed=cfg.seed, **env_kwargs)
         collector = Collector(env, policy, frames, deterministic=cfg.deterministic)
         source = collector.rollout()  # type: ignore[assignment]
         space = env.action_spec.space
         if hasattr(space, "low"):  # the actions the env executed: clipped into its box
             action = source.get(keys.ACTION)  # type: ignore[attr-defined]
-            source.set(keys.ACTION, action.clamp(space.low[0], space.high[0]))  # type: ignore[attr-defined]
+            low, high = (bound[0].to(action.device) for bound in (space.low, space.high))
+            source.set(keys.ACTION, action.clamp(low, high))  # type: ignore[attr-defined]
         env.close()
         ended = collector.episodes  # the episodes that ended inside the recording
         if len(ended):

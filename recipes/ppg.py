@@ -52,12 +52,16 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import aux_value_head
     from tdrl.objectives import ClipPPOLoss, PPGAuxLoss, total_loss
 
+    if cfg.ppo.recompute_advantage:  # one policy epoch: the estimator runs once per rollout
+        raise ValueError("ppg.py has no --recompute-advantage (one policy epoch per rollout)")
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device
 
-    # 2. networks: policy and value networks, the policy's own value head on its hidden layers
-    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="ppg.py", memory=False)
+    # 2. networks: separate policy and value networks (on frames a CNN each), the policy's own
+    #    value head on its hidden layers
+    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="ppg.py", memory=False,
+                         shared_encoder=False)  # fmt: skip
     aux_value = aux_value_head(nets.actor)
 
     # 3. the policy phase's loss (PPO's) and estimator, the auxiliary phase's loss and the store
@@ -93,10 +97,9 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
-            if cfg.ppo.clip_decay:  # the clip range follows the learning rate's schedule
-                loss.clip_epsilon = (
-                    cfg.ppo.clip_epsilon * scheduler.get_last_lr()[0] / cfg.onpolicy.lr
-                )
+            # --clip-decay: the clip range decays over the run (the zoo's Atari PPO)
+            before = collector.frames - cfg.onpolicy.frames_per_batch
+            loss.clip_epsilon = cfg.ppo.clip_range(before, cfg.run.total_frames)
             with torch.no_grad():
                 estimator(batch)
             for minibatch in minibatches(

@@ -103,10 +103,9 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
-            if cfg.ppo.clip_decay:  # the clip range follows the learning rate's schedule
-                loss.clip_epsilon = (
-                    cfg.ppo.clip_epsilon * scheduler.get_last_lr()[0] / cfg.onpolicy.lr
-                )
+            # --clip-decay: the clip range decays over the run (the zoo's Atari PPO)
+            before = collector.frames - cfg.onpolicy.frames_per_batch
+            loss.clip_epsilon = cfg.ppo.clip_range(before, cfg.run.total_frames)
             if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
                 bonus.module.intrinsic_reward(batch)
             for epochs in passes:

@@ -70,7 +70,9 @@ def main(cfg: Config) -> dict[str, float]:
     device = cfg.run.torch_device
 
     # 2. networks: actor and critic, observation normalization inside both
-    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="trpo.py", memory=False)
+    # (on frames a CNN each: the critic's steps must not move the policy's trust region)
+    nets = cfg.net.build(env.observation_spec, env.action_spec, recipe="trpo.py", memory=False,
+                         shared_encoder=False)  # fmt: skip
 
     # 3. loss (actor_step for the actor, "loss_critic" for the critic), estimator, the critic's
     #    optimizer and schedule

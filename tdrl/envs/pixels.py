@@ -280,8 +280,9 @@ def make_atari(
 
 class MiniGridView(gym.ObservationWrapper):
     """minigrid's ``[7, 7, 3]`` view of object, colour and state indices (declared 0..255) as
-    ``[3, 7, 7]`` uint8 bounded by the largest index of each (10, 5, 2), so a CNN scales it
-    into [0, 1] (:func:`tdrl.modules.pixel_network` divides by the bound)."""
+    ``[3, 7, 7]`` uint8 bounded by the largest index of each (10, 5, 2). The networks scale
+    frames by one factor, 1 / the largest bound (:func:`tdrl.modules.pixel_network`): the object
+    channel into [0, 1], colour into [0, 0.5], state into [0, 0.2]."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

@@ -109,6 +109,7 @@ def actor_critic(
     sde_sample_freq: int = 0,
     ortho_init: bool = True,
     rescale_actions: bool = True,
+    shared_encoder: bool = True,
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
@@ -136,10 +137,12 @@ def actor_critic(
     Gaussian policy's mean and scale in the env's units (SB3's unsquashed PPO policies: the env
     clips the actions) instead of rescaling ``[-1, 1]`` to the env's bounds.
 
-    On uint8 frames ``[C, H, W]`` (MinAtar, Atari: :func:`is_frames`) both heads sit on one
-    shared CNN (:func:`pixel_network`: MinAtar's or the Nature CNN with its hidden layer; CleanRL's
-    ``ppo_atari.py`` and SB3's ``CnnPolicy``), orthogonally initialised with gain sqrt(2), and the
-    frames are scaled inside the CNN, not normalized (``normalize_observations`` does not apply;
+    On uint8 frames ``[C, H, W]`` (MinAtar, Atari: :func:`is_frames`) both heads sit on a CNN
+    (:func:`pixel_network`: MinAtar's or the Nature CNN with its hidden layer), orthogonally
+    initialised with gain sqrt(2): one shared CNN (CleanRL's ``ppo_atari.py``, SB3's
+    ``CnnPolicy``), or with ``shared_encoder=False`` one each, for algorithms whose value
+    updates must not move the policy (TRPO's trust region, PPG's separate networks). The frames
+    are scaled inside the CNN, not normalized (``normalize_observations`` does not apply;
     ``hidden_sizes`` and ``activation`` neither). Recurrent and gSDE policies on frames are
     refused.
 
@@ -155,8 +158,9 @@ def actor_critic(
         if recurrent is not None or sde_sample_freq:
             what = f"recurrent={recurrent!r}" if recurrent is not None else "sde_sample_freq"
             raise ValueError(f"actor_critic: {what} on frames is not supported (a CNN policy)")
+        encoders = (cnn(None),) if shared_encoder else (cnn(None), cnn(None))
         return _pixel_actor_critic(
-            observation_spec, action_spec, cnn(None), init_log_std, ortho_init, rescale_actions
+            observation_spec, action_spec, encoders, init_log_std, ortho_init, rescale_actions
         )
     obs_dim, _ = flat_dims(observation_spec, action_spec)
     obs_norm = RunningObservationNorm(obs_dim) if normalize_observations else None
@@ -235,22 +239,24 @@ def _without_output_layer(net: nn.Module | None, owner: str) -> tuple[nn.Module,
 def _pixel_actor_critic(
     observation_spec: Composite,
     action_spec: TensorSpec,
-    encoder: nn.Module,
+    encoders: tuple[nn.Module, ...],
     init_log_std: float,
     ortho_init: bool,
     rescale_actions: bool,
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, None]:
-    """A policy and a value head on one shared CNN ``encoder`` (its hidden features)."""
-    width = int(encoder.hidden)  # type: ignore[arg-type]
+    """A policy and a value head on CNN ``encoders`` (their hidden features): one shared, or
+    the policy's and the value's."""
+    width = int(encoders[0].hidden)  # type: ignore[arg-type]
     if ortho_init:
-        for layer in encoder.modules():
+        for layer in (m for encoder in encoders for m in encoder.modules()):
             if isinstance(layer, nn.Conv2d):
                 orthogonal_init_(layer, HIDDEN_GAIN)
             elif isinstance(layer, nn.Linear):
                 orthogonal_init_(layer, HIDDEN_GAIN)
+    heads = iter(encoders * 2 if len(encoders) == 1 else encoders)  # the policy's, the value's
 
     def trunk(out_features: int, gain: float) -> nn.Module:
-        return nn.Sequential(encoder, orthogonal_init_(nn.Linear(width, out_features), gain))
+        return nn.Sequential(next(heads), orthogonal_init_(nn.Linear(width, out_features), gain))
 
     def no_sde() -> tuple[nn.Module, int]:
         raise AssertionError("gSDE is refused on frames")

@@ -673,11 +673,13 @@ class NetworkConfig:
         *,
         recipe: str = "",
         memory: bool = True,
+        shared_encoder: bool = True,
     ) -> Networks:
         """The actor, the critic, the observation normalizer (or None) for these specs, and
         what the collector acts with: the actor, and the critic after it when the critic is
         recurrent (so its state is stored in the rollout for the estimator and the loss).
-        ``memory=False``: a recipe without recurrent or gSDE policies refuses those flags."""
+        ``memory=False``: a recipe without recurrent or gSDE policies refuses those flags;
+        ``shared_encoder=False``: on frames, the actor and the critic get a CNN each."""
         from tensordict.nn import TensorDictSequential
         from torch import nn
 
@@ -692,7 +694,7 @@ class NetworkConfig:
             recurrent=None if self.recurrent == "none" else self.recurrent,
             recurrent_size=self.recurrent_size, recurrent_critic=self.recurrent_critic,
             sde_sample_freq=self.sde_sample_freq, ortho_init=self.ortho_init,
-            rescale_actions=self.rescale_actions,
+            rescale_actions=self.rescale_actions, shared_encoder=shared_encoder,
         )  # fmt: skip
         recurrent_critic = self.recurrent != "none" and self.recurrent_critic
         acting = TensorDictSequential(actor, critic) if recurrent_critic else actor
@@ -893,8 +895,16 @@ class PPOConfig:
     clip_epsilon: float = 0.2
     """ratio clip range."""
     clip_decay: bool = False
-    """decay the clip range with the learning rate's schedule (rl-baselines3-zoo's Atari PPO:
+    """decay the clip range linearly to 0 over the run (rl-baselines3-zoo's Atari PPO:
     lin_0.1)."""
     recompute_advantage: bool = False
     """re-run the estimator with the current critic before every epoch (Tianshou's
     ``recompute_advantage``, on in its MuJoCo PPO); off: once per rollout (SB3, CleanRL)."""
+
+    def clip_range(self, frames_before: int, total_frames: int) -> float:
+        """The clip range of a batch collected after ``frames_before`` env steps: ``clip_epsilon``,
+        with ``clip_decay`` times ``1 - frames_before / total_frames`` (as the learning rate's
+        schedule decays)."""
+        if not self.clip_decay:
+            return self.clip_epsilon
+        return self.clip_epsilon * max(1.0 - frames_before / total_frames, 0.0)

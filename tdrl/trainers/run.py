@@ -560,16 +560,15 @@ def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @contextmanager
-def exporting(
-    folder: str | os.PathLike | None, *, onnx: bool = True
-) -> Iterator[dict[str, Any]]:
+def exporting(folder: str | os.PathLike | None, *, onnx: bool = True) -> Iterator[dict[str, Any]]:
     """Within this block a :class:`Run` exports instead of training: :meth:`Run.resume` loads
     the modules of its run folder's newest checkpoint, writes the evaluation policy with
     :func:`tdrl.export.export_policy` into ``folder`` (None: writes nothing) and yields no
     batch; :meth:`Run.report` only closes. Nothing in the run folder changes (no lock, no logs).
     So a recipe's own ``main`` rebuilds its trained policy for ``recipes/export.py`` and
     ``recipes/make_dataset.py``. The yielded dict gets the policy (its checkpoint's weights)
-    under ``"policy"``, the checkpoint under ``"checkpoint"`` and, with a folder, the
+    under ``"policy"``, the evaluation env's make arguments (``frame_stack``, ...) under
+    ``"env_kwargs"``, the checkpoint under ``"checkpoint"`` and, with a folder, the
     :class:`tdrl.export.ExportedFiles` under ``"files"``."""
     global _export
     if _export is not None:
@@ -784,13 +783,14 @@ class Run:
                 self.policy, self.eval_env, export["folder"], onnx=export["onnx"], extra=extra
             )
         export["checkpoint"], export["policy"] = folder, self.policy
+        export["env_kwargs"] = dict(getattr(self.eval_env, "make_kwargs", {}))
         self.frames = int(folder.name.split(".")[0])
         self.done = True
 
     def record(self, metrics: Any) -> None:
         """Keep one gradient step's metrics (a mapping or a loss output; entries of more than one
-        element, a per-sample ``"td_error"``, are left out): the next :meth:`step` logs their
-        mean over the steps recorded since the step before."""
+        element, a per-sample ``"td_error"``, are left out): the next :meth:`step` takes their
+        mean over this batch's recorded steps."""
         self._recorded.append(_scalars(metrics))
 
     def step(self, metrics: Any = None) -> bool:
@@ -799,7 +799,8 @@ class Run:
         when due (and after the last batch), checkpoint when due; returns whether the run is
         done. The row holds the latest value of every metric: the mean of those :meth:`record`
         kept in this batch, then ``metrics`` (a mapping or a loss output), over the earlier
-        ones (a batch without a gradient step keeps them)."""
+        ones (a batch without a gradient step keeps them). A row logged every few batches
+        shows its last batch's means (an off-policy run of one step a batch: its last step's)."""
         assert self.collector is not None, "iterate over run.resume(collector) first"
         push = getattr(self.collector, "update_policy_weights_", None)
         if push is not None:
@@ -886,7 +887,7 @@ class Run:
         """Log, evaluate and checkpoint after a batch's updates; returns True to stop.
 
         ``metrics`` (a mapping or a flat TensorDict of floats or one-element tensors, e.g. a loss
-        output) are the last update's, logged with the next ``train`` row and returned by
+        output; from :meth:`step`: the batch's), logged with the next ``train`` row and returned by
         :meth:`finish`; entries of more than one element (a per-sample ``"td_error"``) are left
         out; ``None`` (no update in this batch) keeps the previous metrics.
         """

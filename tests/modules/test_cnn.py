@@ -164,3 +164,17 @@ def test_actor_critic_refuses_memory_on_frames(option):
     with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
         with pytest.raises(ValueError, match="on frames is not supported"):
             actor_critic(env.observation_spec, env.action_spec, **option)
+
+
+def test_actor_critic_on_frames_can_give_each_head_its_own_cnn():
+    """shared_encoder=False (TRPO, PPG): the value's updates cannot move the policy."""
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import actor_critic
+
+    with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
+        actor, critic, _ = actor_critic(env.observation_spec, env.action_spec, shared_encoder=False)
+        obs = env.reset()
+    assert isinstance(actor.net[0], MinAtarCNN) and isinstance(critic.net[0], MinAtarCNN)
+    assert not {id(p) for p in actor.parameters()} & {id(p) for p in critic.parameters()}
+    critic(obs.clone())["state_value"].sum().backward()
+    assert all(p.grad is None for p in actor.parameters())

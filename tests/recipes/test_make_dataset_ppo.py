@@ -34,8 +34,8 @@ def test_make_dataset_records_a_ppo_runs_policy_with_its_observation_norm(tmp_pa
 
     # The rebuilt actor carries the run's running statistics (not the fresh zeros and ones) ...
     path = trainers.latest_checkpoint(run) / CHECKPOINT
-    actor, env_id, _ = make_dataset.trained_policy(run)
-    assert env_id == "Hopper-v5"
+    actor, env_id, env_kwargs, _ = make_dataset.trained_policy(run)
+    assert env_id == "Hopper-v5" and env_kwargs == {}
     saved = trainers.load_checkpoint(path, restore_rng=False)["actor"]
     mean = next(v for k, v in saved.items() if k.endswith("obs_norm.mean"))
     assert mean.abs().sum() > 0

@@ -421,3 +421,12 @@ def test_an_on_policy_recipe_refuses_steps_per_batch_it_would_ignore(tmp_path: P
 def test_bad_exploration_bonus_flags_are_named(flags, message) -> None:
     with pytest.raises(ValueError, match=message):
         configure(ppo.Config, **flags)
+
+
+def test_ppg_and_gail_refuse_the_ppo_flags_they_do_not_run(tmp_path: Path) -> None:
+    from recipes import gail
+
+    with pytest.raises(ValueError, match="ppg.py has no --recompute-advantage"):
+        ppg.main(tiny("ppg", tmp_path, recompute_advantage=True))
+    with pytest.raises(ValueError, match="gail.py has no --clip-decay"):
+        gail.main(configure(gail.Config, clip_decay=True, log_dir=str(tmp_path / "gail")))

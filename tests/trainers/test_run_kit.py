@@ -191,3 +191,13 @@ def test_gradient_steps_keep_the_update_ratio_and_count_in_the_run(tmp_path):
             assert run.updates == max(0, collector.frames - 16) // 2
             run.step()
     assert seen == list(range(1, 25))
+
+
+def test_the_clip_range_decays_over_the_run_only_when_asked():
+    from tdrl.trainers.config import PPOConfig
+
+    assert PPOConfig(clip_epsilon=0.1).clip_range(512, 1024) == 0.1
+    decaying = PPOConfig(clip_epsilon=0.1, clip_decay=True)
+    clips = [decaying.clip_range(f, 1024) for f in (0, 256, 768)]
+    assert clips == pytest.approx([0.1, 0.075, 0.025])
+    assert decaying.clip_range(2048, 1024) == 0.0  # never negative
