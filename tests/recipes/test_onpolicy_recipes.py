@@ -95,9 +95,8 @@ def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path, device: str) -
 
 @pytest.mark.parametrize("name", ["ppo", "ppg", "a2c", "trpo", "reinforce", "impala"])
 def test_on_policy_recipes_learn_from_frames_through_a_cnn(name: str, tmp_path: Path) -> None:
-    """MinAtar's uint8 frames: actor_critic puts both heads on one MinAtarCNN (no observation
-    normalization: the frames are scaled inside); a resume is reproducible, not exact, there
-    (MinAtar's game state is not readable: tdrl.envs.state)."""
+    """MinAtar's uint8 frames run through a CNN under both heads, with the recipe's defaults
+    (--normalize-observations on: it does not apply to frames, which the CNN scales)."""
     cfg = tiny(name, tmp_path, env_id="MinAtar/Breakout-v1", normalize_observations=True)
     result = RECIPES[name].main(cfg)
     assert result["frames"] == cfg.run.total_frames
