@@ -141,3 +141,15 @@ def test_bad_input_is_named():
     for actor in (gsde, recurrent):
         with pytest.raises(ValueError, match="has no feed-forward network ending in a linear"):
             aux_value_head(actor)
+
+
+def test_ppg_flags_out_of_range_are_named():
+    from recipes import ppg
+    from tdrl.trainers import configure
+
+    with pytest.raises(ValueError, match="--aux-epochs must be >= 1, got 0"):
+        configure(ppg.Config, aux_epochs=0)
+    with pytest.raises(ValueError, match="--policy-iterations must be >= 1, got 0"):
+        configure(ppg.Config, policy_iterations=0)
+    with pytest.raises(ValueError, match="--beta-clone \\(a loss weight\\) must be finite"):
+        configure(ppg.Config, beta_clone=-0.5)
