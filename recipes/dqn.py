@@ -14,8 +14,11 @@ trains in bursts); double Q on. docs/algorithms/dqn.md has the sources and the r
     python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --buffer-size 1000000    # Atari: 7.1 GB of frames when full
     python recipes/dqn.py --env-id MountainCar-v0 --intrinsic-coeff 1 --intrinsic icm
+    python recipes/dqn.py --env-id tdrl/BitFlipping15-v0 --her future --gamma 0.98
 
-The last adds ICM's curiosity (Pathak et al. 2017) to the stored rewards; --intrinsic rnd: RND's.
+The fifth adds ICM's curiosity (Pathak et al. 2017) to the stored rewards; --intrinsic rnd: RND's.
+The last reads the goal env's dict observation (every entry, concatenated) and relabels goals
+with hindsight replay (Andrychowicz et al. 2017).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 from tdrl import keys, trainers
 from tdrl.trainers.config import (
     Q_LEARNING_RUN,
+    GoalConfig,
     IntrinsicConfig,
     PERConfig,
     PixelConfig,
@@ -34,9 +38,9 @@ from tdrl.trainers.config import (
 )
 
 if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModuleBase
     from torchrl.data import Composite, TensorSpec
 
-    from tdrl.modules import QValueActor
     from tdrl.objectives import DQNLoss
 
 
@@ -56,21 +60,27 @@ class Config:
     per: PERConfig = PERConfig()
     pixels: PixelConfig = PixelConfig()
     explore: IntrinsicConfig = IntrinsicConfig()
+    goals: GoalConfig = GoalConfig()
 
 
 def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
-) -> tuple[QValueActor, DQNLoss]:
-    """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned) and its loss."""
+) -> tuple[TensorDictModuleBase, DQNLoss]:
+    """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned; a dict
+    observation's entries concatenated in front) and its loss."""
+    from tensordict.nn import TensorDictSequential
+
     from tdrl.modules import QValueActor
     from tdrl.modules.networks import q_network
     from tdrl.objectives import DQNLoss
 
+    spec, cat = cfg.goals.inputs(observation_spec)
     body = q_network(
-        observation_spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network,
-        dueling=cfg.dueling,
-    )  # fmt: skip
-    qnet = QValueActor(body)
+        spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network, dueling=cfg.dueling
+    )
+    qnet: TensorDictModuleBase = QValueActor(body)
+    if cat is not None:
+        qnet = TensorDictSequential(cat, QValueActor(body, in_key=cat.out_key))
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
     return qnet, loss
 
@@ -112,7 +122,7 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.replay.buffer_size, prioritized=cfg.per.prioritized, alpha=cfg.per.per_alpha,
         beta=cfg.per.per_beta, n_steps=cfg.per.n_steps, gamma=cfg.q.gamma,
         generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,
-        frame_stack=cfg.pixels.frame_stack,
+        frame_stack=cfg.pixels.frame_stack, **cfg.goals.replay_kwargs(cfg.run.env_id),
     )  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, policy, cfg.q.frames_per_batch,

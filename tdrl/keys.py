@@ -33,6 +33,15 @@ NORMALIZED_OBSERVATION = "observation_normalized"
 # entry the env provides; categorical actors and DQN's choices honour it.
 ACTION_MASK = "action_mask"
 
+# Goal-conditioned envs (gymnasium-robotics' GoalEnv layout): the goal the state reached and
+# the goal the episode asks for; hindsight replay relabels the second with a first.
+ACHIEVED_GOAL = "achieved_goal"
+DESIRED_GOAL = "desired_goal"
+NEXT_ACHIEVED_GOAL = (NEXT, ACHIEVED_GOAL)
+NEXT_DESIRED_GOAL = (NEXT, DESIRED_GOAL)
+# A dict observation's selected entries concatenated into one network input (tdrl.modules.CatKeys).
+FLAT_OBSERVATION = "observation_flat"
+
 NEXT_OBSERVATION = (NEXT, OBSERVATION)
 NEXT_REWARD = (NEXT, REWARD)
 # The env's reward, kept beside the clipped one (tdrl.envs.RewardClipping).

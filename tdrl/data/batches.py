@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 
 from tdrl import keys
 from tdrl.data.frames import store_frames_once
+from tdrl.data.her import HERReplayBuffer
 from tdrl.data.prioritized import PrioritizedReplayBuffer
 from tdrl.data.replay_buffer import ReplayBuffer
 from tdrl.data.storage import NestedKey
@@ -36,6 +37,7 @@ POLICY_OUTPUTS = (
     keys.ACTION_LOG_PROB,
     keys.ACTION_VALUE,
     keys.CHOSEN_ACTION_VALUE,
+    keys.FLAT_OBSERVATION,  # recomputed from the stored entries (a relabelled goal included)
 )
 
 # Float entries of an on-policy batch that one NaN would spread into every weight.
@@ -54,12 +56,28 @@ def make_replay_buffer(
     device: torch.device | str = "cpu",
     observation_spec: Any = None,
     frame_stack: int = 1,
+    her: str = "off",
+    her_goals: int = 4,
+    compute_reward: Any = None,
+    compute_terminated: Any = None,
 ) -> ReplayBuffer:
     """A uniform or prioritized replay buffer of ``n_steps`` transitions (their
     ``"steps_to_next_obs"`` the losses turn into ``gamma ** k``). Given the env's
     ``observation_spec``, stacked or large uint8 frames are stored once a step and restacked
     at sampling (:func:`tdrl.data.frames.store_frames_once`; ``frame_stack`` frames an
-    observation)."""
+    observation). ``her`` (a strategy of :data:`tdrl.data.HER_STRATEGIES`; ``"off"``: none)
+    gives a :class:`HERReplayBuffer` relabelling with ``compute_reward`` (and
+    ``compute_terminated``), ``her_goals`` hindsight goals per real one."""
+    if her != "off":
+        if prioritized:
+            raise ValueError("hindsight replay (her) is not combined with prioritized replay")
+        if compute_reward is None:
+            raise ValueError(f"her={her!r} needs the goal env's compute_reward")
+        return HERReplayBuffer(
+            capacity, compute_reward=compute_reward, compute_terminated=compute_terminated,
+            strategy=her, n_sampled_goal=her_goals, n_steps=n_steps, gamma=gamma,
+            generator=generator, device=device,
+        )  # fmt: skip
     once = observation_spec is not None and store_frames_once(observation_spec, frame_stack)
     storage: dict[str, Any] = dict(
         n_steps=n_steps, gamma=gamma, generator=generator, device=device,

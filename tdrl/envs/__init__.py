@@ -1,5 +1,6 @@
 """tdrl.envs: gymnasium vector envs (MuJoCo included) that read and write TensorDicts."""
 
+from tdrl.envs.goals import BitFlipping, goal_functions, register_goal_tasks
 from tdrl.envs.interop import from_torchrl, to_torchrl
 from tdrl.envs.mujoco_warnings import MuJoCoWarning, route_mujoco_warnings
 from tdrl.envs.pixels import (
@@ -19,9 +20,11 @@ from tdrl.envs.vec_env import DEFAULT_STEP_TIMEOUT, EnvWorkerError, StepArrays, 
 route_mujoco_warnings()
 register_novel_tasks()
 register_pixel_tasks()
+register_goal_tasks()
 
 __all__ = [
     "NOVEL_TASKS",
+    "BitFlipping",
     "ChannelsFirst",
     "EpisodicLife",
     "FireReset",
@@ -36,6 +39,7 @@ __all__ = [
     "env_state",
     "load_env_state",
     "from_torchrl",
+    "goal_functions",
     "make_atari",
     "make_minatar",
     "make_vec_env",

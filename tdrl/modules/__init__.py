@@ -35,6 +35,7 @@ from tdrl.modules.exploration import (
     OrnsteinUhlenbeckNoise,
     linear_schedule,
 )
+from tdrl.modules.inputs import CatKeys, dict_inputs
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
 from tdrl.modules.networks import (
     NormalizedInput,
@@ -59,6 +60,8 @@ from tdrl.modules.residual import ResidualMLP
 from tdrl.modules.sde import GSDEActor
 
 __all__ = [
+    "CatKeys",
+    "dict_inputs",
     "ResidualMLP",
     "BatchRenorm",
     "batch_statistics",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tensordict.nn import TensorDictModuleBase
     from torchrl.data import Composite, TensorSpec
 
-    from tdrl.modules import RewardScaling, RunningObservationNorm
+    from tdrl.modules import CatKeys, RewardScaling, RunningObservationNorm
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ _POSITIVE = {
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
     "eps_frames", "max_backtracks", "burn_in", "gp_lambda", "sde_sample_freq", "policy_noise",
-    "noise_clip", "top_quantiles_to_drop", "renorm_warmup",
+    "noise_clip", "top_quantiles_to_drop", "renorm_warmup", "her_goals",
 }  # fmt: skip
 _UNIT = {"gamma", "lmbda", "tau", "eps_init", "eps_end", "per_beta", "intrinsic_gamma"}
 
@@ -466,6 +466,40 @@ class PixelConfig:
         both = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
         train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
         return both, train
+
+
+@configclass
+class GoalConfig:
+    """Dict observations and goal-conditioned envs: the entries the networks read, and hindsight
+    replay (Andrychowicz et al. 2017, arXiv 1707.01495) from a goal env's compute_reward."""
+
+    observation_keys: tuple[str, ...] = ()
+    """dict observations: the entries the networks read, concatenated in this order (empty:
+    every entry, as SB3's MultiInputPolicy; goal envs: observation desired_goal is enough)."""
+    her: Literal["off", "future", "final", "episode"] = "off"
+    """hindsight replay: relabel sampled goals with goals reached later in the episode (future),
+    at its end (final) or anywhere in it (episode)."""
+    her_goals: int = 4
+    """her: hindsight goals per real one, k (k / (k + 1) of the samples are relabelled)."""
+
+    def inputs(self, observation_spec: Composite) -> tuple[Composite, CatKeys | None]:
+        """The spec the network builders read and the :class:`tdrl.modules.CatKeys` that goes
+        in front of the networks (None for a single flat ``"observation"``)."""
+        from tdrl.modules import dict_inputs
+
+        cat = dict_inputs(observation_spec, self.observation_keys)
+        return (observation_spec if cat is None else cat.spec(observation_spec)), cat
+
+    def replay_kwargs(self, env_id: str) -> dict[str, Any]:
+        """What :func:`tdrl.data.make_replay_buffer` takes for hindsight replay on ``env_id``
+        (its ``compute_reward`` and ``compute_terminated``); nothing while ``her`` is off."""
+        if self.her == "off":
+            return {}
+        from tdrl.envs import goal_functions
+
+        reward, terminated = goal_functions(env_id)
+        return dict(her=self.her, her_goals=self.her_goals, compute_reward=reward,
+                    compute_terminated=terminated)  # fmt: skip
 
 
 @configclass
