@@ -14,7 +14,10 @@ such burst, the Huber loss, gradient norm 10), with the HER paper's gamma 0.98 a
 double) DQN, as SB3's is. The network reads the dict observation's entries concatenated (tdrl:
 ``dict_inputs``; SB3: ``MultiInputPolicy``, whose extractor flattens and concatenates them).
 ``dqn_her``: hindsight replay with the ``future`` strategy and 4 hindsight goals per real one
-(the paper's k = 4; SB3's defaults). Nothing was tuned on these cells.
+(the paper's k = 4; SB3's defaults). ``sac_her`` (``recipes/sac.py --her future`` beside SB3's
+``SAC`` with ``HerReplayBuffer``) runs the zoo's SAC FetchReach entry on gymnasium-robotics'
+PointMaze_UMaze-v3 (Fetch does not load with mujoco 4): lr 1e-3 for all parts, gamma 0.95,
+batch 256, 1k random steps. Nothing was tuned on these cells.
 
 Where the two differ: SB3 relabels the reward but keeps the stored done flag, so a relabelled
 transition whose goal is reached is not terminal there; tdrl's buffer takes the env's
@@ -26,6 +29,7 @@ Evaluation (mujoco_table's protocol): 10 greedy episodes on separate envs reset 
 10,000; a return above -n means the goal was reached.
 
     python benchmarks/goal_table.py --jobs 2
+    python benchmarks/goal_table.py --algos sac_her --tasks gymnasium_robotics:PointMaze_UMaze-v3
     python benchmarks/goal_table.py --render
 """
 
@@ -47,9 +51,19 @@ TABLE = (
     ("gamma", 0.98), ("double_dqn", False), ("eval_every", EVAL_EVERY), ("checkpoint_every", 0),
 )  # fmt: skip
 HER = (("her", "future"), ("her_goals", 4))
+# SAC + HER on a gymnasium-robotics goal env: rl-baselines3-zoo's SAC FetchReach entry (Fetch does
+# not load with mujoco 4: a joint-type assertion in gymnasium-robotics 1.4.2; PointMaze does):
+# lr 1e-3 (alpha's too: SB3's ent_coef "auto" shares it), gamma 0.95, batch 256, 1M buffer, 1k
+# random steps, HER future with k = 4; 256x256 networks and 2 critics (both libraries' defaults).
+POINT_MAZE = "gymnasium_robotics:PointMaze_UMaze-v3"
+SAC_HER = (
+    ("gamma", 0.95), ("alpha_lr", 1e-3), ("init_random_frames", 1000), *HER,
+    ("eval_every", EVAL_EVERY), ("checkpoint_every", 0),
+)  # fmt: skip
 ALGOS = {
     "dqn": mt.Algo("dqn", TABLE, STEPS, "DQN"),
     "dqn_her": mt.Algo("dqn", (*TABLE, *HER), STEPS, "DQN"),
+    "sac_her": mt.Algo("sac", SAC_HER, STEPS, "SAC"),
 }
 
 
@@ -58,6 +72,12 @@ def sb3_settings(algorithm: str, task: str) -> dict[str, Any] | None:
     which depends on the budget, is added per cell), and HER's buffer for ``dqn_her``."""
     if algorithm not in ALGOS:
         return None
+    if algorithm == "sac_her":
+        return {
+            "learning_rate": 1e-3, "batch_size": 256, "buffer_size": 1_000_000,
+            "learning_starts": 1000, "gamma": 0.95, "ent_coef": "auto",
+            "replay_buffer_kwargs": {"n_sampled_goal": 4, "goal_selection_strategy": "future"},
+        }  # fmt: skip
     kwargs: dict[str, Any] = {
         "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000,
         "learning_starts": 1000, "gamma": 0.98, "target_update_interval": 10,
@@ -72,7 +92,7 @@ def sb3_settings(algorithm: str, task: str) -> dict[str, Any] | None:
 def sb3_cell_settings(cell: mt.Cell) -> dict[str, Any] | None:
     """:func:`sb3_settings` with epsilon's decay over ``EPS_FRAMES`` as a fraction of the budget."""
     kwargs = sb3_settings(cell.algorithm, cell.task)
-    if kwargs is not None:
+    if kwargs is not None and cell.algorithm.startswith("dqn"):
         kwargs["exploration_fraction"] = EPS_FRAMES / cell.steps
     return kwargs
 
@@ -80,7 +100,7 @@ def sb3_cell_settings(cell: mt.Cell) -> dict[str, Any] | None:
 def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
     """SB3's DQN on the dict observation (``MultiInputPolicy``), with ``HerReplayBuffer`` for
     ``dqn_her``, evaluated like the recipe."""
-    from stable_baselines3 import DQN, HerReplayBuffer
+    from stable_baselines3 import DQN, SAC, HerReplayBuffer
 
     import tdrl.envs  # noqa: F401  # registers tdrl/BitFlipping<n>-v0
 
@@ -90,11 +110,13 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
     start = time.perf_counter()
     envs = mt.sb3_envs(cell)
     her = {"replay_buffer_class": HerReplayBuffer} if "replay_buffer_kwargs" in kwargs else {}
-    model = DQN("MultiInputPolicy", envs[0], seed=cell.seed, device="cpu", verbose=0, **her,
-                **kwargs)  # fmt: skip
+    sac = cell.algorithm == "sac_her"
+    model = (SAC if sac else DQN)("MultiInputPolicy", envs[0], seed=cell.seed, device="cpu",
+                                  verbose=0, **her, **kwargs)  # fmt: skip
+    source = "sac.yml FetchReach" if sac else "dqn.yml CartPole-v1, gamma 0.98 (HER paper)"
     settings = {
-        "class": "stable_baselines3.DQN" + (" + HerReplayBuffer" if her else ""),
-        "source": "rl-baselines3-zoo hyperparams/dqn.yml CartPole-v1, gamma 0.98 (HER paper)",
+        "class": f"stable_baselines3.{model.__class__.__name__}" + (" + HER" if her else ""),
+        "source": f"rl-baselines3-zoo hyperparams/{source}",
         "hyperparameters": kwargs,
         "policy": "MultiInputPolicy",
     }

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from tdrl import trainers
+from tdrl import keys, trainers
 from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
+    GoalConfig,
     ReplayConfig,
     RunConfig,
     WorkersConfig,
@@ -32,6 +33,7 @@ class Config:
     workers: WorkersConfig = WorkersConfig()
     replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
     ac: ActorCriticConfig = ActorCriticConfig()
+    goals: GoalConfig = GoalConfig()
     noise: Literal["gaussian", "ou"] = "gaussian"
     """exploration noise: Gaussian or Ornstein-Uhlenbeck (restarted at every episode start)."""
     exploration_noise: float = 0.1
@@ -44,7 +46,7 @@ def main(cfg: Config) -> dict[str, float]:
     from tensordict.nn import TensorDictSequential
     from torch import nn
 
-    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import (
         AdditiveGaussianNoise,
         OrnsteinUhlenbeckNoise,
@@ -60,19 +62,22 @@ def main(cfg: Config) -> dict[str, float]:
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device
-    obs_dim, action_dim = flat_dims(env.observation_spec, env.action_spec)
+    inputs = cfg.goals.inputs(env.observation_spec)  # a dict observation: entries concatenated
+    obs_dim, action_dim = flat_dims(inputs.spec, env.action_spec)
     low, high = action_bounds(env.action_spec)
 
     # 2. networks: deterministic actor (the noise on top acts only while collecting), a critic
-    actor = deterministic_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes)
+    actor = deterministic_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
+                                observation_key=inputs.key)  # fmt: skip
     bounds = {"action_low": low, "action_high": high}
     if cfg.noise == "ou":
         noise = OrnsteinUhlenbeckNoise(action_dim, sigma=cfg.exploration_noise, **bounds)
     else:
         noise = AdditiveGaussianNoise(action_dim, sigma_init=cfg.exploration_noise, **bounds)
-    policy = TensorDictSequential(actor, noise)
+    greedy = inputs.policy(actor)  # acts on the env's own observation, deterministic
+    policy = TensorDictSequential(greedy, noise)
     critic_net = mlp(obs_dim + action_dim, 1, cfg.ac.hidden_sizes, activation=nn.ReLU)
-    critic = StateActionCritic(torch_default_init_(critic_net))
+    critic = StateActionCritic(torch_default_init_(critic_net), in_keys=(inputs.key, keys.ACTION))
 
     # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
     loss = DDPGLoss(actor, critic, gamma=cfg.ac.gamma).to(device)
@@ -81,7 +86,10 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = trainers.adam(
         (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)
     )
-    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    buffer = make_replay_buffer(  # her: goals relabelled, then the network input (transform)
+        cfg.replay.buffer_size, generator=cfg.run.seed, device=device,
+        transform=inputs.transform, **cfg.goals.replay_kwargs(cfg.run.env_id),
+    )  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
@@ -89,7 +97,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
     with trainers.Run.from_config(
-        cfg.run, "DDPG", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+        cfg.run, "DDPG", state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
     ) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))

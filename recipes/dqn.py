@@ -38,9 +38,9 @@ from tdrl.trainers.config import (
 )
 
 if TYPE_CHECKING:
-    from tensordict.nn import TensorDictModuleBase
     from torchrl.data import Composite, TensorSpec
 
+    from tdrl.modules import QValueActor
     from tdrl.objectives import DQNLoss
 
 
@@ -65,22 +65,19 @@ class Config:
 
 def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
-) -> tuple[TensorDictModuleBase, DQNLoss]:
-    """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned; a dict
-    observation's entries concatenated in front) and its loss."""
-    from tensordict.nn import TensorDictSequential
-
+) -> tuple[QValueActor, DQNLoss]:
+    """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned; on a dict
+    observation it reads the entries concatenated: ``cfg.goals.inputs``) and its loss."""
     from tdrl.modules import QValueActor
     from tdrl.modules.networks import q_network
     from tdrl.objectives import DQNLoss
 
-    spec, cat = cfg.goals.inputs(observation_spec)
+    inputs = cfg.goals.inputs(observation_spec)
     body = q_network(
-        spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network, dueling=cfg.dueling
-    )
-    qnet: TensorDictModuleBase = QValueActor(body)
-    if cat is not None:
-        qnet = TensorDictSequential(cat, QValueActor(body, in_key=cat.out_key))
+        inputs.spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network,
+        dueling=cfg.dueling,
+    )  # fmt: skip
+    qnet = QValueActor(body, in_key=inputs.key)
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
     return qnet, loss
 
@@ -104,11 +101,13 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
     qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+    inputs = cfg.goals.inputs(env.observation_spec)  # a dict observation: entries concatenated
+    greedy = inputs.policy(qnet)
     exploration = EpsilonGreedy(
         int(env.action_spec.space.n), eps_init=cfg.q.eps_init, eps_end=cfg.q.eps_end,
         annealing_num_steps=cfg.q.eps_frames,
     )  # fmt: skip
-    policy = TensorDictSequential(qnet, exploration)
+    policy = TensorDictSequential(greedy, exploration)
 
     # 3. target copies, optimizer, buffer (stacks and large frames: each frame stored once),
     #    collector, the reward clipping the buffer sees
@@ -122,7 +121,8 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.replay.buffer_size, prioritized=cfg.per.prioritized, alpha=cfg.per.per_alpha,
         beta=cfg.per.per_beta, n_steps=cfg.per.n_steps, gamma=cfg.q.gamma,
         generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,
-        frame_stack=cfg.pixels.frame_stack, **cfg.goals.replay_kwargs(cfg.run.env_id),
+        frame_stack=cfg.pixels.frame_stack, transform=inputs.transform,
+        **cfg.goals.replay_kwargs(cfg.run.env_id),
     )  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, policy, cfg.q.frames_per_batch,
@@ -135,7 +135,7 @@ def main(cfg: Config) -> dict[str, float]:
     if bonus is not None:
         state["bonus"] = bonus
     with trainers.Run.from_config(
-        cfg.run, "DQN", state, eval_env=eval_env, policy=qnet, buffer=buffer, config=cfg
+        cfg.run, "DQN", state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
     ) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns

@@ -33,6 +33,7 @@ from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
     EntropyConfig,
+    GoalConfig,
     ReplayConfig,
     RunConfig,
     WorkersConfig,
@@ -46,6 +47,7 @@ class Config:
     replay: ReplayConfig = ReplayConfig()
     ac: ActorCriticConfig = ActorCriticConfig()
     entropy: EntropyConfig = EntropyConfig()
+    goals: GoalConfig = GoalConfig()
     algo: Literal["sac", "tqc", "crossq"] = "sac"
     """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target) or
     crossq (no target networks; batch-renormalized actor and critics)."""
@@ -72,7 +74,7 @@ class Config:
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC, TQC or CrossQ; returns the final deterministic evaluation and the counters."""
     # the library loads here, after the command line: --help answers without it
-    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
     from tdrl.objectives import CrossQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
 
@@ -81,15 +83,18 @@ def main(cfg: Config) -> dict[str, float]:
     device = cfg.run.torch_device
 
     # 2. networks: a tanh-Gaussian actor and the critics in one batched ensemble (tqc: each with
-    #    num_quantiles outputs; crossq: batch renorm before every linear layer of both)
+    #    num_quantiles outputs; crossq: batch renorm before every linear layer of both), reading
+    #    a dict observation's entries concatenated
     tqc = cfg.algo == "tqc"
     renorm = {"warmup_steps": cfg.renorm_warmup} if cfg.algo == "crossq" else None
-    actor = tanh_gaussian_actor(env.observation_spec, env.action_spec, cfg.ac.hidden_sizes,
-                                batch_renorm=renorm, residual=cfg.residual)  # fmt: skip
+    inputs = cfg.goals.inputs(env.observation_spec)
+    actor = tanh_gaussian_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
+                                batch_renorm=renorm, residual=cfg.residual,
+                                observation_key=inputs.key)  # fmt: skip
     critic = q_ensemble(
-        env.observation_spec, env.action_spec, cfg.critic_hidden_sizes or cfg.ac.hidden_sizes,
+        inputs.spec, env.action_spec, cfg.critic_hidden_sizes or cfg.ac.hidden_sizes,
         cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm,
-        residual=cfg.residual,
+        residual=cfg.residual, observation_key=inputs.key,
     )  # fmt: skip
 
     # 3. loss, target update (none for crossq), optimizer (a group per part), buffer, collector
@@ -108,9 +113,13 @@ def main(cfg: Config) -> dict[str, float]:
         ([loss.log_alpha], cfg.entropy.alpha_lr),
         betas=(cfg.adam_beta1, 0.999),
     )
-    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    buffer = make_replay_buffer(  # her: goals relabelled, then the network input (transform)
+        cfg.replay.buffer_size, generator=cfg.run.seed, device=device,
+        transform=inputs.transform, **cfg.goals.replay_kwargs(cfg.run.env_id),
+    )  # fmt: skip
+    policy = inputs.policy(actor)  # acts on the env's own observation
     collector = trainers.make_collector(
-        cfg.run, env, actor, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
+        cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
     # 4. the loop: store each batch, then the gradient steps due at the update ratio, the
@@ -118,7 +127,7 @@ def main(cfg: Config) -> dict[str, float]:
     state = {"loss": loss, "optimizer": optimizer}
     with trainers.Run.from_config(
         cfg.run, {"crossq": "CrossQ"}.get(cfg.algo, cfg.algo.upper()), state, eval_env=eval_env,
-        policy=actor, buffer=buffer, config=cfg,
+        policy=policy, buffer=buffer, config=cfg,
     ) as run:  # fmt: skip
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))

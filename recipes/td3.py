@@ -19,6 +19,7 @@ from tdrl import trainers
 from tdrl.trainers.config import (
     OFF_POLICY_RUN,
     ActorCriticConfig,
+    GoalConfig,
     ReplayConfig,
     RunConfig,
     TD3Config,
@@ -33,6 +34,7 @@ class Config:
     replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
     ac: ActorCriticConfig = ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
     td3: TD3Config = TD3Config()
+    goals: GoalConfig = GoalConfig()
     exploration_noise: float = 0.1
     """Gaussian exploration noise (half-range units)."""
     residual: bool = False
@@ -45,7 +47,7 @@ def main(cfg: Config) -> dict[str, float]:
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
 
-    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import AdditiveGaussianNoise, action_bounds, deterministic_actor, q_ensemble
     from tdrl.objectives import SoftUpdate, TD3Loss, total_loss
 
@@ -56,16 +58,16 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 2. networks: deterministic actor (Gaussian noise on top acts only while collecting), twin
     #    critics in one batched ensemble
-    actor = deterministic_actor(
-        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, residual=cfg.residual
-    )
+    inputs = cfg.goals.inputs(env.observation_spec)  # a dict observation: entries concatenated
+    actor = deterministic_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
+                                residual=cfg.residual, observation_key=inputs.key)  # fmt: skip
     noise = AdditiveGaussianNoise(
         len(low), sigma_init=cfg.exploration_noise, action_low=low, action_high=high
     )
-    policy = TensorDictSequential(actor, noise)
-    critic = q_ensemble(
-        env.observation_spec, env.action_spec, cfg.ac.hidden_sizes, residual=cfg.residual
-    )
+    greedy = inputs.policy(actor)  # acts on the env's own observation, deterministic
+    policy = TensorDictSequential(greedy, noise)
+    critic = q_ensemble(inputs.spec, env.action_spec, cfg.ac.hidden_sizes, residual=cfg.residual,
+                        observation_key=inputs.key)  # fmt: skip
 
     # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
     loss = TD3Loss(
@@ -77,7 +79,10 @@ def main(cfg: Config) -> dict[str, float]:
     optimizer = trainers.adam(
         (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr)
     )
-    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    buffer = make_replay_buffer(  # her: goals relabelled, then the network input (transform)
+        cfg.replay.buffer_size, generator=cfg.run.seed, device=device,
+        transform=inputs.transform, **cfg.goals.replay_kwargs(cfg.run.env_id),
+    )  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
@@ -86,7 +91,7 @@ def main(cfg: Config) -> dict[str, float]:
     #    policy_delay-th step also the actor and the targets (delayed updates)
     state = {"loss": loss, "optimizer": optimizer, "noise": noise}
     with trainers.Run.from_config(
-        cfg.run, "TD3", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
+        cfg.run, "TD3", state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
     ) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))

@@ -60,6 +60,7 @@ def make_replay_buffer(
     her_goals: int = 4,
     compute_reward: Any = None,
     compute_terminated: Any = None,
+    transform: Any = None,
 ) -> ReplayBuffer:
     """A uniform or prioritized replay buffer of ``n_steps`` transitions (their
     ``"steps_to_next_obs"`` the losses turn into ``gamma ** k``). Given the env's
@@ -67,7 +68,8 @@ def make_replay_buffer(
     at sampling (:func:`tdrl.data.frames.store_frames_once`; ``frame_stack`` frames an
     observation). ``her`` (a strategy of :data:`tdrl.data.HER_STRATEGIES`; ``"off"``: none)
     gives a :class:`HERReplayBuffer` relabelling with ``compute_reward`` (and
-    ``compute_terminated``), ``her_goals`` hindsight goals per real one."""
+    ``compute_terminated``), ``her_goals`` hindsight goals per real one. ``transform``: every
+    sample's (:class:`ReplayBuffer`)."""
     if her != "off":
         if prioritized:
             raise ValueError("hindsight replay (her) is not combined with prioritized replay")
@@ -76,12 +78,13 @@ def make_replay_buffer(
         return HERReplayBuffer(
             capacity, compute_reward=compute_reward, compute_terminated=compute_terminated,
             strategy=her, n_sampled_goal=her_goals, n_steps=n_steps, gamma=gamma,
-            generator=generator, device=device,
+            generator=generator, device=device, transform=transform,
         )  # fmt: skip
     once = observation_spec is not None and store_frames_once(observation_spec, frame_stack)
     storage: dict[str, Any] = dict(
         n_steps=n_steps, gamma=gamma, generator=generator, device=device,
         frame_keys=[keys.OBSERVATION] if once else None, frame_stack=frame_stack if once else 1,
+        transform=transform,
     )  # fmt: skip
     if prioritized:
         return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, **storage)

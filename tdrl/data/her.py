@@ -43,8 +43,10 @@ class HERReplayBuffer(ReplayBuffer):
 
     ``end`` is the episode's last step once it has ended, else the newest stored step of its
     stream (the steps seen so far: an unfinished episode is relabelled from those, so every
-    stored transition is sampled, as in the plain buffer). Episodes are found from the stored
-    ``("next", "done")`` flags, per env stream; a resumed buffer finds them again on load.
+    stored transition is sampled, as in the plain buffer). ``sample`` relabels before the
+    buffer's ``transform`` runs, so a dict observation's network input sees the new goal.
+    Episodes are found from the stored ``("next", "done")`` flags, per env stream; a resumed
+    buffer finds them again on load.
 
     ``extend`` checks, before anything is written, that ``compute_reward`` gives the stored
     reward on every transition of the batch (a reward function that disagrees with the env would
@@ -186,11 +188,27 @@ class HERReplayBuffer(ReplayBuffer):
             back = np.arange(1, count + 1)
             self._to_end[(first - back) % L, stream] = int(first_end[stream]) + back
 
+    def _terminated(self, achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
+        """``compute_terminated`` per goal pair ``[n]``. A single flag for several pairs is
+        ambiguous (gymnasium-robotics' mazes take one norm over the whole batch), so such a
+        hook is called once per pair."""
+        assert self.compute_terminated is not None
+        n = len(desired)
+        flags = np.asarray(self.compute_terminated(achieved, desired, {})).astype(np.bool_)
+        if flags.size == 1 and n > 1:
+            pairs = zip(achieved, desired, strict=True)
+            return np.array([bool(self.compute_terminated(a, d, {})) for a, d in pairs])
+        if flags.size != n:
+            raise ValueError(
+                f"compute_terminated returned {flags.size} flags for {n} goal pairs "
+                f"(shape {flags.shape})"
+            )
+        return flags.reshape(n)
+
     # --- sampling --------------------------------------------------------------------------
-    def sample(self, batch_size: int) -> TensorDict:
-        """``[B]`` transitions as :meth:`ReplayBuffer.sample`, about ``k / (k + 1)`` of them
-        with a hindsight goal and its reward."""
-        out = super().sample(batch_size)
+    def _sampled(self, out: TensorDict) -> TensorDict:
+        """About ``k / (k + 1)`` of a sample's transitions get a hindsight goal and its reward
+        (before the buffer's transform)."""
         if self.n_sampled_goal > 0:
             self._relabel(out)
         return out
@@ -241,8 +259,7 @@ class HERReplayBuffer(ReplayBuffer):
         out.set(keys.NEXT_REWARD, reward)
         if self.compute_terminated is None:
             return
-        flags = np.asarray(self.compute_terminated(achieved, target, {})).astype(np.bool_)
-        ended = np.broadcast_to(flags, (len(target),))
+        ended = self._terminated(achieved, target)
         terminated = out.get(keys.NEXT_TERMINATED).clone()
         value = torch.as_tensor(ended.copy()).reshape(-1, *terminated.shape[1:])
         terminated[mask] = value.to(terminated.device)

@@ -6,7 +6,7 @@ import json
 import math
 import numbers
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +59,10 @@ class ReplayBuffer:
     float entry, naming the key (one fused check per batch, as ``Collector(on_nonfinite=...)``
     does); ``"ignore"``: no check.
 
+    ``transform``: applied to every sample and slice batch before it is returned (TorchRL's
+    ``ReplayBuffer(transform=...)``), e.g. ``CatKeys.transitions`` writing a dict observation's
+    network input.
+
     Shapes:
         storage leaves ``[capacity // S, S, *F]``; ``sample(B) -> [B]``; slices ``[B, L]``.
     """
@@ -76,6 +80,7 @@ class ReplayBuffer:
         frame_keys: Sequence[NestedKey] | None = None,
         frame_stack: int = 1,
         on_nonfinite: Literal["raise", "ignore"] = "raise",
+        transform: Callable[[TensorDict], TensorDict] | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -85,6 +90,7 @@ class ReplayBuffer:
         if on_nonfinite not in ("raise", "ignore"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'ignore', got {on_nonfinite!r}")
         self.on_nonfinite = on_nonfinite
+        self.transform = transform
         self._capacity = capacity
         self.device = torch.device(device)
         self._num_streams = num_streams
@@ -252,6 +258,11 @@ class ReplayBuffer:
             if self.n_steps > 1:  # the n-step sample's next entries are those of step t + k - 1
                 last = storage.advance(index, extra[keys.STEPS_TO_NEXT_OBS].squeeze(-1) - 1)
             self._frames.fill(storage, out, index, last)
+        out = self._sampled(out)
+        return out if self.transform is None else self.transform(out)
+
+    def _sampled(self, out: TensorDict) -> TensorDict:
+        """Hook on a :meth:`sample` batch before the transform (hindsight relabelling)."""
         return out
 
     def sample_slices(
@@ -293,7 +304,7 @@ class ReplayBuffer:
         if self._frames is not None:
             index = out.get(keys.INDEX)
             self._frames.fill(storage, out, index, index)
-        return out
+        return out if self.transform is None else self.transform(out)
 
     # --- state -----------------------------------------------------------------------------
     def sampler_state(self) -> dict[str, Any]:

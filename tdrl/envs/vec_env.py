@@ -9,6 +9,7 @@ step is spent on a reset.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import numbers
 import signal
@@ -681,8 +682,13 @@ def make_vec_env(
         raise ValueError(f"backend must be 'gymnasium' or 'envpool', got {backend!r}")
     if isinstance(env_id_or_callables, str):
         env_id = env_id_or_callables
+        module, _, name = env_id.rpartition(":")
         try:
-            gym.spec(env_id)
+            if module:  # gymnasium's "module:EnvId": the module registers the id
+                importlib.import_module(module)
+            gym.spec(name)
+        except ImportError as err:
+            raise ValueError(f"env id {env_id!r}: cannot import {module!r}: {err}") from err
         except gym.error.Error as err:
             raise ValueError(f"unknown gymnasium env id {env_id!r}: {err}") from err
 

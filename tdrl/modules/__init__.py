@@ -35,7 +35,7 @@ from tdrl.modules.exploration import (
     OrnsteinUhlenbeckNoise,
     linear_schedule,
 )
-from tdrl.modules.inputs import CatKeys, dict_inputs
+from tdrl.modules.inputs import CatKeys, NetworkInputs, dict_inputs, network_inputs
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
 from tdrl.modules.networks import (
     NormalizedInput,
@@ -61,7 +61,9 @@ from tdrl.modules.sde import GSDEActor
 
 __all__ = [
     "CatKeys",
+    "NetworkInputs",
     "dict_inputs",
+    "network_inputs",
     "ResidualMLP",
     "BatchRenorm",
     "batch_statistics",

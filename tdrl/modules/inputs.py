@@ -26,7 +26,7 @@ from torchrl.data import Composite, TensorSpec, Unbounded
 from tdrl import keys
 from tdrl.keyed import require
 
-__all__ = ["CatKeys", "dict_inputs"]
+__all__ = ["CatKeys", "NetworkInputs", "dict_inputs", "network_inputs"]
 
 NestedKey = str | tuple[str, ...]
 
@@ -83,6 +83,15 @@ class CatKeys(TensorDictModuleBase):
         tensordict.set(self.out_key, torch.cat(parts, dim=-1))
         return tensordict
 
+    def transitions(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """:meth:`forward` at the root and under ``"next"`` (where the batch has it): a replay
+        sample's transform, after any relabelling, so that losses read both."""
+        self(tensordict)
+        following = tensordict.get(keys.NEXT, None)
+        if following is not None:
+            self(following)
+        return tensordict
+
 
 def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ()) -> CatKeys | None:
     """The :class:`CatKeys` a dict observation needs, or None for one flat ``"observation"``.
@@ -125,3 +134,35 @@ def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ())
             width *= int(d)
         widths.append(width)
     return CatKeys(chosen, widths)
+
+
+class NetworkInputs:
+    """What the networks of a recipe read, for a flat or a dict observation.
+
+    Attributes:
+        spec: the observation spec the builders take (one flat ``"observation"``).
+        key: the entry the networks read (``"observation"``, or ``"observation_flat"``).
+        cat: the :class:`CatKeys` in front, or None.
+        transform: a replay buffer's sample transform writing ``key`` at the root and under
+            ``"next"`` (None for a flat observation).
+    """
+
+    def __init__(self, spec: Composite, cat: CatKeys | None) -> None:
+        self.cat = cat
+        self.spec = spec if cat is None else cat.spec(spec)
+        self.key: NestedKey = keys.OBSERVATION if cat is None else cat.out_key
+        self.transform = None if cat is None else cat.transitions
+
+    def policy(self, module: TensorDictModuleBase) -> TensorDictModuleBase:
+        """``module`` acting on the env's own observation: the concatenation first, if any."""
+        from tensordict.nn import TensorDictSequential
+
+        return module if self.cat is None else TensorDictSequential(self.cat, module)
+
+
+def network_inputs(
+    observation_spec: Composite, selected: Sequence[NestedKey] = ()
+) -> NetworkInputs:
+    """:class:`NetworkInputs` of ``observation_spec`` with the entries ``selected`` (as
+    :func:`dict_inputs`)."""
+    return NetworkInputs(observation_spec, dict_inputs(observation_spec, selected))

@@ -453,16 +453,20 @@ def tanh_gaussian_actor(
     *,
     batch_renorm: dict[str, Any] | None = None,
     residual: bool = False,
+    observation_key: NestedKey = keys.OBSERVATION,
 ) -> TanhGaussianActor:
     """SAC's actor: a ReLU MLP with PyTorch's default init writing a tanh-squashed Gaussian in
     the env's action box (Tianshou's and SB3's SAC networks). ``batch_renorm``: keyword
     arguments of a :class:`~tdrl.modules.renorm.BatchRenorm` before every linear layer (CrossQ's
     actor, as sb3-contrib's), or None. ``residual``: SimBa's residual blocks instead, one per
-    hidden width (:class:`~tdrl.modules.residual.ResidualMLP`)."""
+    hidden width (:class:`~tdrl.modules.residual.ResidualMLP`). ``observation_key``: the entry
+    it reads (``NetworkInputs.key`` for a dict observation)."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
     net = _actor_net(obs_dim, 2 * action_dim, hidden_sizes, batch_renorm, residual)
-    return TanhGaussianActor(net, action_dim, action_low=low, action_high=high)
+    return TanhGaussianActor(
+        net, action_dim, in_key=observation_key, action_low=low, action_high=high
+    )
 
 
 def _actor_net(
@@ -493,13 +497,17 @@ def deterministic_actor(
     hidden_sizes: Sequence[int],
     *,
     residual: bool = False,
+    observation_key: NestedKey = keys.OBSERVATION,
 ) -> DeterministicActor:
     """DDPG's and TD3's actor: a ReLU MLP with PyTorch's default init, tanh-scaled to the box
-    (``residual``: SimBa's residual blocks instead, one per hidden width)."""
+    (``residual``: SimBa's residual blocks instead, one per hidden width), reading
+    ``observation_key``."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
     net = _actor_net(obs_dim, action_dim, hidden_sizes, None, residual)
-    return DeterministicActor(net, action_dim, action_low=low, action_high=high)
+    return DeterministicActor(
+        net, action_dim, in_key=observation_key, action_low=low, action_high=high
+    )
 
 
 def q_ensemble(
@@ -513,13 +521,15 @@ def q_ensemble(
     layer_norm: bool = False,
     batch_renorm: dict[str, Any] | None = None,
     residual: bool = False,
+    observation_key: NestedKey = keys.OBSERVATION,
 ) -> EnsembleCritic:
     """``num_members`` Q(s, a) critics evaluated as one batched ensemble (SAC, TD3, REDQ);
     ``num_outputs`` > 1: each outputs that many quantiles of the return (TQC). ``dropout`` and
     ``layer_norm`` after each hidden layer make DroQ's critics, ``batch_renorm`` before each
     linear layer CrossQ's (:class:`~tdrl.modules.ensembles.EnsembleMLP`); ``residual``: SimBa's
     residual blocks, one per hidden width (:class:`~tdrl.modules.residual.ResidualMLP`; its
-    norms batch renorm with ``batch_renorm``)."""
+    norms batch renorm with ``batch_renorm``). The critics read ``observation_key`` and
+    ``"action"``."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     if residual:
         if dropout or layer_norm:
@@ -528,12 +538,12 @@ def q_ensemble(
             obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members,
             batch_renorm=batch_renorm,
         )  # fmt: skip
-        return EnsembleCritic(body)
+        return EnsembleCritic(body, in_keys=(observation_key, keys.ACTION))
     net = EnsembleMLP(
         obs_dim + action_dim, num_outputs, hidden_sizes, num_members=num_members,
         dropout=dropout, layer_norm=layer_norm, batch_renorm=batch_renorm,
     )  # fmt: skip
-    return EnsembleCritic(net)
+    return EnsembleCritic(net, in_keys=(observation_key, keys.ACTION))
 
 
 def is_frames(observation_spec: Composite) -> bool:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tensordict.nn import TensorDictModuleBase
     from torchrl.data import Composite, TensorSpec
 
-    from tdrl.modules import CatKeys, RewardScaling, RunningObservationNorm
+    from tdrl.modules import NetworkInputs, RewardScaling, RunningObservationNorm
 
 T = TypeVar("T")
 
@@ -482,13 +482,13 @@ class GoalConfig:
     her_goals: int = 4
     """her: hindsight goals per real one, k (k / (k + 1) of the samples are relabelled)."""
 
-    def inputs(self, observation_spec: Composite) -> tuple[Composite, CatKeys | None]:
-        """The spec the network builders read and the :class:`tdrl.modules.CatKeys` that goes
-        in front of the networks (None for a single flat ``"observation"``)."""
-        from tdrl.modules import dict_inputs
+    def inputs(self, observation_spec: Composite) -> NetworkInputs:
+        """What the networks read (:func:`tdrl.modules.network_inputs`): the spec the builders
+        take, the entry, the wrapper that acts on the env's observation and the buffer's
+        transform."""
+        from tdrl.modules import network_inputs
 
-        cat = dict_inputs(observation_spec, self.observation_keys)
-        return (observation_spec if cat is None else cat.spec(observation_spec)), cat
+        return network_inputs(observation_spec, self.observation_keys)
 
     def replay_kwargs(self, env_id: str) -> dict[str, Any]:
         """What :func:`tdrl.data.make_replay_buffer` takes for hindsight replay on ``env_id``

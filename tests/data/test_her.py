@@ -205,3 +205,40 @@ def test_bit_flipping_env_rewards_terminates_at_the_goal_and_truncates_after_n_s
     with pytest.raises(ValueError, match="n_bits must be an int >= 1"):
         BitFlipping(n_bits=0)
     assert keys.DESIRED_GOAL in env.observation_space.spaces
+
+
+def test_the_transform_sees_the_relabelled_goal_at_the_root_and_under_next():
+    from tdrl.envs import make_vec_env as make
+    from tdrl.modules import network_inputs
+
+    env = make(f"tdrl/BitFlipping{N_BITS}-v0", 1, seed=0)
+    inputs = network_inputs(env.observation_spec, ["observation", "desired_goal"])
+    env.close()
+    buf = her_buffer(3 * 40, transform=inputs.transform)
+    for batch in rollouts(10):
+        buf.extend(batch)
+    out = buf.sample(512)
+    for where in ((), ("next",)):
+        flat = out[(*where, "observation_flat")]
+        assert torch.equal(flat[:, N_BITS:], out[(*where, "desired_goal")])
+        assert torch.equal(flat[:, :N_BITS], out[(*where, "observation")])
+    stored = buf.storage.reshape(-1)["desired_goal"][out["index"]]
+    assert (out["desired_goal"] != stored).any()  # relabelled before the transform ran
+
+
+def test_a_compute_terminated_that_is_not_vectorized_is_called_per_goal_pair():
+    def one_flag(achieved, desired, info):  # a single answer for any batch, as the mazes give
+        return bool(np.all(np.asarray(achieved) == np.asarray(desired)))
+
+    buf = HERReplayBuffer(
+        3 * 40, compute_reward=BitFlipping.compute_reward, compute_terminated=one_flag,
+        generator=0,
+    )  # fmt: skip
+    for batch in rollouts(10):
+        buf.extend(batch)
+    out = buf.sample(1024)
+    reached = BitFlipping.compute_terminated(
+        out["next", "achieved_goal"].numpy(), out["desired_goal"].numpy(), {}
+    )
+    assert reached.any() and not reached.all()
+    np.testing.assert_array_equal(out["next", "terminated"].squeeze(-1).numpy(), reached)

@@ -688,3 +688,29 @@ def test_dqn_with_her_solves_15_bits_and_dqn_alone_does_not(tmp_path):
     plain = dqn.main(configure(dqn.Config, **common, log_dir=str(tmp_path / "plain")))
     assert her["eval_return_mean"] > -12, her  # optimal: minus the bits to flip, about -7
     assert plain["eval_return_mean"] == -15, plain
+
+
+def test_sac_with_her_on_a_gymnasium_robotics_maze_runs_and_resumes(tmp_path):
+    """sac.py --her future on PointMaze (a real goal env: its dict observation, its vectorized
+    compute_reward and its scalar compute_terminated): the actor and critics read the entries
+    concatenated, and a run resumes from its checkpoint (its maze object is out of reach of
+    tdrl.envs.state, so the envs are re-seeded: the same rows up to the checkpoint, the same
+    number of updates after it; the DQN bit-flipping test checks a HER resume bit for bit)."""
+    pytest.importorskip("gymnasium_robotics")
+    from tdrl.data import HERReplayBuffer
+    from tdrl.trainers.run import BUFFER_DIR
+
+    her = dict(env_id="gymnasium_robotics:PointMaze_UMaze-v3", her="future", gamma=0.95,
+               checkpoint_every=150, eval_every=150)  # fmt: skip
+    module, straight = config("sac", tmp_path / "straight", **her)
+    result = module.main(straight)
+    _, first = config("sac", tmp_path / "resumed", **her, stop_after_frames=150)
+    module.main(first)
+    resumed = module.main(configure(first, stop_after_frames=0, resume=True))
+    assert resumed["updates"] == result["updates"] > 0
+    got, expected = (_rows(Path(c.run.log_dir) / "train.csv") for c in (first, straight))
+    before = [row for row in expected if row["step"] <= 150]
+    assert before and got[: len(before)] == before and len(got) == len(expected)
+    buffer = HERReplayBuffer(straight.replay.buffer_size, compute_reward=lambda a, d, i: 0)
+    buffer.load(latest_checkpoint(first.run.log_dir) / BUFFER_DIR)
+    assert len(buffer) == first.run.total_frames
