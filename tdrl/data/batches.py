@@ -70,9 +70,15 @@ def make_replay_buffer(
     gives a :class:`HERReplayBuffer` relabelling with ``compute_reward`` (and
     ``compute_terminated``), ``her_goals`` hindsight goals per real one. ``transform``: every
     sample's (:class:`ReplayBuffer`)."""
+    once = observation_spec is not None and store_frames_once(observation_spec, frame_stack)
     if her != "off":
         if prioritized:
             raise ValueError("hindsight replay (her) is not combined with prioritized replay")
+        if once:
+            raise ValueError(
+                "hindsight replay (her) does not store frames once: the observation is uint8 "
+                f"frames (frame_stack={frame_stack})"
+            )
         if compute_reward is None:
             raise ValueError(f"her={her!r} needs the goal env's compute_reward")
         return HERReplayBuffer(
@@ -80,7 +86,6 @@ def make_replay_buffer(
             strategy=her, n_sampled_goal=her_goals, n_steps=n_steps, gamma=gamma,
             generator=generator, device=device, transform=transform,
         )  # fmt: skip
-    once = observation_spec is not None and store_frames_once(observation_spec, frame_stack)
     storage: dict[str, Any] = dict(
         n_steps=n_steps, gamma=gamma, generator=generator, device=device,
         frame_keys=[keys.OBSERVATION] if once else None, frame_stack=frame_stack if once else 1,
@@ -127,6 +132,7 @@ def truncate_streams(buffer: ReplayBuffer) -> None:
         flag = storage.get(key, None)
         if flag is not None:
             flag[newest] = True
+    buffer.flags_changed()  # a hindsight buffer finds its episode ends again
 
 
 def minibatches(

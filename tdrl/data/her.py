@@ -140,13 +140,20 @@ class HERReplayBuffer(ReplayBuffer):
         return out.reshape(-1)
 
     def _set_storage(self, storage: StreamStorage) -> None:
-        super()._set_storage(storage)
         for key in (keys.NEXT_ACHIEVED_GOAL, keys.DESIRED_GOAL, keys.NEXT_DONE):
-            storage.leaf(key)  # a KeyError naming the entry the relabelling needs
+            storage.leaf(key)  # a KeyError naming the entry, before the storage is taken
+        super()._set_storage(storage)
         shape = (storage.length, storage.num_streams)
         self._since_start = np.zeros(shape, np.int64)
         self._to_end = np.full(shape, -1, np.int64)
         if storage.size:  # loaded: find the episodes of the stored steps, oldest first
+            self._index(storage.oldest(), storage.size, continues=False)
+
+    def flags_changed(self) -> None:
+        """The stored done flags were edited (a stream cut by ``truncate_streams``): the
+        episodes of every stored step are found again."""
+        storage = self._storage
+        if storage is not None and storage.size:
             self._index(storage.oldest(), storage.size, continues=False)
 
     def _written(self, steps: int) -> None:

@@ -147,6 +147,10 @@ class ReplayBuffer:
     def _written(self, steps: int) -> None:
         """Hook after ``steps`` time steps were written, ending before the cursor."""
 
+    def flags_changed(self) -> None:
+        """Call after editing stored done flags in place (:func:`tdrl.data.truncate_streams`
+        does): a buffer that indexes episodes (hindsight replay) finds them again."""
+
     def _extend_frames(self, frames: FrameStore, td: TensorDictBase) -> None:
         """:meth:`extend` of a frame-efficient buffer: checked and split before anything is
         written, then the next frames of the written steps are recorded."""

@@ -97,8 +97,8 @@ def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ())
     """The :class:`CatKeys` a dict observation needs, or None for one flat ``"observation"``.
 
     ``selected``: the entries the networks read, in this order; empty: every entry of the spec
-    but ``"action_mask"``, in the spec's order (``MultiInputPolicy``'s default). A single
-    ``"observation"`` entry needs no concatenation (None). Refused, each named: a selected key
+    but ``"action_mask"``, in the spec's order (``MultiInputPolicy``'s default). A spec whose
+    only entry is ``"observation"`` needs no concatenation (None). Refused, each named: a selected key
     the spec lacks, a key selected twice, uint8 frames (an image entry needs a CNN encoder) and
     integer entries (a Discrete observation would need a one-hot encoder).
     """
@@ -113,7 +113,7 @@ def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ())
             raise KeyError(
                 f"observation key {key!r} is not in the observation spec; it has {present}"
             )
-    if chosen == [keys.OBSERVATION]:
+    if present == [keys.OBSERVATION]:  # a flat observation: nothing to concatenate
         return None
     widths = []
     for key in chosen:

@@ -242,3 +242,31 @@ def test_a_compute_terminated_that_is_not_vectorized_is_called_per_goal_pair():
     )
     assert reached.any() and not reached.all()
     np.testing.assert_array_equal(out["next", "terminated"].squeeze(-1).numpy(), reached)
+
+
+@pytest.mark.parametrize("strategy", ["future", "final"])
+def test_a_stream_cut_by_truncate_streams_ends_its_episodes_there(strategy):
+    """A resume with fresh envs cuts every stream (truncate_streams marks the newest step done
+    after it was indexed): no goal may come from the episodes written after the cut."""
+    from tdrl.data import truncate_streams
+
+    buf = her_buffer(3 * 60, strategy)
+    batches = rollouts(10)
+    for batch in batches[:4]:  # 16 steps: the cut falls inside an episode (most last 5 steps)
+        buf.extend(batch)
+    assert not buf.storage["next", "done"][15].all()
+    truncate_streams(buf)
+    for batch in batches[4:]:
+        batch = batch.clone()
+        batch["episode"] = batch["episode"] + 1000  # the envs started fresh episodes
+        buf.extend(batch)
+    bounds = episode_bounds(buf)
+    index = torch.arange(len(buf)).repeat(20)
+    ep, time, stream = tags(buf, index)
+    goal_ep, goal_time, _ = tags(buf, buf.goal_steps(index))
+    assert (goal_ep == ep).all()
+    if strategy == "final":
+        last = np.array([bounds[(s, int(e))][1] for s, e in zip(stream, ep, strict=True)])
+        assert (goal_time == last).all()
+    else:
+        assert (goal_time >= time).all()

@@ -98,3 +98,9 @@ def test_bad_selections_and_entries_are_named():
         cat(TensorDict({"x": torch.zeros(5, 2)}, batch_size=[5]))
     with pytest.raises(KeyError, match="'x'"):
         cat(TensorDict({"y": torch.zeros(5, 3)}, batch_size=[5]))
+
+
+def test_selecting_only_observation_of_a_dict_still_narrows_the_spec():
+    spec = goal_spec()
+    cat = dict_inputs(spec, ["observation"])
+    assert cat is not None and cat.in_keys == ["observation"] and cat.width == 5
