@@ -98,9 +98,9 @@ def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ())
 
     ``selected``: the entries the networks read, in this order; empty: every entry of the spec
     but ``"action_mask"``, in the spec's order (``MultiInputPolicy``'s default). A spec whose
-    only entry is ``"observation"`` needs no concatenation (None). Refused, each named: a selected key
-    the spec lacks, a key selected twice, uint8 frames (an image entry needs a CNN encoder) and
-    integer entries (a Discrete observation would need a one-hot encoder).
+    only entry is ``"observation"`` needs no concatenation (None). Refused, each named: a
+    selected key the spec lacks, a key selected twice, uint8 frames (an image entry needs a CNN
+    encoder) and integer entries (a Discrete observation would need a one-hot encoder).
     """
     present = [k for k in observation_spec.keys(True, True) if k != keys.ACTION_MASK]
     chosen = list(selected) if selected else present
