@@ -20,8 +20,15 @@ per batch (--recompute-advantage: before every epoch, as Tianshou).
     python recipes/ppo.py --env-id MountainCar-v0 --intrinsic-coeff 1 --extrinsic-coeff 2
     python recipes/ppo.py --env-id MountainCar-v0 --intrinsic-coeff 1 --intrinsic icm
 
-The last two add an exploration bonus: RND (Burda et al. 2018) at CleanRL's coefficients, and
-ICM (Pathak et al. 2017).
+    python recipes/ppo.py --env-id tdrl/Breakout-v5 --env-backend envpool --num-envs 8 \
+        --frame-stack 4 --terminal-on-life-loss --clip-rewards --frames-per-batch 1024 \
+        --epochs 4 --minibatch-size 256 --lr 2.5e-4 --clip-epsilon 0.1 --critic-coeff 0.5 \
+        --entropy-coeff 0.01 --normalize-advantage --no-scale-rewards --adam-eps 1e-5
+
+The fifth and sixth add an exploration bonus: RND (Burda et al. 2018) at CleanRL's coefficients,
+and ICM (Pathak et al. 2017). The last is CleanRL's ppo_atari_envpool.py settings on envpool's
+Atari (the Nature CNN under both heads; evaluation on gymnasium's ALE with the same
+preprocessing).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from tdrl.trainers.config import (
     IntrinsicConfig,
     NetworkConfig,
     OnPolicyConfig,
+    PixelConfig,
     PPOConfig,
     RunConfig,
     WorkersConfig,
@@ -47,6 +55,7 @@ class Config:
     adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
     ppo: PPOConfig = PPOConfig()
     explore: IntrinsicConfig = IntrinsicConfig()
+    pixels: PixelConfig = PixelConfig()
     adam_eps: float = 1e-8
     """Adam's epsilon (PyTorch's default; SB3's on-policy policies use 1e-5)."""
 
@@ -58,12 +67,16 @@ def main(cfg: Config) -> dict[str, float]:
     from torchrl.modules import set_recurrent_mode
 
     from tdrl.data import minibatches
+    from tdrl.envs import RewardClipping
     from tdrl.estimators import GAE
     from tdrl.objectives import ClipPPOLoss, total_loss
 
-    # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    env, eval_env = trainers.make_envs(cfg.run)
+    # 1. envs: seeds and threads, the training envs and a separate evaluation env (Atari: frame
+    #    stacks; a lost life ends a training episode); the reward clipping the learner sees
+    both, train = cfg.pixels.env_kwargs()
+    env, eval_env = trainers.make_envs(cfg.run, env_kwargs=both, train_env_kwargs=train)
     device = cfg.run.torch_device
+    clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
     # 2. networks: actor and critic, observation normalization inside both
     nets = cfg.net.build(env.observation_spec, env.action_spec)
@@ -101,6 +114,8 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, "PPO", state, eval_env=eval_env, policy=nets.actor, config=cfg
     ) as run:
         for batch in run.resume(collector):
+            if clip is not None:  # after the collector logged the env's own returns
+                batch = clip(batch)
             if scaler is not None:
                 scaler(batch)
             # --clip-decay: the clip range decays over the run (the zoo's Atari PPO)

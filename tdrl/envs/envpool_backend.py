@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["EnvpoolVectorEnv", "make_envpool"]
+__all__ = ["EnvpoolVectorEnv", "envpool_task", "make_envpool"]
 
 
 class EnvpoolVectorEnv(gym.vector.VectorEnv):
@@ -103,14 +103,43 @@ def _reorder(x: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
+def envpool_task(env_id: str, **options: Any) -> tuple[str, dict[str, Any]]:
+    """envpool's task and options for a gymnasium-side id and its maker's options.
+
+    tdrl's Atari ids (``tdrl/<Game>-v5``: :func:`tdrl.envs.make_atari`) become envpool's
+    ``<Game>-v5`` with the same preprocessing: ALE v5's sticky actions (0.25) and minimal action
+    set, up to 30 no-ops, 4 frames a step, 84x84 grayscale (area resize), FIRE after resets,
+    27k steps (108k frames) an episode, unclipped rewards; ``frame_stack`` becomes
+    ``stack_num`` and ``terminal_on_life_loss`` ``episodic_life``. Other ids pass through and
+    take no options (envpool's own keyword arguments go to :func:`make_envpool` directly).
+    """
+    from tdrl.envs.pixels import ATARI_NAMESPACE
+
+    prefix = f"{ATARI_NAMESPACE}/"
+    if not (env_id.startswith(prefix) and env_id.endswith("-v5")):
+        return env_id, options
+    unknown = sorted(set(options) - {"frame_stack", "terminal_on_life_loss"})
+    if unknown:
+        raise ValueError(f"envpool's {env_id}: options {unknown} have no envpool counterpart here")
+    return env_id[len(prefix) :], dict(
+        stack_num=int(options.get("frame_stack", 1)),
+        episodic_life=bool(options.get("terminal_on_life_loss", False)),
+        repeat_action_probability=0.25, full_action_space=False, noop_max=30, frame_skip=4,
+        img_height=84, img_width=84, gray_scale=True, use_fire_reset=True, reward_clip=False,
+        max_episode_steps=27_000,
+    )  # fmt: skip
+
+
 def make_envpool(env_id: str, num_envs: int, seed: int | None, **kwargs: Any) -> EnvpoolVectorEnv:
-    """An envpool pool of ``num_envs`` ``env_id`` envs (synchronous: every step steps all)."""
+    """An envpool pool of ``num_envs`` ``env_id`` envs (synchronous: every step steps all);
+    tdrl's Atari ids and their options are translated (:func:`envpool_task`)."""
     try:
         import envpool
     except ImportError as err:
         raise ImportError(
             "backend='envpool' needs the envpool package: pip install 'tdrl[envpool]'"
         ) from err
+    env_id, kwargs = envpool_task(env_id, **kwargs)
     tasks = envpool.list_all_envs()
     if env_id not in tasks:
         stem = env_id.split("-")[0].lower()

@@ -196,8 +196,9 @@ def make_collector(
 
 def training_envs(cfg: RunConfig, **make_kwargs: Any) -> VecEnv:
     """The training envs of ``cfg`` on its ``env_backend`` (evaluation always uses gymnasium);
-    ``make_kwargs`` go to each gymnasium env's maker."""
-    if make_kwargs and cfg.env_backend != "gymnasium":
+    ``make_kwargs`` go to each gymnasium env's maker (envpool: translated for tdrl's Atari ids,
+    :func:`tdrl.envs.envpool_backend.envpool_task`)."""
+    if make_kwargs and cfg.env_backend == "torchrl":
         raise ValueError(
             f"env options {sorted(make_kwargs)} are for gymnasium envs, not --env-backend "
             f"{cfg.env_backend}"

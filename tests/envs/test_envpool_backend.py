@@ -87,3 +87,28 @@ def test_seed_none_draws_fresh_episodes_and_a_seed_repeats_them():
     # gymnasium's seed=None draws from fresh entropy: two pools start from different states
     assert not torch.equal(first_observation(None), first_observation(None))
     torch.testing.assert_close(first_observation(3), first_observation(3), rtol=0, atol=0)
+
+
+def test_tdrl_atari_ids_run_on_envpool_as_on_gymnasium():
+    """tdrl/<Game>-v5 on envpool: the gymnasium env's spec (4 stacked 84x84 uint8 frames,
+    oldest first, shifting by one a step), a lost life ends a training episode, and an option
+    envpool has no counterpart for is named."""
+    pytest.importorskip("ale_py")
+    options = dict(frame_stack=4, terminal_on_life_loss=True)
+    with (
+        make_vec_env("tdrl/Breakout-v5", 2, seed=0, backend="envpool", **options) as pool,
+        make_vec_env("tdrl/Breakout-v5", 1, seed=0, **options) as reference,
+    ):
+        for spec in (pool.observation_spec, reference.observation_spec):
+            assert spec["observation"].shape[1:] == (4, 84, 84)
+            assert spec["observation"].dtype == torch.uint8
+        assert pool.action_spec.space.n == reference.action_spec.space.n == 4
+        batch = next(iter(Collector(pool, None, frames_per_batch=600, total_frames=600)))
+    done = batch["next", "done"].squeeze(-1)
+    assert batch["next", "terminated"].any()  # lives lost by a random policy
+    going = ~done
+    newer = batch["next", "observation"][going]
+    older = batch["observation"][going]
+    assert torch.equal(newer[:, :3], older[:, 1:])  # the stack moves by one frame a step
+    with pytest.raises(ValueError, match=r"options \['clip_rewards'\] have no envpool"):
+        make_vec_env("tdrl/Breakout-v5", 1, backend="envpool", clip_rewards=True)

@@ -429,3 +429,28 @@ def test_ppg_and_gail_refuse_the_ppo_flags_they_do_not_run(tmp_path: Path) -> No
         ppg.main(tiny("ppg", tmp_path, recompute_advantage=True))
     with pytest.raises(ValueError, match="gail.py has no --clip-decay"):
         gail.main(configure(gail.Config, clip_decay=True, log_dir=str(tmp_path / "gail")))
+
+
+def test_ppo_takes_the_pixel_options_frame_stacks_and_clipped_rewards(tmp_path: Path) -> None:
+    """--frame-stack and --clip-rewards reach ppo.py: the batches the learner sees hold stacks of
+    2 MinAtar frames (4 channels each) and pass through the reward clipping."""
+    pytest.importorskip("minatar")
+    from tdrl.envs import RewardClipping
+
+    cfg = tiny("ppo", tmp_path, env_id="MinAtar/Breakout-v1", frame_stack=2, clip_rewards=True)
+    seen: list[tuple[int, bool]] = []
+    original = RewardClipping.forward
+
+    def spy(self, batch):  # the batch the learner sees, after the clipping
+        out = original(self, batch)
+        reward = out["next", "reward"]
+        seen.append((out["observation"].shape[-3], bool(((reward >= -1) & (reward <= 1)).all())))
+        return out
+
+    RewardClipping.forward = spy  # type: ignore[method-assign]
+    try:
+        result = RECIPES["ppo"].main(cfg)
+    finally:
+        RewardClipping.forward = original  # type: ignore[method-assign]
+    assert result["frames"] == cfg.run.total_frames and len(seen) >= 2
+    assert all(channels == 8 and clipped for channels, clipped in seen)
