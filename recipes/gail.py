@@ -113,7 +113,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: collect a rollout, discriminator steps, relabel its rewards, PPO's update
     with trainers.Run.from_config(
-        cfg.run, "GAIL", state, eval_env=eval_env, policy=nets.actor, config=cfg
+        cfg.run, "GAIL", state, eval_env=eval_env, policy=nets.policy, config=cfg
     ) as run:
         for batch in run.resume(collector):
             obs, action = expert.prepare(batch.get(keys.OBSERVATION), batch.get(keys.ACTION))

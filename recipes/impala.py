@@ -96,7 +96,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: the first finished rollout, its V-trace update, the new weights out
     with trainers.Run.from_config(
-        cfg.run, "IMPALA", state, eval_env=eval_env, policy=nets.actor, config=cfg
+        cfg.run, "IMPALA", state, eval_env=eval_env, policy=nets.policy, config=cfg
     ) as run:
         for batch in run.resume(collector):
             with torch.no_grad():  # how far the learner's policy is from the one that acted

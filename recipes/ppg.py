@@ -92,7 +92,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: collect a rollout, its advantages, the policy phase's minibatch epochs; every
     #    N_pi-th rollout the auxiliary phase over the stored ones
     with trainers.Run.from_config(
-        cfg.run, "PPG", state, eval_env=eval_env, policy=nets.actor, buffer=stored, config=cfg
+        cfg.run, "PPG", state, eval_env=eval_env, policy=nets.policy, buffer=stored, config=cfg
     ) as run:
         for batch in run.resume(collector):
             if scaler is not None:

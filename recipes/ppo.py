@@ -111,7 +111,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: collect a rollout, estimate advantages, minibatch epochs
     with trainers.Run.from_config(
-        cfg.run, "PPO", state, eval_env=eval_env, policy=nets.actor, config=cfg
+        cfg.run, "PPO", state, eval_env=eval_env, policy=nets.policy, config=cfg
     ) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns

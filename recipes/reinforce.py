@@ -86,7 +86,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: collect a rollout, its returns, one full-batch step
     with trainers.Run.from_config(
-        cfg.run, "REINFORCE", state, eval_env=eval_env, policy=nets.actor, config=cfg
+        cfg.run, "REINFORCE", state, eval_env=eval_env, policy=nets.policy, config=cfg
     ) as run:
         for batch in run.resume(collector):
             if scaler is not None:

@@ -101,7 +101,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: collect a rollout, GAE on it, the natural-gradient actor step, then the
     #    critic's regression on the value targets computed before the actor moved
     with trainers.Run.from_config(
-        cfg.run, cfg.algo.upper(), state, eval_env=eval_env, policy=nets.actor, config=cfg
+        cfg.run, cfg.algo.upper(), state, eval_env=eval_env, policy=nets.policy, config=cfg
     ) as run:
         for batch in run.resume(collector):
             if scaler is not None:

@@ -64,9 +64,12 @@ class CatKeys(TensorDictModuleBase):
 
     def spec(self, observation_spec: Composite) -> Composite:
         """The spec a network builder reads: one float ``"observation"`` of :attr:`width`, with
-        ``observation_spec``'s batch shape."""
+        ``observation_spec``'s batch shape (and its ``"action_mask"``, which actors honour)."""
         shape = (*observation_spec.shape, self.width)
-        return Composite({keys.OBSERVATION: Unbounded(shape=shape)}, shape=observation_spec.shape)
+        entries: dict[NestedKey, TensorSpec] = {keys.OBSERVATION: Unbounded(shape=shape)}
+        if keys.ACTION_MASK in observation_spec.keys():
+            entries[keys.ACTION_MASK] = observation_spec[keys.ACTION_MASK]
+        return Composite(entries, shape=observation_spec.shape)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         dims = tensordict.batch_dims

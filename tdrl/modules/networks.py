@@ -110,6 +110,7 @@ def actor_critic(
     ortho_init: bool = True,
     rescale_actions: bool = True,
     shared_encoder: bool = True,
+    observation_key: NestedKey = keys.OBSERVATION,
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
@@ -146,6 +147,9 @@ def actor_critic(
     ``hidden_sizes`` and ``activation`` neither). Recurrent and gSDE policies on frames are
     refused.
 
+    ``observation_key``: the flat entry the networks (and the normalizer) read, e.g. a dict
+    observation's concatenation (:class:`~tdrl.modules.NetworkInputs`).
+
     Returns:
         ``(actor, critic, obs_norm)``; ``obs_norm`` is ``None`` without normalization.
 
@@ -163,7 +167,8 @@ def actor_critic(
             observation_spec, action_spec, encoders, init_log_std, ortho_init, rescale_actions
         )
     obs_dim, _ = flat_dims(observation_spec, action_spec)
-    obs_norm = RunningObservationNorm(obs_dim) if normalize_observations else None
+    key = observation_key
+    obs_norm = RunningObservationNorm(obs_dim, in_keys=(key,)) if normalize_observations else None
 
     def trunk(out_features: int, gain: float) -> nn.Module:
         net = mlp(obs_dim, out_features, hidden_sizes, activation=activation, output_gain=gain)
@@ -175,22 +180,22 @@ def actor_critic(
     if recurrent is not None:
         actor = _recurrent_actor(
             obs_dim, spec, recurrent, recurrent_size, hidden_sizes, activation, init_log_std,
-            obs_norm, sde_sample_freq, rescale_actions,
+            obs_norm, sde_sample_freq, rescale_actions, key,
         )  # fmt: skip
         if recurrent_critic:
             critic = _recurrent_critic(
-                obs_dim, recurrent, recurrent_size, hidden_sizes, activation, obs_norm
+                obs_dim, recurrent, recurrent_size, hidden_sizes, activation, obs_norm, key
             )
         else:
-            critic = ValueCritic(trunk(1, VALUE_GAIN))
+            critic = ValueCritic(trunk(1, VALUE_GAIN), in_key=key)
     elif recurrent_critic:
         raise ValueError("recurrent_critic needs a recurrent actor (recurrent='lstm' or 'gru')")
     else:
         actor = _feed_forward_actor(
             observation_spec, spec, trunk, init_log_std, sde_sample_freq, rescale_actions,
-            lambda: _features(obs_dim, hidden_sizes, activation, obs_norm),
+            lambda: _features(obs_dim, hidden_sizes, activation, obs_norm), key,
         )  # fmt: skip
-        critic = ValueCritic(trunk(1, VALUE_GAIN))
+        critic = ValueCritic(trunk(1, VALUE_GAIN), in_key=key)
     if not ortho_init:
         torch_default_init_(actor)
         torch_default_init_(critic)
@@ -279,20 +284,23 @@ def _feed_forward_actor(
     sde_sample_freq: int,
     rescale_actions: bool,
     sde_features: Callable[[], tuple[nn.Module, int]],
+    key: NestedKey = keys.OBSERVATION,
 ) -> TensorDictModuleBase:
-    """The MLP policy for ``spec``: categorical kinds, or a Gaussian (or gSDE) one."""
+    """The MLP policy for ``spec`` reading ``key``: categorical kinds, or a Gaussian (or
+    gSDE) one."""
     # An env-provided action mask (an "action_mask" observation entry) is honoured.
     mask_key = keys.ACTION_MASK if keys.ACTION_MASK in observation_spec.keys() else None
+    masked = {"in_key": key, "mask_key": mask_key}
     if isinstance(spec, MultiCategoricalSpec):  # before Categorical: it is a subclass there
         nvec = [int(n) for n in spec.nvec.reshape(-1, spec.shape[-1])[0]]
-        return MultiCategoricalActor(trunk(sum(nvec), POLICY_GAIN), nvec, mask_key=mask_key)
+        return MultiCategoricalActor(trunk(sum(nvec), POLICY_GAIN), nvec, **masked)
     if isinstance(spec, BinarySpec):
-        return BernoulliActor(trunk(int(spec.shape[-1]), POLICY_GAIN))
+        return BernoulliActor(trunk(int(spec.shape[-1]), POLICY_GAIN), in_key=key)
     if isinstance(spec, CategoricalSpec):
-        return CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), mask_key=mask_key)
+        return CategoricalActor(trunk(int(spec.space.n), POLICY_GAIN), **masked)
     return _gaussian(
         spec, lambda: trunk(int(spec.shape[-1]), POLICY_GAIN), init_log_std, sde_sample_freq,
-        keys.OBSERVATION, sde_features, rescale_actions,
+        key, sde_features, rescale_actions,
     )  # fmt: skip
 
 
@@ -307,8 +315,9 @@ def _recurrent_actor(
     obs_norm: RunningObservationNorm | None,
     sde_sample_freq: int,
     rescale_actions: bool,
+    key: NestedKey = keys.OBSERVATION,
 ) -> RecurrentActor:
-    body = _recurrent_body(obs_dim, kind, size, obs_norm, EMBED, None)
+    body = _recurrent_body(obs_dim, kind, size, obs_norm, EMBED, None, key)
 
     def head(out_features: int) -> nn.Module:
         return mlp(size, out_features, hidden_sizes, activation=activation, output_gain=POLICY_GAIN)
@@ -336,6 +345,7 @@ def _recurrent_critic(
     hidden_sizes: Sequence[int],
     activation: type[nn.Module],
     obs_norm: RunningObservationNorm | None,
+    key: NestedKey = keys.OBSERVATION,
 ) -> TensorDictSequential:
     """A value network with its own LSTM or GRU (state under the critic's keys), then an MLP."""
     states = (
@@ -343,7 +353,7 @@ def _recurrent_critic(
         if kind == "lstm"
         else [keys.CRITIC_RECURRENT_STATE]
     )
-    body = _recurrent_body(obs_dim, kind, size, obs_norm, keys.CRITIC_EMBED, states)
+    body = _recurrent_body(obs_dim, kind, size, obs_norm, keys.CRITIC_EMBED, states, key)
     head = mlp(size, 1, hidden_sizes, activation=activation, output_gain=VALUE_GAIN)
     return TensorDictSequential(*body, ValueCritic(head, in_key=keys.CRITIC_EMBED))
 
@@ -355,12 +365,14 @@ def _recurrent_body(
     obs_norm: RunningObservationNorm | None,
     out_key: str,
     state_keys: list[str] | None,
+    key: NestedKey = keys.OBSERVATION,
 ) -> list[TensorDictModuleBase]:
-    """The (normalized) observation into an LSTM or GRU of ``size`` writing ``out_key``."""
+    """The (normalized) observation ``key`` into an LSTM or GRU of ``size`` writing
+    ``out_key``."""
     body: list[TensorDictModuleBase] = []
-    source: str = keys.OBSERVATION
+    source: NestedKey = key
     if obs_norm is not None:
-        body.append(TensorDictModule(NormalizedInput(obs_norm), [keys.OBSERVATION], [NORMALIZED]))
+        body.append(TensorDictModule(NormalizedInput(obs_norm), [key], [NORMALIZED]))
         source = NORMALIZED
     if kind not in ("lstm", "gru"):
         raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {kind!r}")

@@ -640,6 +640,11 @@ class Networks(NamedTuple):
     critic: TensorDictModuleBase
     obs_norm: RunningObservationNorm | None
     acting: TensorDictModuleBase
+    policy: TensorDictModuleBase
+    """the actor acting on the env's own observation (evaluation): on a dict observation, the
+    entries' concatenation first (the collector's ``acting`` writes it into the rollout, where
+    the actor and the normalizer read it; the critic computes it itself, under ``"next"``
+    too)."""
 
     def state(self, **objects: Any) -> dict[str, Any]:
         """What a checkpoint holds: the actor, the critic and ``objects`` (optimizer, schedule,
@@ -717,22 +722,25 @@ class NetworkConfig:
         from tensordict.nn import TensorDictSequential
         from torch import nn
 
-        from tdrl.modules import actor_critic
+        from tdrl.modules import actor_critic, network_inputs
 
         if not memory:
             self.refuse_memory(recipe)
+        inputs = network_inputs(observation_spec)  # a dict observation: every entry, concatenated
         actor, critic, obs_norm = actor_critic(
-            observation_spec, action_spec, hidden_sizes=self.hidden_sizes,
+            inputs.spec, action_spec, hidden_sizes=self.hidden_sizes,
             init_log_std=self.init_log_std, normalize_observations=self.normalize_observations,
             activation=nn.ReLU if self.activation == "relu" else nn.Tanh,
             recurrent=None if self.recurrent == "none" else self.recurrent,
             recurrent_size=self.recurrent_size, recurrent_critic=self.recurrent_critic,
             sde_sample_freq=self.sde_sample_freq, ortho_init=self.ortho_init,
             rescale_actions=self.rescale_actions, shared_encoder=shared_encoder,
+            observation_key=inputs.key,
         )  # fmt: skip
+        critic = inputs.policy(critic)  # the estimator runs it under "next" as well
         recurrent_critic = self.recurrent != "none" and self.recurrent_critic
         acting = TensorDictSequential(actor, critic) if recurrent_critic else actor
-        return Networks(actor, critic, obs_norm, acting)
+        return Networks(actor, critic, obs_norm, inputs.policy(acting), inputs.policy(actor))
 
 
 class IntrinsicParts(NamedTuple):

@@ -104,3 +104,30 @@ def test_selecting_only_observation_of_a_dict_still_narrows_the_spec():
     spec = goal_spec()
     cat = dict_inputs(spec, ["observation"])
     assert cat is not None and cat.in_keys == ["observation"] and cat.width == 5
+
+
+def test_actor_critic_on_a_dict_with_an_action_mask_reads_the_concatenation_and_the_mask():
+    from torchrl.data import Binary
+
+    from tdrl.modules import actor_critic, network_inputs
+
+    spec = Composite(
+        {"a": Unbounded(shape=(3, 2)), "b": Unbounded(shape=(3, 4)),
+         "action_mask": Binary(n=5, shape=(3, 5), dtype=torch.bool)},
+        shape=(3,),
+    )  # fmt: skip
+    inputs = network_inputs(spec)
+    assert inputs.cat is not None and inputs.cat.in_keys == ["a", "b"]
+    actor, critic, norm = actor_critic(
+        inputs.spec, Categorical(5, shape=(3,)), observation_key=inputs.key
+    )
+    assert norm is not None and norm.in_keys == ["observation_flat"]
+    assert actor.in_keys == ["observation_flat", "action_mask"]
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mask[:, 2] = True  # one valid action
+    td = TensorDict(
+        {"a": torch.randn(3, 2), "b": torch.randn(3, 4), "action_mask": mask}, batch_size=[3]
+    )
+    inputs.policy(actor)(td)
+    assert (td["action"] == 2).all() and td["observation_flat"].shape == (3, 6)
+    assert inputs.policy(critic)(td)["state_value"].shape == (3, 1)

@@ -128,6 +128,8 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("ppo_lstm", "CartPoleNoVel-v1"),  # the LSTM state is in the checkpoint
         ("ppo_lstm", "HopperNoVel-v5"),
         ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too
+        ("ppo", "tdrl/BitFlipping5-v0"),  # a dict observation: its entries concatenated
+        ("ppo_lstm", "tdrl/BitFlipping5-v0"),
     ],
 )
 def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path, device: str) -> None:
@@ -454,3 +456,17 @@ def test_ppo_takes_the_pixel_options_frame_stacks_and_clipped_rewards(tmp_path: 
         RewardClipping.forward = original  # type: ignore[method-assign]
     assert result["frames"] == cfg.run.total_frames and len(seen) >= 2
     assert all(channels == 8 and clipped for channels, clipped in seen)
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c", "reinforce", "trpo", "ppg"])
+def test_on_policy_recipes_read_a_dict_observation_concatenated(name: str, tmp_path: Path) -> None:
+    """A goal env's dict observation (3 entries of 5 bits): the actor, the critic and the
+    observation normalizer read the entries concatenated, the rollout carries the
+    concatenation the collector's policy wrote, and evaluation acts on the env's own dict."""
+    cfg = tiny(name, tmp_path, env_id="tdrl/BitFlipping5-v0", normalize_observations=True)
+    result = RECIPES[name].main(cfg)
+    assert result["frames"] == cfg.run.total_frames
+    assert result["eval_n_episodes"] == cfg.run.eval_episodes
+    state = torch.load(latest_checkpoint(tmp_path) / "checkpoint.pt", weights_only=True)
+    norm = [v for k, v in state["actor"].items() if k.endswith("obs_norm.mean")]
+    assert norm and all(v.shape == (15,) for v in norm)  # 3 entries x 5 bits
