@@ -129,7 +129,7 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("ppo_lstm", "HopperNoVel-v5"),
         ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too
         ("ppo", "tdrl/BitFlipping5-v0"),  # a dict observation: its entries concatenated
-        ("ppo_lstm", "tdrl/BitFlipping5-v0"),
+        pytest.param("ppo_lstm", "tdrl/BitFlipping5-v0", marks=pytest.mark.variants),
     ],
 )
 def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path, device: str) -> None:
@@ -458,7 +458,14 @@ def test_ppo_takes_the_pixel_options_frame_stacks_and_clipped_rewards(tmp_path: 
     assert all(channels == 8 and clipped for channels, clipped in seen)
 
 
-@pytest.mark.parametrize("name", ["ppo", "a2c", "reinforce", "trpo", "ppg"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ppo",
+        "a2c",
+        *(pytest.param(n, marks=pytest.mark.variants) for n in ("reinforce", "trpo", "ppg")),
+    ],
+)
 def test_on_policy_recipes_read_a_dict_observation_concatenated(name: str, tmp_path: Path) -> None:
     """A goal env's dict observation (3 entries of 5 bits): the actor, the critic and the
     observation normalizer read the entries concatenated, the rollout carries the
