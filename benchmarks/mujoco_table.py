@@ -1354,7 +1354,8 @@ def plot_tasks(lines: list[dict[str, Any]], folder: Path, suite: Suite) -> list[
             ax.set_ylabel(f"eval return ({EVAL_EPISODES} deterministic episodes)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small", loc="upper left")
-        name = task.rsplit("/", 1)[-1]  # MinAtar/Breakout-v1: no subfolder
+        # MinAtar/Breakout-v1: no subfolder; gymnasium_robotics:PointMaze_UMaze-v3: no colon
+        name = task.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
         pngs.append(save_png(fig, folder / f"{suite.name}_{name}.png"))
     return pngs
 

@@ -9,7 +9,7 @@ by markdown that the store's benchmark script writes (its ``markdown()``, the te
     <!-- results: mujoco algo=trpo,npg task=Hopper-v5 -->   the rows of that table that match
     <!-- results: offline algo=iql columns="dataset,steps,tdrl final,TorchRL final" -->
 
-STORE is ``mujoco``, ``minatar`` or ``offline``. A filter names a column of the main table
+STORE is ``mujoco``, ``minatar``, ``offline`` or ``goal``. A filter names a column of the main table
 (``algo`` stands for ``algorithm``) and one or more comma-separated values, compared without
 case or punctuation (``td3bc`` matches ``TD3+BC``). An unknown store, filter or column, or a
 placeholder that matches no row, raises, so ``mkdocs build --strict`` stops on it.
@@ -52,7 +52,12 @@ def _offline() -> str:
     return ot.markdown(mt.read_lines(ot.OFFLINE.table))
 
 
-STORES = {"mujoco": _mujoco, "minatar": _minatar, "offline": _offline}
+def _goal() -> str:
+    mt, gt = _script("mujoco_table"), _script("goal_table")
+    return mt.markdown(mt.read_lines(gt.GOALS.table), gt.GOALS)
+
+
+STORES = {"mujoco": _mujoco, "minatar": _minatar, "offline": _offline, "goal": _goal}
 _pages: dict[str, tuple[float, str]] = {}
 
 
