@@ -87,9 +87,9 @@ def main(cfg: Config) -> dict[str, float]:
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
 
-    from tdrl.data import PrioritizedReplayBuffer, make_replay_buffer, transitions
+    from tdrl.data import make_replay_buffer, transitions
     from tdrl.envs import RewardClipping
-    from tdrl.modules import EpsilonGreedy, linear_schedule
+    from tdrl.modules import EpsilonGreedy
     from tdrl.objectives import HardUpdate, total_loss, update_priority
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
@@ -118,8 +118,7 @@ def main(cfg: Config) -> dict[str, float]:
     bonus_group = [] if bonus is None else [(bonus.parameters(), cfg.q.lr)]
     optimizer = trainers.adam((qnet.parameters(), cfg.q.lr), *bonus_group)
     buffer = make_replay_buffer(
-        cfg.replay.buffer_size, prioritized=cfg.per.prioritized, alpha=cfg.per.per_alpha,
-        beta=cfg.per.per_beta, n_steps=cfg.per.n_steps, gamma=cfg.q.gamma,
+        cfg.replay.buffer_size, **cfg.per.buffer_kwargs(), gamma=cfg.q.gamma,
         generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,
         frame_stack=cfg.pixels.frame_stack, transform=inputs.transform,
         **cfg.goals.replay_kwargs(cfg.run.env_id),
@@ -144,10 +143,7 @@ def main(cfg: Config) -> dict[str, float]:
                 batch = cfg.explore.add_reward(bonus, batch)
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
-            if isinstance(buffer, PrioritizedReplayBuffer):  # importance weights -> 1 at the end
-                buffer.beta = linear_schedule(
-                    cfg.per.per_beta, 1.0, cfg.run.total_frames, collector.frames
-                )
+            cfg.per.anneal(buffer, collector.frames, cfg.run.total_frames)  # PER's beta -> 1
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
                 out = loss(sample)

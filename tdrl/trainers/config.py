@@ -361,6 +361,20 @@ class PERConfig:
     per_beta: float = 0.4
     """PER importance-weight exponent at the start, annealed to 1 by the end."""
 
+    def buffer_kwargs(self) -> dict[str, Any]:
+        """What :func:`tdrl.data.make_replay_buffer` takes of this group."""
+        return dict(prioritized=self.prioritized, alpha=self.per_alpha, beta=self.per_beta,
+                    n_steps=self.n_steps)  # fmt: skip
+
+    def anneal(self, buffer: Any, frames: int, total_frames: int) -> None:
+        """A prioritized ``buffer``'s importance-weight exponent, linear from ``per_beta`` to 1
+        over the run's env steps (Schaul et al., sec. 3.4); nothing for a uniform buffer."""
+        from tdrl.data import PrioritizedReplayBuffer
+        from tdrl.modules import linear_schedule
+
+        if isinstance(buffer, PrioritizedReplayBuffer):
+            buffer.beta = linear_schedule(self.per_beta, 1.0, total_frames, frames)
+
 
 @configclass
 class DistributionalConfig:

@@ -201,3 +201,20 @@ def test_the_clip_range_decays_over_the_run_only_when_asked():
     clips = [decaying.clip_range(f, 1024) for f in (0, 256, 768)]
     assert clips == pytest.approx([0.1, 0.075, 0.025])
     assert decaying.clip_range(2048, 1024) == 0.0  # never negative
+
+
+def test_per_beta_anneals_linearly_to_one_and_leaves_a_uniform_buffer_alone():
+    from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
+    from tdrl.trainers.config import PERConfig
+
+    per = PERConfig(prioritized=True, per_beta=0.4)
+    buffer = PrioritizedReplayBuffer(100, alpha=0.6, beta=per.per_beta)
+    betas = []
+    for frames in (0, 500, 1000, 2000):
+        per.anneal(buffer, frames, total_frames=1000)
+        betas.append(buffer.beta)
+    assert betas == pytest.approx([0.4, 0.7, 1.0, 1.0])
+    uniform = ReplayBuffer(100)
+    per.anneal(uniform, 500, total_frames=1000)
+    assert not hasattr(uniform, "beta")
+    assert per.buffer_kwargs() == dict(prioritized=True, alpha=0.6, beta=0.4, n_steps=1)
