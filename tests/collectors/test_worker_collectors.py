@@ -102,8 +102,11 @@ def episode_ids(batch) -> list[list[int]]:
 def test_sync_batches_equal_the_local_collector_over_the_same_envs(backend):
     actor = policy()
     local = Collector(make_vec_env("CartPole-v1", 4, seed=3), actor, 120, deterministic=True)
+    # the default run's one worker smoke: a reply may take minutes on a loaded 2-core machine
+    # (Ray's start-up beside other jobs); the timeout bounds a hang, not the speed
     with collector(
-        backend, "CartPole-v1", actor, 120, num_workers=2, num_envs=2, seed=3, deterministic=True
+        backend, "CartPole-v1", actor, 120, num_workers=2, num_envs=2, seed=3, deterministic=True,
+        timeout=600,
     ) as remote:
         for step in range(4):
             if step == 2:  # new weights reach the workers, versioned
