@@ -84,6 +84,8 @@ def q_network_and_loss(
 
 def main(cfg: Config) -> dict[str, float]:
     """Train DQN; returns the final greedy evaluation, the best one, and the counters."""
+    cfg.goals.refuse_rewritten_rewards(clip_rewards=cfg.pixels.clip_rewards,
+                                       intrinsic_coeff=cfg.explore.intrinsic_coeff)  # fmt: skip
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
 

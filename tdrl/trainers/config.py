@@ -504,6 +504,17 @@ class GoalConfig:
 
         return network_inputs(observation_spec, self.observation_keys)
 
+    def refuse_rewritten_rewards(self, **flags: Any) -> None:
+        """Hindsight replay recomputes stored rewards with the env's ``compute_reward``: an
+        error naming the flags (``clip_rewards=True``, ``intrinsic_coeff=1.0``) that would
+        rewrite them first."""
+        on = sorted(f"--{name.replace('_', '-')}" for name, value in flags.items() if value)
+        if self.her != "off" and on:
+            raise ValueError(
+                f"--her recomputes rewards with the env's compute_reward: it is not combined "
+                f"with {' or '.join(on)}, which rewrite them"
+            )
+
     def replay_kwargs(self, env_id: str) -> dict[str, Any]:
         """What :func:`tdrl.data.make_replay_buffer` takes for hindsight replay on ``env_id``
         (its ``compute_reward`` and ``compute_terminated``); nothing while ``her`` is off."""

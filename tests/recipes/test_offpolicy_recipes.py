@@ -714,3 +714,11 @@ def test_sac_with_her_on_a_gymnasium_robotics_maze_runs_and_resumes(tmp_path):
     buffer = HERReplayBuffer(straight.replay.buffer_size, compute_reward=lambda a, d, i: 0)
     buffer.load(latest_checkpoint(first.run.log_dir) / BUFFER_DIR)
     assert len(buffer) == first.run.total_frames
+
+
+@pytest.mark.parametrize("flag", [{"intrinsic_coeff": 1.0}, {"clip_rewards": True}])
+def test_dqn_refuses_her_with_a_rewritten_reward(flag, tmp_path):
+    module, cfg = config("dqn", tmp_path, env_id="tdrl/BitFlipping5-v0", her="future", **flag)
+    with pytest.raises(ValueError, match="--her recomputes rewards"):
+        module.main(cfg)
+    assert not (tmp_path / "dqn").exists()  # refused before the run folder was made
