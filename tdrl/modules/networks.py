@@ -436,8 +436,8 @@ def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int
     leaf = observation_spec.get(keys.OBSERVATION, None) if entries == [keys.OBSERVATION] else None
     if leaf is None or len(leaf.shape) != len(observation_spec.shape) + 1:
         raise ValueError(
-            f"this network needs one flat {keys.OBSERVATION!r} entry, got {entries}; build the "
-            "networks by hand for dict or image observations"
+            f"this network needs one flat {keys.OBSERVATION!r} entry, got {entries}; for a dict "
+            "of vectors build it on tdrl.modules.network_inputs(spec).spec, reading its .key"
         )
     if isinstance(action_spec, CategoricalSpec) and not isinstance(
         action_spec,
