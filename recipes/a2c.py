@@ -116,7 +116,7 @@ def main(cfg: Config) -> dict[str, float]:
                     trainers.optimizer_step(
                         total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
                     )
-                    run.record(out)  # logged as the batch's mean
+                    run.record(out)  # each train row: the mean of its steps
                     run.updates += 1
             lr = scheduler.get_last_lr()[0]
             scheduler.step()

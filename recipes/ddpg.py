@@ -105,7 +105,7 @@ def main(cfg: Config) -> dict[str, float]:
                 out = loss(buffer.sample(cfg.replay.batch_size))
                 trainers.optimizer_step(total_loss(out), optimizer)
                 target.step()
-                run.record(out)  # logged as the mean of the batch's steps
+                run.record(out)  # each train row: the mean of its steps
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()

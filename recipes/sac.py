@@ -136,7 +136,7 @@ def main(cfg: Config) -> dict[str, float]:
                 if update % cfg.policy_delay == 0:
                     out = loss(sample)
                     trainers.optimizer_step(total_loss(out), optimizer)
-                    run.record(out)  # logged as the mean of the batch's steps
+                    run.record(out)  # each train row: the mean of its steps
                 else:
                     trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
                 if target is not None:

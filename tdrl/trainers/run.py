@@ -278,8 +278,10 @@ def evaluate_and_log(
     return result
 
 
-# the checkpoint entry beside the counters that holds the last update's metrics
+# the checkpoint entries beside the counters: the last update's metrics, and the sums and counts
+# of the steps recorded since the last train row (a resumed row averages the same steps)
 SAVED_METRICS = "metrics"
+SAVED_RECORDED = "recorded"
 
 
 def save_run(
@@ -546,20 +548,6 @@ def _scalars(metrics: Any) -> dict[str, Any]:
     }
 
 
-def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each key's mean over the rows that have it (tensors stay on their device)."""
-    if len(rows) == 1:
-        return dict(rows[0])
-    mean: dict[str, Any] = {}
-    for key in dict.fromkeys(k for row in rows for k in row):
-        values = [row[key] for row in rows if key in row]
-        if all(isinstance(v, torch.Tensor) for v in values):
-            mean[key] = torch.stack([v.reshape(()) for v in values]).float().mean()
-        else:
-            mean[key] = sum(float(v) for v in values) / len(values)
-    return mean
-
-
 @contextmanager
 def exporting(folder: str | os.PathLike | None, *, onnx: bool = True) -> Iterator[dict[str, Any]]:
     """Within this block a :class:`Run` exports instead of training: :meth:`Run.resume` loads
@@ -689,7 +677,8 @@ class Run:
         }
         self.last_eval: dict[str, float] = {}
         self.metrics: dict[str, Any] = {}
-        self._recorded: list[dict[str, Any]] = []  # this batch's gradient steps (record())
+        # per metric, the sum and count of the steps recorded since the last train row (record())
+        self._recorded: dict[str, list[Any]] = {}
         self.frames = 0
         # worker restarts the buffer has been told of (Run.resume cuts the streams)
         self.restarts_seen = 0
@@ -790,24 +779,30 @@ class Run:
 
     def record(self, metrics: Any) -> None:
         """Keep one gradient step's metrics (a mapping or a loss output; entries of more than one
-        element, a per-sample ``"td_error"``, are left out): the next :meth:`step` takes their
-        mean over this batch's recorded steps."""
-        self._recorded.append(_scalars(metrics))
+        element, a per-sample ``"td_error"``, are left out): each ``train`` row shows their mean
+        over the steps recorded since the previous row (tensors stay on their device)."""
+        for key, value in _scalars(metrics).items():
+            if isinstance(value, torch.Tensor):
+                value = value.reshape(()).float()
+            kept = self._recorded.get(key)
+            if kept is None:
+                self._recorded[key] = [value, 1]
+            else:
+                kept[0] = kept[0] + value
+                kept[1] += 1
 
     def step(self, metrics: Any = None) -> bool:
         """After a batch's updates: push the new weights to the collector's workers (its
         ``update_policy_weights_``, where it has one), log a ``train`` row when due, evaluate
         when due (and after the last batch), checkpoint when due; returns whether the run is
         done. The row holds the latest value of every metric: the mean of those :meth:`record`
-        kept in this batch, then ``metrics`` (a mapping or a loss output), over the earlier
-        ones (a batch without a gradient step keeps them). A row logged every few batches
-        shows its last batch's means (an off-policy run of one step a batch: its last step's)."""
+        kept since the previous row, then ``metrics`` (a mapping or a loss output), over the
+        earlier ones (an interval without a gradient step keeps them)."""
         assert self.collector is not None, "iterate over run.resume(collector) first"
         push = getattr(self.collector, "update_policy_weights_", None)
         if push is not None:
             push()
-        new = _mean_rows(self._recorded) if self._recorded else {}
-        self._recorded = []
+        new = {key: total / count for key, (total, count) in self._recorded.items()}
         if metrics is not None:
             new.update(_scalars(metrics))
         self.done = self.end_batch(self.collector, {**self.metrics, **new} if new else None)
@@ -866,6 +861,7 @@ class Run:
             if loaded is not None:
                 # the last update's metrics: a batch without an update logs them again
                 self.metrics = dict(loaded.pop(SAVED_METRICS, {}))
+                self._recorded = {k: list(v) for k, v in loaded.pop(SAVED_RECORDED, {}).items()}
                 self.counters.update(loaded)
                 self._resumed_at = None if self.allow_changes else collector.frames
         else:
@@ -908,6 +904,7 @@ class Run:
         finished = frames >= self.total_frames
         if self.log_every <= 0 or _crossed(frames, previous, self.log_every) or finished:
             self._log_train(frames)  # and at the end: the steps since the last row
+            self._recorded = {}
         # a stop_after_frames stop is a pause: no evaluation a straight run would not make
         done = finished or 0 < self._stop_frames <= frames
         if frames >= counters["next_eval"] or finished:
@@ -926,10 +923,11 @@ class Run:
             _crossed(frames, previous, self.checkpoint_every) or done
         ):
             metrics = {k: float(v) for k, v in self.metrics.items()}
+            recorded = {k: [float(total), count] for k, (total, count) in self._recorded.items()}
             save_run(
                 self.log_dir,
                 collector,
-                {**counters, SAVED_METRICS: metrics},
+                {**counters, SAVED_METRICS: metrics, SAVED_RECORDED: recorded},
                 self.buffer,
                 identity=self.identity,
                 **self.state,

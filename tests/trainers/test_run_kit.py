@@ -124,6 +124,40 @@ def test_a_train_row_holds_the_mean_of_the_recorded_steps_and_keeps_earlier_metr
     assert result["loss"] == 7.0 and result["q"] == 3.0
 
 
+def _losses_per_batch(run: Run, collector: Collector, values: list[list[float]]) -> dict:
+    import torch
+
+    with run:
+        for _, recorded in zip(run.resume(collector), values, strict=False):
+            for value in recorded:
+                run.record({"loss": torch.tensor(value), "n": 1.0})
+            if run.step():
+                break
+        return run.report()
+
+
+def test_a_row_logged_every_few_batches_averages_all_their_steps_across_a_resume(tmp_path):
+    """log_every 32 over batches of 8: each row is the mean of its four batches' steps, and a
+    run paused at step 24 (mid-interval) and resumed logs the same rows as a straight run."""
+    from tdrl.trainers import read_csv
+
+    values = [[1.0, 3.0], [5.0], [], [7.0, 9.0, 11.0], [2.0], [4.0], [6.0], [8.0]]
+    quiet = LogConfig(progress=False, tensorboard=False, curve=False)
+    cfg = configure(Config, log=quiet, total_frames=64, log_every=32, checkpoint_every=8)
+    run, collector = _run(configure(cfg, log_dir=str(tmp_path / "straight")))
+    result = _losses_per_batch(run, collector, values)
+    rows = read_csv(tmp_path / "straight" / "train.csv")
+    assert [row["loss"] for row in rows] == [6.0, 5.0]  # (1+3+5+7+9+11)/6, (2+4+6+8)/4
+    assert result["loss"] == 5.0
+    paused = configure(cfg, log_dir=str(tmp_path / "paused"), stop_after_frames=24)
+    run, collector = _run(paused)
+    _losses_per_batch(run, collector, values)
+    run, collector = _run(configure(paused, stop_after_frames=0, resume=True))
+    _losses_per_batch(run, collector, values[3:])
+    again = read_csv(tmp_path / "paused" / "train.csv")
+    assert [row["loss"] for row in again] == [6.0, 5.0]
+
+
 def test_on_the_command_line_a_refused_folder_is_one_line_not_a_traceback(capsys):
     error = RunFolderError("the run folder 'x' holds a previous run (eval.csv): pass --log-dir")
     _one_line_errors(RunFolderError, error, None)
