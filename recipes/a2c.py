@@ -20,26 +20,19 @@ is RND's (ppo.py's docstring has its CleanRL coefficients).
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    AdvantageConfig,
-    IntrinsicConfig,
-    NetworkConfig,
-    OnPolicyConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(num_envs=16, log_every=2_000)
-    workers: WorkersConfig = WorkersConfig()
-    onpolicy: OnPolicyConfig = OnPolicyConfig(
+    run: config.RunConfig = config.RunConfig(num_envs=16, log_every=2_000)
+    workers: config.WorkersConfig = config.WorkersConfig()
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
         frames_per_batch=80, lr=7e-4, normalize_advantage=False
     )
-    net: NetworkConfig = NetworkConfig()
-    adv: AdvantageConfig = AdvantageConfig(entropy_coeff=0.01)
-    explore: IntrinsicConfig = IntrinsicConfig()
+    net: config.NetworkConfig = config.NetworkConfig()
+    adv: config.AdvantageConfig = config.AdvantageConfig(entropy_coeff=0.01)
+    explore: config.IntrinsicConfig = config.IntrinsicConfig()
     scale_value_targets: bool = True
     """the critic learns its value targets divided by the running std of the returns, the
     advantages staying in reward units (Tianshou's return_scaling; ValueTargetScaling)."""

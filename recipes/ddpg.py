@@ -17,23 +17,16 @@ from __future__ import annotations
 from typing import Literal
 
 from tdrl import keys, trainers
-from tdrl.trainers.config import (
-    OFF_POLICY_RUN,
-    ActorCriticConfig,
-    GoalConfig,
-    ReplayConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = OFF_POLICY_RUN
-    workers: WorkersConfig = WorkersConfig()
-    replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
-    ac: ActorCriticConfig = ActorCriticConfig()
-    goals: GoalConfig = GoalConfig()
+    run: config.RunConfig = config.OFF_POLICY_RUN
+    workers: config.WorkersConfig = config.WorkersConfig()
+    replay: config.ReplayConfig = config.ReplayConfig(init_random_frames=25_000)
+    ac: config.ActorCriticConfig = config.ActorCriticConfig()
+    goals: config.GoalConfig = config.GoalConfig()
     noise: Literal["gaussian", "ou"] = "gaussian"
     """exploration noise: Gaussian or Ornstein-Uhlenbeck (restarted at every episode start)."""
     exploration_noise: float = 0.1

@@ -12,27 +12,23 @@ The twin critics are one batched ensemble, and 1k uniform random steps fill the 
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    ActorCriticConfig,
-    EntropyConfig,
-    ReplayConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
+    run: config.RunConfig = config.RunConfig(
         env_id="CartPole-v1", total_frames=50_000, num_envs=10, eval_every=5_000,
         log_every=1_000, checkpoint_every=25_000,
     )  # fmt: skip
-    workers: WorkersConfig = WorkersConfig()
-    replay: ReplayConfig = ReplayConfig(
+    workers: config.WorkersConfig = config.WorkersConfig()
+    replay: config.ReplayConfig = config.ReplayConfig(
         buffer_size=20_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.1
     )
-    ac: ActorCriticConfig = ActorCriticConfig(hidden_sizes=(64, 64), actor_lr=1e-4, gamma=0.95)
-    entropy: EntropyConfig = EntropyConfig(alpha_init=0.05)
+    ac: config.ActorCriticConfig = config.ActorCriticConfig(
+        hidden_sizes=(64, 64), actor_lr=1e-4, gamma=0.95
+    )
+    entropy: config.EntropyConfig = config.EntropyConfig(alpha_init=0.05)
     n_steps: int = 3
     """n-step returns from the buffer."""
     auto_alpha: bool = False

@@ -25,19 +25,21 @@ only delays learning here: the policy acts from the first step.
 from __future__ import annotations
 
 from tdrl import keys, trainers
-from tdrl.trainers.config import QLearningConfig, ReplayConfig, RunConfig
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
+    run: config.RunConfig = config.RunConfig(
         env_id="CartPoleNoVel-v1", total_frames=100_000, num_envs=8, eval_every=5_000,
         log_every=1_000, checkpoint_every=50_000,
     )  # fmt: skip
-    replay: ReplayConfig = ReplayConfig(
+    replay: config.ReplayConfig = config.ReplayConfig(
         buffer_size=50_000, batch_size=32, init_random_frames=2_000, utd_ratio=0.125
     )
-    q: QLearningConfig = QLearningConfig(frames_per_batch=64, hidden_sizes=(64,), eps_frames=20_000)
+    q: config.QLearningConfig = config.QLearningConfig(
+        frames_per_batch=64, hidden_sizes=(64,), eps_frames=20_000
+    )
     slice_len: int = 8
     """steps per replayed sequence."""
     burn_in: int = 2

@@ -18,24 +18,17 @@ results and the limits (the positive reward also pays for surviving).
 from __future__ import annotations
 
 from tdrl import keys, trainers
-from tdrl.trainers.config import (
-    AdvantageConfig,
-    NetworkConfig,
-    OnPolicyConfig,
-    PPOConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig()
-    workers: WorkersConfig = WorkersConfig()
-    onpolicy: OnPolicyConfig = OnPolicyConfig()
-    net: NetworkConfig = NetworkConfig()
-    adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
-    ppo: PPOConfig = PPOConfig()
+    run: config.RunConfig = config.RunConfig()
+    workers: config.WorkersConfig = config.WorkersConfig()
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig()
+    net: config.NetworkConfig = config.NetworkConfig()
+    adv: config.AdvantageConfig = config.AdvantageConfig(critic_coeff=0.25)
+    ppo: config.PPOConfig = config.PPOConfig()
     dataset: str = "tdrl/hopper-policy-v0"
     """Minari dataset id of the expert's demonstrations (under MINARI_DATASETS_PATH)."""
     expert_episodes: int = 10

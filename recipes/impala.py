@@ -26,24 +26,20 @@ more slowly), eps 1e-5, observation normalization and 64x64 tanh MLPs.
 from __future__ import annotations
 
 from tdrl import keys, trainers
-from tdrl.trainers.config import (
-    AdvantageConfig,
-    NetworkConfig,
-    OnPolicyConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(env_id="CartPole-v1", num_envs=4, checkpoint_every=100_000)
-    workers: WorkersConfig = WorkersConfig(collector="ray")
-    onpolicy: OnPolicyConfig = OnPolicyConfig(
+    run: config.RunConfig = config.RunConfig(
+        env_id="CartPole-v1", num_envs=4, checkpoint_every=100_000
+    )
+    workers: config.WorkersConfig = config.WorkersConfig(collector="ray")
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
         frames_per_batch=80, lr=2e-3, lr_decay=False, normalize_advantage=False
     )
-    net: NetworkConfig = NetworkConfig()
-    adv: AdvantageConfig = AdvantageConfig(entropy_coeff=0.01, max_grad_norm=40.0)
+    net: config.NetworkConfig = config.NetworkConfig()
+    adv: config.AdvantageConfig = config.AdvantageConfig(entropy_coeff=0.01, max_grad_norm=40.0)
     max_policy_lag: int = 4
     """drop a rollout acted by weights more than this many updates old."""
     rho_thresh: float = 1.0

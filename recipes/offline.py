@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from tdrl import trainers
-from tdrl.trainers.config import ActorCriticConfig, EntropyConfig, RunConfig, TD3Config
+from tdrl.trainers import config
 
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
 # Gu 2021, sec. 5).
@@ -26,13 +26,13 @@ TITLES = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(
+    run: config.RunConfig = config.RunConfig(
         env_id="Hopper-v5", total_frames=100_000, num_envs=1, eval_every=5_000,
         log_every=1_000, checkpoint_every=50_000,
     )  # fmt: skip
-    ac: ActorCriticConfig = ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
-    td3: TD3Config = TD3Config()  # td3bc
-    entropy: EntropyConfig = EntropyConfig()  # cql
+    ac: config.ActorCriticConfig = config.ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
+    td3: config.TD3Config = config.TD3Config()  # td3bc
+    entropy: config.EntropyConfig = config.EntropyConfig()  # cql
     dataset: str = "tdrl/hopper-medium-v0"
     """Minari dataset id (under MINARI_DATASETS_PATH)."""
     algo: Literal["bc", "td3bc", "iql", "cql", "crr", "bcq"] = "iql"
@@ -66,25 +66,7 @@ def main(cfg: Config) -> dict[str, float]:
     import torch
     from tensordict.nn import TensorDictSequential
 
-    from tdrl.modules import (
-        actor_critic,
-        bcq_perturbation,
-        bcq_vae,
-        deterministic_actor,
-        q_ensemble,
-        tanh_gaussian_actor,
-    )
-    from tdrl.objectives import (
-        BCLoss,
-        BCQActor,
-        BCQLoss,
-        CQLLoss,
-        CRRLoss,
-        IQLLoss,
-        SoftUpdate,
-        TD3BCLoss,
-        total_loss,
-    )
+    from tdrl import modules, objectives
     from tdrl.trainers.offline import load_dataset_for
 
     # 1. envs (evaluation only) and the dataset as a replay buffer, checked against the env's
@@ -100,50 +82,50 @@ def main(cfg: Config) -> dict[str, float]:
                                         env_name=cfg.run.env_id)  # fmt: skip
     obs_spec, act_spec = eval_env.observation_spec, eval_env.action_spec
 
-    # 2. networks and loss of the chosen algorithm
+    # 2. networks: the actor of the algorithm's family, then (all but BC) a critic ensemble
     hidden, gamma = cfg.ac.hidden_sizes, cfg.ac.gamma
-    policy: Any = None  # the evaluation policy, when it is not the actor
-    critic: Any = None
+    if cfg.algo in ("bc", "td3bc"):
+        actor = modules.deterministic_actor(obs_spec, act_spec, hidden)
+    elif cfg.algo == "cql":  # SAC's actor, critics and entropy tuning
+        actor = modules.tanh_gaussian_actor(obs_spec, act_spec, hidden)
+    elif cfg.algo == "bcq":  # a perturbation model of the data's actions
+        actor = modules.bcq_perturbation(obs_spec, act_spec, hidden, phi=cfg.bcq_phi)
+    else:  # iql, crr: a Gaussian actor (tanh mean, state-independent std); iql: V(s)
+        actor, value, _ = modules.actor_critic(
+            obs_spec, act_spec, hidden_sizes=hidden, normalize_observations=False,
+            activation=torch.nn.ReLU,
+        )  # fmt: skip
+    critic: Any = None if cfg.algo == "bc" else modules.q_ensemble(obs_spec, act_spec, hidden)
+
+    # 2b. the loss (and where it needs them: the evaluation policy, the steps of the whole loss)
+    policy: Any = actor
     every = 1  # whole-loss steps every this many (TD3+BC's delayed actor and targets)
     if cfg.algo == "bc":
-        actor = deterministic_actor(obs_spec, act_spec, hidden)
-        loss: Any = BCLoss(actor)
+        loss: Any = objectives.BCLoss(actor)
     elif cfg.algo == "td3bc":
-        actor = deterministic_actor(obs_spec, act_spec, hidden)
-        critic = q_ensemble(obs_spec, act_spec, hidden)
-        loss = TD3BCLoss(
+        loss = objectives.TD3BCLoss(
             actor, critic, alpha=cfg.alpha, policy_noise=cfg.td3.policy_noise,
             noise_clip=cfg.td3.noise_clip, gamma=gamma,
         )  # fmt: skip
         every = cfg.td3.policy_delay
-    elif cfg.algo == "cql":  # SAC's actor, critics and entropy tuning
-        actor = tanh_gaussian_actor(obs_spec, act_spec, hidden)
-        critic = q_ensemble(obs_spec, act_spec, hidden)
-        loss = CQLLoss(
+    elif cfg.algo == "cql":
+        loss = objectives.CQLLoss(
             actor, critic, weight=cfg.cql_weight, alpha_init=cfg.entropy.alpha_init,
             target_entropy=cfg.entropy.target_entropy, gamma=gamma,
         )  # fmt: skip
-    elif cfg.algo == "bcq":  # perturbation model, critics, and the VAE of the data's actions
-        actor = bcq_perturbation(obs_spec, act_spec, hidden, phi=cfg.bcq_phi)
-        critic = q_ensemble(obs_spec, act_spec, hidden)
-        vae = bcq_vae(obs_spec, act_spec, hidden)
-        loss = BCQLoss(actor, critic, vae, lmbda=cfg.bcq_lmbda, gamma=gamma)
-        policy = BCQActor(vae, actor, loss.qvalue_network)
+    elif cfg.algo == "bcq":  # and a VAE of the data's actions, which the policy samples
+        vae = modules.bcq_vae(obs_spec, act_spec, hidden)
+        loss = objectives.BCQLoss(actor, critic, vae, lmbda=cfg.bcq_lmbda, gamma=gamma)
+        policy = objectives.BCQActor(vae, actor, loss.qvalue_network)
         actor = torch.nn.ModuleList([actor, vae])  # one optimizer group for both
-    else:  # iql, crr: a Gaussian actor (tanh mean, state-independent std); iql: V(s)
-        actor, value, _ = actor_critic(
-            obs_spec, act_spec, hidden_sizes=hidden, normalize_observations=False,
-            activation=torch.nn.ReLU,
-        )  # fmt: skip
-        critic = q_ensemble(obs_spec, act_spec, hidden)
-        if cfg.algo == "crr":
-            mode, advantage = cfg.crr_mode, cfg.crr_advantage
-            loss = CRRLoss(actor, critic, mode=mode, advantage=advantage, gamma=gamma)
-        else:
-            loss = IQLLoss(
-                actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=gamma
-            )
-            critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
+    elif cfg.algo == "crr":
+        mode, advantage = cfg.crr_mode, cfg.crr_advantage
+        loss = objectives.CRRLoss(actor, critic, mode=mode, advantage=advantage, gamma=gamma)
+    else:
+        loss = objectives.IQLLoss(
+            actor, critic, value, expectile=cfg.expectile, beta=cfg.beta, gamma=gamma
+        )
+        critic = torch.nn.ModuleList([critic, value])  # one optimizer group for both
 
     # 3. optimizer (a group per part) and target update; the evaluation policy and the state
     loss.to(device)
@@ -155,8 +137,7 @@ def main(cfg: Config) -> dict[str, float]:
         if cfg.algo == "cql":
             groups.append(([loss.log_alpha], cfg.entropy.alpha_lr))
         optimizer = trainers.adam(*groups)
-        target = SoftUpdate(loss, tau=cfg.ac.tau)
-    policy = actor if policy is None else policy
+        target = objectives.SoftUpdate(loss, tau=cfg.ac.tau)
     state = {"loss": loss, "optimizer": optimizer}
     if critic is not None:
         state["critic"] = critic
@@ -175,7 +156,7 @@ def main(cfg: Config) -> dict[str, float]:
                 sample = buffer.sample(cfg.batch_size)
                 if run.updates % every == 0:
                     out = loss(sample)
-                    trainers.optimizer_step(total_loss(out), optimizer)
+                    trainers.optimizer_step(objectives.total_loss(out), optimizer)
                     if target is not None:
                         target.step()
                     run.record(out)

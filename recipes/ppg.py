@@ -18,26 +18,20 @@ ppg_procgen.py (N_pi 32, one policy and one value epoch per rollout, 6 auxiliary
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    AdvantageConfig,
-    NetworkConfig,
-    OnPolicyConfig,
-    PPGConfig,
-    PPOConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig()
-    workers: WorkersConfig = WorkersConfig()
-    onpolicy: OnPolicyConfig = OnPolicyConfig(normalize_advantage=False, scale_rewards=True)
-    net: NetworkConfig = NetworkConfig()
-    adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
-    ppo: PPOConfig = PPOConfig(epochs=1)  # the policy phase: E_pi = E_V = 1
-    ppg: PPGConfig = PPGConfig()
+    run: config.RunConfig = config.RunConfig()
+    workers: config.WorkersConfig = config.WorkersConfig()
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
+        normalize_advantage=False, scale_rewards=True
+    )
+    net: config.NetworkConfig = config.NetworkConfig()
+    adv: config.AdvantageConfig = config.AdvantageConfig(critic_coeff=0.25)
+    ppo: config.PPOConfig = config.PPOConfig(epochs=1)  # the policy phase: E_pi = E_V = 1
+    ppg: config.PPGConfig = config.PPGConfig()
     adam_eps: float = 1e-8
     """Adam's epsilon (PyTorch's default; SB3's and CleanRL's: 1e-5)."""
 

@@ -34,28 +34,21 @@ preprocessing).
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    AdvantageConfig,
-    IntrinsicConfig,
-    NetworkConfig,
-    OnPolicyConfig,
-    PixelConfig,
-    PPOConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig()
-    workers: WorkersConfig = WorkersConfig()
-    onpolicy: OnPolicyConfig = OnPolicyConfig(normalize_advantage=False, scale_rewards=True)
-    net: NetworkConfig = NetworkConfig()
-    adv: AdvantageConfig = AdvantageConfig(critic_coeff=0.25)
-    ppo: PPOConfig = PPOConfig()
-    explore: IntrinsicConfig = IntrinsicConfig()
-    pixels: PixelConfig = PixelConfig()
+    run: config.RunConfig = config.RunConfig()
+    workers: config.WorkersConfig = config.WorkersConfig()
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
+        normalize_advantage=False, scale_rewards=True
+    )
+    net: config.NetworkConfig = config.NetworkConfig()
+    adv: config.AdvantageConfig = config.AdvantageConfig(critic_coeff=0.25)
+    ppo: config.PPOConfig = config.PPOConfig()
+    explore: config.IntrinsicConfig = config.IntrinsicConfig()
+    pixels: config.PixelConfig = config.PixelConfig()
     adam_eps: float = 1e-8
     """Adam's epsilon (PyTorch's default; SB3's on-policy policies use 1e-5)."""
 

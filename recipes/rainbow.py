@@ -23,16 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tdrl import keys, trainers
-from tdrl.trainers.config import (
-    Q_LEARNING_RUN,
-    DistributionalConfig,
-    NoisyConfig,
-    PERConfig,
-    PixelConfig,
-    QLearningConfig,
-    ReplayConfig,
-    RunConfig,
-)
+from tdrl.trainers import config
 
 TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF"}
 
@@ -45,21 +36,21 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
-    run: RunConfig = Q_LEARNING_RUN
-    replay: ReplayConfig = ReplayConfig(
+    run: config.RunConfig = config.Q_LEARNING_RUN
+    replay: config.ReplayConfig = config.ReplayConfig(
         buffer_size=100_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.5
     )
-    q: QLearningConfig = QLearningConfig(
+    q: config.QLearningConfig = config.QLearningConfig(
         lr=2.3e-3, eps_end=0.04, eps_frames=8_000, target_update_interval=128
     )
-    dist: DistributionalConfig = DistributionalConfig()
-    noise: NoisyConfig = NoisyConfig()
+    dist: config.DistributionalConfig = config.DistributionalConfig()
+    noise: config.NoisyConfig = config.NoisyConfig()
     dueling: bool = False
     """dueling value/advantage head, per atom (c51 and qrdqn)."""
     double_dqn: bool = True
     """select the bootstrap action with the online network."""
-    per: PERConfig = PERConfig()
-    pixels: PixelConfig = PixelConfig()
+    per: config.PERConfig = config.PERConfig()
+    pixels: config.PixelConfig = config.PixelConfig()
 
 
 def q_network_and_loss(

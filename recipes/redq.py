@@ -18,23 +18,16 @@ followed by dropout (rate 0.01, the paper's MuJoCo setting) and LayerNorm: the s
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    OFF_POLICY_RUN,
-    ActorCriticConfig,
-    EntropyConfig,
-    ReplayConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = OFF_POLICY_RUN
-    workers: WorkersConfig = WorkersConfig()
-    replay: ReplayConfig = ReplayConfig(utd_ratio=20.0)  # the paper's G
-    ac: ActorCriticConfig = ActorCriticConfig()
-    entropy: EntropyConfig = EntropyConfig()
+    run: config.RunConfig = config.OFF_POLICY_RUN
+    workers: config.WorkersConfig = config.WorkersConfig()
+    replay: config.ReplayConfig = config.ReplayConfig(utd_ratio=20.0)  # the paper's G
+    ac: config.ActorCriticConfig = config.ActorCriticConfig()
+    entropy: config.EntropyConfig = config.EntropyConfig()
     actor_delay: int = 20
     """critic steps per actor and alpha step."""
     num_qvalue_nets: int = 10

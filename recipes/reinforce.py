@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tdrl import trainers
-from tdrl.trainers.config import NetworkConfig, OnPolicyConfig, RunConfig, WorkersConfig
+from tdrl.trainers import config
 
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictModule
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig()
-    workers: WorkersConfig = WorkersConfig()
-    onpolicy: OnPolicyConfig = OnPolicyConfig(lr=1e-3)
-    net: NetworkConfig = NetworkConfig()
+    run: config.RunConfig = config.RunConfig()
+    workers: config.WorkersConfig = config.WorkersConfig()
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(lr=1e-3)
+    net: config.NetworkConfig = config.NetworkConfig()
     baseline: bool = False
     """subtract a learned state value from the return (and train it)."""
 

@@ -29,25 +29,17 @@ from __future__ import annotations
 from typing import Literal
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    OFF_POLICY_RUN,
-    ActorCriticConfig,
-    EntropyConfig,
-    GoalConfig,
-    ReplayConfig,
-    RunConfig,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = OFF_POLICY_RUN
-    workers: WorkersConfig = WorkersConfig()
-    replay: ReplayConfig = ReplayConfig()
-    ac: ActorCriticConfig = ActorCriticConfig()
-    entropy: EntropyConfig = EntropyConfig()
-    goals: GoalConfig = GoalConfig()
+    run: config.RunConfig = config.OFF_POLICY_RUN
+    workers: config.WorkersConfig = config.WorkersConfig()
+    replay: config.ReplayConfig = config.ReplayConfig()
+    ac: config.ActorCriticConfig = config.ActorCriticConfig()
+    entropy: config.EntropyConfig = config.EntropyConfig()
+    goals: config.GoalConfig = config.GoalConfig()
     algo: Literal["sac", "tqc", "crossq"] = "sac"
     """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target) or
     crossq (no target networks; batch-renormalized actor and critics)."""

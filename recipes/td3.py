@@ -16,25 +16,17 @@ settings (10k random steps, lr 1e-3, 400x300 nets), as its SB3 cells do:
 from __future__ import annotations
 
 from tdrl import trainers
-from tdrl.trainers.config import (
-    OFF_POLICY_RUN,
-    ActorCriticConfig,
-    GoalConfig,
-    ReplayConfig,
-    RunConfig,
-    TD3Config,
-    WorkersConfig,
-)
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = OFF_POLICY_RUN.replace(env_id="Hopper-v5")
-    workers: WorkersConfig = WorkersConfig()
-    replay: ReplayConfig = ReplayConfig(init_random_frames=25_000)
-    ac: ActorCriticConfig = ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
-    td3: TD3Config = TD3Config()
-    goals: GoalConfig = GoalConfig()
+    run: config.RunConfig = config.OFF_POLICY_RUN.replace(env_id="Hopper-v5")
+    workers: config.WorkersConfig = config.WorkersConfig()
+    replay: config.ReplayConfig = config.ReplayConfig(init_random_frames=25_000)
+    ac: config.ActorCriticConfig = config.ActorCriticConfig(actor_lr=3e-4, critic_lr=3e-4)
+    td3: config.TD3Config = config.TD3Config()
+    goals: config.GoalConfig = config.GoalConfig()
     exploration_noise: float = 0.1
     """Gaussian exploration noise (half-range units)."""
     residual: bool = False

@@ -24,15 +24,17 @@ from __future__ import annotations
 from typing import Literal
 
 from tdrl import trainers
-from tdrl.trainers.config import NetworkConfig, OnPolicyConfig, RunConfig, WorkersConfig
+from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    run: RunConfig = RunConfig(num_envs=16)
-    workers: WorkersConfig = WorkersConfig()
-    onpolicy: OnPolicyConfig = OnPolicyConfig(frames_per_batch=1024, lr=1e-3, scale_rewards=True)
-    net: NetworkConfig = NetworkConfig()
+    run: config.RunConfig = config.RunConfig(num_envs=16)
+    workers: config.WorkersConfig = config.WorkersConfig()
+    onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
+        frames_per_batch=1024, lr=1e-3, scale_rewards=True
+    )
+    net: config.NetworkConfig = config.NetworkConfig()
     algo: Literal["trpo", "npg"] = "trpo"
     """the actor's step: TRPO (KL-bounded line search) or NPG (normalized natural gradient)."""
     critic_steps: int = 20
