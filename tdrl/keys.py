@@ -33,6 +33,12 @@ NORMALIZED_OBSERVATION = "observation_normalized"
 # entry the env provides; categorical actors and DQN's choices honour it.
 ACTION_MASK = "action_mask"
 
+# Multi-agent batches (TorchRL's multi-agent layout): the group of the agents' entries, which agents
+# take part in a step, and the global state of the env.
+AGENTS = "agents"
+MASK = "mask"
+STATE = "state"
+
 # Goal-conditioned envs (gymnasium-robotics' GoalEnv layout): the goal the state reached and
 # the goal the episode asks for; hindsight replay relabels the second with a first.
 ACHIEVED_GOAL = "achieved_goal"

@@ -135,3 +135,54 @@ def tiny_worker_env(index: int):
     from tdrl.envs import make_vec_env
 
     return make_vec_env([lambda: Tiny(fail_at=3 if index == 0 else 10**9)], 1, seed=index)
+
+
+class LeavingAgents:
+    """A PettingZoo parallel env of three agents on a clock whose agents leave at different
+    steps: agent i is terminated after ``lengths[i]`` steps, the others are truncated at
+    ``max_steps``. Observation ``[t, i, action_sum]``, reward ``action + i / 10``, two actions.
+    ``late`` holds agent 2 out of the reset and brings it in after the first step (refused)."""
+
+    metadata = {"name": "leaving_agents_v0"}
+
+    def __init__(self, lengths=(2, 4, 9), max_steps=5, late=False):
+        from gymnasium import spaces
+
+        self.lengths, self.max_steps, self.late = lengths, max_steps, late
+        self.possible_agents = ["a_0", "a_1", "a_2"]
+        self._obs_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self._act_space = spaces.Discrete(2)
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def _obs(self, agent):
+        i = self.possible_agents.index(agent)
+        return np.array([self.t, i, self.sums[i]], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.sums = 0, [0.0, 0.0, 0.0]
+        self.agents = list(self.possible_agents[:2] if self.late else self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        rewards, terminated, truncated = {}, {}, {}
+        for agent, action in actions.items():
+            i = self.possible_agents.index(agent)
+            self.sums[i] += float(action)
+            rewards[agent] = float(action) + i / 10
+            terminated[agent] = self.t >= self.lengths[i]
+            truncated[agent] = self.t >= self.max_steps and not terminated[agent]
+        obs = {a: self._obs(a) for a in actions}
+        self.agents = [a for a in actions if not (terminated[a] or truncated[a])]
+        if self.late and self.t == 1:
+            self.agents.append("a_2")
+            obs["a_2"] = self._obs("a_2")
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+    def close(self):
+        pass

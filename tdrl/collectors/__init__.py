@@ -3,6 +3,7 @@
 from tdrl.collectors._policy import recurrent_state_specs
 from tdrl.collectors.collector import Collector
 from tdrl.collectors.evaluate import evaluate
+from tdrl.collectors.multiagent import MultiAgentCollector
 from tdrl.collectors.workers import ProcessCollector, RayCollector, WorkerCollector
 
 # What the trainers' loops take: a local collector or one over Ray workers.
@@ -11,6 +12,7 @@ AnyCollector = Collector | WorkerCollector
 __all__ = [
     "AnyCollector",
     "Collector",
+    "MultiAgentCollector",
     "ProcessCollector",
     "RayCollector",
     "WorkerCollector",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from tensordict.nn import InteractionType, set_interaction_type
 
+from tdrl import keys
 from tdrl.collectors._policy import Policy, PolicyStep
 from tdrl.envs import VecEnv
+from tdrl.envs.multiagent import GROUP, MultiAgentVecEnv
 
 
 def evaluate(
@@ -40,6 +44,8 @@ def evaluate(
     Shapes:
         scalars.
     """
+    if isinstance(env, MultiAgentVecEnv):  # the agents' mean return
+        return evaluate_multiagent(env, policy, n_episodes, deterministic, seed=seed)
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
     n = env.num_envs
@@ -77,6 +83,57 @@ def evaluate(
                     lengths.append(int(episode_length[i]))
                 episode_return[i] = 0.0
                 episode_length[i] = 0
+    return _summary(returns, lengths)
+
+
+def evaluate_multiagent(
+    env: MultiAgentVecEnv,
+    policy: Any,
+    n_episodes: int,
+    deterministic: bool = True,
+    *,
+    seed: int | None = None,
+) -> dict[str, float]:
+    """Exactly ``n_episodes`` episodes (env i plays its share, as ``tdrl.collectors.evaluate``);
+    returns the mean over agents of each agent's return, averaged over the episodes."""
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    n = env.num_envs
+    quota = np.full(n, n_episodes // n, dtype=np.int64)
+    quota[: n_episodes % n] += 1
+    generator = torch.Generator()
+    generator.manual_seed(seed if seed is not None else 0)
+    returns: list[float] = []
+    lengths: list[int] = []
+    episode_return = torch.zeros(n, dtype=torch.float64)
+    episode_length = torch.zeros(n, dtype=torch.int64)
+    mode = InteractionType.DETERMINISTIC if deterministic else InteractionType.RANDOM
+    device = _device(policy)
+    with torch.no_grad(), set_interaction_type(mode):
+        current = env.reset(seed)
+        while quota.any():
+            if policy is None:
+                action = env.rand_action(generator)
+            else:
+                action = policy(current.to(device)).get((GROUP, keys.ACTION)).cpu()
+            nxt, current = env.step(action)
+            episode_return += nxt.get((GROUP, keys.REWARD)).squeeze(-1).double().mean(-1)
+            episode_length += 1
+            for i in nxt.get(keys.DONE).squeeze(-1).nonzero().flatten().tolist():
+                if quota[i] > 0:
+                    quota[i] -= 1
+                    returns.append(float(episode_return[i]))
+                    lengths.append(int(episode_length[i]))
+                episode_return[i], episode_length[i] = 0.0, 0
+    return _summary(returns, lengths)
+
+
+def _device(policy: Any) -> torch.device:
+    params = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
+    return params.device if params is not None else torch.device("cpu")
+
+
+def _summary(returns: list[float], lengths: list[int]) -> dict[str, float]:
     return {
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),

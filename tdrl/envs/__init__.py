@@ -3,6 +3,7 @@
 from tdrl.envs.goals import BitFlipping, goal_functions, register_goal_tasks
 from tdrl.envs.interop import from_torchrl, to_torchrl
 from tdrl.envs.mujoco_warnings import MuJoCoWarning, route_mujoco_warnings
+from tdrl.envs.multiagent import MultiAgentVecEnv, PettingZooVecEnv, VmasVecEnv
 from tdrl.envs.pixels import (
     ChannelsFirst,
     EpisodicLife,
@@ -34,6 +35,9 @@ __all__ = [
     "EnvWorkerError",
     "HideVelocity",
     "MuJoCoWarning",
+    "MultiAgentVecEnv",
+    "PettingZooVecEnv",
+    "VmasVecEnv",
     "StepArrays",
     "VecEnv",
     "env_state",

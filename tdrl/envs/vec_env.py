@@ -25,6 +25,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Composite, TensorSpec
 
 from tdrl import keys
+from tdrl.envs.multiagent import is_multiagent_id, make_multiagent_env
 from tdrl.envs.specs import Leaf, action_spec, observation_leaves, observation_spec
 
 # gymnasium's info entries for same-step autoreset (gymnasium/vector/vector_env.py, _add_info):
@@ -642,7 +643,8 @@ def make_vec_env(
 
     Args:
         env_id_or_callables: a registered id (``"HalfCheetah-v5"``), one env factory (called
-            ``num_envs`` times), or ``num_envs`` factories.
+            ``num_envs`` times), or ``num_envs`` factories; a multi-agent id (``"vmas/navigation"``,
+            ``"mpe2/simple_spread_v3"``) makes a ``tdrl.envs.multiagent.MultiAgentVecEnv``.
         num_envs: number of envs.
         mode: ``"sync"`` (one process, gymnasium's SyncVectorEnv) or ``"async"`` (one subprocess
             per env, AsyncVectorEnv with shared-memory observations).
@@ -671,6 +673,13 @@ def make_vec_env(
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     _check_timeout(step_timeout)
+    if is_multiagent_id(env_id_or_callables):  # vmas/..., mpe2/..., pettingzoo/...
+        if mode != "sync" or backend != "gymnasium":
+            raise ValueError(
+                f"env id {env_id_or_callables!r}: a multi-agent env runs in this process "
+                "(mode='sync', backend='gymnasium')"
+            )
+        return make_multiagent_env(env_id_or_callables, num_envs, seed, **make_kwargs)  # type: ignore[return-value]
     if backend == "envpool":
         if not isinstance(env_id_or_callables, str) or mode != "sync":
             raise ValueError("backend='envpool' takes an env id and mode='sync' (its own threads)")

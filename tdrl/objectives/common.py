@@ -41,6 +41,9 @@ class OnPolicyKeys:
     value: NestedKey = STATE_VALUE
     sample_log_prob: NestedKey = ACTION_LOG_PROB
     action: NestedKey = ACTION
+    # which samples count (bool, the log-prob's shape): a multi-agent batch's ("agents", "mask");
+    # None: all of them
+    mask: NestedKey | None = None
 
 
 def advantage_of(
@@ -87,6 +90,15 @@ def total_loss(out: TensorDictBase) -> torch.Tensor:
     return total
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean of ``x`` over the samples ``mask`` keeps (``mask`` ``[*B]`` against ``x``
+    ``[*B, *F]``); the plain mean without a mask, 0 when the mask keeps nothing."""
+    if mask is None:
+        return x.mean()
+    weight = mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)).expand_as(x).to(x.dtype)
+    return (x * weight).sum() / weight.sum().clamp_min(1.0)
+
+
 def entropy_of(dist: Distribution) -> torch.Tensor:
     """Analytic entropy, or a one-sample estimate ``-log p(a)`` where none exists (tanh)."""
     try:
@@ -111,6 +123,8 @@ class OnPolicyLoss(TensorDictModuleBase):
     # Whether the loss reads the behaviour log-prob (PPO's ratio); A2C is on-policy by
     # construction and NPG/TRPO recompute the current policy's log-probs themselves.
     reads_sample_log_prob = True
+    # Whether the loss averages over the samples set_keys(mask=...) keeps (see _mask).
+    supports_mask = False
 
     def __init__(
         self,
@@ -152,11 +166,19 @@ class OnPolicyLoss(TensorDictModuleBase):
             in_keys += [*self.critic_network.in_keys, keys.value_target]
             if self.clip_value:
                 in_keys.append(keys.value)
+        if keys.mask is not None:
+            in_keys.append(keys.mask)
         self.in_keys = list(dict.fromkeys(in_keys))
         self._read_keys = frozenset(map(unravel_key, self.in_keys))
 
     def set_keys(self, **kwargs: NestedKey) -> OnPolicyLoss:
-        """Rename the keys read from the batch, e.g. ``set_keys(advantage="adv")``."""
+        """Rename the keys read from the batch, e.g. ``set_keys(advantage="adv")``;
+        ``set_keys(mask=("agents", "mask"))`` averages over the samples the mask keeps (PPO)."""
+        if "mask" in kwargs and not self.supports_mask:
+            raise ValueError(
+                f"{type(self).__name__}.set_keys: mask={kwargs['mask']!r}: this loss averages over "
+                "every sample; ClipPPOLoss takes a mask"
+            )
         self.tensor_keys = renamed(self.tensor_keys, type(self).__name__, **kwargs)
         self._set_in_keys()
         return self
@@ -203,23 +225,51 @@ class OnPolicyLoss(TensorDictModuleBase):
         if self.validate_inputs:
             check_finite(batch, self._read_keys, type(self).__name__, SKIP_CHECK)
 
-    def _advantage(self, batch: TensorDictBase, shape: torch.Size) -> torch.Tensor:
-        """The batch's advantage in the log-prob's ``shape``, standardized if configured."""
+    def _advantage(
+        self, batch: TensorDictBase, shape: torch.Size, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The batch's advantage in the log-prob's ``shape``, standardized if configured (by the
+        statistics of the samples ``mask`` keeps)."""
         advantage = advantage_of(batch, self.tensor_keys.advantage, shape, type(self).__name__)
-        return standardize(advantage) if self.normalize_advantage else advantage
+        if not self.normalize_advantage:
+            return advantage
+        if mask is None:
+            return standardize(advantage)
+        kept = advantage[mask]
+        if kept.numel() < 2:
+            return advantage
+        std, mean = torch.std_mean(kept)
+        return (advantage - mean) / (std + 1e-8)
 
-    def _entropy(self, dist: Distribution, out: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The mean entropy, detached; with ``entropy_coeff`` > 0 also the bonus term
-        ``"loss_entropy" = -entropy_coeff * H`` in ``out`` (else no graph is built)."""
+    def _mask(self, batch: TensorDictBase, shape: torch.Size) -> torch.Tensor | None:
+        """The samples that count, bool in the log-prob's ``shape`` (None: all)."""
+        key = self.tensor_keys.mask
+        if key is None:
+            return None
+        owner = type(self).__name__
+        mask = as_batch_shape(require(batch, key, owner), shape, key, owner)
+        if mask.dtype != torch.bool:
+            raise TypeError(f"{owner}: {key!r} must be a bool tensor, got {mask.dtype}")
+        return mask
+
+    def _entropy(
+        self, dist: Distribution, out: dict[str, torch.Tensor], mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The mean entropy (over the samples ``mask`` keeps), detached; with ``entropy_coeff``
+        > 0 also the bonus term ``"loss_entropy" = -entropy_coeff * H`` in ``out`` (else no graph
+        is built)."""
         if self.entropy_coeff:
-            entropy = entropy_of(dist).mean()
+            entropy = masked_mean(entropy_of(dist), mask)
             out[LOSS_ENTROPY] = -self.entropy_coeff * entropy
             return entropy.detach()
         with torch.no_grad():  # a diagnostic only
-            return entropy_of(dist).mean()
+            return masked_mean(entropy_of(dist), mask)
 
-    def _critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``critic_coeff * mean distance(V, value_target)``, with PPO value clipping if set."""
+    def _critic_loss(
+        self, batch: TensorDictBase, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``critic_coeff * mean distance(V, value_target)`` (over the samples ``mask`` keeps),
+        with PPO value clipping if set."""
         assert self.critic_network is not None
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -245,9 +295,10 @@ class OnPolicyLoss(TensorDictModuleBase):
                 )
             clipped = old_value + (value - old_value).clamp(-clip, clip)
             loss = torch.maximum(loss, distance(clipped, target, self.loss_critic_type))
-            clip_fraction = ((value - old_value).abs() > clip).float().mean().detach()
+            clipped_out = ((value - old_value).abs() > clip).float()
+            clip_fraction = masked_mean(clipped_out, mask).detach()
         coeff = 1.0 if self.critic_coeff is None else self.critic_coeff
-        return coeff * loss.mean(), clip_fraction
+        return coeff * masked_mean(loss, mask), clip_fraction
 
     @staticmethod
     def _output(entries: dict[str, torch.Tensor]) -> TensorDict:

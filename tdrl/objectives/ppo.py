@@ -10,6 +10,7 @@ from tdrl.keys import CLIP_FRACTION, ENTROPY, KL_APPROX, LOSS_CRITIC, LOSS_OBJEC
 from tdrl.objectives.common import (
     OnPolicyLoss,
     as_batch_shape,
+    masked_mean,
     require,
 )
 
@@ -64,6 +65,8 @@ class ClipPPOLoss(OnPolicyLoss):
         )  # fmt: skip
         self.clip_epsilon = clip_epsilon
 
+    supports_mask = True
+
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         owner = type(self).__name__
         keys = self.tensor_keys
@@ -72,19 +75,22 @@ class ClipPPOLoss(OnPolicyLoss):
         dist = self._dist(tensordict)
         log_prob = dist.log_prob(action)
         old_log_prob = as_batch_shape(old_log_prob, log_prob.shape, keys.sample_log_prob, owner)
-        advantage = self._advantage(tensordict, log_prob.shape)
+        mask = self._mask(tensordict, log_prob.shape)  # multi-agent: absent agents left out
+        advantage = self._advantage(tensordict, log_prob.shape, mask)
         log_ratio = log_prob - old_log_prob.detach()
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
         surrogate = torch.minimum(ratio * advantage, clipped * advantage)
-        out = {LOSS_OBJECTIVE: -surrogate.mean()}
-        entropy = self._entropy(dist, out)
+        out = {LOSS_OBJECTIVE: -masked_mean(surrogate, mask)}
+        entropy = self._entropy(dist, out, mask)
         if self.critic_network is not None:
-            out[LOSS_CRITIC], value_clip_fraction = self._critic_loss(tensordict)
+            out[LOSS_CRITIC], value_clip_fraction = self._critic_loss(tensordict, mask)
             if value_clip_fraction is not None:
                 out["value_clip_fraction"] = value_clip_fraction
         with torch.no_grad():
             out[ENTROPY] = entropy
-            out[KL_APPROX] = ((ratio - 1.0) - log_ratio).mean()
-            out[CLIP_FRACTION] = ((ratio - 1.0).abs() > self.clip_epsilon).float().mean()
+            out[KL_APPROX] = masked_mean((ratio - 1.0) - log_ratio, mask)
+            out[CLIP_FRACTION] = masked_mean(
+                ((ratio - 1.0).abs() > self.clip_epsilon).float(), mask
+            )
         return self._output(out)

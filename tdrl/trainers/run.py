@@ -27,8 +27,10 @@ from tqdm import tqdm
 
 from tdrl import keys
 from tdrl.collectors import AnyCollector, Collector, ProcessCollector, RayCollector, evaluate
+from tdrl.collectors.multiagent import MultiAgentCollector
 from tdrl.data import ReplayBuffer, truncate_streams, updates_due
 from tdrl.envs import VecEnv, from_torchrl, make_vec_env
+from tdrl.envs.multiagent import MultiAgentVecEnv
 from tdrl.trainers.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint_dir,
@@ -173,6 +175,13 @@ def make_collector(
             raise ValueError("make_collector: give frames_per_batch, or workers to count them")
         remote = workers.num_workers if workers.collector != "local" else 1
         frames_per_batch = cfg.num_envs * workers.steps_per_batch * remote
+    if isinstance(env, MultiAgentVecEnv):
+        if workers is not None and workers.collector != "local":
+            env.close()
+            raise ValueError(f"--collector {workers.collector}: multi-agent envs collect locally")
+        return MultiAgentCollector(  # type: ignore[return-value]
+            env, policy, frames_per_batch, cfg.total_frames, init_random_frames
+        )
     if workers is None or workers.collector == "local":
         return Collector(env, policy, frames_per_batch, cfg.total_frames, init_random_frames)
     if cfg.env_backend != "gymnasium":

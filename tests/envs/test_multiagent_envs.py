@@ -1,0 +1,115 @@
+"""Multi-agent envs and their collector: TorchRL's multi-agent layout, same-step autoreset,
+agents that leave early (masked), and the errors for what one group cannot hold."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdrl.collectors import MultiAgentCollector, evaluate
+from tdrl.envs import PettingZooVecEnv, make_vec_env
+from tests.tiny_envs import LeavingAgents
+
+pytest.importorskip("vmas")
+pytest.importorskip("mpe2")
+
+A = "agents"
+
+
+def test_a_vmas_batch_has_the_agents_entries_and_real_final_observations():
+    env = make_vec_env("vmas/navigation", 3, seed=0, n_agents=2, max_steps=4)
+    batch = MultiAgentCollector(env, None, 3 * 6).rollout()
+    assert batch.batch_size == (3, 6) and batch.names == [None, "time"]
+    assert batch[A, "observation"].shape == (
+        3,
+        6,
+        2,
+        env.observation_spec[A, "observation"].shape[-1],
+    )
+    assert batch[A, "action"].shape == (3, 6, 2, 2) and batch[A, "mask"].all()
+    assert batch["next", A, "reward"].shape == (3, 6, 2, 1)
+    for flag in ("done", "terminated", "truncated"):
+        assert batch["next", A, flag].shape == (3, 6, 2, 1)
+        assert batch["next", flag].shape == (3, 6, 1) and not batch[flag].any()
+    # episodes of 4 steps: truncated (not terminated) at step 3, every agent and the episode
+    done = batch["next", "done"].squeeze(-1)
+    assert done[:, 3].all() and done.sum() == 3
+    assert batch["next", A, "truncated"][:, 3].all() and not batch["next", "terminated"].any()
+    # the step after the end acts from the reset observation, not from the final one
+    final, reset = batch["next", A, "observation"][:, 3], batch[A, "observation"][:, 4]
+    assert not torch.equal(final, reset)
+    assert torch.equal(batch["next", A, "observation"][:, 2], batch[A, "observation"][:, 3])
+    ids = batch["collector", "traj_ids"]
+    assert (ids[:, 4] != ids[:, 3]).all() and (ids[:, :4] == ids[:, :1]).all()
+
+
+def test_mpe_simple_spread_has_a_global_state_and_per_agent_rewards():
+    env = make_vec_env("mpe2/simple_spread_v3", 2, seed=1, N=3, max_cycles=5)
+    assert env.n_agents == 3 and not env.continuous
+    batch = MultiAgentCollector(env, None, 2 * 5).rollout()
+    assert batch["state"].shape == (2, 5, 54) and batch["next", "state"].shape == (2, 5, 54)
+    assert batch[A, "action"].dtype == torch.int64
+    assert batch["next", "truncated"][:, 4].all() and batch["next", "done"].sum() == 2
+
+
+def test_an_agent_that_leaves_early_is_masked_done_and_rewardless_until_the_episode_ends():
+    env = PettingZooVecEnv(LeavingAgents, 1, seed=0)  # agent 0 ends at 2, 1 at 4, 2 cut at 5
+    ones = torch.ones(1, 3, dtype=torch.int64)
+    collector = MultiAgentCollector(env, lambda td: td.set((A, "action"), ones), 7)
+    batch = collector.rollout()
+    mask = batch[A, "mask"][0]  # [T, agents]: takes part in step t
+    assert mask[:, 0].tolist() == [True, True, False, False, False, True, True]
+    assert mask[:, 1].tolist() == [True] * 4 + [False, True, True]
+    terminated = batch["next", A, "terminated"][0, :, :, 0]
+    truncated = batch["next", A, "truncated"][0, :, :, 0]
+    assert terminated[:, 0].tolist()[:5] == [False, True, True, True, True]
+    assert terminated[:, 2].tolist()[:5] == [False] * 5 and truncated[4, 2]
+    reward = batch["next", A, "reward"][0, :, :, 0]
+    assert reward[:5, 0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]  # nothing once gone
+    assert (batch[A, "observation"][0, 2:5, 0] == 0).all()
+    # the episode ends when the last agent does (step 4), and only then
+    assert batch["next", "done"][0, :, 0].tolist() == [False] * 4 + [True, False, False]
+    assert batch["next", "truncated"][0, 4, 0] and not batch["next", "terminated"][0, 4, 0]
+    assert collector.episodes["episode_length"].tolist() == [5]
+
+
+def test_an_agent_that_joins_mid_episode_is_refused_by_name():
+    env = PettingZooVecEnv(LeavingAgents, 1, seed=0, late=True)
+    env.reset()
+    with pytest.raises(ValueError, match=r"agent 'a_2' appeared mid-episode in env 0"):
+        env.step(torch.zeros(1, 3, dtype=torch.int64))
+
+
+def test_agents_with_different_spaces_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"agents 'adversary_0' and 'agent_0' have different "
+                                         r"observation spaces"):  # fmt: skip
+        make_vec_env("mpe2/simple_adversary_v3", 1, seed=0)
+
+
+def test_a_wrong_action_shape_or_dtype_is_named():
+    env = make_vec_env("mpe2/simple_spread_v3", 2, seed=0, N=3, max_cycles=5)
+    env.reset()
+    with pytest.raises(ValueError, match=r"\('agents', 'action'\): expected shape \(2, 3\)"):
+        env.step(torch.zeros(2, 3, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"discrete actions must be integers, got dtype"):
+        env.step(torch.zeros(2, 3))
+
+
+def test_evaluation_plays_exactly_the_asked_episodes_with_the_agents_mean_return():
+    env = make_vec_env("vmas/navigation", 3, seed=0, n_agents=2, max_steps=4)
+    result = evaluate(env, None, 4, seed=3)
+    assert result["n_episodes"] == 4 and result["length_mean"] == 4
+    again = evaluate(env, None, 4, seed=3)
+    assert again["return_mean"] == result["return_mean"]  # seeded: the same episodes
+
+
+def test_a_restored_collector_goes_on_with_fresh_seeded_episodes_and_new_ids():
+    env = make_vec_env("vmas/navigation", 2, seed=0, n_agents=2, max_steps=4)
+    collector = MultiAgentCollector(env, None, 2 * 3)
+    first = collector.rollout()
+    state = collector.state_dict()
+    other = MultiAgentCollector(make_vec_env("vmas/navigation", 2, seed=0, n_agents=2, max_steps=4),
+                                None, 2 * 3)  # fmt: skip
+    assert other.load_state_dict(state) is False and other.frames == 6
+    batch = other.rollout()
+    assert int(batch["collector", "traj_ids"].min()) > int(first["collector", "traj_ids"].max())
