@@ -2,15 +2,16 @@
 PPO for a group of agents. Every agent acts from its own observation; MAPPO's critic reads all
 agents' observations (centralized), IPPO's only the agent's own (--critic local).
 
-Defaults are BenchMARL's (facebookresearch/BenchMARL, conf/experiment/base_experiment.yaml and
-conf/algorithm/mappo.yaml): 6000 frames a batch from 10 envs, 45 minibatches of 400 (3 epochs),
-Adam lr 5e-5 with eps 1e-6, gradient norm 5, gamma 0.99, GAE lambda 0.9, clip 0.2, critic
-coefficient 1, no entropy bonus, raw advantages, 256x256 Tanh MLPs (TorchRL's MultiAgentMLP), a
-TanhNormal policy, parameters not shared between agents (--share-params shares them). The tasks
+Defaults are BenchMARL 1.5.1's (its conf/experiment/base_experiment.yaml, conf/algorithm/mappo.yaml
+and ippo.yaml, conf/model/layers/mlp.yaml): 6000 frames a batch from 10 envs, 45 minibatches of
+400 (3 epochs), Adam lr 5e-5 with eps 1e-6, gradient norm 5, gamma 0.99, GAE lambda 0.9, clip
+0.2, critic coefficient 1, no entropy bonus, raw advantages, 256x256 Tanh MLPs (TorchRL's
+MultiAgentMLP), a TanhNormal policy, one actor and one critic shared by the agents. The tasks
 take BenchMARL's task configs (TASKS below); evaluation is deterministic.
 
     python recipes/mappo.py                                        # VMAS navigation, 3 agents
     python recipes/mappo.py --critic local                         # IPPO
+    python recipes/mappo.py --no-share-params                      # an actor and critic each
     python recipes/mappo.py --env-id mpe2/simple_spread_v3         # MPE's simple_spread
     python recipes/mappo.py --env-id mpe2/simple_spread_v3 --discrete --total-frames 300000
 """
@@ -22,8 +23,8 @@ from typing import Literal
 from tdrl import trainers
 from tdrl.trainers import config
 
-# BenchMARL's task configs (conf/task/vmas/navigation.yaml, conf/task/pettingzoo/simple_spread.yaml);
-# other ids take their scenario's own defaults (VMAS: episodes of 100 steps)
+# BenchMARL's task configs (conf/task/vmas/navigation.yaml, conf/task/pettingzoo/
+# simple_spread.yaml); other ids take their scenario's own defaults (VMAS: 100-step episodes)
 # fmt: off
 TASKS: dict[str, dict[str, object]] = {
     "vmas/navigation": dict(max_steps=100, n_agents=3, collisions=True, agents_with_same_goal=1,
@@ -53,8 +54,8 @@ class Config:
     """hidden widths of actor and critic."""
     critic: Literal["central", "local"] = "central"
     """central: MAPPO's critic of all agents' observations; local: IPPO's of the agent's own."""
-    share_params: bool = False
-    """one actor (and one critic) for every agent instead of one each."""
+    share_params: bool = True
+    """one actor and one critic for all agents (--no-share-params: one each)."""
     discrete: bool = False
     """the env's discrete actions (a categorical policy) instead of its continuous ones."""
 

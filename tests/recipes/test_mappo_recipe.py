@@ -23,10 +23,10 @@ TINY = dict(
     "env_id, extra",
     [
         ("vmas/navigation", {}),
-        ("vmas/navigation", {"critic": "local", "share_params": True}),
+        ("vmas/navigation", {"critic": "local", "share_params": False}),
         ("mpe2/simple_spread_v3", {"discrete": True}),
     ],
-    ids=["mappo-vmas", "ippo-vmas-shared", "mappo-mpe-discrete"],
+    ids=["mappo-vmas", "ippo-vmas-own-params", "mappo-mpe-discrete"],
 )
 def test_the_recipe_trains_and_evaluates(tmp_path, env_id, extra):
     cfg = configure(mappo.Config, env_id=env_id, log_dir=str(tmp_path), **TINY, **extra)
