@@ -37,6 +37,7 @@ from tdrl.modules.exploration import (
 )
 from tdrl.modules.inputs import CatKeys, NetworkInputs, dict_inputs, network_inputs
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
+from tdrl.modules.multiagent import OnGroup
 from tdrl.modules.networks import (
     NormalizedInput,
     action_bounds,
@@ -97,6 +98,7 @@ __all__ = [
     "NormalizedInput",
     "OrnsteinUhlenbeckNoise",
     "PixelInput",
+    "OnGroup",
     "QValueActor",
     "QuantileQValueActor",
     "CategoricalQValueActor",

@@ -26,6 +26,7 @@ from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
 from tdrl.objectives.ppg import PPGAuxLoss
 from tdrl.objectives.ppo import ClipPPOLoss
+from tdrl.objectives.qmix import QMixLoss
 from tdrl.objectives.redq import REDQLoss
 from tdrl.objectives.reinforce import ReinforceLoss
 from tdrl.objectives.rnd import IntrinsicValueLoss, RNDLoss
@@ -70,6 +71,7 @@ __all__ = [
     "ModuleEnsemble",
     "NPGLoss",
     "PPGAuxLoss",
+    "QMixLoss",
     "QRDQNLoss",
     "REDQLoss",
     "RNDLoss",

@@ -1,0 +1,80 @@
+"""QMixLoss: QMIX's mixer is monotonic in every agent's value, VDN's is the sum, the target is
+the team's Bellman target written out (a truncated step bootstraps, a terminal one does not),
+and a batch or network with another agent count is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torchrl.modules import MultiAgentMLP, QMixer, VDNMixer
+
+from tdrl.collectors import MultiAgentCollector
+from tdrl.data import transitions
+from tdrl.envs import make_vec_env
+from tdrl.modules import OnGroup, QValueActor
+from tdrl.objectives import QMixLoss
+
+pytest.importorskip("mpe2")
+A = "agents"
+
+
+def _setup(mixer_kind: str = "qmix", n_agents: int = 3):
+    torch.manual_seed(0)
+    env = make_vec_env("mpe2/simple_spread_v3", 2, seed=0, N=3, max_cycles=4)
+    net = MultiAgentMLP(18, 5, 3, centralized=False, share_params=True, num_cells=[16],
+                        activation_class=nn.Tanh)  # fmt: skip
+    local = OnGroup(QValueActor(net))
+    mixer = QMixer((54,), 8, n_agents, device="cpu") if mixer_kind == "qmix" else VDNMixer(3, "cpu")
+    loss = QMixLoss(local, mixer, n_agents=n_agents, gamma=0.9,
+                    state_key="state" if mixer_kind == "qmix" else None)  # fmt: skip
+    batch = MultiAgentCollector(env, None, 2 * 6).rollout()
+    batch["next", "reward"] = batch["next", A, "reward"].mean(-2)
+    return loss, transitions(batch).reshape(-1)
+
+
+def test_qmix_is_monotonic_in_every_agent_value_and_vdn_is_their_sum():
+    loss, batch = _setup("qmix")
+    optimizer = torch.optim.Adam(loss.parameters(), lr=1e-2)
+    for _ in range(20):  # also after training moved the hypernetworks
+        optimizer.zero_grad()
+        loss(batch)["loss"].backward()
+        optimizer.step()
+    chosen = torch.randn(64, 3, 1, requires_grad=True) * 5
+    state = torch.randn(64, 54) * 3
+    (grad,) = torch.autograd.grad(loss.mixer(chosen, state).sum(), chosen)
+    assert (grad >= 0).all() and (grad > 0).any()
+    vdn, _ = _setup("vdn")
+    values = torch.randn(10, 3, 1)
+    torch.testing.assert_close(vdn.mixer(values), values.sum(-2))
+
+
+def test_the_target_is_the_team_bellman_target_written_out():
+    loss, batch = _setup("qmix")
+    # step 3 of each env is the time limit (truncated): it bootstraps; mark one terminal instead
+    batch["next", "terminated"][0] = True
+    target = loss.value_target(batch)
+    with torch.no_grad():
+        nxt = batch["next"]
+        values = loss.target_value_network(nxt.clone())[A, "action_value"]  # [B, 3, 5]
+        best = values.max(-1, keepdim=True).values
+        mixed = loss.target_mixer(best, nxt["state"]).squeeze(-1)
+    reward = batch["next", "reward"].squeeze(-1)
+    keep = (~batch["next", "terminated"].squeeze(-1)).float()
+    torch.testing.assert_close(target, reward + 0.9 * keep * mixed)
+    assert target[0] == reward[0]  # terminal: no bootstrap
+    truncated = batch["next", "truncated"].squeeze(-1)
+    assert truncated.any() and (target[truncated] != reward[truncated]).all()
+
+
+def test_another_agent_count_is_refused_naming_the_key():
+    loss, batch = _setup("qmix", n_agents=4)
+    with pytest.raises(ValueError, match=r"\('agents', 'action_value'\) has shape \(12, 3, 5\); "
+                                         r"the mixer mixes 4 agents"):  # fmt: skip
+        loss(batch)
+    loss, batch = _setup("qmix")
+    two = batch.clone()
+    two.set(A, batch[A][:, :2])  # a batch of two agents
+    with pytest.raises(ValueError, match=r"\('agents', 'action'\) must be an int64 index of shape "
+                                         r"\(12, 3\)"):  # fmt: skip
+        loss(two)
