@@ -7,7 +7,7 @@ and ippo.yaml, conf/model/layers/mlp.yaml): 6000 frames a batch from 10 envs, 45
 400 (3 epochs), Adam lr 5e-5 with eps 1e-6, gradient norm 5, gamma 0.99, GAE lambda 0.9, clip
 0.2, critic coefficient 1, no entropy bonus, raw advantages, 256x256 Tanh MLPs (TorchRL's
 MultiAgentMLP), a TanhNormal policy, one actor and one critic shared by the agents. The tasks
-take BenchMARL's task configs (TASKS below); evaluation is deterministic.
+take BenchMARL's task configs (tdrl.trainers.config.MULTIAGENT_TASKS); evaluation is deterministic.
 
     python recipes/mappo.py                                        # VMAS navigation, 3 agents
     python recipes/mappo.py --critic local                         # IPPO
@@ -23,24 +23,10 @@ from typing import Literal
 from tdrl import trainers
 from tdrl.trainers import config
 
-# BenchMARL's task configs (conf/task/vmas/navigation.yaml, conf/task/pettingzoo/
-# simple_spread.yaml); other ids take their scenario's own defaults (VMAS: 100-step episodes)
-# fmt: off
-TASKS: dict[str, dict[str, object]] = {
-    "vmas/navigation": dict(max_steps=100, n_agents=3, collisions=True, agents_with_same_goal=1,
-                            split_goals=False, observe_all_goals=False, shared_rew=False,
-                            lidar_range=0.35, agent_radius=0.1),
-    "mpe2/simple_spread_v3": dict(max_cycles=100, N=3, local_ratio=0.5),
-}
-# fmt: on
-
 
 @trainers.configclass
 class Config:
-    run: config.RunConfig = config.RunConfig(
-        env_id="vmas/navigation", total_frames=1_200_000, num_envs=10, eval_every=120_000,
-        eval_episodes=10, log_every=6_000, checkpoint_every=120_000,
-    )  # fmt: skip
+    run: config.RunConfig = config.MULTIAGENT_RUN
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
         frames_per_batch=6_000, lr=5e-5, lr_decay=False, normalize_advantage=False
     )
@@ -78,10 +64,8 @@ def main(cfg: Config) -> dict[str, float]:
     group = keys.AGENTS
     obs_key, value_key = (group, keys.OBSERVATION), (group, keys.STATE_VALUE)
 
-    # 1. envs: the task's settings; continuous actions unless --discrete
-    task = {**TASKS.get(cfg.run.env_id, {}), "continuous_actions": not cfg.discrete}
-    if cfg.run.env_id.startswith("vmas/"):
-        task["continuous"] = task.pop("continuous_actions")
+    # 1. envs: BenchMARL's task settings; continuous actions unless --discrete
+    task = {**config.MULTIAGENT_TASKS.get(cfg.run.env_id, {}), "continuous": not cfg.discrete}
     env, eval_env = trainers.make_envs(cfg.run, env_kwargs=task)
     n_agents, obs_dim = env.n_agents, env.observation_spec[obs_key].shape[-1]
 

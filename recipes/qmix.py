@@ -14,7 +14,7 @@ greedy.
 
     python recipes/qmix.py                                 # MPE simple_spread, 3 agents
     python recipes/qmix.py --mixer vdn
-    python recipes/qmix.py --env-id vmas/navigation        # VMAS's discrete actions
+    python recipes/qmix.py --env-id vmas/navigation --mixer vdn   # VMAS, discrete actions
 """
 
 from __future__ import annotations
@@ -24,28 +24,15 @@ from typing import Literal
 from tdrl import trainers
 from tdrl.trainers import config
 
-# BenchMARL's task configs (conf/task/pettingzoo/simple_spread.yaml, conf/task/vmas/navigation.yaml)
-# fmt: off
-TASKS: dict[str, dict[str, object]] = {
-    "mpe2/simple_spread_v3": dict(max_cycles=100, N=3, local_ratio=0.5, continuous_actions=False),
-    "vmas/navigation": dict(max_steps=100, n_agents=3, collisions=True, agents_with_same_goal=1,
-                            split_goals=False, observe_all_goals=False, shared_rew=False,
-                            lidar_range=0.35, agent_radius=0.1, continuous=False),
-}
-# fmt: on
-
 
 @trainers.configclass
 class Config:
-    run: config.RunConfig = config.RunConfig(
-        env_id="mpe2/simple_spread_v3", total_frames=600_000, num_envs=10, eval_every=60_000,
-        eval_episodes=10, log_every=6_000, checkpoint_every=120_000,
-    )  # fmt: skip
-    replay: config.ReplayConfig = config.ReplayConfig(
-        buffer_size=1_000_000, batch_size=128, init_random_frames=0, utd_ratio=1000 / 6000
+    run: config.RunConfig = trainers.configure(
+        config.MULTIAGENT_RUN, env_id="mpe2/simple_spread_v3"
     )
+    replay: config.ReplayConfig = config.MULTIAGENT_REPLAY
     q: config.QLearningConfig = config.QLearningConfig(
-        frames_per_batch=6_000, lr=5e-5, eps_init=0.8, eps_end=0.01, eps_frames=200_000,
+        frames_per_batch=6_000, lr=5e-5, eps_init=0.8, eps_end=0.01, eps_frames=400_000,
         gamma=0.99, max_grad_norm=5.0, hidden_sizes=(256, 256),
     )  # fmt: skip
     mixer: Literal["qmix", "vdn"] = "qmix"
@@ -74,9 +61,10 @@ def main(cfg: Config) -> dict[str, float]:
 
     group = keys.AGENTS
 
-    # 1. envs: the task's settings, discrete actions
+    # 1. envs: BenchMARL's task settings, discrete actions
+    task = {**config.MULTIAGENT_TASKS.get(cfg.run.env_id, {}), "continuous": False}
     env, eval_env = trainers.make_envs(cfg.run, actions="discrete",
-                                       env_kwargs=TASKS.get(cfg.run.env_id, {}))  # fmt: skip
+                                       env_kwargs=task)  # fmt: skip
     n_agents, n_actions = env.n_agents, int(env.action_spec.space.n)
     obs_dim = env.observation_spec[group, keys.OBSERVATION].shape[-1]
     if cfg.mixer == "qmix" and not env.has_state:

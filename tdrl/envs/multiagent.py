@@ -406,8 +406,12 @@ def make_multiagent_env(
     env_id: str, num_envs: int, seed: int | None = None, **kwargs: Any
 ) -> MultiAgentVecEnv:
     """``"vmas/<scenario>"`` (VMAS) or ``"mpe2/<env>"`` / ``"pettingzoo/<module>"`` (a PettingZoo
-    module with a ``parallel_env``, e.g. ``"pettingzoo/pettingzoo.butterfly.pistonball_v6"``)."""
+    module with a ``parallel_env``, e.g. ``"pettingzoo/pettingzoo.butterfly.pistonball_v6"``);
+    ``continuous=True/False`` picks the action space in both (PettingZoo's MPE calls it
+    ``continuous_actions``)."""
     family, _, name = env_id.partition("/")
+    if family != "vmas" and "continuous" in kwargs:  # PettingZoo's MPE name for it
+        kwargs["continuous_actions"] = kwargs.pop("continuous")
     if family == "vmas":
         return VmasVecEnv(name, num_envs, seed, **kwargs)
     if family in ("mpe2", "pettingzoo"):

@@ -22,6 +22,7 @@ from tdrl.objectives.drqn import DRQNLoss
 from tdrl.objectives.gail import GAILLoss, gail_reward
 from tdrl.objectives.icm import ICMLoss
 from tdrl.objectives.iql import IQLLoss
+from tdrl.objectives.maddpg import MADDPGLoss
 from tdrl.objectives.natural_gradient import conjugate_gradient, flat_grad
 from tdrl.objectives.npg import NPGLoss
 from tdrl.objectives.ppg import PPGAuxLoss
@@ -71,6 +72,7 @@ __all__ = [
     "ModuleEnsemble",
     "NPGLoss",
     "PPGAuxLoss",
+    "MADDPGLoss",
     "QMixLoss",
     "QRDQNLoss",
     "REDQLoss",

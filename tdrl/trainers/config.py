@@ -315,6 +315,27 @@ Q_LEARNING_RUN = RunConfig(
     env_id="CartPole-v1", total_frames=50_000, num_envs=1, eval_every=5_000, log_every=1_000,
     checkpoint_every=25_000,
 )  # fmt: skip
+# The multi-agent recipes' (MAPPO, QMIX, MADDPG): BenchMARL 1.5.1's experiment settings
+# (conf/experiment/base_experiment.yaml: 10 envs, evaluations of 10 episodes every 120k frames)
+# and task configs (conf/task/vmas/navigation.yaml, conf/task/pettingzoo/simple_spread.yaml).
+MULTIAGENT_RUN = RunConfig(
+    env_id="vmas/navigation", total_frames=1_200_000, num_envs=10, eval_every=120_000,
+    eval_episodes=10, log_every=6_000, checkpoint_every=120_000,
+)  # fmt: skip
+MULTIAGENT_TASKS: dict[str, dict[str, Any]] = {
+    "vmas/navigation": dict(
+        max_steps=100,
+        n_agents=3,
+        collisions=True,
+        agents_with_same_goal=1,
+        split_goals=False,
+        observe_all_goals=False,
+        shared_rew=False,
+        lidar_range=0.35,
+        agent_radius=0.1,
+    ),
+    "mpe2/simple_spread_v3": dict(max_cycles=100, N=3, local_ratio=0.5),
+}
 
 
 @configclass
@@ -346,6 +367,12 @@ class ReplayConfig:
     """uniform random steps before the policy acts and learning starts."""
     utd_ratio: float = 1.0
     """gradient steps per env step (the update-to-data ratio)."""
+
+
+# BenchMARL 1.5.1's off-policy replay: 1000 gradient steps of 128 per 6000 frames, a 1M buffer.
+MULTIAGENT_REPLAY = ReplayConfig(
+    buffer_size=1_000_000, batch_size=128, init_random_frames=0, utd_ratio=1000 / 6000
+)
 
 
 @configclass

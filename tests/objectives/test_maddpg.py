@@ -1,0 +1,73 @@
+"""MADDPGLoss: the per-agent target written out (a terminated agent does not bootstrap, a
+truncated one does), the actor loss moves only the actors and the critic loss only the critics,
+and the critic is centralized: an agent's value moves with the other agents' actions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torchrl.modules import MultiAgentMLP
+
+from tdrl.collectors import MultiAgentCollector
+from tdrl.data import transitions
+from tdrl.envs import make_vec_env
+from tdrl.modules import OnGroup, StateActionCritic
+from tdrl.modules.deterministic import DeterministicActor
+from tdrl.objectives import MADDPGLoss
+
+pytest.importorskip("vmas")
+A = "agents"
+
+
+def _setup():
+    torch.manual_seed(0)
+    env = make_vec_env("vmas/navigation", 2, seed=0, n_agents=3, max_steps=4)
+    obs = env.observation_spec[A, "observation"].shape[-1]
+
+    def mlp(inputs: int, outputs: int, centralized: bool) -> MultiAgentMLP:
+        return MultiAgentMLP(inputs, outputs, 3, centralized=centralized, share_params=True,
+                             num_cells=[16], activation_class=nn.Tanh)  # fmt: skip
+
+    actor = OnGroup(DeterministicActor(mlp(obs, 2, False), 2))
+    critic = OnGroup(StateActionCritic(mlp(obs + 2, 1, True), in_keys=("observation", "action")))
+    batch = transitions(MultiAgentCollector(env, None, 2 * 6).rollout()).reshape(-1)
+    return MADDPGLoss(actor, critic, gamma=0.9), batch
+
+
+def test_the_per_agent_target_is_written_out_and_honours_each_agents_flags():
+    loss, batch = _setup()
+    batch["next", A, "terminated"][0, 1] = True  # agent 1 of sample 0 ends its episode
+    target = loss.value_target(batch)
+    with torch.no_grad():
+        nxt = batch["next"].clone()
+        nxt[A, "action"] = loss.target_actor_network(nxt.clone())[A, "action"]
+        next_q = loss.target_value_network(nxt)[A, "state_action_value"]
+    reward, terminated = batch["next", A, "reward"], batch["next", A, "terminated"]
+    torch.testing.assert_close(target, reward + 0.9 * (~terminated).float() * next_q)
+    assert target[0, 1] == reward[0, 1] and target[0, 0] != reward[0, 0]
+    truncated = batch["next", A, "truncated"]
+    assert truncated.any() and (target[truncated] != reward[truncated]).all()  # bootstrapped
+
+
+def test_each_loss_moves_only_its_own_networks():
+    loss, batch = _setup()
+    out = loss(batch)
+    out["loss_actor"].backward(retain_graph=True)
+    assert all(p.grad is None or (p.grad == 0).all() for p in loss.value_network.parameters())
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in loss.actor_network.parameters()
+    )
+    loss.zero_grad()
+    out["loss_value"].backward()
+    assert all(p.grad is None or (p.grad == 0).all() for p in loss.actor_network.parameters())
+    assert out["td_error"].shape == (12,)
+
+
+def test_the_critic_of_an_agent_reads_the_other_agents_actions():
+    loss, batch = _setup()
+    td = batch[:4].clone()
+    before = loss.value_network(td.clone())[A, "state_action_value"][:, 0]
+    td[A, "action"][:, 2] += 0.5  # agent 2 acts otherwise
+    after = loss.value_network(td)[A, "state_action_value"][:, 0]
+    assert not torch.allclose(before, after)

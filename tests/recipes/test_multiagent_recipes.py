@@ -1,0 +1,92 @@
+"""The multi-agent recipes (mappo.py, qmix.py, maddpg.py) run in seconds on VMAS and MPE with a
+tiny config and write their logs; a paused run resumes to its end (with fresh episodes: the
+simulators' states are not checkpointed); QMIX refuses a task without a global state."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes import maddpg, mappo, qmix
+from tdrl.trainers import configure, read_csv
+
+pytest.importorskip("vmas")
+pytest.importorskip("mpe2")
+
+# two batches of 120 frames from 4 envs, an evaluation after each
+RUN = dict(
+    total_frames=240, num_envs=4, eval_every=120, log_every=120, eval_episodes=2, eval_envs=2,
+    hidden_sizes=(16,), progress=False, tensorboard=False,
+)  # fmt: skip
+TINY = dict(RUN, frames_per_batch=120, minibatch_size=40, epochs=2)  # MAPPO
+OFF_POLICY = dict(RUN, frames_per_batch=120, batch_size=32, utd_ratio=0.1)  # 24 gradient steps
+QMIX, MADDPG = dict(OFF_POLICY, eps_frames=200), dict(OFF_POLICY, noise_frames=200)
+
+
+@pytest.mark.parametrize(
+    "env_id, extra",
+    [
+        ("vmas/navigation", {}),
+        ("vmas/navigation", {"critic": "local", "share_params": False}),
+        ("mpe2/simple_spread_v3", {"discrete": True}),
+    ],
+    ids=["mappo-vmas", "ippo-vmas-own-params", "mappo-mpe-discrete"],
+)
+def test_mappo_trains_and_evaluates(tmp_path, env_id, extra):
+    cfg = configure(mappo.Config, env_id=env_id, log_dir=str(tmp_path), **TINY, **extra)
+    result = mappo.main(cfg)
+    assert result["eval_n_episodes"] == 2 and result["updates"] == 2 * 2 * 3  # 2 batches
+    rows = read_csv(tmp_path / "train.csv")
+    assert [row["step"] for row in rows] == [120, 240]
+    assert all(row["loss_critic"] > 0 for row in rows)
+    assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]
+
+
+def test_a_paused_mappo_run_resumes_to_its_end(tmp_path):
+    cfg = configure(mappo.Config, log_dir=str(tmp_path), checkpoint_every=120, **TINY)
+    mappo.main(configure(cfg, stop_after_frames=120))
+    assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120]
+    result = mappo.main(configure(cfg, resume=True))
+    assert result["updates"] == 12
+    assert [row["step"] for row in read_csv(tmp_path / "train.csv")] == [120, 240]
+
+
+@pytest.mark.parametrize("extra", [{}, {"mixer": "vdn"}, {"tau": 0.0, "target_update_interval": 5}],
+                         ids=["qmix", "vdn", "qmix-hard-targets"])  # fmt: skip
+def test_qmix_trains_and_evaluates(tmp_path, extra):
+    cfg = configure(qmix.Config, log_dir=str(tmp_path), **QMIX, **extra)
+    result = qmix.main(cfg)
+    assert result["updates"] == 24 and result["eval_n_episodes"] == 2
+    rows = read_csv(tmp_path / "train.csv")
+    assert [row["step"] for row in rows] == [120, 240] and rows[-1]["epsilon"] < 1.0
+
+
+def test_qmix_on_a_task_without_a_global_state_is_refused(tmp_path):
+    cfg = configure(qmix.Config, env_id="vmas/navigation", log_dir=str(tmp_path), **QMIX)
+    with pytest.raises(ValueError, match=r"--mixer qmix reads the global state"):
+        qmix.main(cfg)
+    result = qmix.main(configure(cfg, mixer="vdn", log_dir=str(tmp_path / "vdn")))
+    assert result["updates"] == 24
+
+
+def test_a_paused_qmix_run_resumes_to_its_end(tmp_path):
+    cfg = configure(qmix.Config, log_dir=str(tmp_path), checkpoint_every=120, **QMIX)
+    qmix.main(configure(cfg, stop_after_frames=120))
+    result = qmix.main(configure(cfg, resume=True))
+    assert result["updates"] == 24
+    assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]
+
+
+@pytest.mark.parametrize("env_id", ["vmas/navigation", "mpe2/simple_spread_v3"])
+def test_maddpg_trains_and_evaluates(tmp_path, env_id):
+    result = maddpg.main(configure(maddpg.Config, env_id=env_id, log_dir=str(tmp_path), **MADDPG))
+    assert result["updates"] == 24 and result["eval_n_episodes"] == 2
+    rows = read_csv(tmp_path / "train.csv")
+    assert [row["step"] for row in rows] == [120, 240] and rows[-1]["sigma"] < 0.8
+
+
+def test_a_paused_maddpg_run_resumes_to_its_end(tmp_path):
+    cfg = configure(maddpg.Config, log_dir=str(tmp_path), checkpoint_every=120, **MADDPG)
+    maddpg.main(configure(cfg, stop_after_frames=120))
+    result = maddpg.main(configure(cfg, resume=True))
+    assert result["updates"] == 24
+    assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]
