@@ -113,3 +113,28 @@ def test_a_restored_collector_goes_on_with_fresh_seeded_episodes_and_new_ids():
     assert other.load_state_dict(state) is False and other.frames == 6
     batch = other.rollout()
     assert int(batch["collector", "traj_ids"].min()) > int(first["collector", "traj_ids"].max())
+
+
+def test_the_layout_is_torchrls_and_round_trips_through_its_replay_buffer():
+    """Every entry TorchRL's VmasEnv rollout has (its info entries aside) is in tdrl's batch of
+    the same scenario with the same shape and dtype; the batch goes through TorchRL's replay
+    buffer and comes back equal."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.envs import VmasEnv
+
+    theirs = VmasEnv("navigation", num_envs=2, n_agents=3, max_steps=10, seed=0)
+    rollout = theirs.rollout(5, break_when_any_done=False)
+    ours = MultiAgentCollector(make_vec_env("vmas/navigation", 2, seed=0, n_agents=3,
+                                            max_steps=10), None, 2 * 5).rollout()  # fmt: skip
+    for key in rollout.keys(True, True):
+        if "info" in key:
+            continue
+        mine = ours.get(key)
+        assert mine.shape == rollout.get(key).shape and mine.dtype == rollout.get(key).dtype, key
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100))
+    flat = ours.reshape(-1)
+    buffer.extend(flat)
+    back = buffer[:]
+    assert set(back.keys(True, True)) >= set(flat.keys(True, True))
+    for key in flat.keys(True, True):
+        torch.testing.assert_close(back.get(key), flat.get(key))
