@@ -138,3 +138,11 @@ def test_the_layout_is_torchrls_and_round_trips_through_its_replay_buffer():
     assert set(back.keys(True, True)) >= set(flat.keys(True, True))
     for key in flat.keys(True, True):
         torch.testing.assert_close(back.get(key), flat.get(key))
+
+
+@pytest.mark.parametrize("scenario, agents", [("balance", 3), ("transport", 4)])
+def test_other_vmas_scenarios_come_in_the_same_layout(scenario, agents):
+    env = make_vec_env(f"vmas/{scenario}", 2, seed=0, max_steps=3)
+    batch = MultiAgentCollector(env, None, 2 * 4).rollout()
+    assert env.n_agents == agents and batch["next", A, "reward"].shape == (2, 4, agents, 1)
+    assert batch["next", "done"][:, 2].all() and not batch["next", "done"][:, 3].any()
