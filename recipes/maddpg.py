@@ -5,10 +5,11 @@ training, decentralized execution), for continuous actions.
 Defaults are BenchMARL 1.5.1's (its conf/experiment/base_experiment.yaml,
 conf/algorithm/maddpg.yaml, conf/model/layers/mlp.yaml): 6000 frames a batch from 10 envs, 1000
 gradient steps a batch of 128 transitions, a 1M buffer, Gaussian exploration noise per agent from
-0.8 to 0.01 half-ranges over a third of the run, Adam lr 5e-5 with eps 1e-6, gradient norm 5,
-gamma 0.99, targets updated softly with tau 0.005, the squared TD error, 256x256 Tanh networks
-(TorchRL's MultiAgentMLP), one actor and one critic shared by the agents, tanh onto the action
-box. Evaluation is deterministic.
+0.8 to 0.01 half-ranges over a third of the run, Adam lr 5e-5 with eps 1e-6, actor and critic
+gradients clipped apart to norm 5, gamma 0.99, a target critic updated softly with tau 0.005 and
+no target actor (TorchRL's DDPGLoss default, which BenchMARL keeps), the squared TD error,
+256x256 Tanh networks (TorchRL's MultiAgentMLP), one actor and one critic shared by the agents,
+tanh onto the action box. Evaluation is deterministic.
 
     python recipes/maddpg.py                                   # VMAS navigation, 3 agents
     python recipes/maddpg.py --env-id mpe2/simple_spread_v3    # MPE's continuous actions
@@ -48,6 +49,7 @@ def main(cfg: Config) -> dict[str, float]:
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
     from torch import nn
+    from torch.nn.utils import clip_grad_norm_
     from torchrl.modules import MultiAgentMLP
 
     from tdrl import keys
@@ -82,7 +84,8 @@ def main(cfg: Config) -> dict[str, float]:
                                        in_keys=(keys.OBSERVATION, keys.ACTION)))  # fmt: skip
 
     # 3. loss (per-agent rewards and flags), soft targets, optimizer (a group per part), buffer
-    loss = MADDPGLoss(actor, critic, gamma=cfg.ac.gamma)
+    loss = MADDPGLoss(actor, critic, gamma=cfg.ac.gamma, delay_actor=False)  # BenchMARL's: no
+    # target actor (TorchRL's DDPGLoss default), a target critic
     target = SoftUpdate(loss, tau=cfg.ac.tau)
     optimizer = trainers.adam(
         (actor.parameters(), cfg.ac.actor_lr), (critic.parameters(), cfg.ac.critic_lr),
@@ -104,7 +107,11 @@ def main(cfg: Config) -> dict[str, float]:
             noise.step(collector.frames - int(noise.frames))  # sigma: env steps
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 out = loss(buffer.sample(cfg.replay.batch_size))
-                trainers.optimizer_step(total_loss(out), optimizer, max_grad_norm=cfg.max_grad_norm)
+                optimizer.zero_grad()
+                total_loss(out).backward()
+                for part in (actor, critic):  # clipped apart, as BenchMARL's optimizers
+                    clip_grad_norm_(part.parameters(), cfg.max_grad_norm)
+                optimizer.step()
                 target.step()
                 run.record(out)
             run.step({"sigma": noise.sigma})  # log, evaluate, checkpoint when due

@@ -141,14 +141,16 @@ class LeavingAgents:
     """A PettingZoo parallel env of three agents on a clock whose agents leave at different
     steps: agent i is terminated after ``lengths[i]`` steps, the others are truncated at
     ``max_steps``. Observation ``[t, i, action_sum]``, reward ``action + i / 10``, two actions.
-    ``late`` holds agent 2 out of the reset and brings it in after the first step (refused)."""
+    ``late`` holds agent 2 out of the reset and brings it in after the first step (refused);
+    ``overlap`` sets truncated at ``max_steps`` also for an agent terminated at that step."""
 
     metadata = {"name": "leaving_agents_v0"}
 
-    def __init__(self, lengths=(2, 4, 9), max_steps=5, late=False):
+    def __init__(self, lengths=(2, 4, 9), max_steps=5, late=False, overlap=False):
         from gymnasium import spaces
 
         self.lengths, self.max_steps, self.late = lengths, max_steps, late
+        self.overlap = overlap
         self.possible_agents = ["a_0", "a_1", "a_2"]
         self._obs_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
         self._act_space = spaces.Discrete(2)
@@ -176,7 +178,7 @@ class LeavingAgents:
             self.sums[i] += float(action)
             rewards[agent] = float(action) + i / 10
             terminated[agent] = self.t >= self.lengths[i]
-            truncated[agent] = self.t >= self.max_steps and not terminated[agent]
+            truncated[agent] = self.t >= self.max_steps and (self.overlap or not terminated[agent])
         obs = {a: self._obs(a) for a in actions}
         self.agents = [a for a in actions if not (terminated[a] or truncated[a])]
         if self.late and self.t == 1:

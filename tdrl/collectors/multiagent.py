@@ -163,7 +163,8 @@ class MultiAgentCollector:
         self._traj_ids = torch.arange(self._next_traj_id, self._next_traj_id + n)
         self._next_traj_id += n
         self._current = None
-        self._reset_seed = (self.env.seed or 0) + 1_000_003 * (self.frames + 1)
+        # a seed numpy takes (VMAS seeds numpy with it): below 2**31
+        self._reset_seed = ((self.env.seed or 0) + 1_000_003 * (self.frames + 1)) % 2**31
         self._return.zero_()
         self._length.zero_()
         return False

@@ -97,8 +97,9 @@ def make_replay_buffer(
 
 
 def transitions(batch: TensorDictBase) -> TensorDictBase:
-    """``batch`` without the policy's outputs: what a replay buffer stores."""
-    return batch.exclude(*POLICY_OUTPUTS)
+    """``batch`` without the policy's outputs (at the root and in a multi-agent batch's
+    ``"agents"`` group): what a replay buffer stores."""
+    return batch.exclude(*POLICY_OUTPUTS, *((keys.AGENTS, key) for key in POLICY_OUTPUTS))
 
 
 def updates_due(frames: int, updates: int, *, learning_starts: int, utd_ratio: float) -> int:

@@ -25,7 +25,8 @@ real final observations under ``"next"`` and, apart, the observations to act fro
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -173,7 +174,9 @@ class VmasVecEnv(MultiAgentVecEnv):
     Args:
         scenario: a VMAS scenario name (``"navigation"``, ``"balance"``, ``"transport"``).
         num_envs: worlds simulated at once.
-        seed: VMAS's seed (it seeds torch's global generator, as VMAS does).
+        seed: VMAS's seed. VMAS keeps one random state for all its envs in a process; each
+            ``VmasVecEnv`` swaps in its own around every call, so an evaluation env's seeded
+            resets do not rewind the training env's stream.
         continuous: continuous actions (default) or VMAS's discrete ones.
         max_steps: the episode length (truncation).
         **scenario_kwargs: the scenario's own arguments (``n_agents=3``, ...).
@@ -194,10 +197,18 @@ class VmasVecEnv(MultiAgentVecEnv):
 
         self.seed, self.num_envs = seed, num_envs
         self.scenario = scenario
+        from vmas.simulator.environment.environment import Environment
+
+        # VMAS's random state, one list shared by every VMAS env of the process (its
+        # local_seed swaps it in and out of the global generators around each call)
+        self._shared = Environment.vmas_random_state
+        outside = list(self._shared)
         self._env = vmas.make_env(
             scenario, num_envs=num_envs, device=device, continuous_actions=continuous,
             max_steps=max_steps, seed=seed, terminated_truncated=True, **scenario_kwargs,
         )  # fmt: skip
+        self._random_state = list(self._shared)  # this env's, as its seed left it
+        self._shared[:] = outside
         agents = self._env.agents
         self.n_agents, self.agent_names = len(agents), [agent.name for agent in agents]
         spaces = self._env.observation_space
@@ -219,11 +230,26 @@ class VmasVecEnv(MultiAgentVecEnv):
     def _obs(self, observations: list[torch.Tensor]) -> torch.Tensor:
         return torch.stack(observations, 1).float()
 
+    @contextmanager
+    def _own_random_state(self) -> Iterator[None]:
+        outside = list(self._shared)
+        self._shared[:] = self._random_state
+        try:
+            yield
+        finally:
+            self._random_state = list(self._shared)
+            self._shared[:] = outside
+
     def _reset(self, seed: int | None) -> tuple[torch.Tensor, torch.Tensor, None]:
-        obs = self._env.reset(seed=seed)
+        with self._own_random_state():
+            obs = self._env.reset(seed=seed)
         return self._obs(obs), self._mask.clone(), None
 
     def _step(self, action: torch.Tensor) -> dict[str, Any]:
+        with self._own_random_state():
+            return self._step_vmas(action)
+
+    def _step_vmas(self, action: torch.Tensor) -> dict[str, Any]:
         obs, rewards, terminated, truncated, _ = self._env.step(list(action.unbind(1)))
         obs_t = self._obs(obs)
         a = self.n_agents
@@ -365,7 +391,7 @@ class PettingZooVecEnv(MultiAgentVecEnv):
             # the observations to act from: the reset's, or those of the agents still in
             still = {name: value for name, value in obs.items() if name in env.agents}
             reset_obs.append(self._reset_one(i, None) if ended else still)
-        flags[keys.TERMINATED] &= ~flags[keys.TRUNCATED]
+        flags[keys.TRUNCATED] &= ~flags[keys.TERMINATED]  # terminal wins, as in gymnasium
         flags[keys.DONE] = flags[keys.TERMINATED] | flags[keys.TRUNCATED]
         obs_t, _ = self._stack(next_obs)
         mask_next = self._alive & ~flags[keys.DONE]
@@ -407,10 +433,10 @@ def make_multiagent_env(
 ) -> MultiAgentVecEnv:
     """``"vmas/<scenario>"`` (VMAS) or ``"mpe2/<env>"`` / ``"pettingzoo/<module>"`` (a PettingZoo
     module with a ``parallel_env``, e.g. ``"pettingzoo/pettingzoo.butterfly.pistonball_v6"``);
-    ``continuous=True/False`` picks the action space in both (PettingZoo's MPE calls it
-    ``continuous_actions``)."""
+    ``continuous=True/False`` picks the action space of VMAS and MPE (which calls it
+    ``continuous_actions``); other PettingZoo envs take their own arguments."""
     family, _, name = env_id.partition("/")
-    if family != "vmas" and "continuous" in kwargs:  # PettingZoo's MPE name for it
+    if family == "mpe2" and "continuous" in kwargs:  # MPE's name for it
         kwargs["continuous_actions"] = kwargs.pop("continuous")
     if family == "vmas":
         return VmasVecEnv(name, num_envs, seed, **kwargs)

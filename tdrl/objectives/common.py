@@ -95,8 +95,14 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     ``[*B, *F]``); the plain mean without a mask, 0 when the mask keeps nothing."""
     if mask is None:
         return x.mean()
-    weight = mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)).expand_as(x).to(x.dtype)
-    return (x * weight).sum() / weight.sum().clamp_min(1.0)
+    if x.shape[: mask.ndim] != mask.shape:
+        raise ValueError(
+            f"a mask of shape {tuple(mask.shape)} does not fit values of shape {tuple(x.shape)} "
+            "(the mask's shape must lead theirs)"
+        )
+    keep = mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)).expand_as(x)
+    # where, not a product: a NaN or inf in a left-out sample must not reach the mean
+    return torch.where(keep, x, 0.0).sum() / keep.sum().clamp_min(1).to(x.dtype)
 
 
 def entropy_of(dist: Distribution) -> torch.Tensor:

@@ -37,8 +37,9 @@ class QMixLoss(OffPolicyLoss):
         loss = mean_B l(Mix(Q_1(o_1, a_1), ...; s) - y)
 
     ``r`` and ``terminated`` are the team's (``("next", "reward")`` and ``("next",
-    "terminated")`` at the root; BenchMARL makes them the mean of the agents' rewards and whether
-    any agent terminated), so a truncated step bootstraps from the real next observations. VDN's
+    "terminated")`` at the root: ``recipes/qmix.py`` makes the reward the mean of the agents', as
+    BenchMARL does, and keeps the env's episode flag, terminal when every agent is), so a
+    truncated step bootstraps from the real next observations. VDN's
     mixer is the sum (TorchRL's ``VDNMixer``); QMIX's a monotonic network whose weights a
     hypernetwork makes from the state (TorchRL's ``QMixer``): ``dQ_tot / dQ_i >= 0``.
 

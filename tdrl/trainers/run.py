@@ -179,6 +179,12 @@ def make_collector(
         if workers is not None and workers.collector != "local":
             env.close()
             raise ValueError(f"--collector {workers.collector}: multi-agent envs collect locally")
+        if cfg.torch_device.type != "cpu":
+            env.close()
+            raise ValueError(
+                f"--device {cfg.device}: the multi-agent recipes keep their networks, losses and "
+                "buffer on the CPU; pass --device cpu"
+            )
         return MultiAgentCollector(  # type: ignore[return-value]
             env, policy, frames_per_batch, cfg.total_frames, init_random_frames
         )

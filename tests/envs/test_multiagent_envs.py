@@ -146,3 +146,36 @@ def test_other_vmas_scenarios_come_in_the_same_layout(scenario, agents):
     batch = MultiAgentCollector(env, None, 2 * 4).rollout()
     assert env.n_agents == agents and batch["next", A, "reward"].shape == (2, 4, agents, 1)
     assert batch["next", "done"][:, 2].all() and not batch["next", "done"][:, 3].any()
+
+
+def test_an_agent_terminated_and_truncated_at_once_is_terminated():
+    env = PettingZooVecEnv(LeavingAgents, 1, seed=0, lengths=(5, 5, 9), overlap=True)
+    batch = MultiAgentCollector(env, None, 5).rollout()  # agents 0, 1 end at 5 with both flags
+    terminated = batch["next", A, "terminated"][0, 4, :, 0]
+    truncated = batch["next", A, "truncated"][0, 4, :, 0]
+    assert terminated.tolist() == [True, True, False] and truncated.tolist() == [False, False, True]
+
+
+def test_an_evaluation_does_not_rewind_the_training_envs_random_stream():
+    """VMAS keeps one random state per process: each env swaps in its own, so the resets of a
+    training env are the same whether or not a seeded evaluation ran between its batches."""
+
+    def starts(evaluate_between: bool) -> torch.Tensor:
+        env = make_vec_env("vmas/navigation", 2, seed=0, n_agents=2, max_steps=3)
+        other = make_vec_env("vmas/navigation", 2, seed=5, n_agents=2, max_steps=3)
+        collector = MultiAgentCollector(env, None, 2 * 6)
+        batches = [collector.rollout()]
+        if evaluate_between:
+            evaluate(other, None, 2, seed=7)
+        batches.append(collector.rollout())
+        return torch.cat([b[A, "observation"] for b in batches], 1)
+
+    torch.testing.assert_close(starts(False), starts(True))
+
+
+def test_a_collector_restored_late_in_a_run_resets_with_a_valid_seed():
+    env = make_vec_env("vmas/navigation", 2, seed=0, n_agents=2, max_steps=4)
+    collector = MultiAgentCollector(env, None, 2 * 3)
+    state = collector.state_dict() | {"frames": 1_200_000}
+    collector.load_state_dict(state)
+    assert collector.rollout().batch_size == (2, 3)  # VMAS seeds numpy: below 2**32

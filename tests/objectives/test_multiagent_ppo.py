@@ -155,3 +155,14 @@ def test_tdrl_gae_and_ppo_train_on_a_batch_of_torchrl_collector_over_its_vmas_en
     (out["loss_objective"] + out["loss_critic"]).backward()
     assert all(torch.isfinite(p.grad).all() for p in actor.parameters() if p.grad is not None)
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
+
+
+def test_a_masked_mean_ignores_what_it_leaves_out_and_names_a_shape_that_does_not_fit():
+    from tdrl.objectives.common import masked_mean
+
+    values = torch.tensor([[1.0, float("inf")], [3.0, float("nan")]])
+    mask = torch.tensor([[True, False], [True, False]])
+    assert masked_mean(values, mask) == 2.0
+    assert masked_mean(values.unsqueeze(-1), mask) == 2.0  # [B, agents, 1] against [B, agents]
+    with pytest.raises(ValueError, match=r"a mask of shape \(2, 2\) does not fit values of shape"):
+        masked_mean(torch.zeros(2, 1), mask)

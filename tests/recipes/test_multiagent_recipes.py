@@ -60,6 +60,15 @@ def test_qmix_trains_and_evaluates(tmp_path, extra):
     assert [row["step"] for row in rows] == [120, 240] and rows[-1]["epsilon"] < 1.0
 
 
+def test_qmix_stores_random_batches_and_policy_batches_alike(tmp_path):
+    """A first batch of random actions, then the policy's: the buffer stores neither the greedy
+    actor's action values nor anything else a policy writes under "agents"."""
+    result = qmix.main(
+        configure(qmix.Config, log_dir=str(tmp_path), init_random_frames=120, **QMIX)
+    )
+    assert result["updates"] == 12  # 0.1 a step from step 120 on
+
+
 def test_qmix_on_a_task_without_a_global_state_is_refused(tmp_path):
     cfg = configure(qmix.Config, env_id="vmas/navigation", log_dir=str(tmp_path), **QMIX)
     with pytest.raises(ValueError, match=r"--mixer qmix reads the global state"):
