@@ -11,6 +11,7 @@ from tdrl.trainers import configure, read_csv
 
 pytest.importorskip("vmas")
 pytest.importorskip("mpe2")
+VARIANT = pytest.mark.variants  # run with -m variants (CI does)
 
 # two batches of 120 frames from 4 envs, an evaluation after each
 RUN = dict(
@@ -26,8 +27,8 @@ QMIX, MADDPG = dict(OFF_POLICY, eps_frames=200), dict(OFF_POLICY, noise_frames=2
     "env_id, extra",
     [
         ("vmas/navigation", {}),
-        ("vmas/navigation", {"critic": "local", "share_params": False}),
-        ("mpe2/simple_spread_v3", {"discrete": True}),
+        pytest.param("vmas/navigation", {"critic": "local", "share_params": False}, marks=VARIANT),
+        pytest.param("mpe2/simple_spread_v3", {"discrete": True}, marks=VARIANT),
     ],
     ids=["mappo-vmas", "ippo-vmas-own-params", "mappo-mpe-discrete"],
 )
@@ -50,8 +51,12 @@ def test_a_paused_mappo_run_resumes_to_its_end(tmp_path):
     assert [row["step"] for row in read_csv(tmp_path / "train.csv")] == [120, 240]
 
 
-@pytest.mark.parametrize("extra", [{}, {"mixer": "vdn"}, {"tau": 0.0, "target_update_interval": 5}],
-                         ids=["qmix", "vdn", "qmix-hard-targets"])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra",
+    [{}, pytest.param({"mixer": "vdn"}, marks=VARIANT),
+     pytest.param({"tau": 0.0, "target_update_interval": 5}, marks=VARIANT)],
+    ids=["qmix", "vdn", "qmix-hard-targets"],
+)  # fmt: skip
 def test_qmix_trains_and_evaluates(tmp_path, extra):
     cfg = configure(qmix.Config, log_dir=str(tmp_path), **QMIX, **extra)
     result = qmix.main(cfg)
@@ -60,6 +65,7 @@ def test_qmix_trains_and_evaluates(tmp_path, extra):
     assert [row["step"] for row in rows] == [120, 240] and rows[-1]["epsilon"] < 1.0
 
 
+@VARIANT
 def test_qmix_stores_random_batches_and_policy_batches_alike(tmp_path):
     """A first batch of random actions, then the policy's: the buffer stores neither the greedy
     actor's action values nor anything else a policy writes under "agents"."""
@@ -85,7 +91,9 @@ def test_a_paused_qmix_run_resumes_to_its_end(tmp_path):
     assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]
 
 
-@pytest.mark.parametrize("env_id", ["vmas/navigation", "mpe2/simple_spread_v3"])
+@pytest.mark.parametrize(
+    "env_id", ["vmas/navigation", pytest.param("mpe2/simple_spread_v3", marks=VARIANT)]
+)
 def test_maddpg_trains_and_evaluates(tmp_path, env_id):
     result = maddpg.main(configure(maddpg.Config, env_id=env_id, log_dir=str(tmp_path), **MADDPG))
     assert result["updates"] == 24 and result["eval_n_episodes"] == 2
