@@ -74,9 +74,14 @@ def main(cfg: Config) -> dict[str, float]:
     #    while collecting; the mixer
     local = MultiAgentMLP(obs_dim, n_actions, n_agents, centralized=False, share_params=True,
                           num_cells=list(cfg.q.hidden_sizes), activation_class=nn.Tanh)  # fmt: skip
-    greedy = OnGroup(QValueActor(local))  # writes ("agents", "action_value"), ("agents", "action")
-    exploration = EpsilonGreedy(n_actions, eps_init=cfg.q.eps_init, eps_end=cfg.q.eps_end,
-                                annealing_num_steps=cfg.q.eps_frames)  # fmt: skip
+    # a masked env's ("agents", "action_mask"): greedy and random actions among the valid ones
+    masked = keys.ACTION_MASK in env.observation_spec[group].keys()
+    mask_key = keys.ACTION_MASK if masked else None
+    greedy = OnGroup(QValueActor(local, mask_key=mask_key))  # ("agents", "action") per agent
+    exploration = EpsilonGreedy(
+        n_actions, eps_init=cfg.q.eps_init, eps_end=cfg.q.eps_end,
+        annealing_num_steps=cfg.q.eps_frames, mask_key=mask_key,
+    )  # fmt: skip
     policy = TensorDictSequential(greedy, OnGroup(exploration))
     if cfg.mixer == "qmix":
         state_shape = tuple(env.observation_spec[keys.STATE].shape[1:])

@@ -188,3 +188,56 @@ class LeavingAgents:
 
     def close(self):
         pass
+
+
+class MaskedAgents:
+    """A PettingZoo parallel env of two agents with three actions and PettingZoo's masked
+    observations (``{"observation", "action_mask"}``): at step t agent i may not take action
+    ``(t + i) % 3``, and taking it raises. A global ``state()``; episodes of ``max_steps``."""
+
+    metadata = {"name": "masked_agents_v0"}
+
+    def __init__(self, max_steps=4):
+        from gymnasium import spaces
+
+        self.max_steps = max_steps
+        self.possible_agents = ["a_0", "a_1"]
+        self._obs_space = spaces.Dict({
+            "observation": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+            "action_mask": spaces.Box(0, 1, (3,), np.int8),
+        })  # fmt: skip
+        self._act_space = spaces.Discrete(3)
+        self.state_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def _obs(self, i):
+        mask = np.ones(3, np.int8)
+        mask[(self.t + i) % 3] = 0
+        return {"observation": np.array([self.t, i], np.float32), "action_mask": mask}
+
+    def state(self):
+        return np.array([self.t], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: self._obs(i) for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        for i, agent in enumerate(self.possible_agents):
+            if int(actions[agent]) == (self.t + i) % 3:
+                raise ValueError(f"{agent} took the forbidden action {actions[agent]} at {self.t}")
+        self.t += 1
+        end = self.t >= self.max_steps
+        obs = {a: self._obs(i) for i, a in enumerate(self.possible_agents)}
+        rewards = {a: float(actions[a]) for a in self.possible_agents}
+        self.agents = [] if end else list(self.possible_agents)
+        return (obs, rewards, dict.fromkeys(obs, False), dict.fromkeys(obs, end),
+                {a: {} for a in obs})  # fmt: skip
+
+    def close(self):
+        pass

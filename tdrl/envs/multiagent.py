@@ -8,6 +8,7 @@ env dim, as TorchRL's ``VmasEnv`` and ``PettingZooEnv`` write them:
 |---|---|---|
 | ``("agents", "observation")`` | ``[num_envs, n_agents, *obs]`` | each agent's observation |
 | ``("agents", "mask")`` | ``[num_envs, n_agents]`` bool | the agent takes part in the step |
+| ``("agents", "action_mask")`` | ``[num_envs, n_agents, n]`` bool | valid actions (masked envs) |
 | ``"state"`` | ``[num_envs, *state]`` | the global state, where the env has one |
 | ``("agents", "action")`` | ``[num_envs, n_agents, *act]`` | written by the policy |
 | ``("next", "agents", "reward")`` | ``[num_envs, n_agents, 1]`` | each agent's reward |
@@ -59,6 +60,8 @@ class MultiAgentVecEnv:
     observation_spec: Composite
     action_spec: TensorSpec
     has_state: bool = False
+    # the valid actions of the observations to act from ([num_envs, n_agents, n]), where masked
+    _action_mask: torch.Tensor | None = None
 
     @property
     def full_action_spec(self) -> Composite:
@@ -73,7 +76,7 @@ class MultiAgentVecEnv:
     def reset(self, seed: int | None = None) -> TensorDict:
         """Reset every env (env i with ``seed + i``, or continuing its random streams)."""
         obs, mask, state = self._reset(seed)
-        return self._observation_td(obs, mask, state)
+        return self._observation_td(obs, mask, state, self._action_mask)
 
     def step(self, action: torch.Tensor) -> tuple[TensorDict, TensorDict]:
         """One step of every env; the envs whose episode ended are reset in the same step.
@@ -86,7 +89,8 @@ class MultiAgentVecEnv:
         agent_flags = {name: out[name].unsqueeze(-1) for name in FLAGS}
         done = out[keys.DONE].all(-1, keepdim=True)
         terminated = out[keys.TERMINATED].all(-1, keepdim=True)
-        nxt = self._observation_td(out["observation"], out["mask"], out["state"])
+        nxt = self._observation_td(out["observation"], out["mask"], out["state"],
+                                   out.get("action_mask"))  # fmt: skip
         group = nxt.get(GROUP)
         group.set(keys.REWARD, out["reward"].unsqueeze(-1))
         for name, value in agent_flags.items():
@@ -95,13 +99,17 @@ class MultiAgentVecEnv:
         nxt.set(keys.TERMINATED, terminated)
         nxt.set(keys.TRUNCATED, done & ~terminated)
         current = self._observation_td(out["reset_observation"], out["reset_mask"],
-                                       out["reset_state"])  # fmt: skip
+                                       out["reset_state"], self._action_mask)  # fmt: skip
         return nxt, current
 
     def rand_action(self, generator: torch.Generator | None = None) -> torch.Tensor:
-        """A uniform random action of every agent of every env."""
+        """A uniform random action of every agent of every env (among the valid ones, where the
+        env masks actions: those of the observations to act from)."""
         spec = self.action_spec
         shape = tuple(spec.shape)
+        if self._action_mask is not None:  # the arg-max of iid uniforms over the valid actions
+            noise = torch.rand(self._action_mask.shape, generator=generator)
+            return noise.masked_fill(~self._action_mask, -1.0).argmax(-1)
         if isinstance(spec, Categorical):
             return torch.randint(0, int(spec.space.n), shape, generator=generator)
         low, high = spec.space.low, spec.space.high
@@ -124,7 +132,11 @@ class MultiAgentVecEnv:
         raise NotImplementedError
 
     def _make_specs(
-        self, obs_shape: Sequence[int], action: TensorSpec, state_shape: Sequence[int] | None
+        self,
+        obs_shape: Sequence[int],
+        action: TensorSpec,
+        state_shape: Sequence[int] | None,
+        action_mask: bool = False,
     ) -> None:
         n, a = self.num_envs, self.n_agents
         group = Composite(
@@ -134,6 +146,9 @@ class MultiAgentVecEnv:
             },
             shape=(n, a),
         )
+        if action_mask:
+            actions = int(action.space.n)
+            group[keys.ACTION_MASK] = Categorical(2, (n, a, actions), dtype=torch.bool)
         entries: dict[str, Any] = {GROUP: group}
         if state_shape is not None:
             entries[keys.STATE] = Unbounded((n, *state_shape), dtype=torch.float32)
@@ -142,10 +157,16 @@ class MultiAgentVecEnv:
         self.action_spec = action
 
     def _observation_td(
-        self, obs: torch.Tensor, mask: torch.Tensor, state: torch.Tensor | None
+        self,
+        obs: torch.Tensor,
+        mask: torch.Tensor,
+        state: torch.Tensor | None,
+        action_mask: torch.Tensor | None = None,
     ) -> TensorDict:
         n, a = self.num_envs, self.n_agents
         group = TensorDict({keys.OBSERVATION: obs, keys.MASK: mask}, batch_size=(n, a))
+        if action_mask is not None:
+            group.set(keys.ACTION_MASK, action_mask.clone())
         td = TensorDict({GROUP: group}, batch_size=(n,))
         if state is not None:
             td.set(keys.STATE, state)
@@ -300,10 +321,22 @@ class PettingZooVecEnv(MultiAgentVecEnv):
         act_spaces = [env.action_space(name) for name in self.agent_names]
         _same(self.agent_names, [_space_key(s) for s in obs_spaces], "observation space")
         _same(self.agent_names, [_space_key(s) for s in act_spaces], "action space")
-        if not hasattr(obs_spaces[0], "low"):
+        obs_space = obs_spaces[0]
+        self._masked = hasattr(obs_space, "spaces") and set(obs_space.spaces) == {
+            keys.OBSERVATION, keys.ACTION_MASK,
+        }  # fmt: skip
+        if self._masked:  # PettingZoo's masked layout: {"observation": Box, "action_mask": ...}
+            if not hasattr(act_spaces[0], "n"):
+                raise ValueError(
+                    f"PettingZooVecEnv: agent {self.agent_names[0]!r} has an action mask but "
+                    f"{act_spaces[0]} actions; a mask needs discrete ones"
+                )
+            obs_space = obs_space[keys.OBSERVATION]
+        if not hasattr(obs_space, "low"):
             raise ValueError(
                 f"PettingZooVecEnv: observation space {obs_spaces[0]} of agent "
-                f"{self.agent_names[0]!r} is not a Box"
+                f"{self.agent_names[0]!r} is not a Box (or a dict of 'observation' and "
+                "'action_mask')"
             )
         shape = (num_envs, self.n_agents)
         space = act_spaces[0]
@@ -315,8 +348,10 @@ class PettingZooVecEnv(MultiAgentVecEnv):
             action = Bounded(low, high, (*shape, low.shape[-1]))
         state_space = getattr(env, "state_space", None)
         state_shape = tuple(state_space.shape) if state_space is not None else None
-        self._make_specs(tuple(obs_spaces[0].shape), action, state_shape)
-        self._obs_shape = tuple(obs_spaces[0].shape)
+        self._make_specs(tuple(obs_space.shape), action, state_shape, self._masked)
+        self._obs_shape = tuple(obs_space.shape)
+        self._n_actions = int(space.n) if self._masked else 0
+        self._stacked_mask: torch.Tensor | None = None
         self._seeded = False
         self._alive = np.ones(shape, dtype=bool)
 
@@ -326,13 +361,20 @@ class PettingZooVecEnv(MultiAgentVecEnv):
         return torch.as_tensor(np.stack([env.state() for env in self._envs]), dtype=torch.float32)
 
     def _stack(self, per_env: list[dict[str, Any]]) -> tuple[torch.Tensor, np.ndarray]:
+        """The agents' observations ``[num_envs, n_agents, *obs]`` (0 for absent ones) and who
+        is present; with action masks, :attr:`_stacked_mask` gets theirs (all valid where
+        absent)."""
         obs = np.zeros((self.num_envs, self.n_agents, *self._obs_shape), dtype=np.float32)
         present = np.zeros((self.num_envs, self.n_agents), dtype=bool)
+        valid = np.ones((self.num_envs, self.n_agents, self._n_actions), dtype=bool)
         for i, agents in enumerate(per_env):
             for name, value in agents.items():
                 j = self._index(name, i)
+                if self._masked:
+                    value, valid[i, j] = value[keys.OBSERVATION], value[keys.ACTION_MASK]
                 obs[i, j] = value
                 present[i, j] = True
+        self._stacked_mask = torch.from_numpy(valid) if self._masked else None
         return torch.from_numpy(obs), present
 
     def _index(self, name: str, env: int) -> int:
@@ -355,7 +397,7 @@ class PettingZooVecEnv(MultiAgentVecEnv):
         per_env = [self._reset_one(i, None if seed is None else seed + i)
                    for i in range(self.num_envs)]  # fmt: skip
         obs, present = self._stack(per_env)
-        self._alive = present
+        self._alive, self._action_mask = present, self._stacked_mask
         return obs, torch.from_numpy(present.copy()), self._state()
 
     def _step(self, action: torch.Tensor) -> dict[str, Any]:
@@ -394,8 +436,10 @@ class PettingZooVecEnv(MultiAgentVecEnv):
         flags[keys.TRUNCATED] &= ~flags[keys.TERMINATED]  # terminal wins, as in gymnasium
         flags[keys.DONE] = flags[keys.TERMINATED] | flags[keys.TRUNCATED]
         obs_t, _ = self._stack(next_obs)
+        next_action_mask = self._stacked_mask
         mask_next = self._alive & ~flags[keys.DONE]
         reset_t, present = self._stack(reset_obs)
+        self._action_mask = self._stacked_mask
         episode_over: np.ndarray = np.all(flags[keys.DONE], axis=1)
         alive = np.where(episode_over[:, None], present, mask_next)
         self._alive = alive
@@ -403,6 +447,7 @@ class PettingZooVecEnv(MultiAgentVecEnv):
             state = torch.as_tensor(np.stack(states), dtype=torch.float32)
         return {
             "observation": obs_t, "mask": torch.from_numpy(mask_next),
+            "action_mask": next_action_mask,
             "state": state, "reward": torch.from_numpy(reward),
             **{name: torch.from_numpy(value) for name, value in flags.items()},
             "reset_observation": reset_t, "reset_mask": torch.from_numpy(alive.copy()),

@@ -13,6 +13,7 @@ from tensordict.utils import NestedKey
 from tdrl.keyed import next_key, require
 from tdrl.keys import (
     ACTION,
+    ACTION_MASK,
     ACTION_VALUE,
     AGENTS,
     CHOSEN_ACTION_VALUE,
@@ -33,6 +34,7 @@ class QMixLoss(OffPolicyLoss):
     ::
 
         a*_i = argmax_a Q_i(o'_i, a)   (double_dqn)   or   argmax_a Q'_i(o'_i, a)
+               (over the valid actions, where the batch has ("next", group, "action_mask"))
         y    = r + gamma (1 - terminated) Mix'(Q'_1(o'_1, a*_1), ..., Q'_n(o'_n, a*_n); s')
         loss = mean_B l(Mix(Q_1(o_1, a_1), ...; s) - y)
 
@@ -123,10 +125,13 @@ class QMixLoss(OffPolicyLoss):
     def value_target(self, batch: TensorDictBase) -> torch.Tensor:
         """``y`` ``[B]`` (no gradient)."""
         reward, terminated, discount = self._transition(batch)
-        nxt = require(batch, NEXT, type(self).__name__)
+        nxt: TensorDictBase = require(batch, NEXT, type(self).__name__)  # type: ignore[assignment]
         target_net = self.target_value_network or self.value_network
         target_values = self._agent_values(target_net, nxt)
         select = self._agent_values(self.value_network, nxt) if self.double_dqn else target_values
+        valid = nxt.get((self.group, ACTION_MASK), None)  # masked envs: the best valid action
+        if valid is not None:
+            select = select.masked_fill(~valid, float("-inf"))
         best = select.argmax(-1, keepdim=True)
         mixed = self._mix(self.target_mixer or self.mixer, target_values.gather(-1, best), nxt)
         return reward + discount * (~terminated).to(reward.dtype) * mixed.squeeze(-1)

@@ -8,7 +8,7 @@ import torch
 
 from tdrl.collectors import MultiAgentCollector, evaluate
 from tdrl.envs import PettingZooVecEnv, make_vec_env
-from tests.tiny_envs import LeavingAgents
+from tests.tiny_envs import LeavingAgents, MaskedAgents
 
 pytest.importorskip("vmas")
 pytest.importorskip("mpe2")
@@ -179,3 +179,17 @@ def test_a_collector_restored_late_in_a_run_resets_with_a_valid_seed():
     state = collector.state_dict() | {"frames": 1_200_000}
     collector.load_state_dict(state)
     assert collector.rollout().batch_size == (2, 3)  # VMAS seeds numpy: below 2**32
+
+
+def test_a_masked_envs_valid_actions_come_per_agent_and_random_actions_keep_to_them():
+    env = PettingZooVecEnv(MaskedAgents, 3, seed=0)  # a forbidden action raises in the env
+    assert env.observation_spec[A, "action_mask"].shape == (3, 2, 3)
+    batch = MultiAgentCollector(env, None, 3 * 10).rollout()  # episodes of 4: resets inside
+    valid = batch[A, "action_mask"]
+    assert valid.dtype == torch.bool and (valid.sum(-1) == 2).all()
+    taken = valid.gather(-1, batch[A, "action"].unsqueeze(-1))
+    assert taken.all()
+    # the next step's mask is the one its observation came with (the final one at an episode end)
+    t = batch["next", A, "observation"][..., 0].long()
+    forbidden = (t + torch.arange(2)) % 3
+    assert not batch["next", A, "action_mask"].gather(-1, forbidden.unsqueeze(-1)).any()

@@ -78,3 +78,29 @@ def test_another_agent_count_is_refused_naming_the_key():
     with pytest.raises(ValueError, match=r"\('agents', 'action'\) must be an int64 index of shape "
                                          r"\(12, 3\)"):  # fmt: skip
         loss(two)
+
+
+def test_on_a_masked_env_the_policy_and_the_target_keep_to_the_valid_actions():
+    from tensordict.nn import TensorDictSequential
+
+    from tdrl.envs import PettingZooVecEnv
+    from tdrl.modules import EpsilonGreedy
+    from tests.tiny_envs import MaskedAgents
+
+    torch.manual_seed(0)
+    env = PettingZooVecEnv(MaskedAgents, 2, seed=0)  # a forbidden action raises in the env
+    net = MultiAgentMLP(2, 3, 2, centralized=False, share_params=True, num_cells=[8])
+    greedy = OnGroup(QValueActor(net, mask_key="action_mask"))
+    explore = OnGroup(EpsilonGreedy(3, eps_init=0.5, eps_end=0.5, mask_key="action_mask"))
+    batch = MultiAgentCollector(env, TensorDictSequential(greedy, explore), 2 * 8).rollout()
+    batch["next", "reward"] = batch["next", A, "reward"].mean(-2)
+    batch = transitions(batch).reshape(-1)
+    loss = QMixLoss(greedy, VDNMixer(2, "cpu"), n_agents=2, state_key=None, gamma=0.9)
+    target = loss.value_target(batch)
+    with torch.no_grad():
+        values = loss.target_value_network(batch["next"].clone())[A, "action_value"]
+        valid = batch["next", A, "action_mask"]
+        best = values.masked_fill(~valid, float("-inf")).max(-1).values.sum(-1)
+        assert (best != values.max(-1).values.sum(-1)).any()  # some best actions are forbidden
+    keep = (~batch["next", "terminated"].squeeze(-1)).float()
+    torch.testing.assert_close(target, batch["next", "reward"].squeeze(-1) + 0.9 * keep * best)
