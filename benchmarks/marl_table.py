@@ -108,19 +108,19 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def render() -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lines = read_table()
+def groups_of(lines: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, list[dict]]]:
+    """The lines by (algorithm, task, budget), then by library."""
     groups: dict[tuple[str, str, int], dict[str, list[dict]]] = {}
     for line in lines:
         key = (line["algorithm"], line["task"], line["steps"])
         groups.setdefault(key, {}).setdefault(line["library"], []).append(line)
+    return groups
+
+
+def markdown(lines: list[dict[str, Any]]) -> str:
+    """The page: settings, then a row per (algorithm, task, budget) with both libraries."""
     rows = []
-    for (algorithm, task, steps), by_library in sorted(groups.items()):
+    for (algorithm, task, steps), by_library in sorted(groups_of(lines).items()):
         cells = []
         for library in LIBRARIES:
             runs = sorted(by_library.get(library, []), key=lambda r: r["seed"])
@@ -131,20 +131,6 @@ def render() -> None:
         rows.append(
             f"| {task} | {algorithm.upper()} | {steps // 1000}k | " + " | ".join(cells) + " |"
         )
-        figure, axis = plt.subplots(figsize=(6, 4))
-        for library in LIBRARIES:
-            runs = by_library.get(library, [])
-            for i, run in enumerate(runs):
-                color = "C0" if library == "tdrl" else "C1"
-                axis.plot(run["curve"]["steps"], run["curve"]["returns"], color=color, alpha=0.7,
-                          label=library if i == 0 else None)  # fmt: skip
-        axis.set(xlabel="env steps", ylabel="evaluation return (agents' mean)",
-                 title=f"{algorithm.upper()} on {task}")  # fmt: skip
-        axis.legend()
-        figure.tight_layout()
-        name = f"marl_{algorithm}_{task.replace('/', '_')}.png"
-        figure.savefig(TABLE.parent / name, dpi=80)
-        plt.close(figure)
     page = [
         "# Multi-agent benchmark table", "",
         "Written by `python benchmarks/marl_table.py --render` from `marl_table.jsonl`. tdrl's",
@@ -159,7 +145,31 @@ def render() -> None:
         "|---|---|---|---|---|---|---|---|---|",
         *rows, "",
     ]  # fmt: skip
-    (TABLE.parent / "marl_table.md").write_text("\n".join(page))
+    return "\n".join(page)
+
+
+def render() -> None:
+    """``marl_table.md`` and a curve per (algorithm, task, budget)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = read_table()
+    for (algorithm, task, _), by_library in sorted(groups_of(lines).items()):
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for library in LIBRARIES:
+            for i, run in enumerate(by_library.get(library, [])):
+                color = "C0" if library == "tdrl" else "C1"
+                axis.plot(run["curve"]["steps"], run["curve"]["returns"], color=color, alpha=0.7,
+                          label=library if i == 0 else None)  # fmt: skip
+        axis.set(xlabel="env steps", ylabel="evaluation return (agents' mean)",
+                 title=f"{algorithm.upper()} on {task}")  # fmt: skip
+        axis.legend()
+        figure.tight_layout()
+        figure.savefig(TABLE.parent / f"marl_{algorithm}_{task.replace('/', '_')}.png", dpi=80)
+        plt.close(figure)
+    (TABLE.parent / "marl_table.md").write_text(markdown(lines))
 
 
 def main() -> int:
