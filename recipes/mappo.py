@@ -3,12 +3,12 @@ PPO for a group of agents. Every agent acts from its own observation; MAPPO's cr
 agents' observations (centralized), IPPO's only the agent's own (--critic local).
 
 Defaults are BenchMARL 1.5.1's (its conf/experiment/base_experiment.yaml, conf/algorithm/mappo.yaml
-and ippo.yaml, conf/model/layers/mlp.yaml): 6000 frames a batch from 10 envs, 45 minibatches of
-400 (3 epochs), Adam lr 5e-5 with eps 1e-6, actor and critic gradients clipped apart to norm 5,
-gamma 0.99, GAE lambda 0.9, clip 0.2, critic coefficient 1, no entropy bonus, raw advantages,
-256x256 Tanh MLPs (TorchRL's MultiAgentMLP), a TanhNormal policy, one actor and one critic shared
-by the agents. The tasks take BenchMARL's task configs (tdrl.trainers.config.MULTIAGENT_TASKS);
-evaluation is deterministic.
+and ippo.yaml, conf/model/layers/mlp.yaml): 6000 frames a batch from 10 envs, 45 passes over it
+(BenchMARL's on_policy_n_minibatch_iters) in minibatches of 400, Adam lr 5e-5 with eps 1e-6,
+actor and critic gradients clipped apart to norm 5, gamma 0.99, GAE lambda 0.9, clip 0.2, critic
+coefficient 1, no entropy bonus, raw advantages, 256x256 Tanh MLPs (TorchRL's MultiAgentMLP), a
+TanhNormal policy, one actor and one critic shared by the agents. The tasks take BenchMARL's task
+configs (tdrl.trainers.config.MULTIAGENT_TASKS); evaluation is deterministic.
 
     python recipes/mappo.py                                        # VMAS navigation, 3 agents
     python recipes/mappo.py --critic local                         # IPPO
@@ -34,7 +34,7 @@ class Config:
     adv: config.AdvantageConfig = config.AdvantageConfig(
         lmbda=0.9, critic_coeff=1.0, max_grad_norm=5.0
     )
-    ppo: config.PPOConfig = config.PPOConfig(epochs=3, minibatch_size=400)
+    ppo: config.PPOConfig = config.PPOConfig(epochs=45, minibatch_size=400)
     adam_eps: float = 1e-6
     """Adam's epsilon."""
     hidden_sizes: tuple[int, ...] = (256, 256)
