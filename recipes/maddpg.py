@@ -49,7 +49,6 @@ def main(cfg: Config) -> dict[str, float]:
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
     from torch import nn
-    from torch.nn.utils import clip_grad_norm_
     from torchrl.modules import MultiAgentMLP
 
     from tdrl import keys
@@ -107,11 +106,12 @@ def main(cfg: Config) -> dict[str, float]:
             noise.step(collector.frames - int(noise.frames))  # sigma: env steps
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 out = loss(buffer.sample(cfg.replay.batch_size))
-                optimizer.zero_grad()
-                total_loss(out).backward()
-                for part in (actor, critic):  # clipped apart, as BenchMARL's optimizers
-                    clip_grad_norm_(part.parameters(), cfg.max_grad_norm)
-                optimizer.step()
+                trainers.optimizer_step(  # actor and critic clipped apart, as BenchMARL
+                    total_loss(out),
+                    optimizer,
+                    max_grad_norm=cfg.max_grad_norm,
+                    clip_groups=(actor.parameters(), critic.parameters()),
+                )
                 target.step()
                 run.record(out)
             run.step({"sigma": noise.sigma})  # log, evaluate, checkpoint when due

@@ -55,7 +55,6 @@ def main(cfg: Config) -> dict[str, float]:
     import torch
     from tensordict.nn import NormalParamExtractor, TensorDictModule
     from torch import nn
-    from torch.nn.utils import clip_grad_norm_
     from torchrl.modules import MultiAgentMLP, ProbabilisticActor, TanhNormal
 
     from tdrl import keys
@@ -131,11 +130,12 @@ def main(cfg: Config) -> dict[str, float]:
                     estimator(batch)
                 for minibatch in minibatches(batch, cfg.ppo.minibatch_size, epochs=epochs):
                     out = loss(minibatch)
-                    optimizer.zero_grad()
-                    total_loss(out).backward()
-                    for part in (actor, critic):  # clipped apart, as BenchMARL's optimizers
-                        clip_grad_norm_(part.parameters(), cfg.adv.max_grad_norm)
-                    optimizer.step()
+                    trainers.optimizer_step(  # actor and critic clipped apart, as BenchMARL
+                        total_loss(out),
+                        optimizer,
+                        max_grad_norm=cfg.adv.max_grad_norm,
+                        clip_groups=(actor.parameters(), critic.parameters()),
+                    )
                     run.record(out)  # each train row: the mean of its steps
                     run.updates += 1
             lr = scheduler.get_last_lr()[0]

@@ -236,7 +236,7 @@ class VmasVecEnv(MultiAgentVecEnv):
         obs_shapes = {tuple(space.shape) for space in spaces}
         act_spaces = self._env.action_space
         _same(self.agent_names, [tuple(s.shape) for s in spaces], "observation shape")
-        _same(self.agent_names, [_space_key(s) for s in act_spaces], "action space")
+        _same(self.agent_names, [repr(s) for s in act_spaces], "action space")
         shape = (num_envs, self.n_agents)
         if continuous:
             space = act_spaces[0]
@@ -319,8 +319,8 @@ class PettingZooVecEnv(MultiAgentVecEnv):
         self.n_agents = len(self.agent_names)
         obs_spaces = [env.observation_space(name) for name in self.agent_names]
         act_spaces = [env.action_space(name) for name in self.agent_names]
-        _same(self.agent_names, [_space_key(s) for s in obs_spaces], "observation space")
-        _same(self.agent_names, [_space_key(s) for s in act_spaces], "action space")
+        _same(self.agent_names, [repr(s) for s in obs_spaces], "observation space")
+        _same(self.agent_names, [repr(s) for s in act_spaces], "action space")
         obs_space = obs_spaces[0]
         self._masked = hasattr(obs_space, "spaces") and set(obs_space.spaces) == {
             keys.OBSERVATION, keys.ACTION_MASK,
@@ -457,10 +457,6 @@ class PettingZooVecEnv(MultiAgentVecEnv):
     def close(self) -> None:
         for env in self._envs:
             env.close()
-
-
-def _space_key(space: Any) -> str:
-    return repr(space)
 
 
 def _same(names: list[str], values: list[Any], what: str) -> None:

@@ -9,7 +9,7 @@ in ``tdrl._fast.optim``, which give bitwise the same parameters and optimizer st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -51,14 +51,19 @@ def optimizer_step(
     *optimizers: torch.optim.Optimizer,
     max_grad_norm: float | None = None,
     parameters: Iterable[torch.Tensor] | None = None,
+    clip_groups: Sequence[Iterable[torch.Tensor]] | None = None,
 ) -> torch.Tensor | None:
     """``zero_grad -> backward -> (clip) -> step`` on every optimizer; returns the grad norm
-    (``None`` without clipping).
+    (``None`` without clipping; with ``clip_groups``, each group's norm, stacked).
 
     The losses route their terms to disjoint parameter groups (SAC's ``loss_actor`` reaches the
     actor only, and so on), so one backward of the sum updates every network at once.
-    ``parameters`` (default: those of the optimizers) are clipped when ``max_grad_norm`` is set.
+    ``parameters`` (default: those of the optimizers) are clipped when ``max_grad_norm`` is set;
+    ``clip_groups`` clips each group to ``max_grad_norm`` on its own (an actor's gradient is
+    not shrunk by a critic's, as with one optimizer per network: BenchMARL's).
     """
+    if clip_groups is not None and (parameters is not None or max_grad_norm is None):
+        raise ValueError("clip_groups takes max_grad_norm and no parameters")
     if max_grad_norm is not None and not max_grad_norm > 0:  # False for NaN
         # < 0 would flip every gradient (ascent), 0 zero them, NaN make them NaN
         raise ValueError(f"max_grad_norm must be > 0 (inf: no clipping), got {max_grad_norm}")
@@ -68,7 +73,10 @@ def optimizer_step(
             optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = None
-    if max_grad_norm is not None:
+    if clip_groups is not None:
+        assert max_grad_norm is not None
+        norm = torch.stack([clip_grad_norm_(group, max_grad_norm) for group in clip_groups])
+    elif max_grad_norm is not None:
         if parameters is None:
             parameters = [p for o in optimizers for g in o.param_groups for p in g["params"]]
         norm = clip_grad_norm_(parameters, max_grad_norm)

@@ -155,3 +155,31 @@ def test_fused_adam_with_an_lr_scheduler_is_bitwise_torch(make_scheduler, fast_m
         assert torch.equal(p, q)
     net(torch.ones(2, 4)).sum().backward()
     assert adam_step(opt)  # the fast path takes the scheduled optimizer
+
+
+def test_clip_groups_clip_each_group_on_its_own():
+    """A small actor gradient keeps its size beside a large critic gradient with clip_groups;
+    one global norm shrinks it with the critic's."""
+
+    def step(groups: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        actor, critic = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+        optimizer = torch.optim.SGD([actor, critic], lr=1.0)
+        loss = actor @ torch.tensor([0.3, 0.4]) + critic @ torch.tensor([30.0, 40.0])
+        clip = {"clip_groups": ([actor], [critic])} if groups else {}
+        norm = optimizer_step(loss, optimizer, max_grad_norm=1.0, **clip)
+        return actor.detach(), critic.detach(), norm
+
+    actor, critic, norms = step(groups=True)
+    torch.testing.assert_close(torch.linalg.vector_norm(actor), torch.tensor(0.5))  # under 1
+    torch.testing.assert_close(
+        torch.linalg.vector_norm(critic), torch.tensor(1.0), rtol=1e-4, atol=0
+    )
+    torch.testing.assert_close(norms, torch.tensor([0.5, 50.0]))
+    actor, critic, _ = step(groups=False)
+    assert torch.linalg.vector_norm(actor) < 0.011  # 0.5 scaled by 1 / 50.0025
+    with pytest.raises(ValueError, match="clip_groups takes max_grad_norm and no parameters"):
+        optimizer_step(
+            torch.zeros((), requires_grad=True),
+            torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
+            clip_groups=([],),
+        )
