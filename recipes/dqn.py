@@ -38,12 +38,8 @@ if TYPE_CHECKING:
 @trainers.configclass
 class Config:
     run: config.RunConfig = config.Q_LEARNING_RUN
-    replay: config.ReplayConfig = config.ReplayConfig(
-        buffer_size=100_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.5
-    )
-    q: config.QLearningConfig = config.QLearningConfig(
-        lr=2.3e-3, eps_end=0.04, eps_frames=8_000, target_update_interval=128
-    )
+    replay: config.ReplayConfig = config.Q_LEARNING_REPLAY
+    q: config.QLearningConfig = config.Q_LEARNING_Q
     dueling: bool = False
     """dueling value/advantage head."""
     double_dqn: bool = True

@@ -83,14 +83,6 @@ def test_qmix_on_a_task_without_a_global_state_is_refused(tmp_path):
     assert result["updates"] == 24
 
 
-def test_a_paused_qmix_run_resumes_to_its_end(tmp_path):
-    cfg = configure(qmix.Config, log_dir=str(tmp_path), checkpoint_every=120, **QMIX)
-    qmix.main(configure(cfg, stop_after_frames=120))
-    result = qmix.main(configure(cfg, resume=True))
-    assert result["updates"] == 24
-    assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]
-
-
 @pytest.mark.parametrize(
     "env_id", ["vmas/navigation", pytest.param("mpe2/simple_spread_v3", marks=VARIANT)]
 )
@@ -101,9 +93,10 @@ def test_maddpg_trains_and_evaluates(tmp_path, env_id):
     assert [row["step"] for row in rows] == [120, 240] and rows[-1]["sigma"] < 0.8
 
 
-def test_a_paused_maddpg_run_resumes_to_its_end(tmp_path):
-    cfg = configure(maddpg.Config, log_dir=str(tmp_path), checkpoint_every=120, **MADDPG)
-    maddpg.main(configure(cfg, stop_after_frames=120))
-    result = maddpg.main(configure(cfg, resume=True))
+@pytest.mark.parametrize("recipe, tiny", [(qmix, QMIX), (maddpg, MADDPG)], ids=["qmix", "maddpg"])
+def test_a_paused_off_policy_run_resumes_to_its_end(tmp_path, recipe, tiny):
+    cfg = configure(recipe.Config, log_dir=str(tmp_path), checkpoint_every=120, **tiny)
+    recipe.main(configure(cfg, stop_after_frames=120))
+    result = recipe.main(configure(cfg, resume=True))
     assert result["updates"] == 24
     assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]

@@ -12,38 +12,20 @@ import torch
 from tensordict import NonTensorData, TensorDict
 
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer
-
-
-def _batch(streams: int = 2, steps: int = 5) -> TensorDict:
-    g = torch.Generator().manual_seed(0)
-    flag = torch.zeros(streams, steps, 1, dtype=torch.bool)
-    return TensorDict(
-        {
-            "observation": torch.randn(streams, steps, 3, generator=g),
-            "action": torch.randn(streams, steps, 1, generator=g),
-            "next": {
-                "observation": torch.randn(streams, steps, 3, generator=g),
-                "reward": torch.randn(streams, steps, 1, generator=g),
-                "done": flag,
-                "terminated": flag.clone(),
-                "truncated": flag.clone(),
-            },
-        },
-        batch_size=[streams, steps],
-    )
+from tests.rollouts import rollout
 
 
 @pytest.fixture
 def saved(tmp_path: Path) -> Path:
     rb = ReplayBuffer(20, generator=0)
-    rb.extend(_batch())
+    rb.extend(rollout(steps=5))
     rb.save(tmp_path / "rb")
     return tmp_path / "rb"
 
 
 def test_round_trip_still_exact(saved: Path) -> None:
     rb = ReplayBuffer(20, generator=0)
-    rb.extend(_batch())
+    rb.extend(rollout(steps=5))
     other = ReplayBuffer(20)
     other.load(saved)
     assert (other.storage == rb.storage).all() and len(other) == len(rb)
@@ -134,13 +116,13 @@ def test_prioritized_buffer_refuses_eps_zero_and_float_indices() -> None:
         with pytest.raises(ValueError, match="eps must be > 0"):
             PrioritizedReplayBuffer(20, eps=eps)
     rb = PrioritizedReplayBuffer(20, generator=0)
-    rb.extend(_batch())
+    rb.extend(rollout(steps=5))
     with pytest.raises(TypeError, match="index must hold integers.*float32"):
         rb.update_priority(torch.tensor([0.0, 1.7]), torch.tensor([1.0, 2.0]))
 
 
 def test_non_tensor_leaves_are_refused_by_name() -> None:
-    td = _batch()
+    td = rollout(steps=5)
     td["note"] = NonTensorData("text", batch_size=td.batch_size)
     with pytest.raises(TypeError, match="'note'"):
         ReplayBuffer(20).extend(td)

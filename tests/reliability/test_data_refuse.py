@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from tdrl.data import ReplayBuffer
+from tests.rollouts import rollout
 
 minari = pytest.importorskip("minari")
 from minari.data_collector import EpisodeBuffer  # noqa: E402
@@ -54,27 +55,6 @@ def make_dataset(name: str, episodes: list[dict]) -> str:
     )  # fmt: skip
     env.close()
     return name
-
-
-def rollout(streams: int = 2, steps: int = 6) -> TensorDict:
-    """A [N, T] rollout in Pendulum's shapes, every third step terminated."""
-    g = torch.Generator().manual_seed(0)
-    terminated = (torch.arange(steps) % 3 == 2).expand(streams, steps).unsqueeze(-1)
-    false = torch.zeros(streams, steps, 1, dtype=torch.bool)
-    return TensorDict(
-        {
-            "observation": torch.randn(streams, steps, 3, generator=g),
-            "action": torch.rand(streams, steps, 1, generator=g),
-            "next": {
-                "observation": torch.randn(streams, steps, 3, generator=g),
-                "reward": torch.randn(streams, steps, 1, generator=g),
-                "terminated": terminated.clone(),
-                "truncated": false,
-                "done": terminated.clone(),
-            },
-        },
-        batch_size=[streams, steps],
-    )
 
 
 def test_nonfinite_episodes_are_refused_or_dropped_with_a_count():
