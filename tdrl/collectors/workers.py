@@ -122,8 +122,10 @@ def _noise_state_names(module: torch.nn.Module) -> set[str]:
 
 
 DEFAULT_TIMEOUT = 120.0  # seconds for one rollout: as the async envs' step_timeout
-# seconds a new worker has for its first rollout (it imports torch and makes its envs first)
-START_TIMEOUT = 120.0
+# seconds a new worker has for its first rollout: it imports torch and makes its envs first, and
+# a Ray actor waits for its process; on a loaded 2-core machine that alone took over 120 s, so
+# this bounds a hung start, not a slow one
+START_TIMEOUT = 600.0
 
 
 class _WorkerDied(Exception):
@@ -337,7 +339,7 @@ class WorkerCollector:
         timeout: seconds to wait for a worker's rollout before the worker counts as dead
             (stopped, hung, its node unreachable): it is then killed and restarted or the error
             raised, as ``on_worker_failure`` says; None waits forever. A new worker's first
-            rollout, which includes its start, may take at least ``START_TIMEOUT`` (120 s).
+            rollout, which includes its start, may take at least ``START_TIMEOUT`` (600 s).
         storing_device: where batches are returned (the workers act on the CPU); default: the
             device of the policy's parameters (a learner on CUDA gets CUDA batches), else the CPU.
         pool: the transport (given by the subclasses).
