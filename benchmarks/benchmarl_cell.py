@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", choices=["mappo", "ippo"], required=True)
+    parser.add_argument("--algorithm", choices=["mappo", "ippo", "qmix", "vdn"], required=True)
     parser.add_argument("--task", required=True, help="vmas/<scenario> or mpe2/simple_spread_v3")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--frames", type=int, required=True)
@@ -36,15 +37,24 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # as every cell of the tables: one torch thread per run
-    from benchmarl.algorithms import IppoConfig, MappoConfig
+    family, _, name = args.task.partition("/")
+    if family == "mpe2":
+        # TorchRL 0.10 looks for MPE under pettingzoo.mpe, which PettingZoo 1.25+ moved out to
+        # the mpe2 package (same modules, same "mpe/<name>" registry keys)
+        import mpe2
+        import mpe2.all_modules
+
+        sys.modules["pettingzoo.mpe"] = mpe2
+        sys.modules["pettingzoo.mpe.all_modules"] = mpe2.all_modules
+    from benchmarl.algorithms import IppoConfig, MappoConfig, QmixConfig, VdnConfig
     from benchmarl.environments import PettingZooTask, VmasTask
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
 
-    family, _, name = args.task.partition("/")
     tasks = {"vmas": VmasTask, "mpe2": PettingZooTask}
     task = getattr(tasks[family], name.removesuffix("_v3").upper()).get_from_yaml()
-    algorithm = {"mappo": MappoConfig, "ippo": IppoConfig}[args.algorithm].get_from_yaml()
+    configs = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig, "vdn": VdnConfig}
+    algorithm = configs[args.algorithm].get_from_yaml()
     config = ExperimentConfig.get_from_yaml()
     config.max_n_frames = args.frames
     config.evaluation_interval = args.eval_every
@@ -77,7 +87,7 @@ def main() -> None:
         "algorithm": {k: v for k, v in vars(algorithm).items() if isinstance(v, plain)},
         "task": dict(task.config),
     }
-    packages = ("benchmarl", "torchrl", "tensordict", "torch", "vmas")
+    packages = ("benchmarl", "torchrl", "tensordict", "torch", "vmas", "mpe2")
     result = {"steps": steps, "returns": returns, "wall_s": wall, "eval_wall_s": walls,
               "settings": settings, "versions": {p: version(p) for p in packages}}  # fmt: skip
     print(json.dumps(result, default=str))
