@@ -19,7 +19,7 @@ configs (tdrl.trainers.config.MULTIAGENT_TASKS); evaluation is deterministic.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -44,7 +44,8 @@ class Config:
     share_params: bool = True
     """one actor and one critic for all agents (--no-share-params: one each)."""
     discrete: bool = False
-    """the env's discrete actions (a categorical policy) instead of its continuous ones."""
+    """the env's discrete actions (a categorical policy) instead of its continuous ones; where the
+    env gives ("agents", "action_mask"), the policy samples only the valid actions."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -55,7 +56,7 @@ def main(cfg: Config) -> dict[str, float]:
     import torch
     from tensordict.nn import NormalParamExtractor, TensorDictModule
     from torch import nn
-    from torchrl.modules import MultiAgentMLP, ProbabilisticActor, TanhNormal
+    from torchrl.modules import MaskedCategorical, MultiAgentMLP, ProbabilisticActor, TanhNormal
 
     from tdrl import keys
     from tdrl.data import minibatches
@@ -67,7 +68,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 1. envs: BenchMARL's task settings; continuous actions unless --discrete
     task = {**config.MULTIAGENT_TASKS.get(cfg.run.env_id, {}), "continuous": not cfg.discrete}
-    env, eval_env = trainers.make_envs(cfg.run, env_kwargs=task)
+    actions = "discrete" if cfg.discrete else "continuous"
+    env, eval_env = trainers.make_envs(cfg.run, actions, env_kwargs=task)
     n_agents, obs_dim = env.n_agents, env.observation_spec[obs_key].shape[-1]
 
     # 2. networks: per-agent MLPs (shared or not); the critic sees every agent (central) or one
@@ -80,15 +82,20 @@ def main(cfg: Config) -> dict[str, float]:
     if cfg.discrete:
         n_actions = int(env.action_spec.space.n)
         body = TensorDictModule(mlp(n_actions), [obs_key], [(group, keys.LOGITS)])
+        params: Any = {"logits": (group, keys.LOGITS)}
         dist: dict = dict(distribution_class=torch.distributions.Categorical)
+        if keys.ACTION_MASK in env.observation_spec[group].keys():  # valid actions only
+            params["mask"] = (group, keys.ACTION_MASK)
+            dist = dict(distribution_class=MaskedCategorical)
     else:
         action_dim = env.action_spec.shape[-1]
         body = TensorDictModule(nn.Sequential(mlp(2 * action_dim), NormalParamExtractor()),
                                 [obs_key], [(group, keys.LOC), (group, keys.SCALE)])  # fmt: skip
+        params = body.out_keys
         low, high = env.action_spec.space.low, env.action_spec.space.high
         dist = dict(distribution_class=TanhNormal,
                     distribution_kwargs={"low": low[0, 0], "high": high[0, 0]})  # fmt: skip
-    actor = ProbabilisticActor(body, in_keys=body.out_keys, out_keys=[(group, keys.ACTION)],
+    actor = ProbabilisticActor(body, in_keys=params, out_keys=[(group, keys.ACTION)],
                                return_log_prob=True, **dist)  # fmt: skip
     critic = TensorDictModule(mlp(1, centralized=cfg.critic == "central"), [obs_key], [value_key])
 

@@ -475,10 +475,13 @@ def make_multiagent_env(
     """``"vmas/<scenario>"`` (VMAS) or ``"mpe2/<env>"`` / ``"pettingzoo/<module>"`` (a PettingZoo
     module with a ``parallel_env``, e.g. ``"pettingzoo/pettingzoo.butterfly.pistonball_v6"``);
     ``continuous=True/False`` picks the action space of VMAS and MPE (which calls it
-    ``continuous_actions``); other PettingZoo envs take their own arguments."""
+    ``continuous_actions``); other PettingZoo envs take their own arguments and have one action
+    space, so ``continuous`` is not passed to them (a recipe checks the space it gets)."""
     family, _, name = env_id.partition("/")
     if family == "mpe2" and "continuous" in kwargs:  # MPE's name for it
         kwargs["continuous_actions"] = kwargs.pop("continuous")
+    elif family == "pettingzoo":
+        kwargs.pop("continuous", None)
     if family == "vmas":
         return VmasVecEnv(name, num_envs, seed, **kwargs)
     if family in ("mpe2", "pettingzoo"):

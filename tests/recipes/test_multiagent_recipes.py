@@ -4,10 +4,14 @@ simulators' states are not checkpointed); QMIX refuses a task without a global s
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 from recipes import maddpg, mappo, qmix
 from tdrl.trainers import configure, read_csv
+from tests.tiny_envs import MaskedAgents
 
 pytest.importorskip("vmas")
 pytest.importorskip("mpe2")
@@ -40,6 +44,19 @@ def test_mappo_trains_and_evaluates(tmp_path, env_id, extra):
     assert [row["step"] for row in rows] == [120, 240]
     assert all(row["loss_critic"] > 0 for row in rows)
     assert [row["step"] for row in read_csv(tmp_path / "eval.csv")] == [120, 240]
+
+
+def test_mappo_on_a_masked_env_takes_only_its_valid_actions(tmp_path, monkeypatch):
+    """MaskedAgents (a PettingZoo-API env) raises on a forbidden action, so a run that trains and
+    evaluates sampled and greedily chose only valid ones."""
+    module = types.SimpleNamespace(parallel_env=MaskedAgents)
+    monkeypatch.setitem(sys.modules, "masked_agents_v0", module)
+    cfg = configure(mappo.Config, env_id="pettingzoo/masked_agents_v0", discrete=True,
+                    log_dir=str(tmp_path), **TINY)  # fmt: skip
+    result = mappo.main(cfg)
+    assert result["updates"] == 12 and result["eval_n_episodes"] == 2
+    with pytest.raises(ValueError, match=r"needs a continuous \(Box\) action space; .* Categorical"):
+        mappo.main(configure(cfg, discrete=False, log_dir=str(tmp_path / "continuous")))
 
 
 def test_a_paused_mappo_run_resumes_to_its_end(tmp_path):
