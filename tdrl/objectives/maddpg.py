@@ -13,12 +13,14 @@ from tdrl.keys import (
     AGENTS,
     LOSS_ACTOR,
     LOSS_VALUE,
+    MASK,
     NEXT,
     REWARD,
     STATE_ACTION_VALUE,
     TD_ERROR,
     TERMINATED,
 )
+from tdrl.objectives.common import masked_mean
 from tdrl.objectives.offpolicy import OffPolicyLoss, frozen
 from tdrl.objectives.target import make_target
 from tdrl.ops import distance
@@ -30,8 +32,11 @@ class MADDPGLoss(OffPolicyLoss):
     ::
 
         y_i        = r_i + gamma (1 - terminated_i) Q'_i(o', mu'(o'))
-        loss_value = mean_(B, i) l(Q_i(o, a) - y_i)
-        loss_actor = -mean_(B, i) Q_i(o, mu(o))        (gradients to the actors only)
+        loss_value = mean_(B, i present) l(Q_i(o, a) - y_i)
+        loss_actor = -mean_(B, i present) Q_i(o, mu(o))        (gradients to the actors only)
+
+    An agent is present at a step unless ``(group, "mask")`` says it has left its episode; an
+    absent agent's steps carry no loss and no gradient.
 
     ``o`` and ``a`` are all agents' observations and actions: the critic sees the joint action
     (centralized), the actors their own observation. The actor loss takes every agent's current
@@ -49,7 +54,8 @@ class MADDPGLoss(OffPolicyLoss):
         delay_actor, delay_value: keep target copies (both by default, as the paper).
         gamma: discount.
 
-    Returns ``loss_actor``, ``loss_value`` and ``td_error`` ``[B]`` (the mean over agents).
+    Returns ``loss_actor``, ``loss_value`` and ``td_error`` ``[B]`` (the mean over the agents
+    present).
 
     Shapes:
         batch ``[B]``; per-agent reward and flags ``[B, n_agents, 1]``.
@@ -110,12 +116,22 @@ class MADDPGLoss(OffPolicyLoss):
                 f"{type(self).__name__}: the critic's {(self.group, STATE_ACTION_VALUE)!r} has "
                 f"shape {tuple(q.shape)}, the per-agent target {tuple(target.shape)}"
             )
-        loss_value = distance(q, target, self.loss_function).mean()
+        present = batch.get((self.group, MASK), None)  # [B, n_agents]
+        if present is not None and (present.shape != q.shape[:-1] or present.dtype != torch.bool):
+            raise ValueError(
+                f"{type(self).__name__}: {(self.group, MASK)!r} must be a bool "
+                f"{list(q.shape[:-1])} mask, got {present.dtype} {list(present.shape)}"
+            )
+        loss_value = masked_mean(distance(q, target, self.loss_function), present)
         with frozen(self.value_network):  # the actor loss moves the actors only
-            loss_actor = -self._q(
-                self.value_network, self._acting(self.actor_network, batch)
-            ).mean()
-        td_error = (q - target).abs().detach().mean((-2, -1))
+            q_pi = self._q(self.value_network, self._acting(self.actor_network, batch))
+            loss_actor = -masked_mean(q_pi, present)
+        error = (q - target).abs().detach().squeeze(-1)  # [B, n_agents]
+        if present is None:
+            td_error = error.mean(-1)
+        else:  # the mean over the agents present (0 where none is)
+            kept = torch.where(present, error, 0.0)
+            td_error = kept.sum(-1) / present.sum(-1).clamp_min(1).to(error.dtype)
         return TensorDict(
             {LOSS_ACTOR: loss_actor, LOSS_VALUE: loss_value, TD_ERROR: td_error}, batch_size=[]
         )

@@ -18,9 +18,11 @@ from tdrl.keys import (
     AGENTS,
     CHOSEN_ACTION_VALUE,
     LOSS,
+    MASK,
     NEXT,
     STATE,
     TD_ERROR,
+    TERMINATED,
     VALUE_TARGET,
 )
 from tdrl.objectives.offpolicy import OffPolicyLoss
@@ -37,6 +39,12 @@ class QMixLoss(OffPolicyLoss):
                (over the valid actions, where the batch has ("next", group, "action_mask"))
         y    = r + gamma (1 - terminated) Mix'(Q'_1(o'_1, a*_1), ..., Q'_n(o'_n, a*_n); s')
         loss = mean_B l(Mix(Q_1(o_1, a_1), ...; s) - y)
+
+    An agent absent from a step (``(group, "mask")`` False: it left its episode early) adds
+    nothing: its ``Q_i`` enters the mix as 0 (PyMARL's padding). At ``s'`` so does the value of
+    an agent absent at ``s`` or terminated at ``s'`` (``("next", group, "terminated")``), while
+    one cut by the time limit keeps its bootstrap (its mask under ``"next"`` is False once the
+    episode is over, so that mask is not what decides).
 
     ``r`` and ``terminated`` are the team's (``("next", "reward")`` and ``("next",
     "terminated")`` at the root: ``recipes/qmix.py`` makes the reward the mean of the agents', as
@@ -116,6 +124,22 @@ class QMixLoss(OffPolicyLoss):
             )
         return values
 
+    def _mask(self, batch: TensorDictBase) -> torch.Tensor | None:
+        """``(group, "mask")`` ``[B, n_agents]`` (None: every agent takes part), checked."""
+        present = batch.get((self.group, MASK), None)
+        want = (*batch.batch_size, self.n_agents)
+        if present is not None and (present.shape != want or present.dtype != torch.bool):
+            raise ValueError(
+                f"{type(self).__name__}: {(self.group, MASK)!r} must be a bool {list(want)} "
+                f"mask, got {present.dtype} {list(present.shape)}"
+            )
+        return present
+
+    @staticmethod
+    def _present(chosen: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor:
+        """``chosen`` ``[B, n_agents, 1]`` with the absent agents' values 0."""
+        return chosen if present is None else torch.where(present.unsqueeze(-1), chosen, 0.0)
+
     def _mix(self, mixer: Any, chosen: torch.Tensor, td: TensorDictBase) -> torch.Tensor:
         if self.state_key is None:
             return mixer(chosen)
@@ -133,7 +157,12 @@ class QMixLoss(OffPolicyLoss):
         if valid is not None:
             select = select.masked_fill(~valid, float("-inf"))
         best = select.argmax(-1, keepdim=True)
-        mixed = self._mix(self.target_mixer or self.mixer, target_values.gather(-1, best), nxt)
+        present = self._mask(batch)  # at s; at s' also not terminated on its own
+        if present is not None:
+            alone = nxt.get((self.group, TERMINATED), None)
+            present = present if alone is None else present & ~alone.reshape(present.shape)
+        chosen = self._present(target_values.gather(-1, best), present)
+        mixed = self._mix(self.target_mixer or self.mixer, chosen, nxt)
         return reward + discount * (~terminated).to(reward.dtype) * mixed.squeeze(-1)
 
     def forward(self, batch: TensorDictBase) -> TensorDict:
@@ -146,7 +175,7 @@ class QMixLoss(OffPolicyLoss):
                 f"{action.dtype}"
             )
         values = self._agent_values(self.value_network, batch)
-        chosen = values.gather(-1, action.unsqueeze(-1))  # [B, n_agents, 1]
+        chosen = self._present(values.gather(-1, action.unsqueeze(-1)), self._mask(batch))
         q_tot = self._mix(self.mixer, chosen, batch).squeeze(-1)
         loss = distance(q_tot, target, self.loss_function).mean()
         return TensorDict(

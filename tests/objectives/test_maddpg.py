@@ -71,3 +71,23 @@ def test_the_critic_of_an_agent_reads_the_other_agents_actions():
     td[A, "action"][:, 2] += 0.5  # agent 2 acts otherwise
     after = loss.value_network(td)[A, "state_action_value"][:, 0]
     assert not torch.allclose(before, after)
+
+
+def test_an_absent_agents_steps_carry_no_loss_and_no_gradient():
+    loss, batch = _setup()
+    batch[A, "mask"][:6, 2] = False  # agent 2 is gone from the first six samples
+    out = loss(batch)
+    with torch.no_grad():
+        q = loss.value_network(batch.clone())[A, "state_action_value"]
+        squared = (q - loss.value_target(batch)) ** 2  # [B, 3, 1]
+    present = batch[A, "mask"]
+    torch.testing.assert_close(out["loss_value"], squared[present].mean())
+    params = [p for p in loss.parameters() if p.requires_grad]  # not the target copies
+    grads = torch.autograd.grad(out["loss_value"] + out["loss_actor"], params, allow_unused=True)
+    batch["next", A, "reward"][:6, 2] = 1e6  # the absent agent's reward: no effect
+    again = loss(batch)
+    torch.testing.assert_close(again["loss_value"], out["loss_value"])
+    total = again["loss_value"] + again["loss_actor"]
+    after = torch.autograd.grad(total, params, allow_unused=True)
+    for g, h in zip(grads, after, strict=True):
+        assert (g is None) == (h is None) and (g is None or torch.equal(g, h))

@@ -75,8 +75,13 @@ def test_another_agent_count_is_refused_naming_the_key():
     loss, batch = _setup("qmix")
     two = batch.clone()
     two.set(A, batch[A][:, :2])  # a batch of two agents
+    with pytest.raises(ValueError, match=r"\('agents', 'mask'\) must be a bool \[12, 3\] mask, "
+                                         r"got torch.bool \[12, 2\]"):  # fmt: skip
+        loss(two)
+    two = batch.clone()
+    two[A, "action"] = batch[A, "action"].float()
     with pytest.raises(ValueError, match=r"\('agents', 'action'\) must be an int64 index of shape "
-                                         r"\(12, 3\)"):  # fmt: skip
+                                         r"\(12, 3\), got \(12, 3\) torch.float32"):  # fmt: skip
         loss(two)
 
 
@@ -104,3 +109,30 @@ def test_on_a_masked_env_the_policy_and_the_target_keep_to_the_valid_actions():
         assert (best != values.max(-1).values.sum(-1)).any()  # some best actions are forbidden
     keep = (~batch["next", "terminated"].squeeze(-1)).float()
     torch.testing.assert_close(target, batch["next", "reward"].squeeze(-1) + 0.9 * keep * best)
+
+
+def test_an_absent_agent_adds_nothing_to_the_team_value_or_its_target():
+    loss, batch = _setup("vdn")  # VDN: Q_tot is the sum, so the reference is a written-out sum
+    batch[A, "mask"][0, 1] = False  # agent 1 has left by sample 0's step
+    batch["next", A, "terminated"][1, 2] = True  # agent 2 ends its episode at sample 1
+    out = loss(batch)
+    with torch.no_grad():
+        values = loss.value_network(batch.clone())[A, "action_value"]
+        chosen = values.gather(-1, batch[A, "action"].unsqueeze(-1)).squeeze(-1)  # [B, 3]
+        nxt = loss.target_value_network(batch["next"].clone())[A, "action_value"]
+        best = nxt.max(-1).values  # [B, 3]
+    present = batch[A, "mask"].float()
+    # at s': the agents present at s and not terminated on their own; an episode's time limit
+    # (next mask False for all) still bootstraps
+    next_present = present * (~batch["next", A, "terminated"].squeeze(-1)).float()
+    assert (~batch["next", A, "mask"]).any() and next_present[1, 2] == 0
+    q_tot = (chosen * present).sum(-1)
+    keep = (~batch["next", "terminated"].squeeze(-1)).float()
+    target = batch["next", "reward"].squeeze(-1) + 0.9 * keep * (best * next_present).sum(-1)
+    torch.testing.assert_close(out["loss"], ((q_tot - target) ** 2).mean())
+    # the absent agent's values do not matter: a huge one changes nothing
+    assert q_tot[0] == chosen[0, 0] + chosen[0, 2]
+    bad = batch.clone()
+    bad[A, "mask"] = bad[A, "mask"].int()
+    with pytest.raises(ValueError, match=r"mask'\) must be a bool \[12, 3\] mask, got torch.int32"):
+        loss(bad)
