@@ -46,6 +46,13 @@ class Config:
     """steps at the start of each sequence that only warm the state up."""
     recurrent_size: int = 64
     """LSTM width."""
+    pad: bool = True
+    """R2D2's sequences: a slice starts at any stored step and is padded past its episode's end
+    (masked out of the loss), so an episode's last steps are replayed as often as its others;
+    --no-pad: only slices that fit inside one episode."""
+    per: config.PERConfig = config.PERConfig()
+    value_rescaling: bool = False
+    """learn h(Q), R2D2's invertible value rescaling."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -54,10 +61,10 @@ def main(cfg: Config) -> dict[str, float]:
     import torch
     from tensordict.nn import TensorDictSequential
 
-    from tdrl.data import ReplayBuffer, transitions
+    from tdrl.data import make_replay_buffer, transitions
     from tdrl.keys import EMBED, OBSERVATION
     from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
-    from tdrl.objectives import DRQNLoss, HardUpdate
+    from tdrl.objectives import DRQNLoss, HardUpdate, update_priority
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
@@ -77,12 +84,18 @@ def main(cfg: Config) -> dict[str, float]:
     # 3. loss, target copies, optimizer, buffer of per-env streams (slices stay in one episode),
     #    collector acting with the policy from the first step (epsilon starts at 1: no uniform
     #    random warm-up, so every stored step carries the recurrent state it acted from)
-    loss = DRQNLoss(qnet, burn_in=cfg.burn_in, gamma=cfg.q.gamma)
+    loss = DRQNLoss(qnet, burn_in=cfg.burn_in, n_steps=cfg.per.n_steps,
+                    value_rescaling=cfg.value_rescaling, gamma=cfg.q.gamma)  # fmt: skip
     target = HardUpdate(loss, value_network_update_interval=cfg.q.target_update_interval)
     loss.to(device)
     policy.to(device)
     optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.q.lr)
-    buffer = ReplayBuffer(cfg.replay.buffer_size, generator=cfg.run.seed, device=device)
+    if cfg.per.prioritized and not cfg.pad:
+        raise ValueError("--prioritized draws padded slices by priority: it needs --pad")
+    # the n-step return is the loss's, inside each slice: the buffer returns single steps
+    per = {**cfg.per.buffer_kwargs(), "n_steps": 1}
+    buffer = make_replay_buffer(cfg.replay.buffer_size, **per, generator=cfg.run.seed,
+                                device=device)  # fmt: skip
     collector = trainers.make_collector(cfg.run, env, policy, cfg.q.frames_per_batch)
 
     # 4. the loop: store each batch, step epsilon, then the gradient steps due on slices
@@ -93,8 +106,12 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
+            cfg.per.anneal(buffer, collector.frames, cfg.run.total_frames)  # PER's beta -> 1
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
-                out = loss(buffer.sample_slices(cfg.replay.batch_size, cfg.slice_len))
+                slices = buffer.sample_slices(cfg.replay.batch_size, cfg.slice_len, pad=cfg.pad)
+                out = loss(slices)
+                if cfg.per.prioritized:  # each slice's start: 0.9 max + 0.1 mean |TD error|
+                    update_priority(buffer, slices, out)
                 trainers.optimizer_step(
                     out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
                 )

@@ -59,6 +59,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._tree = SumTree(storage.capacity)
 
     _hooked = True
+    _prioritized = True
 
     def _written(self, steps: int) -> None:
         s = self._storage

@@ -230,6 +230,8 @@ class ReplayBuffer:
         return self._storage
 
     # --- sampling --------------------------------------------------------------------------
+    _prioritized = False  # draws its items by priority (PrioritizedReplayBuffer)
+
     def _sample_index(self, batch_size: int) -> tuple[Tensor, dict[NestedKey, Tensor]]:
         assert self._storage is not None
         return sampling.uniform_index(self._storage, self.index_generator, batch_size), {}
@@ -276,6 +278,7 @@ class ReplayBuffer:
         *,
         frame_stack: int = 1,
         observation_keys: list[NestedKey] | None = None,
+        pad: bool = False,
     ) -> TensorDict:
         """``[B, L]`` sequences of consecutive steps of one stream inside one episode.
 
@@ -290,7 +293,32 @@ class ReplayBuffer:
         is ``[B, L]``.
         A frame-efficient buffer (``frame_keys``) returns its own stacks, in the env's layout,
         and takes no ``frame_stack`` here.
+
+        ``pad=True`` (R2D2's sequences, Kapturowski et al. 2019): a slice starts at any stored
+        step, drawn uniformly, so an episode's last steps are replayed as often as its others
+        and short episodes too. Its own episode's steps come first; ``"mask"`` ``[B, L]`` is
+        False on the steps after its end (the next episode's or unwritten ones: padding that
+        a loss must leave out). The last kept step is done: the episode's end, or marked
+        truncated where the slice cuts it (also at the newest stored step). Starts are drawn as
+        :meth:`sample` draws items: a prioritized buffer draws them by priority and adds each
+        slice's ``"priority_weight"`` at every step; ``update_priority(slices["index"][:, 0],
+        ...)`` sets a start's priority (R2D2's prioritized sequence replay).
         """
+        if pad and (frame_stack != 1 or self._frames is not None):
+            raise ValueError("pad=True slices take no frame stacks (frame_stack, frame_keys)")
+        if pad:  # the starts as sample() draws its items (a prioritized buffer: by priority)
+            storage = self._require(batch_size)
+            start, extra = self._sample_index(batch_size)
+            out = sampling.sample_slices(storage, self.rng, batch_size, slice_len, pad=True,
+                                         start=start)  # fmt: skip
+            for key, value in extra.items():  # per slice [B] -> per step [B, L]
+                out.set(key, value.unsqueeze(1).expand(batch_size, slice_len))
+            return out if self.transform is None else self.transform(out)
+        if self._prioritized:
+            raise ValueError(
+                "a prioritized buffer draws slice starts by priority only with pad=True "
+                "(R2D2's padded sequences); sample_slices(..., pad=False) would ignore them"
+            )
         storage = self._require(batch_size)
         if self._frames is not None and frame_stack != 1:
             raise ValueError(
@@ -304,6 +332,7 @@ class ReplayBuffer:
             slice_len,
             frame_stack=frame_stack,
             observation_keys=observation_keys,
+            pad=pad,
         )
         if self._frames is not None:
             index = out.get(keys.INDEX)

@@ -119,14 +119,22 @@ def sample_slices(
     *,
     frame_stack: int = 1,
     observation_keys: list[NestedKey] | None = None,
+    pad: bool = False,
+    start: Tensor | None = None,
 ) -> TensorDict:
     """``[B, L]`` sequences of consecutive steps of one stream inside one episode
     (see :meth:`tdrl.data.ReplayBuffer.sample_slices`).
 
     ``frame_stack = k > 1`` stacks each observation leaf (``observation_keys``: default every
     root leaf that has a ``("next", ...)`` twin, so dict observations stack key by key) into
-    ``[B, L, k, *obs]`` and its ``("next", ...)`` twin likewise.
+    ``[B, L, k, *obs]`` and its ``("next", ...)`` twin likewise. ``pad``: a slice may start at
+    any stored step; the steps after its episode's end (or after the newest stored step) are
+    padding, ``"mask"`` ``[B, L]`` False there. ``start``: the flat start indices (drawn by the
+    caller, e.g. a prioritized buffer; ``pad`` only).
     """
+    if pad:
+        return _padded_slices(storage, rng, batch_size, slice_len, start)
+    assert start is None, "start indices are for padded slices"
     if not 1 <= slice_len <= storage.length:
         raise ValueError(
             f"slice_len must be in [1, {storage.length}] (steps per stream), got {slice_len}"
@@ -149,6 +157,39 @@ def sample_slices(
             leaves[next_i] = torch.cat([stacked[:, :, 1:], leaves[next_i].unsqueeze(2)], 2)
     out = storage.assemble(leaves, torch.Size([batch_size, slice_len]))
     out.set(keys.INDEX, index)
+    return out
+
+
+def _padded_slices(
+    storage: StreamStorage,
+    rng: np.random.Generator,
+    batch_size: int,
+    slice_len: int,
+    start: Tensor | None,
+) -> TensorDict:
+    """Slices from any stored step, padded past their episode's end (R2D2's sequences)."""
+    if slice_len < 1:
+        raise ValueError(f"slice_len must be >= 1, got {slice_len}")
+    if start is None:
+        total = storage.size * storage.num_streams
+        start = torch.from_numpy(rng.integers(0, total, batch_size)).to(storage.device)
+    offsets = torch.arange(slice_len, device=start.device)
+    index = storage.window(start, offsets)  # [B, L]
+    gathered = storage.gather(index.reshape(-1))
+    leaves = [x.view(batch_size, slice_len, *x.shape[1:]) for x in gathered]
+    done_i, trunc_i = storage.leaf(keys.NEXT_DONE), storage.leaf(keys.NEXT_TRUNCATED)
+    done = leaves[done_i].reshape(batch_size, slice_len, -1).any(-1)  # [B, L]
+    stored = offsets < storage.ahead(start // storage.num_streams).unsqueeze(1)
+    after_end = (done.int().cumsum(1) - done.int()) > 0  # a done step came before
+    mask = stored & ~after_end  # [B, L]: the slice's own episode, stored steps only
+    last = mask.sum(1) - 1  # its last step: done, or cut here (the episode goes on)
+    rows = torch.arange(batch_size, device=start.device)
+    for i in (done_i, trunc_i):  # a cut is a truncation: the last step is bootstrapped
+        flag = leaves[i].reshape(batch_size, slice_len, -1)
+        flag[rows, last] |= ~done[rows, last].unsqueeze(-1)
+    out = storage.assemble(leaves, torch.Size([batch_size, slice_len]))
+    out.set(keys.INDEX, index)
+    out.set(keys.MASK, mask)
     return out
 
 

@@ -138,6 +138,8 @@ def update_priority(buffer: Any, batch: TensorDictBase, loss_out: TensorDictBase
 
     ``buffer.update_priority(batch["index"], loss_out["td_error"])``: the buffer turns
     ``|td_error|`` into ``(|td_error| + eps) ** alpha`` (Schaul et al. 2015, arXiv 1511.05952).
+    For ``[B, L]`` slices with one priority each (``DRQNLoss``), the slice's start index
+    ``batch["index"][:, 0]`` gets it (R2D2's prioritized sequences).
     """
     index = batch.get(INDEX, None)
     if index is None:
@@ -145,4 +147,6 @@ def update_priority(buffer: Any, batch: TensorDictBase, loss_out: TensorDictBase
     td_error = loss_out.get(TD_ERROR, None)
     if td_error is None:
         raise KeyError(f"update_priority: the loss output has no {TD_ERROR!r} entry")
+    if index.dim() == 2 and td_error.dim() == 1:  # one priority per slice: its start's
+        index = index[:, 0]
     buffer.update_priority(index, td_error.detach())

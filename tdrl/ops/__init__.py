@@ -9,7 +9,7 @@ from tdrl.ops._common import AdvantageEstimate, InputError
 from tdrl.ops.nstep import nstep_return, nstep_steps
 from tdrl.ops.returns import gae, td0_return, td1_return, td_lambda_return
 from tdrl.ops.scan import reverse_linear_scan
-from tdrl.ops.standardize import DISTANCES, distance, standardize
+from tdrl.ops.standardize import DISTANCES, distance, standardize, value_rescale, value_unscale
 from tdrl.ops.vtrace import vtrace
 
 __all__ = [
@@ -25,5 +25,7 @@ __all__ = [
     "td0_return",
     "td1_return",
     "td_lambda_return",
+    "value_rescale",
+    "value_unscale",
     "vtrace",
 ]

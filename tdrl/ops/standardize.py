@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["DISTANCES", "distance", "standardize"]
+__all__ = ["DISTANCES", "distance", "standardize", "value_rescale", "value_unscale"]
 
 DISTANCES = ("l2", "l1", "smooth_l1")
 
@@ -40,3 +40,25 @@ def distance(input: Tensor, target: Tensor, kind: str) -> Tensor:
     if kind == "smooth_l1":
         return torch.nn.functional.smooth_l1_loss(input, target, reduction="none")
     raise ValueError(f"the critic distance must be one of {DISTANCES}, got {kind!r}")
+
+
+def value_rescale(x: Tensor, eps: float = 1e-3) -> Tensor:
+    """R2D2's value rescaling ``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x`` (Kapturowski et al.
+    2019, after Pohlen et al. 2018, arXiv 1805.11593): a Q network learns ``h(Q)``, so returns
+    of very different scales share one network.
+
+    Shapes:
+        any -> the same.
+    """
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def value_unscale(x: Tensor, eps: float = 1e-3) -> Tensor:
+    """The inverse of :func:`value_rescale`: ``h^-1(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 +
+    eps)) - 1) / (2 eps))^2 - 1)`` (Pohlen et al. 2018, Proposition A.2).
+
+    Shapes:
+        any -> the same.
+    """
+    root = (torch.sqrt(1.0 + 4.0 * eps * (x.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return torch.sign(x) * (root * root - 1.0)

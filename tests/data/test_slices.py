@@ -113,3 +113,71 @@ def test_frame_stack_stacks_every_key_of_a_dict_observation(rollout):
     # naming the keys stacks only those
     c = double.sample_slices(50, 4, frame_stack=3, observation_keys=["position"])
     assert c["position"].shape == (50, 4, 3, 2) and c["velocity"].shape == (50, 4, 2)
+
+
+@pytest.mark.parametrize("capacity", [120, 75])
+def test_padded_slices_keep_their_own_episode_and_mask_the_rest(rollout, capacity):
+    """R2D2's padded sequences: a slice may start at any stored step; "mask" keeps its own
+    episode's steps (up to the episode's end or the newest stored step), which lead the slice;
+    that last kept step is done (its own flags, or marked truncated where the slice cuts it)."""
+    td = rollout(3, 40)
+    rb = ReplayBuffer(capacity, generator=0)
+    rb.extend(td)
+    L = 6
+    s = rb.sample_slices(2000, L, pad=True)
+    mask = s["mask"]
+    last = mask.sum(1) - 1
+    assert mask[:, 0].all() and torch.equal(mask, torch.arange(L) <= last[:, None])
+    rows = torch.arange(2000)
+    traj = s["collector", "traj_ids"]
+    assert ((traj == traj[:, :1]) | ~mask).all()  # the kept steps: one episode
+    done = s["next", "done"][..., 0]
+    assert done[rows, last].all() and not (done & (torch.arange(L) < last[:, None])).any()
+    flat = rb.storage.reshape(-1)[s["index"]]
+    own = flat["next", "done"][rows, last, 0]
+    # a cut is marked truncated; an episode's own end keeps its flags
+    assert torch.equal(
+        s["next", "truncated"][rows, last, 0], flat["next", "truncated"][rows, last, 0] | ~own
+    )
+    assert torch.equal(s["next", "terminated"], flat["next", "terminated"])
+    assert (~own).any() and own.any() and (last < L - 1).any()
+    # the newest stored step of a stream is the last a slice keeps
+    newest = (rb.stream_storage.cursor - 1) % (capacity // 3)
+    pos = s["index"] // 3
+    at_newest = (pos == newest) & mask
+    assert (
+        at_newest.any()
+        and (at_newest.float().argmax(1)[at_newest.any(1)] == last[at_newest.any(1)]).all()
+    )
+    # every stored step is replayed, an episode's terminal step as often as others (uniform
+    # starts: a step is kept by the slices starting up to L - 1 steps before it in its episode)
+    kept_index = s["index"][mask]
+    terminal = rb.storage.reshape(-1)["next", "terminated"][:, 0].nonzero()[:, 0]
+    assert terminal.numel() > 0 and torch.isin(terminal, kept_index).all()
+
+
+def test_a_prioritized_buffer_draws_padded_slice_starts_by_priority(rollout):
+    """R2D2's prioritized sequences: a start's priority steers how often its slice is drawn,
+    the slice's importance weight stands at each of its steps, and update_priority with a
+    loss's per-slice td_error sets the start's priority."""
+    from tensordict import TensorDict
+
+    from tdrl.data import PrioritizedReplayBuffer
+    from tdrl.objectives import update_priority
+
+    rb = PrioritizedReplayBuffer(120, alpha=1.0, beta=1.0, generator=0)
+    rb.extend(rollout(3, 40))
+    s = rb.sample_slices(8, 5, pad=True)
+    starts = s["index"][:, 0]
+    priority = torch.full((8,), 1e-3)
+    priority[0] = 1e3  # the first slice's start: far above the others
+    update_priority(rb, s, TensorDict({"td_error": priority}, []))
+    again = rb.sample_slices(4000, 5, pad=True)
+    share = (again["index"][:, 0] == starts[0]).float().mean()
+    assert share > 0.5  # 1e3 against 112 items at 1 and 7 at 1e-3
+    weight = again["priority_weight"]
+    assert weight.shape == (4000, 5) and (weight == weight[:, :1]).all()
+    top = again["index"][:, 0] == starts[0]
+    assert weight[top].max() < weight[~top].min()  # the most drawn start weighs the least
+    with pytest.raises(ValueError, match="draws slice starts by priority only with pad=True"):
+        rb.sample_slices(4, 5)

@@ -74,7 +74,8 @@ def test_drqn_loss_matches_a_step_by_step_reference(double_dqn):
     expected = torch.nn.functional.smooth_l1_loss(chosen[:, 2:], target[:, 2:])
     torch.testing.assert_close(out["loss"], expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out["value_target"], target[:, 2:].mean(), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(out["td_error"], (chosen - target)[:, 2:].abs().mean(1))
+    error = (chosen - target)[:, 2:].abs()  # R2D2's priority: 0.9 max + 0.1 mean of a slice
+    torch.testing.assert_close(out["td_error"], 0.9 * error.max(1).values + 0.1 * error.mean(1))
 
 
 def test_gradients_reach_the_online_network_only_and_the_target_updates():
@@ -177,3 +178,91 @@ def test_priority_weights_weigh_each_step():
     weighted["priority_weight"] = torch.ones(B, L, 2)
     with pytest.raises(ValueError, match="'priority_weight' must be per step"):
         loss(weighted)
+
+
+def padded_slices(seed=1):
+    """``slices`` with row 0 ending its episode (terminated) at step 2 and row 2 cut
+    (truncated) at step 3: the steps after are padding, "mask" False there."""
+    batch = slices(seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    batch["mask"] = torch.tensor([[1, 1, 1, 0, 0], [1] * 5, [1, 1, 1, 1, 0]], dtype=torch.bool)
+    batch["next", "terminated"][0, 2] = True
+    batch["next", "truncated"][2, 3] = True
+    batch["next", "done"] = batch["next", "terminated"] | batch["next", "truncated"]
+    # after the end: another episode's steps, which must not matter
+    batch["next", "reward"][0, 3:] = 1e3 * torch.randn(2, 1, generator=g)
+    batch["observation"][0, 3:] = 10 * torch.randn(2, OBS, generator=g)
+    batch["is_init"][0, 3] = True
+    batch["observation"][2, 4] = 10 * torch.randn(OBS, generator=g)
+    batch["next", "terminated"][2, 4] = True
+    batch["next", "done"][2, 4] = True
+    return batch
+
+
+def stepped_padded_q(net, batch, last):
+    """Q(s_0) .. Q(s_{last+1}) of one row b (a list per row), one step at a time: the steps up
+    to ``last`` then the real next observation of step ``last``."""
+    out = []
+    for b in range(B):
+        e = int(last[b])
+        state = {k: batch[k][b : b + 1, 0] for k in ("recurrent_state_h", "recurrent_state_c")}
+        obs = torch.cat(
+            [batch["observation"][b, : e + 1], batch["next", "observation"][b, e : e + 1]]
+        )
+        row = []
+        for t in range(e + 2):
+            init = batch["is_init"][b : b + 1, t] if t <= e else torch.zeros(1, 1, dtype=torch.bool)
+            td = net(TensorDict({"observation": obs[t : t + 1], "is_init": init, **state}, [1]))
+            row.append(td["action_value"][0])
+            state = {k: td["next", k] for k in state}
+        out.append(torch.stack(row))
+    return out
+
+
+@pytest.mark.parametrize("rescale", [False, True])
+def test_padded_n_step_targets_match_their_written_out_sums(rescale):
+    """R2D2's targets: n-step double Q inside each slice's own episode, the real next
+    observation after its last kept step, no bootstrap after a terminal step, a bootstrap after
+    a cut, nothing read from the padding, and h(.) / h^-1(.) around the bootstrap when asked."""
+    from tdrl.ops import value_rescale, value_unscale
+
+    torch.manual_seed(0)
+    n = 3
+    loss = DRQNLoss(qnet(), burn_in=1, gamma=GAMMA, n_steps=n, value_rescaling=rescale)
+    for p in loss.target_value_network.parameters():
+        p.data.add_(0.1 * torch.randn_like(p))
+    batch = padded_slices()
+    out = loss(batch.clone())
+    last = batch["mask"].sum(1) - 1
+    with torch.no_grad():
+        q = stepped_padded_q(loss.value_network, batch, last)
+        q_target = stepped_padded_q(loss.target_value_network, batch, last)
+    reward, terminated = batch["next", "reward"][..., 0], batch["next", "terminated"][..., 0]
+    chosen, targets = [], []
+    for b in range(B):
+        e = int(last[b])
+        for t in range(1, e + 1):  # the kept steps after the burn-in
+            h = min(n, e - t + 1)
+            ret = sum(GAMMA**k * reward[b, t + k] for k in range(h))
+            best = q[b][t + h].argmax()
+            boot = q_target[b][t + h][best]
+            boot = value_unscale(boot) if rescale else boot
+            y = ret + (0.0 if terminated[b, t + h - 1] else GAMMA**h * boot)
+            targets.append(value_rescale(y) if rescale else y)
+            chosen.append(q[b][t][batch["action"][b, t]])
+    expected = torch.nn.functional.smooth_l1_loss(torch.stack(chosen), torch.stack(targets))
+    torch.testing.assert_close(out["loss"], expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["value_target"], torch.stack(targets).mean(), rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+
+
+def test_a_mask_that_does_not_lead_or_an_early_end_is_refused():
+    loss = DRQNLoss(qnet(), burn_in=1)
+    batch = padded_slices()
+    batch["mask"][1, 2] = False  # a hole: kept steps must lead the slice
+    with pytest.raises(ValueError, match=r"slice 1's 'mask' \[True, True, False, True, True\]"):
+        loss(batch)
+    batch = padded_slices()
+    batch["mask"][0] = True  # row 0 kept past its terminal step
+    with pytest.raises(ValueError, match="slice 0 ends its episode at step 2 of 5"):
+        loss(batch)
