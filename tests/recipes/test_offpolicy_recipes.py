@@ -320,7 +320,7 @@ def _rows(path: Path) -> list[dict[str, float]]:
         ("sac", 150),
         ("ddpg", 150),
         ("drqn", 320),
-        ("drqn-r2d2", 320),
+        ("drqn-unpadded", 320),
         ("td3", 151),
         ("sac-tqc", 150),
         ("sac-crossq", 151),
@@ -335,8 +335,9 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         # the actor every third step; batch renorm past its warm-up: running statistics and
         # step counts must come back with the networks
         "crossq": {"algo": "crossq", "policy_delay": 3, "adam_beta1": 0.5, "renorm_warmup": 50},
-        # padded slices drawn by priority, their priorities and PER's beta in the checkpoint
-        "r2d2": {"prioritized": True, "n_steps": 3, "value_rescaling": True},
+        # drqn.py's defaults are R2D2's (padded slices drawn by priority: the priorities and
+        # PER's beta in the checkpoint); this one: slices inside one episode, uniform
+        "unpadded": {"pad": False, "prioritized": False, "n_steps": 1, "value_rescaling": False},
     }[algo]
     module, straight = config(
         name, tmp_path / "straight", checkpoint_every=100_000, device=device, **options
@@ -364,7 +365,8 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
             assert resumed[metric] == result[metric]
     # The buffers hold the same transitions; no seam was marked (the episodes went on).
     capacity = straight.replay.buffer_size
-    kind = PrioritizedReplayBuffer if options.get("prioritized") else ReplayBuffer
+    per = getattr(straight, "per", None)
+    kind = PrioritizedReplayBuffer if per is not None and per.prioritized else ReplayBuffer
     before, after = kind(capacity), kind(capacity)
     before.load(latest_checkpoint(Path(straight.run.log_dir)) / "buffer")
     after.load(latest_checkpoint(Path(first.run.log_dir)) / "buffer")
