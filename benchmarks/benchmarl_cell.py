@@ -32,6 +32,9 @@ def main() -> None:
     parser.add_argument("--frames", type=int, required=True)
     parser.add_argument("--eval-every", type=int, required=True)
     parser.add_argument("--folder", type=Path, required=True)
+    parser.add_argument("--parse-only", action="store_true",
+                        help="read a finished run's folder instead of running (wall: BenchMARL's "
+                        "own timers_total_time)")  # fmt: skip
     args = parser.parse_args()
 
     import torch
@@ -63,21 +66,26 @@ def main() -> None:
     config.create_json = False
     args.folder.mkdir(parents=True, exist_ok=True)
     config.save_folder = str(args.folder)
-    experiment = Experiment(
-        task=task, algorithm_config=algorithm, model_config=MlpConfig.get_from_yaml(),
-        critic_model_config=MlpConfig.get_from_yaml(), seed=args.seed, config=config,
-    )  # fmt: skip
-    start = time.perf_counter()
-    experiment.run()
-    wall = time.perf_counter() - start
+    wall = None
+    if not args.parse_only:
+        experiment = Experiment(
+            task=task, algorithm_config=algorithm, model_config=MlpConfig.get_from_yaml(),
+            critic_model_config=MlpConfig.get_from_yaml(), seed=args.seed, config=config,
+        )  # fmt: skip
+        start = time.perf_counter()
+        experiment.run()
+        wall = time.perf_counter() - start
 
-    # BenchMARL logs by iteration: its counters say the frames of each
-    def column(name: str) -> dict[int, float]:
-        with next(args.folder.rglob(f"{name}.csv")).open() as f:
+    # BenchMARL logs by iteration: its counters say the frames of each; the evaluation's name
+    # holds the group ("agents" in VMAS, "agent" in PettingZoo's MPE)
+    def column(pattern: str) -> dict[int, float]:
+        with next(args.folder.rglob(f"{pattern}.csv")).open() as f:
             return {int(float(row[0])): float(row[1]) for row in csv.reader(f)}
 
     frames, times = column("counters_total_frames"), column("timers_total_time")
-    evaluations = column("eval_agents_reward_episode_reward_mean")
+    evaluations = column("eval_*_reward_episode_reward_mean")
+    if wall is None:
+        wall = times[max(times)]
     steps = [int(frames[i]) for i in sorted(evaluations)]
     returns = [evaluations[i] for i in sorted(evaluations)]
     walls = [times[i] for i in sorted(evaluations)]
