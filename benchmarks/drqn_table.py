@@ -45,11 +45,18 @@ def run(variant: str, seed: int, env_id: str, frames: int) -> dict[str, Any]:
         drqn.main(cfg)
         wall = time.perf_counter() - start
         rows = read_csv(Path(folder) / "eval.csv")
+    import subprocess
+    from importlib.metadata import version
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    versions = {p: version(p) for p in ("torch", "tensordict", "torchrl", "gymnasium")}
     steps, returns = [int(r["step"]) for r in rows], [r["return_mean"] for r in rows]
     solved = next((s for s, r in zip(steps, returns, strict=True) if r >= SOLVED), None)
     return {"variant": variant, "env_id": env_id, "seed": seed, "frames": frames,
             "solved_at": solved, "final": returns[-1], "best": max(returns), "wall_s": wall,
-            "curve": {"steps": steps, "returns": returns}}  # fmt: skip
+            "curve": {"steps": steps, "returns": returns}, "commit": commit,
+            "versions": versions}  # fmt: skip
 
 
 def read_table() -> list[dict[str, Any]]:

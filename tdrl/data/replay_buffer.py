@@ -218,6 +218,12 @@ class ReplayBuffer:
         first ``extend``."""
         return self._storage
 
+    def is_newest(self, index: Tensor) -> Tensor:
+        """Whether each flat ``index`` is the newest stored step of its stream (a padded slice
+        that keeps it was cut by the data's end, not by its episode's)."""
+        storage = self._require(1)
+        return storage.ahead(index // storage.num_streams) == 1
+
     def _require(self, batch_size: int) -> StreamStorage:
         if self._storage is None or self._storage.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer: call extend() first")

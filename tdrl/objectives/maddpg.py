@@ -124,8 +124,12 @@ class MADDPGLoss(OffPolicyLoss):
             )
         loss_value = masked_mean(distance(q, target, self.loss_function), present)
         with frozen(self.value_network):  # the actor loss moves the actors only
-            q_pi = self._q(self.value_network, self._acting(self.actor_network, batch))
-            loss_actor = -masked_mean(q_pi, present)
+            acting = self._acting(self.actor_network, batch)
+            if present is not None:  # an absent agent's actor gets no gradient: its stored
+                key = (self.group, ACTION)  # action stands in the joint action the critic reads
+                stored = require(batch, key, type(self).__name__)
+                acting.set(key, torch.where(present.unsqueeze(-1), acting.get(key), stored))
+            loss_actor = -masked_mean(self._q(self.value_network, acting), present)
         error = (q - target).abs().detach().squeeze(-1)  # [B, n_agents]
         if present is None:
             td_error = error.mean(-1)

@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from tdrl.keys import INDEX, TD_ERROR
+from tdrl.keys import INDEX, MASK, TD_ERROR
 from tdrl.modules.noise import noise_buffers
 
 
@@ -139,7 +139,9 @@ def update_priority(buffer: Any, batch: TensorDictBase, loss_out: TensorDictBase
     ``buffer.update_priority(batch["index"], loss_out["td_error"])``: the buffer turns
     ``|td_error|`` into ``(|td_error| + eps) ** alpha`` (Schaul et al. 2015, arXiv 1511.05952).
     For ``[B, L]`` slices with one priority each (``DRQNLoss``), the slice's start index
-    ``batch["index"][:, 0]`` gets it (R2D2's prioritized sequences).
+    ``batch["index"][:, 0]`` gets it (R2D2's prioritized sequences), except where a padded slice
+    was cut by the newest stored step: its start keeps its priority until the whole sequence is
+    stored (R2D2 replays whole sequences).
     """
     index = batch.get(INDEX, None)
     if index is None:
@@ -148,5 +150,10 @@ def update_priority(buffer: Any, batch: TensorDictBase, loss_out: TensorDictBase
     if td_error is None:
         raise KeyError(f"update_priority: the loss output has no {TD_ERROR!r} entry")
     if index.dim() == 2 and td_error.dim() == 1:  # one priority per slice: its start's
-        index = index[:, 0]
+        mask = batch.get(MASK, None)
+        if mask is not None:  # a padded slice cut by the newest stored step keeps its
+            last = index.gather(1, (mask.sum(1, keepdim=True) - 1).clamp_min(0))[:, 0]
+            whole = ~buffer.is_newest(last)  # priority: its whole sequence is not stored yet
+            index, td_error = index[whole], td_error[whole]
+        index = index[..., 0]
     buffer.update_priority(index, td_error.detach())

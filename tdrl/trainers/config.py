@@ -634,7 +634,6 @@ class QLearningConfig:
     """gradient norm clip."""
 
 
-
 # The Q-learning recipes' (DQN, Rainbow) replay and Q settings: rl-baselines3-zoo's tuned
 # CartPole-v1 DQN (hyperparams/dqn.yml; the target copy every 128 gradient steps is the zoo's
 # every 10 env steps, as SB3 trains in bursts).
@@ -644,6 +643,7 @@ Q_LEARNING_REPLAY = ReplayConfig(
 Q_LEARNING_Q = QLearningConfig(
     lr=2.3e-3, eps_end=0.04, eps_frames=8_000, target_update_interval=128
 )
+
 
 @configclass
 class OnPolicyConfig:

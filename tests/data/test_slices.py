@@ -181,3 +181,26 @@ def test_a_prioritized_buffer_draws_padded_slice_starts_by_priority(rollout):
     assert weight[top].max() < weight[~top].min()  # the most drawn start weighs the least
     with pytest.raises(ValueError, match="draws slice starts by priority only with pad=True"):
         rb.sample_slices(4, 5)
+
+
+def test_a_slice_cut_by_the_newest_stored_step_keeps_its_start_priority(rollout):
+    """R2D2 replays whole sequences: a padded slice that the data's end cut short has no
+    priority of its own yet, so update_priority leaves its start's (new items: the max)."""
+    from tensordict import TensorDict
+
+    from tdrl.data import PrioritizedReplayBuffer
+    from tdrl.objectives import update_priority
+
+    rb = PrioritizedReplayBuffer(120, alpha=1.0, beta=1.0, generator=0)
+    rb.extend(rollout(3, 40))
+    s = rb.sample_slices(400, 6, pad=True)
+    last = s["index"].gather(1, s["mask"].sum(1, keepdim=True) - 1)[:, 0]
+    cut = rb.is_newest(last)
+    assert cut.any() and (~cut).any()
+    update_priority(rb, s, TensorDict({"td_error": torch.full((400,), 1e-3)}, []))
+    again = rb.sample_slices(4000, 6, pad=True)
+    starts = again["index"][:, 0]
+    kept, lowered = s["index"][cut, 0].unique(), s["index"][~cut, 0].unique()
+    per_kept = torch.isin(starts, kept).sum() / kept.numel()  # draws per start: priority 1
+    per_lowered = torch.isin(starts, lowered).sum() / lowered.numel()  # priority 1e-3
+    assert per_kept > 50 * max(float(per_lowered), 1 / 4000)

@@ -91,3 +91,18 @@ def test_an_absent_agents_steps_carry_no_loss_and_no_gradient():
     after = torch.autograd.grad(total, params, allow_unused=True)
     for g, h in zip(grads, after, strict=True):
         assert (g is None) == (h is None) and (g is None or torch.equal(g, h))
+
+
+def test_an_absent_agents_actor_gets_no_gradient_through_the_other_agents_critics():
+    """The critic reads the joint action: an absent agent's own actor output must not stand in
+    it, or the present agents' Q values would move that actor."""
+    loss, batch = _setup()
+    obs = batch[A, "observation"].shape[-1]
+    own = MultiAgentMLP(obs, 2, 3, centralized=False, share_params=False, num_cells=[16],
+                        activation_class=nn.Tanh)  # fmt: skip
+    loss = MADDPGLoss(OnGroup(DeterministicActor(own, 2)), loss.value_network, gamma=0.9)
+    batch[A, "mask"][:, 2] = False  # agent 2 is gone from every sample
+    loss(batch)["loss_actor"].backward()
+    grads = [p.grad for p in own.parameters()]  # stacked per agent: [3, ...]
+    assert all(g is not None for g in grads)
+    assert all((g[2] == 0).all() for g in grads) and any(g[0].abs().sum() > 0 for g in grads)

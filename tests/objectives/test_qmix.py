@@ -130,7 +130,7 @@ def test_an_absent_agent_adds_nothing_to_the_team_value_or_its_target():
     keep = (~batch["next", "terminated"].squeeze(-1)).float()
     target = batch["next", "reward"].squeeze(-1) + 0.9 * keep * (best * next_present).sum(-1)
     torch.testing.assert_close(out["loss"], ((q_tot - target) ** 2).mean())
-    # the absent agent's values do not matter: a huge one changes nothing
+    # the absent agent's value is left out of the sum
     assert q_tot[0] == chosen[0, 0] + chosen[0, 2]
     bad = batch.clone()
     bad[A, "mask"] = bad[A, "mask"].int()
