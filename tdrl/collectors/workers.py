@@ -338,8 +338,10 @@ class WorkerCollector:
         on_worker_failure: ``"restart"`` (at most ``max_restarts`` restarts in all) or ``"raise"``.
         timeout: seconds to wait for a worker's rollout before the worker counts as dead
             (stopped, hung, its node unreachable): it is then killed and restarted or the error
-            raised, as ``on_worker_failure`` says; None waits forever. A new worker's first
-            rollout, which includes its start, may take at least ``START_TIMEOUT`` (600 s).
+            raised, as ``on_worker_failure`` says; None waits forever.
+        start_timeout: a new worker's first rollout, which includes its start, may take the
+            larger of this and ``timeout`` (default ``START_TIMEOUT``, 600 s: a loaded machine
+            starts a Ray actor slowly).
         storing_device: where batches are returned (the workers act on the CPU); default: the
             device of the policy's parameters (a learner on CUDA gets CUDA batches), else the CPU.
         pool: the transport (given by the subclasses).
@@ -368,13 +370,18 @@ class WorkerCollector:
         on_worker_failure: Literal["restart", "raise"] = "restart",
         max_restarts: int = 3,
         timeout: float | None = DEFAULT_TIMEOUT,
+        start_timeout: float = START_TIMEOUT,
         storing_device: torch.device | str | None = None,
         pool: Any,
     ) -> None:
-        number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-        if timeout is not None and not (number and timeout > 0):  # NaN fails too
-            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
-        self.timeout = timeout
+        for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if (value is not None or name == "start_timeout") and not (number and value > 0):
+                raise ValueError(  # NaN fails too
+                    f"{name} must be a number of seconds > 0{' or None' * (name == 'timeout')}, "
+                    f"got {value!r}"
+                )
+        self.timeout, self.start_timeout = timeout, start_timeout
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if num_envs < 1:
@@ -519,10 +526,10 @@ class WorkerCollector:
 
     def _overdue(self, w: int) -> bool:
         """Worker ``w`` has not answered its request within its allowance (the timeout, or
-        ``START_TIMEOUT`` while it starts)."""
+        ``start_timeout`` while it starts)."""
         if self.timeout is None:
             return False
-        allowance = max(self.timeout, START_TIMEOUT) if self._starting[w] else self.timeout
+        allowance = max(self.timeout, self.start_timeout) if self._starting[w] else self.timeout
         return time.monotonic() - self._asked[w] > allowance
 
     def _submit(self, w: int) -> Any:
@@ -546,7 +553,7 @@ class WorkerCollector:
             try:
                 wait = self.timeout if timeout is None else timeout
                 if wait is not None and self._starting[w]:
-                    wait = max(wait, START_TIMEOUT)
+                    wait = max(wait, self.start_timeout)
                 timeout = None  # a restarted worker gets the whole timeout
                 batch, episodes, version = self.pool.get(self.workers[w], ref, wait)
                 self._starting[w] = False

@@ -51,6 +51,27 @@ def test_the_timeout_has_a_default_and_bad_ones_are_refused():
             make("process", timeout=bad)
     default = inspect.signature(WorkerCollector).parameters["timeout"].default
     assert default == 120.0
+    for bad in (None, 0, math.nan):
+        with pytest.raises(ValueError, match="start_timeout must be a number of seconds > 0, got"):
+            make("process", start_timeout=bad)
+
+
+@pytest.mark.workers
+def test_a_worker_stopped_while_it_starts_raises_after_the_start_timeout():
+    """A new worker's first rollout may take start_timeout (600 s by default: a loaded machine
+    starts slowly); a shorter one given by the caller bounds a hung start."""
+    with make("process", timeout=1.0, start_timeout=3.0, on_worker_failure="raise") as remote:
+        for pid in remote.pids:  # before their first rollout: still starting
+            os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        try:
+            with pytest.raises(RuntimeError, match=r"worker.* 0 of 2 died \(no reply within"):
+                remote.rollout()
+        finally:
+            for pid in remote.pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        assert 2.9 < time.monotonic() - start < 120  # the start allowance, not the 1 s timeout
 
 
 @pytest.mark.workers  # the default run keeps one worker smoke per backend (test_worker_collectors)
