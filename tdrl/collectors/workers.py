@@ -374,13 +374,16 @@ class WorkerCollector:
         storing_device: torch.device | str | None = None,
         pool: Any,
     ) -> None:
-        for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
+        def seconds(value: object) -> bool:  # NaN fails too
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if (value is not None or name == "start_timeout") and not (number and value > 0):
-                raise ValueError(  # NaN fails too
-                    f"{name} must be a number of seconds > 0{' or None' * (name == 'timeout')}, "
-                    f"got {value!r}"
-                )
+            return number and value > 0  # type: ignore[operator]
+
+        if timeout is not None and not seconds(timeout):
+            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
+        if not seconds(start_timeout):
+            raise ValueError(
+                f"start_timeout must be a number of seconds > 0, got {start_timeout!r}"
+            )
         self.timeout, self.start_timeout = timeout, start_timeout
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
