@@ -315,8 +315,7 @@ class ReplayBuffer:
         if pad:  # the starts as sample() draws its items (a prioritized buffer: by priority)
             storage = self._require(batch_size)
             start, extra = self._sample_index(batch_size)
-            out = sampling.sample_slices(storage, self.rng, batch_size, slice_len, pad=True,
-                                         start=start)  # fmt: skip
+            out = sampling.padded_slices(storage, start, slice_len)
             for key, value in extra.items():  # per slice [B] -> per step [B, L]
                 out.set(key, value.unsqueeze(1).expand(batch_size, slice_len))
             return out if self.transform is None else self.transform(out)
@@ -338,7 +337,6 @@ class ReplayBuffer:
             slice_len,
             frame_stack=frame_stack,
             observation_keys=observation_keys,
-            pad=pad,
         )
         if self._frames is not None:
             index = out.get(keys.INDEX)

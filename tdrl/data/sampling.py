@@ -20,7 +20,7 @@ from tdrl.data.storage import NestedKey, StreamStorage
 from tdrl.ops import nstep_return, nstep_steps
 from tdrl.ops._common import working_dtype
 
-__all__ = ["frame_stack_index", "nstep_leaves", "sample_slices", "uniform_index"]
+__all__ = ["frame_stack_index", "nstep_leaves", "padded_slices", "sample_slices", "uniform_index"]
 
 # Rejection rounds before enumerating every valid slice start (when valid starts are rare).
 _ROUNDS = 16
@@ -119,22 +119,14 @@ def sample_slices(
     *,
     frame_stack: int = 1,
     observation_keys: list[NestedKey] | None = None,
-    pad: bool = False,
-    start: Tensor | None = None,
 ) -> TensorDict:
     """``[B, L]`` sequences of consecutive steps of one stream inside one episode
     (see :meth:`tdrl.data.ReplayBuffer.sample_slices`).
 
     ``frame_stack = k > 1`` stacks each observation leaf (``observation_keys``: default every
     root leaf that has a ``("next", ...)`` twin, so dict observations stack key by key) into
-    ``[B, L, k, *obs]`` and its ``("next", ...)`` twin likewise. ``pad``: a slice may start at
-    any stored step; the steps after its episode's end (or after the newest stored step) are
-    padding, ``"mask"`` ``[B, L]`` False there. ``start``: the flat start indices (drawn by the
-    caller, e.g. a prioritized buffer; ``pad`` only).
+    ``[B, L, k, *obs]`` and its ``("next", ...)`` twin likewise.
     """
-    if pad:
-        return _padded_slices(storage, rng, batch_size, slice_len, start)
-    assert start is None, "start indices are for padded slices"
     if not 1 <= slice_len <= storage.length:
         raise ValueError(
             f"slice_len must be in [1, {storage.length}] (steps per stream), got {slice_len}"
@@ -160,19 +152,14 @@ def sample_slices(
     return out
 
 
-def _padded_slices(
-    storage: StreamStorage,
-    rng: np.random.Generator,
-    batch_size: int,
-    slice_len: int,
-    start: Tensor | None,
-) -> TensorDict:
-    """Slices from any stored step, padded past their episode's end (R2D2's sequences)."""
+def padded_slices(storage: StreamStorage, start: Tensor, slice_len: int) -> TensorDict:
+    """``[B, L]`` slices from the flat ``start`` indices ``[B]`` (any stored steps), padded past
+    their episode's end (R2D2's sequences): ``"mask"`` ``[B, L]`` keeps the slice's own episode
+    up to its end or the newest stored step, whose last kept step is marked truncated where the
+    slice cuts the episode (see :meth:`tdrl.data.ReplayBuffer.sample_slices`)."""
     if slice_len < 1:
         raise ValueError(f"slice_len must be >= 1, got {slice_len}")
-    if start is None:
-        total = storage.size * storage.num_streams
-        start = torch.from_numpy(rng.integers(0, total, batch_size)).to(storage.device)
+    batch_size = start.shape[0]
     offsets = torch.arange(slice_len, device=start.device)
     index = storage.window(start, offsets)  # [B, L]
     gathered = storage.gather(index.reshape(-1))

@@ -18,6 +18,7 @@ from tdrl.keys import (
     ADVANTAGE,
     LOSS_ENTROPY,
     LOSS_PREFIX,
+    MASK,
     STATE_VALUE,
     VALUE_TARGET,
 )
@@ -103,6 +104,20 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     keep = mask.reshape(*mask.shape, *(1,) * (x.ndim - mask.ndim)).expand_as(x)
     # where, not a product: a NaN or inf in a left-out sample must not reach the mean
     return torch.where(keep, x, 0.0).sum() / keep.sum().clamp_min(1).to(x.dtype)
+
+
+def agent_mask(
+    batch: TensorDictBase, group: str, shape: tuple[int, ...], owner: str
+) -> torch.Tensor | None:
+    """``(group, "mask")`` (an agent takes part in the step), checked to be a bool ``shape``
+    tensor (``[B, n_agents]``); None where the batch has none (every agent takes part)."""
+    present = batch.get((group, MASK), None)
+    if present is not None and (present.shape != shape or present.dtype != torch.bool):
+        raise ValueError(
+            f"{owner}: {(group, MASK)!r} must be a bool {list(shape)} mask, got "
+            f"{present.dtype} {list(present.shape)}"
+        )
+    return present
 
 
 def entropy_of(dist: Distribution) -> torch.Tensor:

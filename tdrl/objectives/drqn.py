@@ -147,10 +147,10 @@ class DRQNLoss(OffPolicyLoss):
 
     def _slice_transitions(
         self, batch: TensorDictBase
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(reward, terminated, kept)`` ``[B, L]``, checked: the kept steps (``"mask"``, else
-        all) lead each slice and only the last kept one may end the episode (``Q(s_{t+1})`` is
-        read one step later in the same sequence)."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(reward, terminated, kept)`` ``[B, L]`` and the last kept step ``[B]``, checked: the
+        kept steps (``"mask"``, else all) lead each slice and only the last kept one may end the
+        episode (``Q(s_{t+1})`` is read one step later in the same sequence)."""
         keys = self.tensor_keys
         reward, terminated = self._reward_terminated(batch)
         ended = terminated
@@ -183,7 +183,7 @@ class DRQNLoss(OffPolicyLoss):
                 "episode's steps, only its last kept one done (ReplayBuffer.sample_slices), "
                 "since Q(s_{t+1}) is read one step later in the same sequence"
             )
-        return reward, terminated, kept
+        return reward, terminated, kept, last
 
     def _slice_weights(self, batch: TensorDictBase) -> torch.Tensor | None:
         """PER's ``priority_weight`` per step ``[B, L]`` (``[B, L]`` or ``[B, L, 1]``)."""
@@ -206,9 +206,7 @@ class DRQNLoss(OffPolicyLoss):
                 f"{owner}: needs [B, L] slices longer than burn_in={self.burn_in}, got batch "
                 f"size {tuple(batch.batch_size)}"
             )
-        reward, terminated, kept = self._slice_transitions(batch)
-        size, steps = kept.shape
-        last = kept.sum(1) - 1  # [B]
+        reward, terminated, kept, last = self._slice_transitions(batch)
         seq = self._extended(batch, last)
         b = self.burn_in
         trained_seq = self._burned_in(seq) if b else seq

@@ -13,14 +13,13 @@ from tdrl.keys import (
     AGENTS,
     LOSS_ACTOR,
     LOSS_VALUE,
-    MASK,
     NEXT,
     REWARD,
     STATE_ACTION_VALUE,
     TD_ERROR,
     TERMINATED,
 )
-from tdrl.objectives.common import masked_mean
+from tdrl.objectives.common import agent_mask, masked_mean
 from tdrl.objectives.offpolicy import OffPolicyLoss, frozen
 from tdrl.objectives.target import make_target
 from tdrl.ops import distance
@@ -116,12 +115,7 @@ class MADDPGLoss(OffPolicyLoss):
                 f"{type(self).__name__}: the critic's {(self.group, STATE_ACTION_VALUE)!r} has "
                 f"shape {tuple(q.shape)}, the per-agent target {tuple(target.shape)}"
             )
-        present = batch.get((self.group, MASK), None)  # [B, n_agents]
-        if present is not None and (present.shape != q.shape[:-1] or present.dtype != torch.bool):
-            raise ValueError(
-                f"{type(self).__name__}: {(self.group, MASK)!r} must be a bool "
-                f"{list(q.shape[:-1])} mask, got {present.dtype} {list(present.shape)}"
-            )
+        present = agent_mask(batch, self.group, tuple(q.shape[:-1]), type(self).__name__)
         loss_value = masked_mean(distance(q, target, self.loss_function), present)
         with frozen(self.value_network):  # the actor loss moves the actors only
             acting = self._acting(self.actor_network, batch)

@@ -18,13 +18,13 @@ from tdrl.keys import (
     AGENTS,
     CHOSEN_ACTION_VALUE,
     LOSS,
-    MASK,
     NEXT,
     STATE,
     TD_ERROR,
     TERMINATED,
     VALUE_TARGET,
 )
+from tdrl.objectives.common import agent_mask
 from tdrl.objectives.offpolicy import OffPolicyLoss
 from tdrl.objectives.target import make_target
 from tdrl.ops import distance
@@ -126,14 +126,8 @@ class QMixLoss(OffPolicyLoss):
 
     def _mask(self, batch: TensorDictBase) -> torch.Tensor | None:
         """``(group, "mask")`` ``[B, n_agents]`` (None: every agent takes part), checked."""
-        present = batch.get((self.group, MASK), None)
         want = (*batch.batch_size, self.n_agents)
-        if present is not None and (present.shape != want or present.dtype != torch.bool):
-            raise ValueError(
-                f"{type(self).__name__}: {(self.group, MASK)!r} must be a bool {list(want)} "
-                f"mask, got {present.dtype} {list(present.shape)}"
-            )
-        return present
+        return agent_mask(batch, self.group, want, type(self).__name__)
 
     @staticmethod
     def _present(chosen: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor:
