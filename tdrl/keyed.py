@@ -5,13 +5,14 @@ Estimators, losses and modules read TensorDict entries by configurable keys (Tor
 ``set_keys`` call read the same everywhere: :class:`MissingKeyError` (a ``KeyError``) names the
 module, the key and the keys the batch has; ``set_keys`` raises ``ValueError`` (TorchRL's type)
 naming the unknown names and the valid ones; :func:`check_finite` names the entry that holds a NaN
-or an infinity.
+or an infinity. :func:`check_counts` does the same for a constructor's sizes and counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Container
 from typing import Any, TypeVar
 
@@ -21,7 +22,7 @@ from tensordict.utils import NestedKey
 
 from tdrl.keys import NEXT
 
-__all__ = ["MissingKeyError", "check_finite", "next_key", "renamed", "require"]
+__all__ = ["MissingKeyError", "check_counts", "check_finite", "next_key", "renamed", "require"]
 
 K = TypeVar("K")
 
@@ -66,6 +67,20 @@ def renamed(keys: K, owner: str, **names: Any) -> K:
         ):
             raise ValueError(f"{owner}.set_keys: {name}={key!r} is not a str or tuple of str")
     return dataclasses.replace(keys, **names)  # type: ignore[type-var]
+
+
+def check_counts(owner: str, **counts: Any) -> None:
+    """Raise ``ValueError`` naming the first of ``counts`` (a size, or a number of members,
+    actions, atoms, steps, samples) that is not an integer >= 1 (``"EpsilonGreedy: num_actions
+    must be >= 1, got 0 (an integer count)"``). Python and numpy integers pass; bools and floats
+    do not."""
+    for name, value in counts.items():
+        try:
+            ok = not isinstance(value, bool) and operator.index(value) >= 1
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{owner}: {name} must be >= 1, got {value!r} (an integer count)")
 
 
 def check_finite(

@@ -12,6 +12,7 @@ from tdrl import keys
 from tdrl.collectors._policy import Policy, PolicyStep
 from tdrl.envs import VecEnv
 from tdrl.envs.multiagent import GROUP, MultiAgentVecEnv
+from tdrl.keyed import check_counts
 
 
 def evaluate(
@@ -46,8 +47,7 @@ def evaluate(
     """
     if isinstance(env, MultiAgentVecEnv):  # the agents' mean return
         return evaluate_multiagent(env, policy, n_episodes, deterministic, seed=seed)
-    if n_episodes < 1:
-        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    check_counts("evaluate", n_episodes=n_episodes)
     n = env.num_envs
     quota = np.full(n, n_episodes // n, dtype=np.int64)
     quota[: n_episodes % n] += 1
@@ -96,8 +96,7 @@ def evaluate_multiagent(
 ) -> dict[str, float]:
     """Exactly ``n_episodes`` episodes (env i plays its share, as ``tdrl.collectors.evaluate``);
     returns the mean over agents of each agent's return, averaged over the episodes."""
-    if n_episodes < 1:
-        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    check_counts("evaluate", n_episodes=n_episodes)
     n = env.num_envs
     quota = np.full(n, n_episodes // n, dtype=np.int64)
     quota[: n_episodes % n] += 1

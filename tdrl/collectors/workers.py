@@ -51,6 +51,7 @@ from tensordict import TensorDict
 from tdrl import keys
 from tdrl.collectors.collector import Collector
 from tdrl.envs import VecEnv, make_vec_env
+from tdrl.keyed import check_counts
 from tdrl.modules.noise import noise_buffers
 
 __all__ = ["ProcessCollector", "RayCollector", "WorkerCollector"]
@@ -385,10 +386,7 @@ class WorkerCollector:
                 f"start_timeout must be a number of seconds > 0, got {start_timeout!r}"
             )
         self.timeout, self.start_timeout = timeout, start_timeout
-        if num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        check_counts(type(self).__name__, num_workers=num_workers, num_envs=num_envs)
         per = num_workers * num_envs if sync else num_envs
         if frames_per_batch <= 0 or frames_per_batch % per:
             raise ValueError(
@@ -678,8 +676,7 @@ class RayCollector(WorkerCollector):
         **kwargs: Any,
     ) -> None:
         workers = kwargs.get("num_workers", WorkerCollector.DEFAULT_WORKERS)
-        if workers < 1:  # before Ray starts
-            raise ValueError(f"num_workers must be >= 1, got {workers}")
+        check_counts("RayCollector", num_workers=workers)  # before Ray starts
         pool = _RayPool(address, workers, num_cpus_per_worker)
         super().__init__(*args, pool=pool, **kwargs)
         self.ray = pool.ray

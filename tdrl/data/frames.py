@@ -40,6 +40,7 @@ from torchrl.data import Composite
 
 from tdrl import keys
 from tdrl.data.storage import NestedKey, StreamStorage, _path, _spell
+from tdrl.keyed import check_counts
 from tdrl.modules.networks import is_frames
 
 __all__ = ["STORE_ONCE_BYTES", "FrameStore", "frame_stack_index", "store_frames_once"]
@@ -93,8 +94,7 @@ class FrameStore:
     """
 
     def __init__(self, frame_keys: Sequence[NestedKey], frame_stack: int) -> None:
-        if frame_stack < 1:
-            raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
+        check_counts(type(self).__name__, frame_stack=frame_stack)
         if not frame_keys:
             raise ValueError("frame_keys is empty: name the observation entries holding frames")
         self.keys = [_path(k) for k in frame_keys]

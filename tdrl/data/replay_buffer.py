@@ -21,6 +21,7 @@ from tdrl.data import sampling
 from tdrl.data.frames import FrameStore
 from tdrl.data.integrity import check_files, ensure_free_space, file_records
 from tdrl.data.storage import NestedKey, StreamStorage, _spell
+from tdrl.keyed import check_counts
 from tdrl.ops._common import check_discount
 
 __all__ = ["ReplayBuffer"]
@@ -82,8 +83,7 @@ class ReplayBuffer:
         on_nonfinite: Literal["raise", "ignore"] = "raise",
         transform: Callable[[TensorDict], TensorDict] | None = None,
     ):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        check_counts(type(self).__name__, capacity=capacity)
         if n_steps < 1 or n_steps > capacity:
             raise ValueError(f"n_steps must be in [1, capacity={capacity}], got {n_steps}")
         check_discount("gamma", gamma)

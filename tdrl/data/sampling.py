@@ -17,6 +17,7 @@ from torch import Tensor
 from tdrl import keys
 from tdrl.data.frames import frame_stack_index
 from tdrl.data.storage import NestedKey, StreamStorage
+from tdrl.keyed import check_counts
 from tdrl.ops import nstep_return, nstep_steps
 from tdrl.ops._common import working_dtype
 
@@ -131,8 +132,7 @@ def sample_slices(
         raise ValueError(
             f"slice_len must be in [1, {storage.length}] (steps per stream), got {slice_len}"
         )
-    if frame_stack < 1:
-        raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
+    check_counts("sample_slices", frame_stack=frame_stack)
     start = _slice_starts(storage, rng, batch_size, slice_len)
     index = storage.window(start, torch.arange(slice_len, device=start.device))  # [B, L]
     flat = index.reshape(-1)
@@ -157,8 +157,7 @@ def padded_slices(storage: StreamStorage, start: Tensor, slice_len: int) -> Tens
     their episode's end (R2D2's sequences): ``"mask"`` ``[B, L]`` keeps the slice's own episode
     up to its end or the newest stored step, whose last kept step is marked truncated where the
     slice cuts the episode (see :meth:`tdrl.data.ReplayBuffer.sample_slices`)."""
-    if slice_len < 1:
-        raise ValueError(f"slice_len must be >= 1, got {slice_len}")
+    check_counts("padded_slices", slice_len=slice_len)
     batch_size = start.shape[0]
     offsets = torch.arange(slice_len, device=start.device)
     index = storage.window(start, offsets)  # [B, L]

@@ -18,7 +18,7 @@ from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.keyed import require
+from tdrl.keyed import check_counts, require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
 from tdrl.modules.actors import _apply
 from tdrl.modules.qvalue import Dueling
@@ -187,8 +187,7 @@ class _DistributionalQValueActor(_GreedyQActor):
 
     def __init__(self, net: nn.Module, num_actions: int, size: int, in_key: NestedKey) -> None:
         super().__init__()
-        if num_actions < 1:
-            raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+        check_counts(type(self).__name__, num_actions=num_actions)
         self.net, self.num_actions, self.size = net, num_actions, size
         self.in_keys = [in_key]
         self.out_keys = [ACTION_VALUE, ACTION, CHOSEN_ACTION_VALUE]
@@ -264,8 +263,7 @@ class QuantileQValueActor(_DistributionalQValueActor):
         num_quantiles: int = 200,
         in_key: NestedKey = OBSERVATION,
     ) -> None:
-        if num_quantiles < 1:
-            raise ValueError(f"num_quantiles must be >= 1, got {num_quantiles}")
+        check_counts(type(self).__name__, num_quantiles=num_quantiles)
         super().__init__(net, num_actions, num_quantiles, in_key)
         taus = (torch.arange(num_quantiles, dtype=torch.float32) + 0.5) / num_quantiles
         self.register_buffer("taus", taus)
@@ -311,11 +309,7 @@ class IQNQValueActor(_GreedyQActor):
         in_key: NestedKey = OBSERVATION,
     ) -> None:
         super().__init__()
-        if num_cosines < 1 or num_policy_taus < 1:
-            raise ValueError(
-                f"num_cosines and num_policy_taus must be >= 1, got {num_cosines}, "
-                f"{num_policy_taus}"
-            )
+        check_counts(type(self).__name__, num_cosines=num_cosines, num_policy_taus=num_policy_taus)
         self.feature_net, self.head = feature_net, head
         self.embedding = nn.Linear(num_cosines, features)
         self.num_actions, self.num_policy_taus = num_actions, num_policy_taus
@@ -387,8 +381,7 @@ class FQFQValueActor(IQNQValueActor):
     """
 
     def __init__(self, *args: Any, num_fractions: int = 32, **kwargs: Any) -> None:
-        if num_fractions < 1:
-            raise ValueError(f"num_fractions must be >= 1, got {num_fractions}")
+        check_counts(type(self).__name__, num_fractions=num_fractions)
         super().__init__(*args, **kwargs)
         features = self.embedding.out_features
         self.fraction_net = nn.Linear(features, num_fractions)

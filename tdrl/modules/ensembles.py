@@ -33,7 +33,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 from torch.nn import functional as F
 
-from tdrl.keyed import require
+from tdrl.keyed import check_counts, require
 from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
 from tdrl.modules.renorm import BatchRenorm
 
@@ -77,8 +77,7 @@ class EnsembleLinear(nn.Module):
         gain: float = 1.0,
     ) -> None:
         super().__init__()
-        if num_members < 1:
-            raise ValueError(f"num_members must be >= 1, got {num_members}")
+        check_counts(type(self).__name__, num_members=num_members)
         self.in_features = in_features
         self.out_features = out_features
         self.num_members = num_members
@@ -487,8 +486,7 @@ class ModuleEnsemble(TensorDictModuleBase):
         if isinstance(module, Sequence):
             members = list(module)
         else:
-            if num_members < 1:
-                raise ValueError(f"ModuleEnsemble: num_members must be >= 1, got {num_members}")
+            check_counts("ModuleEnsemble", num_members=num_members)
             members = [module] + [copy.deepcopy(module) for _ in range(num_members - 1)]
             for member in members[1:]:
                 _reset_parameters(member)

@@ -21,7 +21,7 @@ from tensordict.nn import InteractionType, TensorDictModuleBase
 from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
 
-from tdrl.keyed import require
+from tdrl.keyed import check_counts, require
 from tdrl.keys import ACTION, IS_INIT
 from tdrl.modules.actors import Bound, _register_bounds, masked_logits
 
@@ -90,8 +90,7 @@ class EpsilonGreedy(_Exploration):
             self.in_keys = [*self.in_keys, mask_key]
         if not 0.0 <= eps_end <= 1.0 or not 0.0 <= eps_init <= 1.0:
             raise ValueError(f"epsilons must lie in [0, 1], got {eps_init}, {eps_end}")
-        if num_actions < 1:
-            raise ValueError(f"EpsilonGreedy: num_actions must be >= 1, got {num_actions}")
+        check_counts("EpsilonGreedy", num_actions=num_actions)
         self.num_actions = num_actions
         self.eps_init = eps_init
         self.eps_end = eps_end

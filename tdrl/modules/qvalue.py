@@ -16,7 +16,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.keyed import require
+from tdrl.keyed import check_counts, require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
 from tdrl.modules.actors import _apply, masked_logits
 from tdrl.modules.ensembles import ConcatCritic, check_value_dim
@@ -51,8 +51,7 @@ class Dueling(nn.Module):
         atoms: int = 1,
     ) -> None:
         super().__init__()
-        if atoms < 1:
-            raise ValueError(f"atoms must be >= 1, got {atoms}")
+        check_counts(type(self).__name__, atoms=atoms)
         self.trunk = trunk
         self.value_head = value_head
         self.advantage_head = advantage_head

@@ -15,6 +15,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torch.distributions import Distribution
 
+from tdrl.keyed import check_counts
 from tdrl.keys import ACTION, ACTION_LOG_PROB, LOC, OBSERVATION, SCALE
 from tdrl.modules.actors import Bound, _apply, _bounds, _ProbabilisticActor
 from tdrl.modules.distributions import IndependentNormal
@@ -82,11 +83,10 @@ class GSDEActor(_ProbabilisticActor):
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
     ) -> None:
         super().__init__(None, in_key, [LOC, SCALE], default_interaction_type)
-        if latent_dim < 1 or action_dim < 1 or sample_freq < 1:
-            raise ValueError(
-                "latent_dim, action_dim and sample_freq must be >= 1, got "
-                f"{latent_dim}, {action_dim}, {sample_freq}"
-            )
+        check_counts(
+            type(self).__name__, latent_dim=latent_dim, action_dim=action_dim,
+            sample_freq=sample_freq,
+        )  # fmt: skip
         self.body = body
         self.head = nn.Linear(latent_dim, action_dim)
         nn.init.orthogonal_(self.head.weight, gain=0.01)  # the policy head of SB3 and tdrl

@@ -15,7 +15,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.keyed import require
+from tdrl.keyed import check_counts, require
 from tdrl.keys import (
     ACTION,
     ACTION_VALUE,
@@ -191,8 +191,7 @@ class BCQActor(TensorDictModuleBase):
         num_samples: int = 10,
     ) -> None:
         super().__init__()
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        check_counts(type(self).__name__, num_samples=num_samples)
         self.vae_network, self.actor_network = vae_network, actor_network
         self.qvalue_network, self.num_samples = qvalue_network, num_samples
         in_keys = [*vae_network.in_keys, *actor_network.in_keys, *qvalue_network.in_keys]

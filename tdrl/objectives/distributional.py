@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 
+from tdrl.keyed import check_counts
 from tdrl.keys import CHOSEN_ACTION_VALUE, FRACTION_ENTROPY, LOSS, NEXT, VALUE_TARGET
 from tdrl.objectives.offpolicy import OffPolicyLoss
 from tdrl.ops.distributional import categorical_projection, quantile_huber_loss
@@ -249,10 +250,7 @@ class IQNLoss(_DistributionalLoss):
     ) -> None:
         super().__init__(value_network, **options)
         self.kappa = _checked_kappa(kappa)
-        if num_taus < 1 or num_target_taus < 1:
-            raise ValueError(
-                f"num_taus and num_target_taus must be >= 1, got {num_taus}, {num_target_taus}"
-            )
+        check_counts(type(self).__name__, num_taus=num_taus, num_target_taus=num_target_taus)
         self.num_taus, self.num_target_taus = num_taus, num_target_taus
 
     def forward(self, batch: TensorDictBase) -> TensorDictBase:

@@ -8,7 +8,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl.modules import set_recurrent_mode
 
-from tdrl.keyed import next_key, require
+from tdrl.keyed import check_counts, next_key, require
 from tdrl.keys import (
     ACTION_VALUE,
     CHOSEN_ACTION_VALUE,
@@ -87,8 +87,7 @@ class DRQNLoss(OffPolicyLoss):
         super().__init__(gamma=gamma, loss_function=loss_function)
         if burn_in < 0:
             raise ValueError(f"burn_in must be >= 0, got {burn_in}")
-        if n_steps < 1:
-            raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+        check_counts("DRQNLoss", n_steps=n_steps)
         if not 0.0 <= priority_eta <= 1.0:
             raise ValueError(f"priority_eta must lie in [0, 1], got {priority_eta}")
         self._init_value(value_network, delay_value=True, double_dqn=double_dqn)

@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from tdrl.keyed import check_counts
 from tdrl.keys import INDEX, MASK, TD_ERROR
 from tdrl.modules.noise import noise_buffers
 
@@ -115,10 +116,7 @@ class HardUpdate:
     """
 
     def __init__(self, loss: HasTargets, *, value_network_update_interval: int = 1000):
-        if value_network_update_interval < 1:
-            raise ValueError(
-                f"value_network_update_interval must be >= 1, got {value_network_update_interval}"
-            )
+        check_counts("HardUpdate", value_network_update_interval=value_network_update_interval)
         self.loss = loss
         self.value_network_update_interval = value_network_update_interval
         self.counter = 0

@@ -54,16 +54,16 @@ def check_discount(name: str, value: float | Tensor) -> None:
         raise InputError(name, f"must lie in [0, 1], got {value}")
 
 
-def check_float(name: str, x: Tensor, reward: Tensor) -> None:
-    """Raise ``InputError`` unless ``x`` is a tensor of ``reward``'s shape, dtype and device."""
+def check_like(name: str, x: Tensor, reward: Tensor, *, flag: bool = False) -> None:
+    """Raise ``InputError`` unless ``x`` is a tensor of ``reward``'s shape and device, and of its
+    dtype (``flag``: torch.bool, an episode-end flag)."""
     if not isinstance(x, Tensor):
-        raise InputError(name, f"expected a tensor, got {type(x).__name__}")
-    if x.dtype != reward.dtype:
+        kind = "a bool tensor" if flag else "a tensor"
+        raise InputError(name, f"expected {kind}, got {type(x).__name__}")
+    if flag and x.dtype != torch.bool:
+        raise InputError(name, f"episode-end flags must be torch.bool, got {x.dtype}")
+    if not flag and x.dtype != reward.dtype:
         raise InputError(name, f"dtype {x.dtype} differs from reward's {reward.dtype}")
-    _check_like(name, x, reward)
-
-
-def _check_like(name: str, x: Tensor, reward: Tensor) -> None:
     if x.shape != reward.shape:
         raise InputError(
             name, f"shape {tuple(x.shape)} does not match reward's {tuple(reward.shape)}"
@@ -72,24 +72,13 @@ def _check_like(name: str, x: Tensor, reward: Tensor) -> None:
         raise InputError(name, f"device {x.device} differs from reward's {reward.device}")
 
 
-def check_flag(name: str, x: Tensor, reward: Tensor) -> None:
-    """Raise ``InputError`` unless ``x`` is a bool tensor of ``reward``'s shape and device."""
-    if not isinstance(x, Tensor):
-        raise InputError(name, f"expected a bool tensor, got {type(x).__name__}")
-    if x.dtype != torch.bool:
-        raise InputError(name, f"episode-end flags must be torch.bool, got {x.dtype}")
-    _check_like(name, x, reward)
-
-
 def check_flags(
     terminated: Tensor, done: Tensor | None, truncated: Tensor | None, reward: Tensor
 ) -> None:
     """Dtype, shape and device of the flags (metadata only: no pass over the data)."""
-    check_flag("terminated", terminated, reward)
-    if done is not None:
-        check_flag("done", done, reward)
-    if truncated is not None:
-        check_flag("truncated", truncated, reward)
+    for name, flag in (("terminated", terminated), ("done", done), ("truncated", truncated)):
+        if flag is not None:
+            check_like(name, flag, reward, flag=True)
 
 
 def check_done(terminated: Tensor, done: Tensor, truncated: Tensor | None) -> None:

@@ -16,7 +16,7 @@ from tdrl.ops._common import (
     check_discount,
     check_done,
     check_flags,
-    check_float,
+    check_like,
     effective_flags,
     from_rows,
     nan_bits,
@@ -206,9 +206,9 @@ def prepare(
         raise InputError("reward", f"expected a floating tensor with a time dim, got {_d(reward)}")
     shape = reward.shape
     if validate:
-        check_float("next_value", next_value, reward)
+        check_like("next_value", next_value, reward)
         if value is not None:
-            check_float("value", value, reward)
+            check_like("value", value, reward)
         check_flags(terminated, done, truncated, reward)
     tdim = normalize_time_dim(time_dim, reward.ndim)
     if shape[tdim] == 0:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from tdrl.ops import _kernels
-from tdrl.ops._common import AdvantageEstimate, InputError, check_float
+from tdrl.ops._common import AdvantageEstimate, InputError, check_like
 from tdrl.ops._prepare import np_view, prepare, scalar
 
 
@@ -67,7 +67,7 @@ def vtrace(
         all inputs and outputs ``[*B, T, *F]``.
     """
     if validate:
-        check_float("log_rho", log_rho, reward)
+        check_like("log_rho", log_rho, reward)
     rows = prepare(reward, value, next_value, terminated, done, truncated, gamma=gamma,
                    truncation=truncation, time_dim=time_dim, backend=backend, validate=validate,
                    extra=(log_rho,))  # fmt: skip
