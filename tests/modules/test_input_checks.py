@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -205,6 +206,10 @@ def test_ensemble_layers_and_member_counts_are_checked():
     for n in (0, -3):
         with pytest.raises(ValueError, match=f"num_members must be >= 1, got {n}"):
             as_ensemble(critic, n)
+    for n in (2.0, True, "2"):  # a float, a bool or a string is not a count, though 2.0 >= 1
+        with pytest.raises(ValueError, match=f"EnsembleLinear: num_members must be .*got {n!r}"):
+            EnsembleLinear(4, 1, num_members=n)  # type: ignore[arg-type]
+    assert EnsembleLinear(4, 1, num_members=np.int64(2)).num_members == 2  # numpy ints count
 
 
 def test_td3_smoothing_noise_and_gradient_clip_values_are_checked():
