@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -44,6 +44,19 @@ class EstimatorKeys:
     sample_log_prob: NestedKey = K.ACTION_LOG_PROB
     target_log_prob: NestedKey = K.TARGET_LOG_PROB
     action: NestedKey = K.ACTION
+
+
+class Signals(NamedTuple):
+    """What an estimator reads from a batch: ``V(s_t)``, ``V(s_{t+1})`` (detached), the
+    ``"next"`` signals (``done`` and ``truncated`` optional) and the discount of each step."""
+
+    value: Tensor
+    next_value: Tensor
+    reward: Tensor
+    terminated: Tensor
+    done: Tensor | None
+    truncated: Tensor | None
+    gamma: float | Tensor
 
 
 # Constructor arguments of TorchRL 0.14 that only tune how its value network is called (vmap,
@@ -136,6 +149,16 @@ class ValueEstimator(TensorDictModuleBase):
         return [self.tensor_keys.advantage, self.tensor_keys.value_target]
 
     # --- reading the batch ----------------------------------------------------------------
+    def _read(
+        self, tensordict: TensorDictBase, params: TensorDictBase | None, target_params: Any
+    ) -> Signals:
+        """The values (:meth:`_values`), signals (:meth:`_signals`) and discounts (:meth:`_gamma`)
+        of a batch."""
+        value, next_value = self._values(tensordict, params, target_params)
+        reward, terminated, done, truncated = self._signals(tensordict)
+        gamma = self._gamma(tensordict, reward)
+        return Signals(value, next_value, reward, terminated, done, truncated, gamma)
+
     def _time_dim(self, tensordict: TensorDictBase, time_dim: int | None) -> int:
         dim = time_dim if time_dim is not None else self.time_dim
         if dim is None:

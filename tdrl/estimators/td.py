@@ -52,11 +52,10 @@ class GAE(ValueEstimator):
     def _estimate(
         self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
     ) -> tuple[Tensor, Tensor]:
-        value, next_value = self._values(tensordict, params, target_params)
-        reward, terminated, done, truncated = self._signals(tensordict)
+        x = self._read(tensordict, params, target_params)
         advantage, value_target = self._call_op(
-            gae, reward, value, next_value, terminated, done, truncated=truncated,
-            gamma=self._gamma(tensordict, reward), lmbda=self.lmbda, time_dim=time_dim,
+            gae, x.reward, x.value, x.next_value, x.terminated, x.done, truncated=x.truncated,
+            gamma=x.gamma, lmbda=self.lmbda, time_dim=time_dim,
         )  # fmt: skip
         if self.average_gae:
             advantage = standardize(advantage)
@@ -87,23 +86,20 @@ class TDLambdaEstimator(ValueEstimator):
         self.lmbda = self._lmbda(lmbda)
         self.average_rewards = average_rewards
 
-    def _estimate(
-        self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
-    ) -> tuple[Tensor, Tensor]:
-        value, next_value = self._values(tensordict, params, target_params)
-        reward, terminated, done, truncated = self._signals(tensordict)
-        gamma = self._gamma(tensordict, reward)
-        if self.average_rewards:
-            reward = standardize(reward)
-        target = self._call_op(
-            self._target_op(), reward, next_value, terminated, done, truncated=truncated,
-            value=value, gamma=gamma, time_dim=time_dim,
-        )  # fmt: skip
-        return target - value, target
-
     def _target_op(self) -> Callable[..., Tensor]:
         """The op that computes the value target (TD(0) swaps in the one-step target)."""
         return functools.partial(td_lambda_return, lmbda=self.lmbda)
+
+    def _estimate(
+        self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
+    ) -> tuple[Tensor, Tensor]:
+        x = self._read(tensordict, params, target_params)
+        reward = standardize(x.reward) if self.average_rewards else x.reward
+        target = self._call_op(
+            self._target_op(), reward, x.next_value, x.terminated, x.done,
+            truncated=x.truncated, value=x.value, gamma=x.gamma, time_dim=time_dim,
+        )  # fmt: skip
+        return target - x.value, target
 
 
 class TD1Estimator(TDLambdaEstimator):

@@ -61,8 +61,8 @@ class VTrace(ValueEstimator):
     def _estimate(
         self, tensordict: TensorDictBase, params: Any, target_params: Any, time_dim: int
     ) -> tuple[Tensor, Tensor]:
-        value, next_value = self._values(tensordict, params, target_params)
-        reward, terminated, done, truncated = self._signals(tensordict)
+        signals = self._read(tensordict, params, target_params)
+        reward = signals.reward
         k = self.tensor_keys
         log_mu = self._get(tensordict, k.sample_log_prob, "the behaviour policy's log-prob")
         if self.actor_network is None:
@@ -78,8 +78,9 @@ class VTrace(ValueEstimator):
                 )
         log_rho = (log_pi.reshape(reward.shape) - log_mu.reshape(reward.shape)).to(reward.dtype)
         advantage, value_target = self._call_op(
-            vtrace, reward, value, next_value, log_rho, terminated, done, truncated=truncated,
-            gamma=self._gamma(tensordict, reward), rho_thresh=self.rho_thresh,
+            vtrace, reward, signals.value, signals.next_value, log_rho, signals.terminated,
+            signals.done, truncated=signals.truncated, gamma=signals.gamma,
+            rho_thresh=self.rho_thresh,
             c_thresh=self.c_thresh, time_dim=time_dim,
         )  # fmt: skip
         if self.average_adv:
