@@ -87,12 +87,9 @@ class QMixLoss(OffPolicyLoss):
         gamma: float = 0.99,
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
-        if double_dqn and not delay_value:
-            raise ValueError("double_dqn needs delay_value=True (a separate target network)")
-        self.value_network, self.mixer = local_value_network, mixer
-        self.delay_value, self.double_dqn = delay_value, double_dqn
-        self.target_value_network = make_target(local_value_network) if delay_value else None
-        self.target_mixer = make_target(mixer) if delay_value else None
+        self._init_value(local_value_network, delay_value, double_dqn)
+        self.mixer = mixer
+        self.target_mixer = make_target(mixer) if delay_value else mixer
         self.n_agents, self.state_key, self.group = n_agents, state_key, group
         self.set_keys(action=(group, ACTION), action_value=(group, ACTION_VALUE))
 
@@ -107,10 +104,8 @@ class QMixLoss(OffPolicyLoss):
         return found
 
     def target_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
-        if not self.delay_value:
-            return []
-        assert self.target_value_network is not None and self.target_mixer is not None
-        return [(self.value_network, self.target_value_network), (self.mixer, self.target_mixer)]
+        pairs = super().target_pairs()  # the local network's
+        return [*pairs, (self.mixer, self.target_mixer)] if self.delay_value else pairs
 
     def _agent_values(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         """``Q_i(o_i, .)`` ``[B, n_agents, n_actions]``, its agent count checked."""
@@ -144,8 +139,7 @@ class QMixLoss(OffPolicyLoss):
         """``y`` ``[B]`` (no gradient)."""
         reward, terminated, discount = self._transition(batch)
         nxt: TensorDictBase = require(batch, NEXT, type(self).__name__)  # type: ignore[assignment]
-        target_net = self.target_value_network or self.value_network
-        target_values = self._agent_values(target_net, nxt)
+        target_values = self._agent_values(self.target_value_network, nxt)
         select = self._agent_values(self.value_network, nxt) if self.double_dqn else target_values
         valid = nxt.get((self.group, ACTION_MASK), None)  # masked envs: the best valid action
         if valid is not None:
@@ -156,7 +150,7 @@ class QMixLoss(OffPolicyLoss):
             alone = nxt.get((self.group, TERMINATED), None)
             present = present if alone is None else present & ~alone.reshape(present.shape)
         chosen = self._present(target_values.gather(-1, best), present)
-        mixed = self._mix(self.target_mixer or self.mixer, chosen, nxt)
+        mixed = self._mix(self.target_mixer, chosen, nxt)
         return reward + discount * (~terminated).to(reward.dtype) * mixed.squeeze(-1)
 
     def forward(self, batch: TensorDictBase) -> TensorDict:
