@@ -11,12 +11,15 @@ trains in bursts); double Q on. docs/algorithms/dqn.md has the sources and the r
     python recipes/dqn.py                                  # CartPole-v1
     python recipes/dqn.py --n-steps 3 --prioritized --no-double-dqn
     python recipes/dqn.py --env-id MinAtar/Breakout-v1     # uint8 frames: a CNN Q network
+    python recipes/dqn.py --env-id MinAtar/Breakout-v1 --augment shift --shift-pad 1
     python recipes/dqn.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --buffer-size 1000000    # Atari: 7.1 GB of frames when full
     python recipes/dqn.py --env-id MountainCar-v0 --intrinsic-coeff 1 --intrinsic icm
     python recipes/dqn.py --env-id tdrl/BitFlipping15-v0 --her future --gamma 0.98
 
-The fifth adds ICM's curiosity (Pathak et al. 2017) to the stored rewards; --intrinsic rnd: RND's.
+The fourth trains on randomly shifted frames (DrQ, Kostrikov et al. 2020; its pad of 4 is for
+84x84 frames). The sixth adds ICM's curiosity (Pathak et al. 2017) to the stored rewards;
+--intrinsic rnd: RND's.
 The last reads the goal env's dict observation (every entry, concatenated) and relabels goals
 with hindsight replay (Andrychowicz et al. 2017).
 """
@@ -106,11 +109,13 @@ def main(cfg: Config) -> dict[str, float]:
     bonus = cfg.explore.model(env.observation_spec, env.action_spec, device)  # or None
     bonus_group = [] if bonus is None else [(bonus.parameters(), cfg.q.lr)]
     optimizer = trainers.adam((qnet.parameters(), cfg.q.lr), *bonus_group)
+    # sampled frames shifted (--augment shift), then a dict observation's entries concatenated
+    augment = cfg.pixels.sample_transform(env.observation_spec, then=inputs.transform)
     buffer = make_replay_buffer(
         cfg.replay.buffer_size, **cfg.per.buffer_kwargs(), gamma=cfg.q.gamma,
         generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,
-        frame_stack=cfg.pixels.frame_stack, transform=inputs.transform,
-        **cfg.goals.replay_kwargs(cfg.run.env_id),
+        frame_stack=cfg.pixels.frame_stack, **cfg.goals.replay_kwargs(cfg.run.env_id),
+        transform=augment,
     )  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, policy, cfg.q.frames_per_batch,

@@ -241,3 +241,30 @@ class MaskedAgents:
 
     def close(self):
         pass
+
+
+class Dot(gym.Env):
+    """A dot on a 1 x 8 x 8 uint8 frame, moved by 4 discrete actions; reward 1 when it reaches
+    the corner (7, 7), where the episode ends. Its whole state is plain numpy (exact resume)."""
+
+    observation_space = gym.spaces.Box(0, 255, (1, 8, 8), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def __init__(self) -> None:
+        self.position = np.zeros(2, np.int64)
+
+    def _frame(self) -> np.ndarray:
+        frame = np.zeros((1, 8, 8), np.uint8)
+        frame[0, self.position[0], self.position[1]] = 255
+        return frame
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = self.np_random.integers(0, 7, size=2)
+        return self._frame(), {}
+
+    def step(self, action):
+        move = [(-1, 0), (1, 0), (0, -1), (0, 1)][int(action)]
+        self.position = np.clip(self.position + move, 0, 7)
+        done = bool((self.position == 7).all())
+        return self._frame(), float(done), done, False, {}

@@ -1,6 +1,7 @@
 """tdrl.data: replay buffers on preallocated TensorDict storage; Minari datasets."""
 
 from tdrl.data import batches
+from tdrl.data.augment import RandomShift
 from tdrl.data.batches import *  # noqa: F403  (what a training loop does with batches: its __all__)
 from tdrl.data.datasets import load_minari, save_minari, split_episodes
 from tdrl.data.her import HER_STRATEGIES, HERReplayBuffer
@@ -13,6 +14,7 @@ __all__ = [
     "HER_STRATEGIES",
     "HERReplayBuffer",
     "PrioritizedReplayBuffer",
+    "RandomShift",
     "ReplayBuffer",
     "StreamStorage",
     "SumTree",

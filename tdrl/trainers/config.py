@@ -42,7 +42,7 @@ _POSITIVE = {
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
     "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size", "critic_minibatch_size",
     "frame_stack", "steps", "num_critics", "num_quantiles", "policy_iterations", "aux_epochs",
-    "aux_minibatch_size",
+    "aux_minibatch_size", "shift_pad",
 }  # fmt: skip
 _NON_NEGATIVE = {
     "eval_every", "log_every", "checkpoint_every", "stop_after_frames", "init_random_frames",
@@ -501,12 +501,46 @@ class PixelConfig:
     """Atari: a lost life ends the training episode (evaluation plays whole games)."""
     clip_rewards: bool = False
     """learn from rewards clipped to [-1, 1] (DQN on Atari); logged returns stay the env's."""
+    augment: Literal["off", "shift"] = "off"
+    """pixel envs: augment the sampled frames (shift: DrQ's random shift of up to shift_pad
+    pixels, the observation and the next observation each their own; Kostrikov et al. 2020)."""
+    shift_pad: int = 4
+    """--augment shift: the largest shift in pixels (DrQ: 4 for 84x84 frames)."""
+
+    def sample_transform(self, observation_spec: Composite, then: Any = None) -> Any:
+        """The replay buffer's sample transform: the augmentation (torch's global generator,
+        which checkpoints save), then ``then`` (a dict observation's concatenation), either or
+        none. An augmentation needs ``[C, H, W]`` frames under ``"observation"``."""
+        if self.augment == "off":
+            return then
+        from tdrl.data.augment import RandomShift
+
+        spec = observation_spec.get("observation", None)
+        batch_dims = len(observation_spec.shape)
+        if spec is None or len(spec.shape) - batch_dims != 3:
+            found = "none" if spec is None else f"{spec.dtype} {tuple(spec.shape[batch_dims:])}"
+            raise ValueError(
+                f"--augment {self.augment} shifts images: it needs [C, H, W] frames under "
+                f"'observation', the env has {found}"
+            )
+        shift = RandomShift(self.shift_pad)
+        return shift if then is None else _Chain(shift, then)
 
     def env_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """What :func:`tdrl.trainers.make_envs` takes: both envs' options, the training envs'."""
         both = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
         train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
         return both, train
+
+
+class _Chain:
+    """Two sample transforms, one after the other (picklable, unlike a lambda)."""
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self.first, self.second = first, second
+
+    def __call__(self, batch: Any) -> Any:
+        return self.second(self.first(batch))
 
 
 @configclass

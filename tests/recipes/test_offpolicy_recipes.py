@@ -222,6 +222,37 @@ def test_dqn_runs_on_minatar_frames(frame_stack, tmp_path, device):
     assert math.isfinite(result["eval_return_mean"])
 
 
+def test_dqn_on_shifted_frames_resumes_exactly_and_flat_observations_are_refused(tmp_path):
+    """--augment shift: the loss sees shifted frames (offsets from torch's global generator,
+    which the checkpoint restores), so a resumed run equals a straight one; an env without
+    frames is refused before anything runs."""
+    import gymnasium as gym
+
+    if "tdrl-test/Dot-v0" not in gym.registry:  # uint8 frames whose state a checkpoint holds
+        gym.register("tdrl-test/Dot-v0", entry_point="tests.tiny_envs:Dot", max_episode_steps=16)
+    shifted = dict(env_id="tdrl-test/Dot-v0", init_random_frames=128, buffer_size=1_000,
+                   augment="shift", shift_pad=1, checkpoint_every=100_000)  # fmt: skip
+    module, straight = config("dqn", tmp_path / "straight", total_frames=448, **shifted)
+    result = module.main(straight)
+    assert result["updates"] > 0
+    _, first = config("dqn", tmp_path / "resumed", total_frames=448, stop_after_frames=256,
+                      **shifted)  # fmt: skip
+    module.main(first)
+    torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
+    module.main(configure(first, stop_after_frames=0, resume=True))
+    got, expected = (_rows(Path(c.run.log_dir) / "train.csv") for c in (first, straight))
+    assert got == expected
+    _, plain = config("dqn", tmp_path / "plain", total_frames=448,
+                      **{**shifted, "augment": "off"})  # fmt: skip
+    module.main(plain)
+    assert _rows(Path(plain.run.log_dir) / "train.csv") != expected  # shifts change the loss
+    with pytest.raises(ValueError, match="--shift-pad must be >= 1, got 0"):
+        configure(module.Config, shift_pad=0)
+    _, flat = config("dqn", tmp_path / "flat", augment="shift")
+    with pytest.raises(ValueError, match=r"--augment shift .*\[C, H, W\] frames .*float32 \(4,\)"):
+        module.main(flat)
+
+
 @pytest.mark.parametrize("algo", ["iqn", "fqf", "c51"])
 def test_distributional_dqn_runs_on_minatar_frames(algo, tmp_path):
     pytest.importorskip("minatar")
