@@ -154,6 +154,28 @@ def test_linear_decay_goes_to_zero_over_its_steps_and_stays_there() -> None:
     assert scheduler.get_last_lr() == [1e-3]
 
 
+def test_the_learning_rate_can_decay_over_a_longer_horizon_than_the_run() -> None:
+    """--lr-decay-frames 3M at a 1M budget (Tianshou's MuJoCo schedule): after the run's
+    batches the learning rate is still 2/3 of its start; 0 means the run's own frames."""
+    from tdrl.trainers.config import OnPolicyConfig
+
+    def lr_after(cfg: OnPolicyConfig, total_frames: int, batches: int) -> float:
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(()))], lr=3e-4)
+        scheduler = cfg.lr_schedule(optimizer, total_frames)
+        for _ in range(batches):
+            optimizer.step()
+            scheduler.step()
+        return scheduler.get_last_lr()[0]
+
+    long = OnPolicyConfig(frames_per_batch=2048, lr=3e-4, lr_decay_frames=3_000_000)
+    run_batches = math.ceil(1_000_000 / 2048)  # 489
+    assert lr_after(long, 1_000_000, run_batches) == pytest.approx(3e-4 * (1 - 489 / 1465))
+    own = OnPolicyConfig(frames_per_batch=2048, lr=3e-4)
+    assert lr_after(own, 1_000_000, run_batches) == 0.0
+    with pytest.raises(ValueError, match="--lr-decay-frames must be >= 0, got -1"):
+        OnPolicyConfig(lr_decay_frames=-1)
+
+
 def _update(batch, loss, estimator, optimizer, *, epochs=1, minibatch_size=None, seq_len=None):
     """A recipe's on-policy update: the estimator on the whole rollout, then minibatch steps;
     returns the mean loss outputs and the number of gradient steps."""
