@@ -49,6 +49,7 @@ class Config:
     """select the bootstrap action with the online network."""
     per: config.PERConfig = config.PERConfig()
     pixels: config.PixelConfig = config.PixelConfig()
+    aug: config.AugmentConfig = config.AugmentConfig()
     explore: config.IntrinsicConfig = config.IntrinsicConfig()
     goals: config.GoalConfig = config.GoalConfig()
 
@@ -110,7 +111,7 @@ def main(cfg: Config) -> dict[str, float]:
     bonus_group = [] if bonus is None else [(bonus.parameters(), cfg.q.lr)]
     optimizer = trainers.adam((qnet.parameters(), cfg.q.lr), *bonus_group)
     # sampled frames shifted (--augment shift), then a dict observation's entries concatenated
-    augment = cfg.pixels.sample_transform(env.observation_spec, then=inputs.transform)
+    augment = cfg.aug.sample_transform(env.observation_spec, then=inputs.transform)
     buffer = make_replay_buffer(
         cfg.replay.buffer_size, **cfg.per.buffer_kwargs(), gamma=cfg.q.gamma,
         generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,

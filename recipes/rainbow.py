@@ -47,6 +47,7 @@ class Config:
     """select the bootstrap action with the online network."""
     per: config.PERConfig = config.PERConfig()
     pixels: config.PixelConfig = config.PixelConfig()
+    aug: config.AugmentConfig = config.AugmentConfig()
 
 
 def q_network_and_loss(
@@ -108,7 +109,7 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.replay.buffer_size, **cfg.per.buffer_kwargs(), gamma=cfg.q.gamma,
         generator=cfg.run.seed, device=device, observation_spec=env.observation_spec,
         frame_stack=cfg.pixels.frame_stack,
-        transform=cfg.pixels.sample_transform(env.observation_spec),  # --augment shift
+        transform=cfg.aug.sample_transform(env.observation_spec),  # --augment shift
     )  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, policy, cfg.q.frames_per_batch,

@@ -7,11 +7,12 @@ sample and per entry (the observation and the next observation get their own, as
 channels of a sample (a frame stack) move together. Applied to sampled batches only (a replay
 buffer's ``transform``): the stored data and what the policy acts on stay as they are.
 
-    buffer = make_replay_buffer(100_000, transform=RandomShift(pad=4, generator=0))
+    buffer = make_replay_buffer(100_000, transform=RandomShift(pad=4))
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -33,7 +34,9 @@ class RandomShift:
         pad: the largest shift in pixels, per direction (DrQ: 4 for 84x84 frames).
         in_keys: the image entries, each ``[B, C, H, W]`` (uint8 frames or floats); default
             ``"observation"`` and ``("next", "observation")``.
-        generator: a seed or a ``torch.Generator`` for the offsets (default: torch's global one).
+        generator: a seed or a CPU ``torch.Generator`` for the offsets. Default: torch's global
+            one, whose state tdrl's checkpoints save (a resumed run draws the same offsets);
+            a generator of its own is the caller's to save.
 
     Shapes:
         each entry ``[B, C, H, W]`` in and out, dtype kept.
@@ -51,8 +54,12 @@ class RandomShift:
             raise ValueError("RandomShift: in_keys is empty; name the image entries to shift")
         self.pad = int(pad)
         self.in_keys = list(in_keys)
-        if isinstance(generator, int):
-            generator = torch.Generator().manual_seed(generator)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            if isinstance(generator, bool):
+                raise TypeError("RandomShift: generator must be a seed or a torch.Generator")
+            generator = torch.Generator().manual_seed(operator.index(generator))
+        elif generator is not None and generator.device.type != "cpu":
+            raise ValueError("RandomShift: the offsets are drawn on the CPU; pass a CPU generator")
         self.generator = generator
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:

@@ -87,8 +87,10 @@ class QMixLoss(OffPolicyLoss):
         gamma: float = 0.99,
     ) -> None:
         super().__init__(gamma=gamma, loss_function=loss_function)
+        # the online networks first, then the targets: the parameter order optimizers (and
+        # their checkpointed state) follow
+        self.value_network, self.mixer = local_value_network, mixer
         self._init_value(local_value_network, delay_value, double_dqn)
-        self.mixer = mixer
         self.target_mixer = make_target(mixer) if delay_value else mixer
         self.n_agents, self.state_key, self.group = n_agents, state_key, group
         self.set_keys(action=(group, ACTION), action_value=(group, ACTION_VALUE))

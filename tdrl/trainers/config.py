@@ -501,9 +501,21 @@ class PixelConfig:
     """Atari: a lost life ends the training episode (evaluation plays whole games)."""
     clip_rewards: bool = False
     """learn from rewards clipped to [-1, 1] (DQN on Atari); logged returns stay the env's."""
+
+    def env_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What :func:`tdrl.trainers.make_envs` takes: both envs' options, the training envs'."""
+        both = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
+        train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
+        return both, train
+
+
+@configclass
+class AugmentConfig:
+    """Augmented replay samples (the replay-buffer recipes on frames)."""
+
     augment: Literal["off", "shift"] = "off"
-    """pixel envs: augment the sampled frames (shift: DrQ's random shift of up to shift_pad
-    pixels, the observation and the next observation each their own; Kostrikov et al. 2020)."""
+    """augment the sampled frames (shift: DrQ's random shift of up to shift_pad pixels, the
+    observation and the next observation each their own; Kostrikov et al. 2020)."""
     shift_pad: int = 4
     """--augment shift: the largest shift in pixels (DrQ: 4 for 84x84 frames)."""
 
@@ -525,12 +537,6 @@ class PixelConfig:
             )
         shift = RandomShift(self.shift_pad)
         return shift if then is None else _Chain(shift, then)
-
-    def env_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What :func:`tdrl.trainers.make_envs` takes: both envs' options, the training envs'."""
-        both = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
-        train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
-        return both, train
 
 
 class _Chain:

@@ -3,6 +3,7 @@ here pixel by pixel; offsets per sample and per entry; bad input named."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -73,6 +74,9 @@ def test_random_shift_names_bad_input():
         RandomShift(0)
     with pytest.raises(ValueError, match="in_keys is empty"):
         RandomShift(4, [])
+    with pytest.raises(TypeError, match="generator must be a seed or a torch.Generator"):
+        RandomShift(4, generator=True)
+    assert RandomShift(4, generator=np.int64(3)).generator.initial_seed() == 3
     flat = TensorDict({"observation": torch.zeros(4, 17)}, batch_size=[4])
     with pytest.raises(ValueError, match=r"'observation' must be \[B, C, H, W\] .*\(4, 17\)"):
         RandomShift(4, ["observation"])(flat)

@@ -136,3 +136,24 @@ def test_an_absent_agent_adds_nothing_to_the_team_value_or_its_target():
     bad[A, "mask"] = bad[A, "mask"].int()
     with pytest.raises(ValueError, match=r"mask'\) must be a bool \[12, 3\] mask, got torch.int32"):
         loss(bad)
+
+
+def test_parameters_come_online_first_then_targets_and_no_delay_means_no_copies():
+    """The online networks' parameters, then the target copies': the order an optimizer built
+    on ``loss.parameters()`` keeps its state in (checkpoints load it by position)."""
+    loss, _ = _setup()
+    order = []
+    for name, _ in loss.named_parameters():
+        part = name.split(".")[0]
+        if part not in order:
+            order.append(part)
+    assert order == ["value_network", "mixer", "target_value_network", "target_mixer"]
+    local, mixer = loss.value_network, loss.mixer
+    plain = QMixLoss(local, mixer, n_agents=3, delay_value=False, gamma=0.9)
+    assert plain.target_value_network is local and plain.target_mixer is mixer
+    assert plain.target_pairs() == []  # nothing for a target update to copy
+    assert len(list(plain.parameters())) == len(list(local.parameters())) + len(
+        list(mixer.parameters())
+    )
+    with pytest.raises(ValueError, match="double_dqn=True needs delay_value=True"):
+        QMixLoss(local, mixer, n_agents=3, delay_value=False, double_dqn=True)
