@@ -696,8 +696,9 @@ class OnPolicyConfig:
     lr_decay: bool = True
     """decay the learning rate linearly to 0 over total_frames (or lr_decay_frames)."""
     lr_decay_frames: int = 0
-    """--lr-decay: env steps over which the learning rate reaches 0 (0: total_frames). Tianshou's
-    MuJoCo benchmark decays over its 3M-step schedule even where its table reads the first 1M."""
+    """--lr-decay: the learning rate reaches 0 after this many env steps or total_frames,
+    whichever is more. Tianshou's MuJoCo benchmarks decay over their 3M-step schedule while
+    their tables read the first 1M."""
     gamma: float = 0.99
     """discount."""
     normalize_advantage: bool = True
@@ -711,10 +712,10 @@ class OnPolicyConfig:
         self, optimizer: torch.optim.Optimizer, total_frames: int
     ) -> torch.optim.lr_scheduler.LambdaLR:
         """The learning-rate schedule, stepped once per batch: linear to 0 over the batches of
-        ``lr_decay_frames`` (0: of the run), with ``lr_decay``; else constant."""
+        ``max(lr_decay_frames, total_frames)`` env steps, with ``lr_decay``; else constant."""
         from tdrl.trainers.optim import linear_decay
 
-        frames = self.lr_decay_frames or total_frames
+        frames = max(self.lr_decay_frames, total_frames)
         batches = math.ceil(frames / self.frames_per_batch)
         return linear_decay(optimizer, batches, decay=self.lr_decay)
 

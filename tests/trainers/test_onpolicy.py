@@ -156,7 +156,8 @@ def test_linear_decay_goes_to_zero_over_its_steps_and_stays_there() -> None:
 
 def test_the_learning_rate_can_decay_over_a_longer_horizon_than_the_run() -> None:
     """--lr-decay-frames 3M at a 1M budget (Tianshou's MuJoCo schedule): after the run's
-    batches the learning rate is still 2/3 of its start; 0 means the run's own frames."""
+    batches the learning rate is still 2/3 of its start; a run longer than the horizon, and the
+    default 0, decay over the run's own frames."""
     from tdrl.trainers.config import OnPolicyConfig
 
     def lr_after(cfg: OnPolicyConfig, total_frames: int, batches: int) -> float:
@@ -172,6 +173,7 @@ def test_the_learning_rate_can_decay_over_a_longer_horizon_than_the_run() -> Non
     assert lr_after(long, 1_000_000, run_batches) == pytest.approx(3e-4 * (1 - 489 / 1465))
     own = OnPolicyConfig(frames_per_batch=2048, lr=3e-4)
     assert lr_after(own, 1_000_000, run_batches) == 0.0
+    assert lr_after(long, 4_096_000, 2000) == 0.0  # a longer run decays over its own frames
     with pytest.raises(ValueError, match="--lr-decay-frames must be >= 0, got -1"):
         OnPolicyConfig(lr_decay_frames=-1)
 
