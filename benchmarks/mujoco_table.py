@@ -1104,8 +1104,10 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   Ant and Walker2d; NPG, REINFORCE and REDQ: not in SB3).
 - Lines of settings that are not the recipes' defaults are kept, with their settings, in
   `mujoco_table_superseded.jsonl`: PPO without reward scaling (on Ant its mean final was 1874.6,
-  against 1180.6 with it), TRPO and NPG without return scaling, A2C with `--scale-rewards` and
-  A2C without value-target scaling, TD3 at the recipe's 1M defaults and with 256x256 nets.
+  against 1180.6 with it), TRPO and NPG without return scaling, A2C with `--scale-rewards`, A2C
+  without value-target scaling and A2C with its learning rate decayed to 0 over the 1M steps
+  (before the 3M horizon of Tianshou's schedule), TD3 at the recipe's 1M defaults and with
+  256x256 nets.
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant

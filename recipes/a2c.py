@@ -2,12 +2,14 @@
 
 Defaults are Tianshou's MuJoCo A2C benchmark (examples/mujoco/mujoco_a2c.py): 16 envs x 5 steps
 = 80 per batch, one full-batch step per batch, RMSprop (lr 7e-4, alpha 0.99, eps 1e-5) decayed
-linearly to 0, gamma 0.99, GAE lambda 0.95, critic coefficient 0.5, entropy coefficient 0.01,
-gradient norm 0.5, 64x64 tanh MLPs, initial log-std -0.5, observation normalization, raw
-advantages. The critic learns its value targets divided by the running std of the returns, the
-advantages staying in reward units, as Tianshou's ``return_scaling`` does (ValueTargetScaling;
---no-scale-value-targets turns it off). --scale-rewards (the rewards divided by that std, so the
-advantages too) is another thing. Differences from Tianshou: a short default budget.
+linearly to 0 over 3M env steps or the run, whichever is longer (Tianshou's 100 epochs of 30k
+steps; its table reads the first 1M, where the rate is still 2/3 of its start), gamma 0.99, GAE
+lambda 0.95, critic coefficient 0.5, entropy coefficient 0.01, gradient norm 0.5, 64x64 tanh
+MLPs, initial log-std -0.5, observation normalization, raw advantages. The critic learns its
+value targets divided by the running std of the returns, the advantages staying in reward units,
+as Tianshou's ``return_scaling`` does (ValueTargetScaling; --no-scale-value-targets turns it
+off). --scale-rewards (the rewards divided by that std, so the advantages too) is another thing.
+Differences from Tianshou: a short default budget.
 
     python recipes/a2c.py                                   # Hopper-v5, short budget
     python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3
@@ -28,7 +30,7 @@ class Config:
     run: config.RunConfig = config.RunConfig(num_envs=16, log_every=2_000)
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
-        frames_per_batch=80, lr=7e-4, normalize_advantage=False
+        frames_per_batch=80, lr=7e-4, lr_decay_frames=3_000_000, normalize_advantage=False
     )
     net: config.NetworkConfig = config.NetworkConfig()
     adv: config.AdvantageConfig = config.AdvantageConfig(entropy_coeff=0.01)
