@@ -525,9 +525,10 @@ class AugmentConfig:
         none. An augmentation needs ``[C, H, W]`` frames under ``"observation"``."""
         if self.augment == "off":
             return then
+        from tdrl import keys
         from tdrl.data.augment import RandomShift
 
-        spec = observation_spec.get("observation", None)
+        spec = observation_spec.get(keys.OBSERVATION, None)
         batch_dims = len(observation_spec.shape)
         if spec is None or len(spec.shape) - batch_dims != 3:
             found = "none" if spec is None else f"{spec.dtype} {tuple(spec.shape[batch_dims:])}"
