@@ -32,9 +32,9 @@ from tdrl import keys, trainers
 from tdrl.trainers import config
 
 if TYPE_CHECKING:
-    from torchrl.data import Composite, TensorSpec
+    from torchrl.data import TensorSpec
 
-    from tdrl.modules import QValueActor
+    from tdrl.modules import NetworkInputs, QValueActor
     from tdrl.objectives import DQNLoss
 
 
@@ -55,20 +55,20 @@ class Config:
 
 
 def q_network_and_loss(
-    cfg: Config, observation_spec: Composite, action_spec: TensorSpec
+    cfg: Config, inputs: NetworkInputs, action_spec: TensorSpec
 ) -> tuple[QValueActor, DQNLoss]:
     """The greedy Q actor (an MLP or a CNN with SB3's init, which the zoo tuned; on a dict
-    observation it reads the entries concatenated: ``cfg.goals.inputs``) and its loss."""
+    observation it reads what ``inputs`` gives: the vector entries concatenated, image entries
+    through a CNN each inside the network) and its loss."""
     from tdrl.modules import QValueActor
     from tdrl.modules.networks import q_network
     from tdrl.objectives import DQNLoss
 
-    inputs = cfg.goals.inputs(observation_spec)
     body = q_network(
         inputs.spec, action_spec, cfg.q.hidden_sizes, network=cfg.pixels.network,
         dueling=cfg.dueling,
     )  # fmt: skip
-    qnet = QValueActor(body, in_key=inputs.key)
+    qnet = inputs.attach(QValueActor(body, in_key=inputs.key))
     loss = DQNLoss(qnet, loss_function="smooth_l1", double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
     return qnet, loss
 
@@ -93,8 +93,8 @@ def main(cfg: Config) -> dict[str, float]:
     device = cfg.run.torch_device
 
     # 2. networks: greedy Q actor; epsilon-greedy on top acts only while collecting (RANDOM mode)
-    qnet, loss = q_network_and_loss(cfg, env.observation_spec, env.action_spec)
-    inputs = cfg.goals.inputs(env.observation_spec)  # a dict observation: entries concatenated
+    inputs = cfg.goals.inputs(env.observation_spec, images=True)  # a dict: entries, images
+    qnet, loss = q_network_and_loss(cfg, inputs, env.action_spec)
     greedy = inputs.policy(qnet)
     exploration = EpsilonGreedy(
         int(env.action_spec.space.n), eps_init=cfg.q.eps_init, eps_end=cfg.q.eps_end,

@@ -268,3 +268,26 @@ class Dot(gym.Env):
         self.position = np.clip(self.position + move, 0, 7)
         done = bool((self.position == 7).all())
         return self._frame(), float(done), done, False, {}
+
+
+class DotDict(Dot):
+    """:class:`Dot` with a dict observation: the frame under ``"pixels"`` and the dot's position
+    (scaled to [0, 1]) under ``"position"``."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "pixels": gym.spaces.Box(0, 255, (1, 8, 8), np.uint8),
+            "position": gym.spaces.Box(0.0, 1.0, (2,), np.float32),
+        }
+    )
+
+    def _frame(self):  # type: ignore[override]
+        return {"pixels": super()._frame(), "position": (self.position / 7).astype(np.float32)}
+
+
+def register_test_envs() -> None:
+    """Registers the gymnasium ids of the envs here that recipe tests run by name."""
+    ids = {"tdrl-test/Dot-v0": "Dot", "tdrl-test/DotDict-v0": "DotDict"}
+    for env_id, name in ids.items():
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=f"tests.tiny_envs:{name}", max_episode_steps=16)

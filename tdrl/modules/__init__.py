@@ -35,7 +35,14 @@ from tdrl.modules.exploration import (
     OrnsteinUhlenbeckNoise,
     linear_schedule,
 )
-from tdrl.modules.inputs import CatKeys, NetworkInputs, dict_inputs, network_inputs
+from tdrl.modules.inputs import (
+    CatKeys,
+    DictEncoder,
+    NetworkInputs,
+    dict_inputs,
+    network_inputs,
+    with_encoder,
+)
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
 from tdrl.modules.multiagent import OnGroup
 from tdrl.modules.networks import (
@@ -63,8 +70,10 @@ from tdrl.modules.sde import GSDEActor
 __all__ = [
     "CatKeys",
     "NetworkInputs",
+    "DictEncoder",
     "dict_inputs",
     "network_inputs",
+    "with_encoder",
     "ResidualMLP",
     "BatchRenorm",
     "batch_statistics",

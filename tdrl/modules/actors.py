@@ -63,6 +63,18 @@ def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> t
         ) from error
 
 
+def observation_input(
+    module: TensorDictModuleBase, tensordict: TensorDictBase, owner: str
+) -> torch.Tensor:
+    """What a keyed network's ``net`` reads: its first in_key's entry, or, with an encoder
+    attached (:func:`tdrl.modules.with_encoder`: a dict observation with image entries), the
+    encoder's features of the entries it reads."""
+    encoder: Any = module._modules.get("encoder")  # a tdrl.modules.DictEncoder
+    if encoder is None:
+        return require(tensordict, module.in_keys[0], owner)
+    return encoder.features(tensordict)
+
+
 def _input_width(net: nn.Module) -> int | None:
     """The input width of ``net``'s first layer when that is a linear one, else None."""
     for module in net.modules():
@@ -153,7 +165,7 @@ class _ProbabilisticActor(TensorDictModuleBase):
 
     def _inputs(self, tensordict: TensorDictBase) -> dict[NestedKey, torch.Tensor]:
         """The parameters computed from ``tensordict`` (its observation by default)."""
-        return self._params(require(tensordict, self.in_keys[0], type(self).__name__))
+        return self._params(observation_input(self, tensordict, type(self).__name__))
 
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
         """The action distribution for ``tensordict``; nothing is written into it."""
@@ -317,7 +329,7 @@ class TanhGaussianActor(_ProbabilisticActor):
 
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
         """The action distribution for ``tensordict``; nothing is written into it."""
-        observation = require(tensordict, self.in_keys[0], type(self).__name__)
+        observation = observation_input(self, tensordict, type(self).__name__)
         loc, log_std = self._loc_log_std(observation)
         # log_std passed along: the distribution needs no log of the scale.
         return self._tanh_normal(loc, log_std.exp(), log_std)

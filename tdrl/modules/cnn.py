@@ -11,13 +11,16 @@ output: ``QValueActor(NatureCNN(4, n))``, ``CategoricalQValueActor(NatureCNN(4, 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
 
 from tdrl.modules.qvalue import Dueling
 
-__all__ = ["FlatFrames", "MinAtarCNN", "NatureCNN", "PixelInput"]
+__all__ = ["FlatFrames", "MinAtarCNN", "NatureCNN", "PixelInput", "frame_cnn"]
 
 
 class PixelInput(nn.Module):
@@ -181,3 +184,14 @@ class MinAtarCNN(_PixelNet):
 
     convolutions = ((16, 3, 1),)
     default_hidden, default_frame_size, default_scale = 128, 10, 1.0
+
+
+def frame_cnn(leaf: Any) -> Callable[..., _PixelNet]:
+    """The CNN class for a uint8 frames spec ``leaf`` (``[*B, C, H, W]``) with its input set:
+    channels, frame size and the scale 1 / high (1/255 for Atari's pixels, 1 for MinAtar's 0/1
+    channels); :class:`MinAtarCNN` on frames under 36 pixels, :class:`NatureCNN` from 36. Call
+    it with the outputs (None: the hidden features)."""
+    channels, height, width = (int(d) for d in leaf.shape[-3:])
+    scale = 1.0 / max(float(leaf.space.high.max()), 1.0)
+    cnn = NatureCNN if min(height, width) >= 36 else MinAtarCNN
+    return partial(cnn, channels, frame_size=(height, width), scale=scale)

@@ -7,9 +7,8 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.keyed import require
 from tdrl.keys import OBSERVATION, STATE_VALUE
-from tdrl.modules.actors import _apply
+from tdrl.modules.actors import _apply, observation_input
 from tdrl.modules.ensembles import check_value_dim
 
 
@@ -38,7 +37,7 @@ class ValueCritic(TensorDictModuleBase):
         self.out_keys = [out_key]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = require(tensordict, self.in_keys[0], "ValueCritic")
+        observation = observation_input(self, tensordict, "ValueCritic")
         value = _apply(self.net, observation, self.in_keys[0], "ValueCritic")
         tensordict.set(self.out_keys[0], check_value_dim(value, self.out_keys[0], "ValueCritic"))
         return tensordict

@@ -12,21 +12,42 @@ with one flat ``"observation"`` of the summed width, so they build as for a flat
 
 The concatenation is recomputed wherever the network runs (at the root and under ``"next"`` in
 a loss), so a relabelled goal (hindsight replay) reaches the network.
+
+Image entries (uint8 ``[C, H, W]``) need a learned encoder, so theirs lives inside each network:
+``dict_inputs(spec, images=True)`` gives a :class:`DictEncoder` (a CNN per image entry, the
+vector entries flattened, one concatenation: SB3's ``CombinedExtractor``), and
+:func:`with_encoder` puts it in front of a Q network, a value network or a policy, whose
+parameters, target copies and checkpoints then hold it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torch import nn
 from torchrl.data import Composite, TensorSpec, Unbounded
 
 from tdrl import keys
 from tdrl.keyed import require
+from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor
+from tdrl.modules.cnn import frame_cnn
+from tdrl.modules.critics import ValueCritic
+from tdrl.modules.qvalue import QValueActor
 
-__all__ = ["CatKeys", "NetworkInputs", "dict_inputs", "network_inputs"]
+__all__ = [
+    "CatKeys",
+    "DictEncoder",
+    "NetworkInputs",
+    "dict_inputs",
+    "network_inputs",
+    "with_encoder",
+]
+
+Module = TypeVar("Module", bound=TensorDictModuleBase)
 
 NestedKey = str | tuple[str, ...]
 
@@ -71,19 +92,28 @@ class CatKeys(TensorDictModuleBase):
             entries[keys.ACTION_MASK] = observation_spec[keys.ACTION_MASK]
         return Composite(entries, shape=observation_spec.shape)
 
+    def features(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The concatenation ``[*B, width]`` of ``tensordict``'s entries; nothing is written."""
+        owner, dims = type(self).__name__, tensordict.batch_dims
+        parts = [
+            self._part(index, key, require(tensordict, key, owner), dims)
+            for index, key in enumerate(self.in_keys)
+        ]
+        return torch.cat(parts, dim=-1)
+
+    def _part(self, index: int, key: NestedKey, x: torch.Tensor, dims: int) -> torch.Tensor:
+        """Entry ``index`` (``key``) flattened past the ``dims`` batch dims, as float32."""
+        flat = x.reshape(*x.shape[:dims], -1)
+        width = self.widths[index]
+        if flat.shape[-1] != width:
+            raise ValueError(
+                f"{type(self).__name__}: entry {key!r} has {flat.shape[-1]} features per item "
+                f"({tuple(x.shape[dims:])}), the network was built for {width}"
+            )
+        return flat.to(torch.float32)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        dims = tensordict.batch_dims
-        parts = []
-        for key, width in zip(self.in_keys, self.widths, strict=True):
-            x = require(tensordict, key, "CatKeys")
-            flat = x.reshape(*x.shape[:dims], -1)
-            if flat.shape[-1] != width:
-                raise ValueError(
-                    f"CatKeys: entry {key!r} has {flat.shape[-1]} features per item "
-                    f"({tuple(x.shape[dims:])}), the network was built for {width}"
-                )
-            parts.append(flat.to(torch.float32))
-        tensordict.set(self.out_key, torch.cat(parts, dim=-1))
+        tensordict.set(self.out_key, self.features(tensordict))
         return tensordict
 
     def transitions(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -96,14 +126,86 @@ class CatKeys(TensorDictModuleBase):
         return tensordict
 
 
-def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ()) -> CatKeys | None:
+class DictEncoder(CatKeys):
+    """A learned :class:`CatKeys`: each image entry through a CNN of its own (its hidden
+    features: :class:`~tdrl.modules.MinAtarCNN` under 36 pixels, else
+    :class:`~tdrl.modules.NatureCNN`), each vector entry flattened, concatenated in order.
+
+    It runs inside the networks (:func:`with_encoder`), not as a buffer transform: its CNNs are
+    trained with them. :meth:`features` returns the concatenation without writing anything.
+
+    Args:
+        in_keys: the entries.
+        encoders: per entry, its CNN, or None for a vector entry.
+        widths: per entry, its width in the concatenation (the CNN's hidden width for an image).
+        out_key: where :meth:`forward` writes the concatenation.
+
+    Shapes:
+        reads uint8 ``[*B, C, H, W]`` images and ``[*B, *F_i]`` vectors; writes
+        ``[*B, sum_i width_i]``.
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey],
+        encoders: Sequence[nn.Module | None],
+        widths: Sequence[int],
+        out_key: NestedKey = keys.FLAT_OBSERVATION,
+    ) -> None:
+        super().__init__(in_keys, widths, out_key)
+        if len(encoders) != len(self.in_keys):
+            raise ValueError(f"{len(self.in_keys)} in_keys but {len(encoders)} encoders")
+        self.encoders = nn.ModuleList([nn.Identity() if e is None else e for e in encoders])
+        self.images = [e is not None for e in encoders]
+
+    def _part(self, index: int, key: NestedKey, x: torch.Tensor, dims: int) -> torch.Tensor:
+        if not self.images[index]:
+            return super()._part(index, key, x, dims)
+        try:
+            return self.encoders[index](x)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"DictEncoder: entry {key!r}: {error}") from None
+
+
+_ENCODABLE = (QValueActor, ValueCritic, GaussianActor, TanhGaussianActor, CategoricalActor)
+
+
+def with_encoder(module: Module, encoder: DictEncoder) -> Module:
+    """``module`` reading ``encoder``'s features of the env's entries instead of its own
+    observation entry; returns ``module``. The encoder becomes its submodule (shared where the
+    same encoder goes into two networks: an on-policy actor and critic), its first in_key is
+    replaced by the encoder's entries (an action mask stays). Refused, named: a module other
+    than a feed-forward Q network, value network or Gaussian / categorical policy, and a module
+    whose first in_key is not the encoder's ``out_key`` (it was built for another input)."""
+    if type(module) not in _ENCODABLE:
+        names = ", ".join(cls.__name__ for cls in _ENCODABLE)
+        raise TypeError(
+            f"with_encoder: image entries are read by {names}; got {type(module).__name__}"
+        )
+    if "encoder" in module._modules:
+        raise ValueError(f"with_encoder: {type(module).__name__} has an encoder already")
+    if module.in_keys[0] != encoder.out_key:
+        raise ValueError(
+            f"with_encoder: {type(module).__name__} reads {module.in_keys[0]!r}, the encoder "
+            f"writes {encoder.out_key!r}: build the network on NetworkInputs.key"
+        )
+    module.encoder = encoder
+    module.in_keys = [*encoder.in_keys, *module.in_keys[1:]]
+    return module
+
+
+def dict_inputs(
+    observation_spec: Composite, selected: Sequence[NestedKey] = (), *, images: bool = False
+) -> CatKeys | None:
     """The :class:`CatKeys` a dict observation needs, or None for one flat ``"observation"``.
 
     ``selected``: the entries the networks read, in this order; empty: every entry of the spec
     but ``"action_mask"``, in the spec's order (``MultiInputPolicy``'s default). A spec whose
-    only entry is ``"observation"`` needs no concatenation (None). Refused, each named: a
-    selected key the spec lacks, a key selected twice, uint8 frames (an image entry needs a CNN
-    encoder) and integer entries (a Discrete observation would need a one-hot encoder).
+    only entry is ``"observation"`` needs no concatenation (None). ``images``: uint8 frames
+    ``[C, H, W]`` entries are taken, each through a CNN, and the result is a
+    :class:`DictEncoder` (for :func:`with_encoder`); without it they are refused. Refused, each
+    named: a selected key the spec lacks, a key selected twice, and integer entries (a Discrete
+    observation would need a one-hot encoder).
     """
     present = [k for k in observation_spec.keys(True, True) if k != keys.ACTION_MASK]
     chosen = list(selected) if selected else present
@@ -118,15 +220,23 @@ def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ())
             )
     if present == [keys.OBSERVATION]:  # a flat observation: nothing to concatenate
         return None
-    widths = []
+    widths: list[int] = []
+    encoders: list[nn.Module | None] = []
     for key in chosen:
         leaf: TensorSpec = observation_spec[key]
         features = tuple(leaf.shape[len(observation_spec.shape) :])
         if leaf.dtype == torch.uint8 and len(features) == 3:
-            raise ValueError(
-                f"observation entry {key!r} holds uint8 frames {features}: it needs a CNN "
-                "encoder; select the vector entries only"
-            )
+            if not images:
+                raise ValueError(
+                    f"observation entry {key!r} holds uint8 frames {features}: it needs a CNN "
+                    "encoder, which DQN and the on-policy recipes build; select the vector "
+                    "entries only"
+                )
+            cnn = frame_cnn(leaf)(None)
+            encoders.append(cnn)
+            widths.append(int(cnn.hidden))
+            continue
+        encoders.append(None)
         if not leaf.dtype.is_floating_point:
             raise ValueError(
                 f"observation entry {key!r} is {leaf.dtype} {features}: only float entries are "
@@ -136,6 +246,8 @@ def dict_inputs(observation_spec: Composite, selected: Sequence[NestedKey] = ())
         for d in features:
             width *= int(d)
         widths.append(width)
+    if any(e is not None for e in encoders):
+        return DictEncoder(chosen, encoders, widths)
     return CatKeys(chosen, widths)
 
 
@@ -145,16 +257,24 @@ class NetworkInputs:
     Attributes:
         spec: the observation spec the builders take (one flat ``"observation"``).
         key: the entry the networks read (``"observation"``, or ``"observation_flat"``).
-        cat: the :class:`CatKeys` in front, or None.
+        cat: the :class:`CatKeys` in front of the networks (vector entries), or None.
+        encoder: the :class:`DictEncoder` inside them (image entries: :meth:`attach`), or None.
         transform: a replay buffer's sample transform writing ``key`` at the root and under
-            ``"next"`` (None for a flat observation).
+            ``"next"`` (None for a flat observation, and with an encoder inside the networks).
     """
 
-    def __init__(self, spec: Composite, cat: CatKeys | None) -> None:
-        self.cat = cat
+    def __init__(
+        self,
+        spec: Composite,
+        cat: CatKeys | None,
+        selected: Sequence[NestedKey] = (),
+    ) -> None:
+        self.encoder = cat if isinstance(cat, DictEncoder) else None
+        self.cat = None if self.encoder is not None else cat
         self.spec = spec if cat is None else cat.spec(spec)
         self.key: NestedKey = keys.OBSERVATION if cat is None else cat.out_key
-        self.transform = None if cat is None else cat.transitions
+        self.transform = None if self.cat is None else self.cat.transitions
+        self._observation_spec, self._selected = spec, tuple(selected)
 
     def policy(self, module: TensorDictModuleBase) -> TensorDictModuleBase:
         """``module`` acting on the env's own observation: the concatenation first, if any."""
@@ -162,10 +282,24 @@ class NetworkInputs:
 
         return module if self.cat is None else TensorDictSequential(self.cat, module)
 
+    def attach(self, module: Module, *, own: bool = False) -> Module:
+        """``module`` with the image encoder inside (:func:`with_encoder`), where the inputs
+        have one: :attr:`encoder` itself, shared by every network it goes into, or with
+        ``own`` a new one (its own parameters, freshly initialised). Otherwise ``module``."""
+        if self.encoder is None:
+            return module
+        encoder = self.encoder
+        if own:
+            fresh = dict_inputs(self._observation_spec, self._selected, images=True)
+            assert isinstance(fresh, DictEncoder)
+            encoder = fresh
+        return with_encoder(module, encoder)
+
 
 def network_inputs(
-    observation_spec: Composite, selected: Sequence[NestedKey] = ()
+    observation_spec: Composite, selected: Sequence[NestedKey] = (), *, images: bool = False
 ) -> NetworkInputs:
     """:class:`NetworkInputs` of ``observation_spec`` with the entries ``selected`` (as
-    :func:`dict_inputs`)."""
-    return NetworkInputs(observation_spec, dict_inputs(observation_spec, selected))
+    :func:`dict_inputs`; ``images``: image entries through a :class:`DictEncoder`)."""
+    cat = dict_inputs(observation_spec, selected, images=images)
+    return NetworkInputs(observation_spec, cat, selected)

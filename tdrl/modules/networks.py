@@ -13,7 +13,6 @@ update per step instead; the difference is a one-batch lag of the statistics.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -33,11 +32,12 @@ from tdrl.modules.actors import (
     MultiCategoricalActor,
     TanhGaussianActor,
 )
-from tdrl.modules.cnn import MinAtarCNN, NatureCNN
+from tdrl.modules.cnn import frame_cnn
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import to_noisy
 from tdrl.modules.ensembles import EnsembleCritic, EnsembleMLP
+from tdrl.modules.inputs import with_encoder
 from tdrl.modules.mlp import HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN, mlp, orthogonal_init_
 from tdrl.modules.normalization import RunningObservationNorm
 from tdrl.modules.qvalue import q_mlp
@@ -210,7 +210,8 @@ def aux_value_head(
     the value needs.
 
     The head is the actor's network without its output layer, shared (the same modules and
-    parameters, observation normalization included), then a new linear layer to ``[*B, 1]``
+    parameters, observation normalization and a dict observation's image encoder included),
+    then a new linear layer to ``[*B, 1]``
     (orthogonal init, gain 1) written under ``out_key``. The actor's ``net`` must be a
     feed-forward ``nn.Sequential`` ending in a linear layer, as :func:`actor_critic` builds it
     (recurrent and gSDE actors are refused, named).
@@ -222,7 +223,11 @@ def aux_value_head(
     head = nn.Linear(width, 1)
     nn.init.orthogonal_(head.weight, VALUE_GAIN)
     nn.init.zeros_(head.bias)
-    return ValueCritic(nn.Sequential(body, head), in_key=actor.in_keys[0], out_key=out_key)
+    encoder = actor._modules.get("encoder")  # image entries: the actor's CNN encoder, shared
+    if encoder is None:
+        return ValueCritic(nn.Sequential(body, head), in_key=actor.in_keys[0], out_key=out_key)
+    value = ValueCritic(nn.Sequential(body, head), in_key=encoder.out_key, out_key=out_key)
+    return with_encoder(value, encoder)
 
 
 def _without_output_layer(net: nn.Module | None, owner: str) -> tuple[nn.Module, int]:
@@ -572,10 +577,10 @@ def is_frames(observation_spec: Composite) -> bool:
 def pixel_network(
     observation_spec: Composite, network: Literal["auto", "mlp", "cnn"] = "auto"
 ) -> Callable[..., nn.Module] | None:
-    """The CNN class for ``network`` with its input set (channels, frame size, and the scale
-    1 / high: 1/255 for Atari's pixels, 1 for MinAtar's 0/1 channels): :class:`MinAtarCNN` on
-    frames under 36 pixels, :class:`NatureCNN` from 36; None for an MLP. ``"auto"``: the CNN on
-    uint8 frames (:func:`is_frames`), the MLP otherwise; ``"cnn"`` without frames is an error."""
+    """The CNN class for ``network`` with its input set (:func:`~tdrl.modules.cnn.frame_cnn`:
+    :class:`MinAtarCNN` on frames under 36 pixels, :class:`NatureCNN` from 36), or None for an
+    MLP. ``"auto"``: the CNN on uint8 frames (:func:`is_frames`), the MLP otherwise; ``"cnn"``
+    without frames is an error."""
     leaf = observation_spec.get(keys.OBSERVATION, None)
     frames = is_frames(observation_spec)
     if network == "mlp" or (network == "auto" and not frames):
@@ -584,10 +589,7 @@ def pixel_network(
         raise ValueError(
             f"--network cnn needs uint8 frames [C, H, W] under 'observation', got {leaf}"
         )
-    channels, height, width = (int(d) for d in leaf.shape[-3:])
-    scale = 1.0 / max(float(leaf.space.high.max()), 1.0)
-    cnn = NatureCNN if min(height, width) >= 36 else MinAtarCNN
-    return partial(cnn, channels, frame_size=(height, width), scale=scale)
+    return frame_cnn(leaf)
 
 
 def q_network(

@@ -564,13 +564,14 @@ class GoalConfig:
     her_goals: int = 4
     """her: hindsight goals per real one, k (k / (k + 1) of the samples are relabelled)."""
 
-    def inputs(self, observation_spec: Composite) -> NetworkInputs:
+    def inputs(self, observation_spec: Composite, *, images: bool = False) -> NetworkInputs:
         """What the networks read (:func:`tdrl.modules.network_inputs`): the spec the builders
-        take, the entry, the wrapper that acts on the env's observation and the buffer's
-        transform."""
+        take, the entry, the wrapper that acts on the env's observation, the buffer's transform
+        and, with ``images`` (a recipe whose networks take :meth:`NetworkInputs.attach`), the
+        CNN encoder of image entries."""
         from tdrl.modules import network_inputs
 
-        return network_inputs(observation_spec, self.observation_keys)
+        return network_inputs(observation_spec, self.observation_keys, images=images)
 
     def refuse_rewritten_rewards(self, **flags: Any) -> None:
         """Hindsight replay recomputes stored rewards with the env's ``compute_reward``: an
@@ -827,7 +828,10 @@ class NetworkConfig:
         what the collector acts with: the actor, and the critic after it when the critic is
         recurrent (so its state is stored in the rollout for the estimator and the loss).
         ``memory=False``: a recipe without recurrent or gSDE policies refuses those flags;
-        ``shared_encoder=False``: on frames, the actor and the critic get a CNN each."""
+        ``shared_encoder=False``: on frames, the actor and the critic get a CNN each (and on a
+        dict observation's image entries an encoder each). Image entries of a dict go through
+        a CNN inside the networks (:meth:`~tdrl.modules.NetworkInputs.attach`); observation
+        normalization is then off (it would normalize learned features)."""
         from tensordict.nn import TensorDictSequential
         from torch import nn
 
@@ -835,10 +839,16 @@ class NetworkConfig:
 
         if not memory:
             self.refuse_memory(recipe)
-        inputs = network_inputs(observation_spec)  # a dict observation: every entry, concatenated
+        # a dict observation: every entry, concatenated; image entries through a CNN each
+        inputs = network_inputs(observation_spec, images=True)
+        encoded = inputs.encoder is not None
+        if encoded and (self.recurrent != "none" or self.sde_sample_freq):
+            flag = "--recurrent" if self.recurrent != "none" else "--sde-sample-freq"
+            raise ValueError(f"{flag} is not supported on image entries of a dict observation")
         actor, critic, obs_norm = actor_critic(
             inputs.spec, action_spec, hidden_sizes=self.hidden_sizes,
-            init_log_std=self.init_log_std, normalize_observations=self.normalize_observations,
+            init_log_std=self.init_log_std,
+            normalize_observations=self.normalize_observations and not encoded,
             activation=nn.ReLU if self.activation == "relu" else nn.Tanh,
             recurrent=None if self.recurrent == "none" else self.recurrent,
             recurrent_size=self.recurrent_size, recurrent_critic=self.recurrent_critic,
@@ -846,7 +856,10 @@ class NetworkConfig:
             rescale_actions=self.rescale_actions, shared_encoder=shared_encoder,
             observation_key=inputs.key,
         )  # fmt: skip
-        critic = inputs.policy(critic)  # the estimator runs it under "next" as well
+        # image entries: the CNN encoder inside both (one shared, or one each)
+        actor = inputs.attach(actor)
+        critic = inputs.attach(inputs.policy(critic), own=not shared_encoder)
+        # the estimator runs the critic under "next" as well: the concatenation in front
         recurrent_critic = self.recurrent != "none" and self.recurrent_critic
         acting = TensorDictSequential(actor, critic) if recurrent_critic else actor
         return Networks(actor, critic, obs_norm, inputs.policy(acting), inputs.policy(actor))

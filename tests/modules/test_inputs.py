@@ -131,3 +131,117 @@ def test_actor_critic_on_a_dict_with_an_action_mask_reads_the_concatenation_and_
     inputs.policy(actor)(td)
     assert (td["action"] == 2).all() and td["observation_flat"].shape == (3, 6)
     assert inputs.policy(critic)(td)["state_value"].shape == (3, 1)
+
+
+def image_spec() -> Composite:
+    """Two image entries (a MinAtar-sized one and an Atari-sized one) and a vector, batch [2]."""
+    return Composite(
+        {"small": Bounded(0, 1, shape=(2, 4, 10, 10), dtype=torch.uint8),
+         "large": Bounded(0, 255, shape=(2, 1, 40, 40), dtype=torch.uint8),
+         "state": Unbounded(shape=(2, 3))},
+        shape=(2,),
+    )  # fmt: skip
+
+
+def image_batch(n: int = 2) -> TensorDict:
+    gen = torch.Generator().manual_seed(0)
+    return TensorDict(
+        {"small": torch.randint(0, 2, (n, 4, 10, 10), dtype=torch.uint8, generator=gen),
+         "large": torch.randint(0, 256, (n, 1, 40, 40), dtype=torch.uint8, generator=gen),
+         "state": torch.randn(n, 3, generator=gen)},
+        batch_size=[n],
+    )  # fmt: skip
+
+
+def test_image_entries_get_a_cnn_each_and_vectors_are_concatenated_as_they_are():
+    from tdrl.modules import DictEncoder, MinAtarCNN, NatureCNN
+
+    encoder = dict_inputs(image_spec(), images=True)
+    assert isinstance(encoder, DictEncoder)
+    assert encoder.in_keys == ["small", "large", "state"]
+    small, large, state = encoder.encoders
+    assert isinstance(small, MinAtarCNN) and isinstance(large, NatureCNN)
+    assert isinstance(state, torch.nn.Identity)
+    assert small.features[0].scale == 1.0 and large.features[0].scale == 1 / 255
+    assert encoder.widths == [128, 512, 3] and encoder.width == 643
+    td = image_batch()
+    features = encoder.features(td)
+    assert features.shape == (2, 643) and "observation_flat" not in td.keys()
+    assert torch.equal(features[:, :128], small(td["small"]))
+    assert torch.equal(features[:, 128:640], large(td["large"]))
+    assert torch.equal(features[:, 640:], td["state"])
+    assert torch.equal(encoder(td)["observation_flat"], features)
+    selected = dict_inputs(image_spec(), ["state", "small"], images=True)
+    assert selected is not None and selected.in_keys == ["state", "small"]
+    assert selected.widths == [3, 128]
+    vectors = dict_inputs(image_spec(), ["state"], images=True)  # no image: a plain CatKeys
+    assert type(vectors) is CatKeys
+
+
+def test_a_q_network_with_an_encoder_reads_the_entries_and_trains_the_cnn():
+    from tdrl.modules import network_inputs
+
+    inputs = network_inputs(image_spec(), images=True)
+    assert inputs.encoder is not None and inputs.cat is None and inputs.transform is None
+    action_spec = Categorical(5, shape=(2,))
+    qnet = inputs.attach(QValueActor(q_network(inputs.spec, action_spec, (16,)), in_key=inputs.key))
+    assert qnet.in_keys == ["small", "large", "state"]
+    assert inputs.policy(qnet) is qnet  # nothing in front: the encoder is inside
+    td = image_batch()
+    out = qnet(td)
+    assert out["action_value"].shape == (2, 5) and out["action"].shape == (2,)
+    assert torch.equal(out["action_value"], qnet.net(inputs.encoder.features(td)))
+    out["chosen_action_value"].sum().backward()
+    grads = [p.grad for p in inputs.encoder.parameters()]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+    names = {name for name, _ in qnet.named_parameters()}
+    assert any(name.startswith("encoder.encoders.1.") for name in names)
+
+
+def test_actor_and_critic_share_one_encoder_or_get_their_own_and_ppg_reads_the_actors():
+    from tdrl.modules import aux_value_head
+    from tdrl.trainers.config import NetworkConfig
+
+    action_spec = Categorical(5, shape=(2,))
+    shared = NetworkConfig().build(image_spec(), action_spec)
+    assert shared.actor.encoder is shared.critic.encoder and shared.obs_norm is None
+    assert shared.actor.in_keys == shared.critic.in_keys == ["small", "large", "state"]
+    own = NetworkConfig().build(image_spec(), action_spec, shared_encoder=False)
+    assert own.actor.encoder is not own.critic.encoder
+    first = next(own.actor.encoder.parameters())
+    assert not torch.equal(first, next(own.critic.encoder.parameters()))  # initialised apart
+    td = image_batch()
+    assert own.acting(td)["action"].shape == (2,)
+    assert own.critic(td)["state_value"].shape == (2, 1)
+    aux = aux_value_head(own.actor)
+    assert aux.encoder is own.actor.encoder and aux(td)["aux_value"].shape == (2, 1)
+    with pytest.raises(ValueError, match="--recurrent is not supported on image entries"):
+        NetworkConfig(recurrent="lstm").build(image_spec(), action_spec)
+
+
+def test_bad_encoders_and_images_are_named():
+    from tdrl.modules import DeterministicActor, network_inputs, with_encoder
+
+    inputs = network_inputs(image_spec(), images=True)
+    encoder = inputs.encoder
+    assert encoder is not None
+    with pytest.raises(
+        TypeError, match="image entries are read by QValueActor.*DeterministicActor"
+    ):
+        with_encoder(DeterministicActor(torch.nn.Linear(643, 2), 2, in_key=inputs.key), encoder)
+    body = q_network(inputs.spec, Categorical(5, shape=(2,)), (8,))
+    with pytest.raises(ValueError, match="reads 'observation', the encoder writes"):
+        with_encoder(QValueActor(body), encoder)
+    qnet = with_encoder(QValueActor(body, in_key=inputs.key), encoder)
+    with pytest.raises(ValueError, match="has an encoder already"):
+        with_encoder(qnet, encoder)
+    td = image_batch()
+    td["small"] = td["small"].float()
+    with pytest.raises(TypeError, match="DictEncoder: entry 'small': MinAtarCNN: observation must"):
+        qnet(td)
+    td = image_batch()
+    td["state"] = torch.zeros(2, 4)
+    with pytest.raises(ValueError, match="entry 'state' has 4 features per item"):
+        qnet(td)
+    with pytest.raises(KeyError, match="'large'"):
+        qnet(image_batch().exclude("large"))

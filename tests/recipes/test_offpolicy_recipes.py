@@ -17,6 +17,7 @@ import torch
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer, truncate_streams, updates_due
 from tdrl.trainers import configure, latest_checkpoint, parse, read_csv
 from tdrl.trainers.config import TD3Config, flat_dict
+from tests.tiny_envs import register_test_envs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
 
@@ -226,10 +227,7 @@ def test_dqn_on_shifted_frames_resumes_exactly_and_flat_observations_are_refused
     """--augment shift: the loss sees shifted frames (offsets from torch's global generator,
     which the checkpoint restores), so a resumed run equals a straight one; an env without
     frames is refused before anything runs."""
-    import gymnasium as gym
-
-    if "tdrl-test/Dot-v0" not in gym.registry:  # uint8 frames whose state a checkpoint holds
-        gym.register("tdrl-test/Dot-v0", entry_point="tests.tiny_envs:Dot", max_episode_steps=16)
+    register_test_envs()  # tdrl-test/Dot-v0: uint8 frames whose state a checkpoint holds
     shifted = dict(env_id="tdrl-test/Dot-v0", init_random_frames=128, buffer_size=1_000,
                    augment="shift", shift_pad=1, checkpoint_every=100_000)  # fmt: skip
     module, straight = config("dqn", tmp_path / "straight", total_frames=448, **shifted)
@@ -251,6 +249,27 @@ def test_dqn_on_shifted_frames_resumes_exactly_and_flat_observations_are_refused
     _, flat = config("dqn", tmp_path / "flat", augment="shift")
     with pytest.raises(ValueError, match=r"--augment shift .*\[C, H, W\] frames .*float32 \(4,\)"):
         module.main(flat)
+
+
+def test_dqn_on_a_frame_and_a_vector_trains_its_cnn_encoder_and_resumes_exactly(tmp_path):
+    """A dict observation with an image entry: the CNN encoder sits inside the Q network, so
+    its weights train with it, are copied to the target and travel in the checkpoint."""
+    register_test_envs()
+    common = dict(env_id="tdrl-test/DotDict-v0", init_random_frames=128, buffer_size=1_000,
+                  checkpoint_every=100_000, total_frames=448)  # fmt: skip
+    module, straight = config("dqn", tmp_path / "straight", **common)
+    module.main(straight)
+    _, first = config("dqn", tmp_path / "resumed", stop_after_frames=256, **common)
+    module.main(first)
+    torch.manual_seed(12345)
+    module.main(configure(first, stop_after_frames=0, resume=True))
+    got, expected = (_rows(Path(c.run.log_dir) / "train.csv") for c in (first, straight))
+    assert got == expected and any("loss" in row for row in expected)
+    weights = torch.load(
+        latest_checkpoint(Path(straight.run.log_dir)) / "checkpoint.pt", weights_only=False
+    )["loss"]
+    cnn = [k for k in weights if "encoder.encoders.0" in k]
+    assert any("target" in k for k in cnn) and any("target" not in k for k in cnn), cnn
 
 
 @pytest.mark.parametrize("algo", ["iqn", "fqf", "c51"])

@@ -11,6 +11,7 @@ import torch
 from recipes import a2c, impala, ppg, ppo, reinforce, trpo
 from tdrl.trainers import configure, latest_checkpoint, read_csv
 from tdrl.trainers.config import flat_dict
+from tests.tiny_envs import register_test_envs
 
 # NPG is trpo.py with --algo npg (one recipe for both natural-gradient methods).
 RECIPES = {"reinforce": reinforce, "a2c": a2c, "ppo": ppo, "npg": trpo, "trpo": trpo}
@@ -129,12 +130,15 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("ppo_lstm", "HopperNoVel-v5"),
         ("ppo_zoo", "PendulumNoVel-v1"),  # the critic's LSTM state and the gSDE noise too
         ("ppo", "tdrl/BitFlipping5-v0"),  # a dict observation: its entries concatenated
+        ("ppo", "tdrl-test/DotDict-v0"),  # a frame and a vector: the shared CNN encoder's weights
+        ("ppg", "tdrl-test/DotDict-v0"),  # an encoder each, the auxiliary head on the actor's
         pytest.param("ppo_lstm", "tdrl/BitFlipping5-v0", marks=pytest.mark.variants),
     ],
 )
 def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path, device: str) -> None:
     """N batches straight == k batches, checkpoint, fresh objects, resume, N - k batches."""
     module = RECIPES[name]
+    register_test_envs()
     common = dict(env_id=env_id, total_frames=640, device=device)
     straight = tiny(name, tmp_path / "straight", **common)
     module.main(straight)
