@@ -12,8 +12,8 @@ a cell cut short starts over next time, but a tdrl cell cut after one of its che
 from it (its line says so under ``resumed``). The key of a cell holds no settings, so every
 run (and ``--dry-run``) compares the selected lines' recorded settings with what their cells
 would run now (:func:`settings_drift`): a line run with another preset, recipe default or zoo
-entry is printed as STALE (it still counts as done until its line is moved to the superseded
-file), and settings a line has no record of (fields added since) are counted. ``--jobs N``
+entry is printed as STALE and listed on the rendered page (it still counts as done until its
+line is moved to the superseded file), and settings a line has no record of (fields added since) are counted. ``--jobs N``
 runs N cells at a time, each in its own subprocess with one torch thread (OMP/MKL threads 1);
 cells are ordered seed by seed, library by library, so with ``--jobs 2`` tdrl and SB3 of one
 seed run side by side. Another table uses the same machinery through its own :class:`Suite`
@@ -1377,8 +1377,30 @@ def render(table: Path, suite: Suite, out_dir: Path | None = None) -> tuple[Path
         "shaded ± the sample std over seeds.",
         *(f"\n![{png.stem}]({png.name})" for png in pngs),
     ]
-    md.write_text(markdown(lines, suite) + ("\n".join(curves) + "\n" if pngs else ""))
+    md.write_text(
+        markdown(lines, suite) + stale_section(lines, suite)
+        + ("\n".join(curves) + "\n" if pngs else "")
+    )  # fmt: skip
     return md, pngs
+
+
+def stale_section(lines: list[dict[str, Any]], suite: Suite) -> str:
+    """The page's list of lines run with other settings than their cells would run now
+    (:func:`settings_drift`), each with what changed; empty when there are none."""
+    stale = []
+    for line in lines:
+        changed, _ = settings_drift(line, suite)
+        if changed:
+            cell = f"{line['library']} {line['algorithm']} {line['task']} seed {line['seed']}"
+            stale.append(f"- {cell}: {'; '.join(changed)}")
+    if not stale:
+        return ""
+    return "\n".join([
+        "", "## Stale lines", "",
+        f"{len(stale)} line(s) above ran with other settings than their cells have now (a "
+        "default changed since); they count until moved to the superseded file and rerun:", "",
+        *stale, "",
+    ])  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- command line
@@ -1435,11 +1457,11 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
     if args.child:
         child(args.child, suite)
         return 0
+    sys.path.insert(0, str(ROOT))  # the recipes: their defaults, against the lines' settings
     if args.render:
         md, pngs = render(args.table, suite)
         print(f"wrote {md}" + "".join(f"\nwrote {png}" for png in pngs))
         return 0
-    sys.path.insert(0, str(ROOT))
     cells = build_cells(
         suite, args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,

@@ -210,6 +210,11 @@ def test_a_line_run_with_other_settings_is_reported_stale_by_name(
     out = capsys.readouterr().out
     assert out.count("STALE") == 2 and "2 stale line(s) count as done" in out
     assert "not recorded in 1 line(s), added since: tdrl td3: critic_lr" in out
+    md, _ = mt.render(table, mt.MUJOCO)  # the page lists them too, with what changed
+    page = md.read_text()
+    assert "## Stale lines" in page and "2 line(s) above ran with other settings" in page
+    assert "- tdrl td3 Hopper-v5 seed 0: actor_lr: 0.0003 then, 0.001 now" in page
+    assert "- SB3 sac Hopper-v5 seed 0: learning_starts: 1 then" in page
 
 
 def test_zoo_entries_are_the_yml_values() -> None:
