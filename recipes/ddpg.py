@@ -55,13 +55,15 @@ def main(cfg: Config) -> dict[str, float]:
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device
-    inputs = cfg.goals.inputs(env.observation_spec)  # a dict observation: entries concatenated
+    # a dict observation: vector entries concatenated, image entries through a CNN in each network
+    inputs = cfg.goals.inputs(env.observation_spec, images=True)
     obs_dim, action_dim = flat_dims(inputs.spec, env.action_spec)
     low, high = action_bounds(env.action_spec)
 
     # 2. networks: deterministic actor (the noise on top acts only while collecting), a critic
     actor = deterministic_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
                                 observation_key=inputs.key)  # fmt: skip
+    actor = inputs.attach(actor, own=True)
     bounds = {"action_low": low, "action_high": high}
     if cfg.noise == "ou":
         noise = OrnsteinUhlenbeckNoise(action_dim, sigma=cfg.exploration_noise, **bounds)
@@ -71,6 +73,7 @@ def main(cfg: Config) -> dict[str, float]:
     policy = TensorDictSequential(greedy, noise)
     critic_net = mlp(obs_dim + action_dim, 1, cfg.ac.hidden_sizes, activation=nn.ReLU)
     critic = StateActionCritic(torch_default_init_(critic_net), in_keys=(inputs.key, keys.ACTION))
+    critic = inputs.attach(critic, own=True)
 
     # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
     loss = DDPGLoss(actor, critic, gamma=cfg.ac.gamma).to(device)

@@ -76,10 +76,10 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 2. networks: a tanh-Gaussian actor and the critics in one batched ensemble (tqc: each with
     #    num_quantiles outputs; crossq: batch renorm before every linear layer of both), reading
-    #    a dict observation's entries concatenated
+    #    a dict observation's entries concatenated (image entries: a CNN encoder in each)
     tqc = cfg.algo == "tqc"
     renorm = {"warmup_steps": cfg.renorm_warmup} if cfg.algo == "crossq" else None
-    inputs = cfg.goals.inputs(env.observation_spec)
+    inputs = cfg.goals.inputs(env.observation_spec, images=True)
     actor = tanh_gaussian_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
                                 batch_renorm=renorm, residual=cfg.residual,
                                 observation_key=inputs.key)  # fmt: skip
@@ -88,6 +88,7 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm,
         residual=cfg.residual, observation_key=inputs.key,
     )  # fmt: skip
+    actor, critic = inputs.attach(actor, own=True), inputs.attach(critic, own=True)
 
     # 3. loss, target update (none for crossq), optimizer (a group per part), buffer, collector
     entropy = dict(alpha_init=cfg.entropy.alpha_init, target_entropy=cfg.entropy.entropy_target())

@@ -50,9 +50,11 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 2. networks: deterministic actor (Gaussian noise on top acts only while collecting), twin
     #    critics in one batched ensemble
-    inputs = cfg.goals.inputs(env.observation_spec)  # a dict observation: entries concatenated
+    # a dict observation: vector entries concatenated, image entries through a CNN in each network
+    inputs = cfg.goals.inputs(env.observation_spec, images=True)
     actor = deterministic_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
                                 residual=cfg.residual, observation_key=inputs.key)  # fmt: skip
+    actor = inputs.attach(actor, own=True)
     noise = AdditiveGaussianNoise(
         len(low), sigma_init=cfg.exploration_noise, action_low=low, action_high=high
     )
@@ -60,6 +62,7 @@ def main(cfg: Config) -> dict[str, float]:
     policy = TensorDictSequential(greedy, noise)
     critic = q_ensemble(inputs.spec, env.action_spec, cfg.ac.hidden_sizes, residual=cfg.residual,
                         observation_key=inputs.key)  # fmt: skip
+    critic = inputs.attach(critic, own=True)
 
     # 3. loss, target update, optimizer (a group per part), buffer, collector acting with noise
     loss = TD3Loss(

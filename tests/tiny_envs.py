@@ -285,9 +285,37 @@ class DotDict(Dot):
         return {"pixels": super()._frame(), "position": (self.position / 7).astype(np.float32)}
 
 
+class ReachDict(gym.Env):
+    """:class:`DotDict` with continuous moves: the action (in [-1, 1]^2) moves the dot, the
+    reward is minus its distance to the corner (7, 7), where the episode ends."""
+
+    observation_space = DotDict.observation_space
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def __init__(self) -> None:
+        self.position = np.zeros(2)
+
+    def _obs(self) -> dict:
+        frame = np.zeros((1, 8, 8), np.uint8)
+        row, col = np.round(self.position).astype(np.int64)
+        frame[0, row, col] = 255
+        return {"pixels": frame, "position": (self.position / 7).astype(np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = self.np_random.uniform(0, 7, size=2)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.position = np.clip(self.position + np.asarray(action, np.float64), 0, 7)
+        distance = float(np.linalg.norm(self.position - 7))
+        return self._obs(), -distance / 7, distance < 0.5, False, {}
+
+
 def register_test_envs() -> None:
     """Registers the gymnasium ids of the envs here that recipe tests run by name."""
-    ids = {"tdrl-test/Dot-v0": "Dot", "tdrl-test/DotDict-v0": "DotDict"}
+    ids = {"tdrl-test/Dot-v0": "Dot", "tdrl-test/DotDict-v0": "DotDict",
+           "tdrl-test/ReachDict-v0": "ReachDict"}  # fmt: skip
     for env_id, name in ids.items():
         if env_id not in gym.registry:
             gym.register(env_id, entry_point=f"tests.tiny_envs:{name}", max_episode_steps=16)

@@ -8,9 +8,15 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from tdrl.keyed import require
 from tdrl.keys import ACTION, OBSERVATION
-from tdrl.modules.actors import Bound, _apply, _check_width, _register_bounds, _tanh_to_box
+from tdrl.modules.actors import (
+    Bound,
+    _apply,
+    _check_width,
+    _register_bounds,
+    _tanh_to_box,
+    observation_input,
+)
 
 
 class DeterministicActor(TensorDictModuleBase):
@@ -50,7 +56,7 @@ class DeterministicActor(TensorDictModuleBase):
     def action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The action for ``tensordict`` in env units; nothing is written."""
         key = self.in_keys[0]
-        observation = require(tensordict, key, "DeterministicActor")
+        observation = observation_input(self, tensordict, "DeterministicActor")
         out = _apply(self.net, observation, key, "DeterministicActor")
         _check_width("DeterministicActor", out, self.action_dim, "action_dim")
         return _tanh_to_box(out, self.action_low, self.action_high)

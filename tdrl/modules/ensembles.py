@@ -375,12 +375,18 @@ class ConcatCritic(TensorDictModuleBase):
     ) -> torch.Tensor:
         """The network (or ``net``) on the concatenated inputs; an error names their shapes."""
         owner = type(self).__name__
-        inputs = [require(tensordict, key, owner) for key in self.in_keys]
+        encoder: Any = self._modules.get("encoder")  # image entries (tdrl.modules.with_encoder)
+        if encoder is None:
+            inputs = [require(tensordict, key, owner) for key in self.in_keys]
+        else:  # its features, then the keys after its entries (the action)
+            rest = self.in_keys[len(encoder.in_keys) :]
+            inputs = [encoder.features(tensordict), *(require(tensordict, k, owner) for k in rest)]
         try:
             x = inputs[0] if len(inputs) == 1 else torch.cat(inputs, dim=-1)
             return (self.net if net is None else net)(x)
         except (RuntimeError, ValueError) as error:  # EnsembleLinear names widths: ValueError
-            shapes = {key: tuple(v.shape) for key, v in zip(self.in_keys, inputs, strict=True)}
+            names = self.in_keys if encoder is None else [encoder.out_key, *rest]
+            shapes = {key: tuple(v.shape) for key, v in zip(names, inputs, strict=True)}
             raise ValueError(f"{owner}: the network failed on {shapes}: {error}") from error
 
 

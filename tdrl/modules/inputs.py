@@ -36,7 +36,9 @@ from tdrl.keyed import require
 from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor
 from tdrl.modules.cnn import frame_cnn
 from tdrl.modules.critics import ValueCritic
-from tdrl.modules.qvalue import QValueActor
+from tdrl.modules.deterministic import DeterministicActor
+from tdrl.modules.ensembles import EnsembleCritic
+from tdrl.modules.qvalue import QValueActor, StateActionCritic
 
 __all__ = [
     "CatKeys",
@@ -167,16 +169,28 @@ class DictEncoder(CatKeys):
             raise type(error)(f"DictEncoder: entry {key!r}: {error}") from None
 
 
-_ENCODABLE = (QValueActor, ValueCritic, GaussianActor, TanhGaussianActor, CategoricalActor)
+_ENCODABLE = (
+    QValueActor,
+    ValueCritic,
+    GaussianActor,
+    TanhGaussianActor,
+    CategoricalActor,
+    DeterministicActor,
+    EnsembleCritic,
+    StateActionCritic,
+)
 
 
 def with_encoder(module: Module, encoder: DictEncoder) -> Module:
     """``module`` reading ``encoder``'s features of the env's entries instead of its own
     observation entry; returns ``module``. The encoder becomes its submodule (shared where the
     same encoder goes into two networks: an on-policy actor and critic), its first in_key is
-    replaced by the encoder's entries (an action mask stays). Refused, named: a module other
-    than a feed-forward Q network, value network or Gaussian / categorical policy, and a module
-    whose first in_key is not the encoder's ``out_key`` (it was built for another input)."""
+    replaced by the encoder's entries (an action mask, a critic's action stay). Refused, named:
+    a module other than a feed-forward Q network, value network, state-action critic (or
+    ensemble), deterministic, Gaussian or categorical policy, and a module
+    whose first in_key is not the encoder's ``out_key`` (it was built for another input).
+    A critic of the state and the action (an ensemble too) reads the encoder's features
+    concatenated with the action; one encoder serves all its members (SB3's critics)."""
     if type(module) not in _ENCODABLE:
         names = ", ".join(cls.__name__ for cls in _ENCODABLE)
         raise TypeError(
@@ -229,8 +243,7 @@ def dict_inputs(
             if not images:
                 raise ValueError(
                     f"observation entry {key!r} holds uint8 frames {features}: it needs a CNN "
-                    "encoder, which DQN and the on-policy recipes build; select the vector "
-                    "entries only"
+                    "encoder, which this recipe does not build; select the vector entries only"
                 )
             cnn = frame_cnn(leaf)(None)
             encoders.append(cnn)

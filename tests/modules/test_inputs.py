@@ -220,15 +220,13 @@ def test_actor_and_critic_share_one_encoder_or_get_their_own_and_ppg_reads_the_a
 
 
 def test_bad_encoders_and_images_are_named():
-    from tdrl.modules import DeterministicActor, network_inputs, with_encoder
+    from tdrl.modules import BernoulliActor, network_inputs, with_encoder
 
     inputs = network_inputs(image_spec(), images=True)
     encoder = inputs.encoder
     assert encoder is not None
-    with pytest.raises(
-        TypeError, match="image entries are read by QValueActor.*DeterministicActor"
-    ):
-        with_encoder(DeterministicActor(torch.nn.Linear(643, 2), 2, in_key=inputs.key), encoder)
+    with pytest.raises(TypeError, match="read by QValueActor.*; got BernoulliActor"):
+        with_encoder(BernoulliActor(torch.nn.Linear(643, 2), in_key=inputs.key), encoder)
     body = q_network(inputs.spec, Categorical(5, shape=(2,)), (8,))
     with pytest.raises(ValueError, match="reads 'observation', the encoder writes"):
         with_encoder(QValueActor(body), encoder)

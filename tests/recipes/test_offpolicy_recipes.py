@@ -251,27 +251,6 @@ def test_dqn_on_shifted_frames_resumes_exactly_and_flat_observations_are_refused
         module.main(flat)
 
 
-def test_dqn_on_a_frame_and_a_vector_trains_its_cnn_encoder_and_resumes_exactly(tmp_path):
-    """A dict observation with an image entry: the CNN encoder sits inside the Q network, so
-    its weights train with it, are copied to the target and travel in the checkpoint."""
-    register_test_envs()
-    common = dict(env_id="tdrl-test/DotDict-v0", init_random_frames=128, buffer_size=1_000,
-                  checkpoint_every=100_000, total_frames=448)  # fmt: skip
-    module, straight = config("dqn", tmp_path / "straight", **common)
-    module.main(straight)
-    _, first = config("dqn", tmp_path / "resumed", stop_after_frames=256, **common)
-    module.main(first)
-    torch.manual_seed(12345)
-    module.main(configure(first, stop_after_frames=0, resume=True))
-    got, expected = (_rows(Path(c.run.log_dir) / "train.csv") for c in (first, straight))
-    assert got == expected and any("loss" in row for row in expected)
-    weights = torch.load(
-        latest_checkpoint(Path(straight.run.log_dir)) / "checkpoint.pt", weights_only=False
-    )["loss"]
-    cnn = [k for k in weights if "encoder.encoders.0" in k]
-    assert any("target" in k for k in cnn) and any("target" not in k for k in cnn), cnn
-
-
 @pytest.mark.parametrize("algo", ["iqn", "fqf", "c51"])
 def test_distributional_dqn_runs_on_minatar_frames(algo, tmp_path):
     pytest.importorskip("minatar")
@@ -374,6 +353,11 @@ def _rows(path: Path) -> list[dict[str, float]]:
         ("td3", 151),
         ("sac-tqc", 150),
         ("sac-crossq", 151),
+        # a dict observation with an image entry: a CNN encoder inside each network
+        ("dqn-images", 320),
+        ("sac-images", 150),
+        pytest.param("td3-images", 151, marks=pytest.mark.variants),
+        pytest.param("ddpg-images", 150, marks=pytest.mark.variants),
     ],  # fmt: skip
 )
 def test_resume_continues_exactly(name, stop, tmp_path, device):
@@ -388,7 +372,10 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         # drqn.py's defaults are R2D2's (padded slices drawn by priority: the priorities and
         # PER's beta in the checkpoint); this one: slices inside one episode, uniform
         "unpadded": {"pad": False, "prioritized": False, "n_steps": 1, "value_rescaling": False},
+        # a frame and a vector (tests.tiny_envs: discrete moves for DQN, continuous otherwise)
+        "images": {"env_id": f"tdrl-test/{'DotDict' if name == 'dqn' else 'ReachDict'}-v0"},
     }[algo]
+    register_test_envs()
     module, straight = config(
         name, tmp_path / "straight", checkpoint_every=100_000, device=device, **options
     )
@@ -413,6 +400,12 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
     for metric in ("loss", "loss_actor"):
         if metric in result:
             assert resumed[metric] == result[metric]
+    if algo == "images":  # the CNNs' weights are in the checkpoint, targets' included
+        weights = saved["loss"]
+        owners = {k.split(".")[0] for k in weights if ".encoder.encoders.0." in k}
+        critic = "value_network" if name == "dqn" else "qvalue_network"
+        assert {critic, f"target_{critic}"} <= owners, owners
+        assert name == "dqn" or "actor_network" in owners, owners
     # The buffers hold the same transitions; no seam was marked (the episodes went on).
     capacity = straight.replay.buffer_size
     per = getattr(straight, "per", None)
