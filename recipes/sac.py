@@ -21,7 +21,9 @@ everywhere, 5k random steps, batch renorm warmed up over 100k batches.
     python recipes/sac.py --residual --hidden-sizes 128 --critic-hidden-sizes 512 512
 
 The last is SimBa's SAC (Lee et al. 2024, arXiv 2410.09754): a 128-wide actor of one residual
-block, 512-wide critics of two.
+block, 512-wide critics of two. On a dict observation with image entries the actor and the
+critics each have a CNN encoder; --augment shift shifts the sampled images (DrQ's random shift,
+Kostrikov et al. 2020).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Config:
     ac: config.ActorCriticConfig = config.ActorCriticConfig()
     entropy: config.EntropyConfig = config.EntropyConfig()
     goals: config.GoalConfig = config.GoalConfig()
+    aug: config.AugmentConfig = config.AugmentConfig()
     algo: Literal["sac", "tqc", "crossq"] = "sac"
     """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target) or
     crossq (no target networks; batch-renormalized actor and critics)."""
@@ -106,9 +109,11 @@ def main(cfg: Config) -> dict[str, float]:
         ([loss.log_alpha], cfg.entropy.alpha_lr),
         betas=(cfg.adam_beta1, 0.999),
     )
-    buffer = make_replay_buffer(  # her: goals relabelled, then the network input (transform)
+    # her: goals relabelled, then image entries shifted (--augment shift), then the network input
+    buffer = make_replay_buffer(
         cfg.replay.buffer_size, generator=cfg.run.seed, device=device,
-        transform=inputs.transform, **cfg.goals.replay_kwargs(cfg.run.env_id),
+        transform=cfg.aug.sample_transform(env.observation_spec, then=inputs.transform),
+        **cfg.goals.replay_kwargs(cfg.run.env_id),
     )  # fmt: skip
     policy = inputs.policy(actor)  # acts on the env's own observation
     collector = trainers.make_collector(

@@ -511,7 +511,7 @@ class PixelConfig:
 
 @configclass
 class AugmentConfig:
-    """Augmented replay samples (the replay-buffer recipes on frames)."""
+    """Augmented replay samples (the replay-buffer recipes on frames or image entries)."""
 
     augment: Literal["off", "shift"] = "off"
     """augment the sampled frames (shift: DrQ's random shift of up to shift_pad pixels, the
@@ -522,21 +522,30 @@ class AugmentConfig:
     def sample_transform(self, observation_spec: Composite, then: Any = None) -> Any:
         """The replay buffer's sample transform: the augmentation (torch's global generator,
         which checkpoints save), then ``then`` (a dict observation's concatenation), either or
-        none. An augmentation needs ``[C, H, W]`` frames under ``"observation"``."""
+        none. An augmentation shifts every image entry (``[C, H, W]``: the frames under
+        ``"observation"``, a dict observation's image entries), at the root and under
+        ``"next"``; an env without one is refused."""
         if self.augment == "off":
             return then
         from tdrl import keys
         from tdrl.data.augment import RandomShift
 
-        spec = observation_spec.get(keys.OBSERVATION, None)
         batch_dims = len(observation_spec.shape)
-        if spec is None or len(spec.shape) - batch_dims != 3:
-            found = "none" if spec is None else f"{spec.dtype} {tuple(spec.shape[batch_dims:])}"
-            raise ValueError(
-                f"--augment {self.augment} shifts images: it needs [C, H, W] frames under "
-                f"'observation', the env has {found}"
+        found = {
+            key: leaf for key, leaf in observation_spec.items(True, True) if key != keys.ACTION_MASK
+        }
+        images = [key for key, leaf in found.items() if len(leaf.shape) - batch_dims == 3]
+        if not images:
+            has = ", ".join(
+                f"{key!r}: {leaf.dtype} {tuple(leaf.shape[batch_dims:])}"
+                for key, leaf in found.items()
             )
-        shift = RandomShift(self.shift_pad)
+            raise ValueError(
+                f"--augment {self.augment} shifts images: it needs [C, H, W] frames (under "
+                f"'observation' or a dict entry), the env has {has or 'none'}"
+            )
+        nested = [(keys.NEXT, *((key,) if isinstance(key, str) else key)) for key in images]
+        shift = RandomShift(self.shift_pad, [*images, *nested])
         return shift if then is None else _Chain(shift, then)
 
 

@@ -356,6 +356,7 @@ def _rows(path: Path) -> list[dict[str, float]]:
         # a dict observation with an image entry: a CNN encoder inside each network
         ("dqn-images", 320),
         ("sac-images", 150),
+        ("sac-shifted", 150),  # and DrQ's random shift of the sampled images (global RNG)
         pytest.param("td3-images", 151, marks=pytest.mark.variants),
         pytest.param("ddpg-images", 150, marks=pytest.mark.variants),
     ],  # fmt: skip
@@ -374,6 +375,7 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         "unpadded": {"pad": False, "prioritized": False, "n_steps": 1, "value_rescaling": False},
         # a frame and a vector (tests.tiny_envs: discrete moves for DQN, continuous otherwise)
         "images": {"env_id": f"tdrl-test/{'DotDict' if name == 'dqn' else 'ReachDict'}-v0"},
+        "shifted": {"env_id": "tdrl-test/ReachDict-v0", "augment": "shift", "shift_pad": 1},
     }[algo]
     register_test_envs()
     module, straight = config(
@@ -400,7 +402,7 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
     for metric in ("loss", "loss_actor"):
         if metric in result:
             assert resumed[metric] == result[metric]
-    if algo == "images":  # the CNNs' weights are in the checkpoint, targets' included
+    if algo in ("images", "shifted"):  # the CNNs' weights are in the checkpoint, targets' included
         weights = saved["loss"]
         owners = {k.split(".")[0] for k in weights if ".encoder.encoders.0." in k}
         critic = "value_network" if name == "dqn" else "qvalue_network"
