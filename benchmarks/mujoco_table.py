@@ -12,13 +12,13 @@ a cell cut short starts over next time, but a tdrl cell cut after one of its che
 from it (its line says so under ``resumed``). The key of a cell holds no settings, so every
 run (and ``--dry-run``) compares the selected lines' recorded settings with what their cells
 would run now (:func:`settings_drift`): a line run with another preset, recipe default or zoo
-entry is printed as STALE and listed on the rendered page (it still counts as done until its
-line is moved to the superseded file), and settings a line has no record of (fields added since) are counted. ``--jobs N``
-runs N cells at a time, each in its own subprocess with one torch thread (OMP/MKL threads 1);
-cells are ordered seed by seed, library by library, so with ``--jobs 2`` tdrl and SB3 of one
-seed run side by side. Another table uses the same machinery through its own :class:`Suite`
-(algorithms, tasks, SB3 runs, page, files): ``benchmarks/minatar_table.py`` is one;
-``MUJOCO`` is this file's.
+entry is printed as STALE and listed on the rendered page (it still counts as done until
+its line is moved to the superseded file), and settings a line has no record of (fields added
+since) are counted. ``--jobs N`` runs N cells at a time, each in its own subprocess with one
+torch thread (OMP/MKL threads 1); cells are ordered seed by seed, library by library, so with
+``--jobs 2`` tdrl and SB3 of one seed run side by side. Another table uses the same machinery
+through its own :class:`Suite` (algorithms, tasks, SB3 runs, page, files):
+``benchmarks/minatar_table.py`` is one; ``MUJOCO`` is this file's.
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
 task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
@@ -1389,6 +1389,8 @@ def stale_section(lines: list[dict[str, Any]], suite: Suite) -> str:
     (:func:`settings_drift`), each with what changed; empty when there are none."""
     stale = []
     for line in lines:
+        if line["algorithm"] not in suite.algos:  # a retired row: nothing to compare with
+            continue
         changed, _ = settings_drift(line, suite)
         if changed:
             cell = f"{line['library']} {line['algorithm']} {line['task']} seed {line['seed']}"

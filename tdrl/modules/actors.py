@@ -63,6 +63,13 @@ def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> t
         ) from error
 
 
+def input_key(module: TensorDictModuleBase) -> NestedKey:
+    """The key a keyed network's ``net`` input goes by in errors: its first in_key, or its
+    encoder's ``out_key`` (the features it reads the entries as)."""
+    encoder: Any = module._modules.get("encoder")
+    return module.in_keys[0] if encoder is None else encoder.out_key
+
+
 def observation_input(
     module: TensorDictModuleBase, tensordict: TensorDictBase, owner: str
 ) -> torch.Tensor:
@@ -239,7 +246,7 @@ class GaussianActor(_ProbabilisticActor):
         self.register_buffer("action_half", half.clone(), persistent=False)
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
-        loc = _apply(self.net, observation, self.in_keys[0], "GaussianActor")
+        loc = _apply(self.net, observation, input_key(self), "GaussianActor")
         _check_width("GaussianActor", loc, self.log_std.shape[-1], "action_dim")
         if self.rescale:
             loc = self.action_mid + self.action_half * loc
@@ -324,7 +331,7 @@ class TanhGaussianActor(_ProbabilisticActor):
         return {LOC: loc, SCALE: log_std.exp()}
 
     def _loc_log_std(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = _apply(self.net, observation, self.in_keys[0], "TanhGaussianActor")
+        out = _apply(self.net, observation, input_key(self), "TanhGaussianActor")
         return self._log_std(out)
 
     def get_dist(self, tensordict: TensorDictBase) -> Distribution:
@@ -385,7 +392,7 @@ class CategoricalActor(_ProbabilisticActor):
         return params
 
     def _params(self, observation: torch.Tensor) -> dict[NestedKey, torch.Tensor]:
-        return {LOGITS: _apply(self.net, observation, self.in_keys[0], "CategoricalActor")}
+        return {LOGITS: _apply(self.net, observation, input_key(self), "CategoricalActor")}
 
     def _dist(self, params: dict[NestedKey, torch.Tensor]) -> Distribution:
         return Categorical(logits=params[LOGITS], validate_args=False)

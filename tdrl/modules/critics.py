@@ -8,7 +8,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from tdrl.keys import OBSERVATION, STATE_VALUE
-from tdrl.modules.actors import _apply, observation_input
+from tdrl.modules.actors import _apply, input_key, observation_input
 from tdrl.modules.ensembles import check_value_dim
 
 
@@ -38,6 +38,6 @@ class ValueCritic(TensorDictModuleBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         observation = observation_input(self, tensordict, "ValueCritic")
-        value = _apply(self.net, observation, self.in_keys[0], "ValueCritic")
+        value = _apply(self.net, observation, input_key(self), "ValueCritic")
         tensordict.set(self.out_keys[0], check_value_dim(value, self.out_keys[0], "ValueCritic"))
         return tensordict

@@ -15,6 +15,7 @@ from tdrl.modules.actors import (
     _check_width,
     _register_bounds,
     _tanh_to_box,
+    input_key,
     observation_input,
 )
 
@@ -55,9 +56,8 @@ class DeterministicActor(TensorDictModuleBase):
 
     def action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The action for ``tensordict`` in env units; nothing is written."""
-        key = self.in_keys[0]
         observation = observation_input(self, tensordict, "DeterministicActor")
-        out = _apply(self.net, observation, key, "DeterministicActor")
+        out = _apply(self.net, observation, input_key(self), "DeterministicActor")
         _check_width("DeterministicActor", out, self.action_dim, "action_dim")
         return _tanh_to_box(out, self.action_low, self.action_high)
 

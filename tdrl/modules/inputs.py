@@ -276,18 +276,13 @@ class NetworkInputs:
             ``"next"`` (None for a flat observation, and with an encoder inside the networks).
     """
 
-    def __init__(
-        self,
-        spec: Composite,
-        cat: CatKeys | None,
-        selected: Sequence[NestedKey] = (),
-    ) -> None:
+    def __init__(self, spec: Composite, cat: CatKeys | None) -> None:
         self.encoder = cat if isinstance(cat, DictEncoder) else None
         self.cat = None if self.encoder is not None else cat
         self.spec = spec if cat is None else cat.spec(spec)
         self.key: NestedKey = keys.OBSERVATION if cat is None else cat.out_key
         self.transform = None if self.cat is None else self.cat.transitions
-        self._observation_spec, self._selected = spec, tuple(selected)
+        self._observation_spec = spec
 
     def policy(self, module: TensorDictModuleBase) -> TensorDictModuleBase:
         """``module`` acting on the env's own observation: the concatenation first, if any."""
@@ -302,8 +297,8 @@ class NetworkInputs:
         if self.encoder is None:
             return module
         encoder = self.encoder
-        if own:
-            fresh = dict_inputs(self._observation_spec, self._selected, images=True)
+        if own:  # the same entries, new parameters
+            fresh = dict_inputs(self._observation_spec, encoder.in_keys, images=True)
             assert isinstance(fresh, DictEncoder)
             encoder = fresh
         return with_encoder(module, encoder)
@@ -315,4 +310,4 @@ def network_inputs(
     """:class:`NetworkInputs` of ``observation_spec`` with the entries ``selected`` (as
     :func:`dict_inputs`; ``images``: image entries through a :class:`DictEncoder`)."""
     cat = dict_inputs(observation_spec, selected, images=images)
-    return NetworkInputs(observation_spec, cat, selected)
+    return NetworkInputs(observation_spec, cat)

@@ -258,11 +258,7 @@ def _pixel_actor_critic(
     the policy's and the value's."""
     width = int(encoders[0].hidden)  # type: ignore[arg-type]
     if ortho_init:
-        for layer in (m for encoder in encoders for m in encoder.modules()):
-            if isinstance(layer, nn.Conv2d):
-                orthogonal_init_(layer, HIDDEN_GAIN)
-            elif isinstance(layer, nn.Linear):
-                orthogonal_init_(layer, HIDDEN_GAIN)
+        orthogonal_encoders_(encoders)
     heads = iter(encoders * 2 if len(encoders) == 1 else encoders)  # the policy's, the value's
 
     def trunk(out_features: int, gain: float) -> nn.Module:
@@ -279,6 +275,22 @@ def _pixel_actor_critic(
         torch_default_init_(actor)
         torch_default_init_(critic)
     return actor, critic, None
+
+
+def orthogonal_encoders_(encoders: Sequence[nn.Module]) -> None:
+    """Orthogonal weights with gain sqrt(2) and zero biases for every convolution and linear
+    layer of ``encoders`` (CleanRL's ``ppo_atari.py`` init), in order, an encoder met twice
+    (shared by two networks) once."""
+    seen: set[int] = set()
+    for encoder in encoders:
+        if id(encoder) in seen:
+            continue
+        seen.add(id(encoder))
+        for layer in encoder.modules():
+            if isinstance(layer, nn.Conv2d):
+                orthogonal_init_(layer, HIDDEN_GAIN)
+            elif isinstance(layer, nn.Linear):
+                orthogonal_init_(layer, HIDDEN_GAIN)
 
 
 def _feed_forward_actor(

@@ -18,7 +18,7 @@ from torch import nn
 
 from tdrl.keyed import check_counts, require
 from tdrl.keys import ACTION, ACTION_VALUE, CHOSEN_ACTION_VALUE, OBSERVATION
-from tdrl.modules.actors import _apply, masked_logits, observation_input
+from tdrl.modules.actors import _apply, input_key, masked_logits, observation_input
 from tdrl.modules.ensembles import ConcatCritic, check_value_dim
 from tdrl.modules.mlp import mlp
 
@@ -131,7 +131,7 @@ class QValueActor(TensorDictModuleBase):
     def action_values(self, tensordict: TensorDictBase) -> torch.Tensor:
         """``Q(s, .)`` ``[*B, n]``; nothing is written."""
         observation = observation_input(self, tensordict, "QValueActor")
-        return _apply(self.net, observation, self.in_keys[0], "QValueActor")
+        return _apply(self.net, observation, input_key(self), "QValueActor")
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         action_value = self.action_values(tensordict)

@@ -523,10 +523,12 @@ class AugmentConfig:
         """The replay buffer's sample transform: the augmentation (torch's global generator,
         which checkpoints save), then ``then`` (a dict observation's concatenation), either or
         none. An augmentation shifts every image entry (``[C, H, W]``: the frames under
-        ``"observation"``, a dict observation's image entries), at the root and under
-        ``"next"``; an env without one is refused."""
+        ``"observation"``, a dict observation's uint8 entries, which its networks read through
+        CNNs), at the root and under ``"next"``; an env without one is refused."""
         if self.augment == "off":
             return then
+        import torch
+
         from tdrl import keys
         from tdrl.data.augment import RandomShift
 
@@ -534,7 +536,12 @@ class AugmentConfig:
         found = {
             key: leaf for key, leaf in observation_spec.items(True, True) if key != keys.ACTION_MASK
         }
-        images = [key for key, leaf in found.items() if len(leaf.shape) - batch_dims == 3]
+        images = [  # the frames under "observation" (uint8 or float), a dict's uint8 entries
+            key
+            for key, leaf in found.items()
+            if len(leaf.shape) - batch_dims == 3
+            and (key == keys.OBSERVATION or leaf.dtype == torch.uint8)
+        ]
         if not images:
             has = ", ".join(
                 f"{key!r}: {leaf.dtype} {tuple(leaf.shape[batch_dims:])}"
@@ -865,9 +872,14 @@ class NetworkConfig:
             rescale_actions=self.rescale_actions, shared_encoder=shared_encoder,
             observation_key=inputs.key,
         )  # fmt: skip
-        # image entries: the CNN encoder inside both (one shared, or one each)
+        # image entries: the CNN encoder inside both (one shared, or one each), initialised as
+        # the CNN on plain frames is
         actor = inputs.attach(actor)
         critic = inputs.attach(inputs.policy(critic), own=not shared_encoder)
+        if encoded and self.ortho_init:
+            from tdrl.modules.networks import orthogonal_encoders_
+
+            orthogonal_encoders_([actor.encoder, critic.encoder])
         # the estimator runs the critic under "next" as well: the concatenation in front
         recurrent_critic = self.recurrent != "none" and self.recurrent_critic
         acting = TensorDictSequential(actor, critic) if recurrent_critic else actor
@@ -951,6 +963,12 @@ class IntrinsicConfig:
         from tdrl.modules.networks import is_frames
         from tdrl.objectives import ICMLoss, RNDLoss
 
+        entries = [k for k in observation_spec.keys(True, True) if k != keys.ACTION_MASK]
+        if entries != [keys.OBSERVATION]:
+            raise ValueError(
+                "--intrinsic-coeff: the exploration bonuses read one 'observation' entry (a "
+                f"vector or frames); the env's observation has {entries}"
+            )
         leaf = observation_spec[keys.OBSERVATION]
         shape = tuple(leaf.shape[len(observation_spec.shape) :])
         frames = is_frames(observation_spec)

@@ -243,3 +243,54 @@ def test_bad_encoders_and_images_are_named():
         qnet(td)
     with pytest.raises(KeyError, match="'large'"):
         qnet(image_batch().exclude("large"))
+
+
+def test_own_encoders_read_the_same_entries_and_targets_copy_the_encoder():
+    from tdrl.modules import NetworkInputs, ValueCritic
+    from tdrl.modules.networks import mlp
+    from tdrl.objectives import DQNLoss
+
+    spec = image_spec()
+    inputs = NetworkInputs(spec, dict_inputs(spec, ["large", "state"], images=True))
+    assert inputs.encoder is not None and inputs.encoder.in_keys == ["large", "state"]
+    value = inputs.attach(ValueCritic(mlp(inputs.encoder.width, 1, (8,)), in_key=inputs.key))
+    other = inputs.attach(
+        ValueCritic(mlp(inputs.encoder.width, 1, (8,)), in_key=inputs.key), own=True
+    )
+    assert value.encoder is inputs.encoder and other.encoder is not inputs.encoder
+    assert value.in_keys == other.in_keys == ["large", "state"]
+    body = q_network(inputs.spec, Categorical(5, shape=(2,)), (8,))
+    qnet = inputs.attach(QValueActor(body, in_key=inputs.key), own=True)
+    loss = DQNLoss(qnet)
+    target = loss.target_value_network.encoder
+    assert target is not qnet.encoder
+    for online, copied in zip(qnet.encoder.parameters(), target.parameters(), strict=True):
+        assert online is not copied and torch.equal(online, copied)
+
+
+def test_the_random_shift_moves_a_dicts_uint8_images_only():
+    from tdrl.trainers.config import AugmentConfig
+
+    spec = Composite(
+        {"pixels": Bounded(0, 255, shape=(2, 1, 8, 8), dtype=torch.uint8),
+         "grid": Unbounded(shape=(2, 3, 3, 3)),  # float [3, 3, 3]: a vector entry, flattened
+         "state": Unbounded(shape=(2, 3))},
+        shape=(2,),
+    )  # fmt: skip
+    shift = AugmentConfig(augment="shift", shift_pad=2).sample_transform(spec)
+    assert shift.in_keys == ["pixels", ("next", "pixels")]
+    frames = torch.zeros(16, 1, 8, 8, dtype=torch.uint8)
+    frames[:, :, 3:5, 3:5] = 255
+    grid = torch.randn(16, 3, 3, 3)
+    batch = TensorDict(
+        {"pixels": frames.clone(), "grid": grid.clone(),
+         "next": {"pixels": frames.clone(), "grid": grid.clone()}},
+        batch_size=[16],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    out = shift(batch)
+    assert not torch.equal(out["pixels"], frames) and not torch.equal(out["next", "pixels"], frames)
+    assert torch.equal(out["grid"], grid) and torch.equal(out["next", "grid"], grid)
+    del spec["pixels"]
+    with pytest.raises(ValueError, match="it needs \\[C, H, W\\] frames .*'grid': torch.float32"):
+        AugmentConfig(augment="shift").sample_transform(spec)

@@ -174,11 +174,14 @@ def test_dqn_and_rainbow_pick_the_cnn_for_frames_and_the_mlp_otherwise():
     import dqn
     import rainbow
 
+    def dqn_inputs(env):  # what dqn.py's networks read
+        return dqn.Config().goals.inputs(env.observation_spec, images=True)
+
     from tdrl.envs import make_vec_env
     from tdrl.modules import MinAtarCNN, NatureCNN
 
     with make_vec_env("MinAtar/Breakout-v1", 1) as env:
-        qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
+        qnet, _ = dqn.q_network_and_loss(dqn.Config(), dqn_inputs(env), env.action_spec)
         assert isinstance(qnet.net, MinAtarCNN)
         assert qnet.net.features[0].scale == 1.0  # MinAtar's channels are 0 or 1
         qnet, _ = rainbow.q_network_and_loss(  # C51: the same CNN, num_actions x atoms outputs
@@ -197,14 +200,14 @@ def test_dqn_and_rainbow_pick_the_cnn_for_frames_and_the_mlp_otherwise():
             assert qnet(td.unsqueeze(1).expand(1, 3))["action_value"].shape == (1, 3, 3)
         with pytest.raises(ValueError, match="one flat 'observation'"):
             dqn.q_network_and_loss(
-                configure(dqn.Config, network="mlp"), env.observation_spec, env.action_spec
+                configure(dqn.Config, network="mlp"), dqn_inputs(env), env.action_spec
             )
     with make_vec_env("CartPole-v1", 1) as env:
-        qnet, _ = dqn.q_network_and_loss(dqn.Config(), env.observation_spec, env.action_spec)
+        qnet, _ = dqn.q_network_and_loss(dqn.Config(), dqn_inputs(env), env.action_spec)
         assert not isinstance(qnet.net, (MinAtarCNN, NatureCNN))
         with pytest.raises(ValueError, match="--network cnn needs uint8 frames"):
             dqn.q_network_and_loss(
-                configure(dqn.Config, network="cnn"), env.observation_spec, env.action_spec
+                configure(dqn.Config, network="cnn"), dqn_inputs(env), env.action_spec
             )
 
 

@@ -481,3 +481,11 @@ def test_on_policy_recipes_read_a_dict_observation_concatenated(name: str, tmp_p
     state = torch.load(latest_checkpoint(tmp_path) / "checkpoint.pt", weights_only=True)
     norm = [v for k, v in state["actor"].items() if k.endswith("obs_norm.mean")]
     assert norm and all(v.shape == (15,) for v in norm)  # 3 entries x 5 bits
+
+
+@pytest.mark.parametrize("env_id", ["tdrl-test/DotDict-v0", "tdrl/BitFlipping5-v0"])
+def test_an_exploration_bonus_on_a_dict_observation_is_refused_by_name(env_id, tmp_path):
+    register_test_envs()
+    cfg = tiny("ppo", tmp_path, env_id=env_id, intrinsic_coeff=1.0)
+    with pytest.raises(ValueError, match="bonuses read one 'observation' entry .* has \\['"):
+        ppo.main(cfg)
