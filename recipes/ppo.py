@@ -71,8 +71,9 @@ def main(cfg: Config) -> dict[str, float]:
     device = cfg.run.torch_device
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
-    # 2. networks: actor and critic, observation normalization inside both
-    nets = cfg.net.build(env.observation_spec, env.action_spec)
+    # 2. networks: actor and critic, observation normalization inside both (on frames: a CNN,
+    #    --network picks which)
+    nets = cfg.net.build(env.observation_spec, env.action_spec, network=cfg.pixels.network)
 
     # 3. loss, estimator (run on the whole rollout before minibatching), optimizer, schedule
     loss = ClipPPOLoss(

@@ -8,7 +8,7 @@ from tdrl.modules.actors import (
     TanhGaussianActor,
 )
 from tdrl.modules.bcq import BCQVAE, BCQPerturbation, bcq_perturbation, bcq_vae
-from tdrl.modules.cnn import FlatFrames, MinAtarCNN, NatureCNN, PixelInput
+from tdrl.modules.cnn import FlatFrames, ImpalaCNN, MinAtarCNN, NatureCNN, PixelInput
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import (
@@ -100,6 +100,7 @@ __all__ = [
     "GaussianActor",
     "IndependentBernoulli",
     "IndependentNormal",
+    "ImpalaCNN",
     "MinAtarCNN",
     "MultiCategorical",
     "MultiCategoricalActor",

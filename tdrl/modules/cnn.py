@@ -20,7 +20,7 @@ from torch import nn
 
 from tdrl.modules.qvalue import Dueling
 
-__all__ = ["FlatFrames", "MinAtarCNN", "NatureCNN", "PixelInput", "frame_cnn"]
+__all__ = ["FlatFrames", "ImpalaCNN", "MinAtarCNN", "NatureCNN", "PixelInput", "frame_cnn"]
 
 
 class PixelInput(nn.Module):
@@ -108,11 +108,7 @@ class _PixelNet(nn.Module):
         size = (frame_size, frame_size) if isinstance(frame_size, int) else frame_size
         size = (int(size[0]), int(size[1]))
         layers: list[nn.Module] = [PixelInput(in_channels, size, scale, type(self).__name__)]
-        channels = in_channels
-        for out_channels, kernel, stride in convolutions:
-            layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.ReLU()]
-            channels = out_channels
-        layers.append(nn.Flatten())
+        layers += [*self._body(in_channels), nn.Flatten()]
         # Module.to takes memory_format (torch's docs); its type stubs do not list it.
         self.features = nn.Sequential(*layers).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         with torch.no_grad():  # the flattened width for this frame size
@@ -141,6 +137,16 @@ class _PixelNet(nn.Module):
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         out = self.head(self.features(observation))
         return out.reshape(*observation.shape[:-3], out.shape[-1])
+
+    def _body(self, in_channels: int) -> list[nn.Module]:
+        """The layers between the scaled frames and the flatten: each of :attr:`convolutions`
+        with a ReLU."""
+        layers: list[nn.Module] = []
+        channels = in_channels
+        for out_channels, kernel, stride in self.convolutions:
+            layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.ReLU()]
+            channels = out_channels
+        return layers
 
 
 class NatureCNN(_PixelNet):
@@ -186,12 +192,66 @@ class MinAtarCNN(_PixelNet):
     default_hidden, default_frame_size, default_scale = 128, 10, 1.0
 
 
-def frame_cnn(leaf: Any) -> Callable[..., _PixelNet]:
+class _Residual(nn.Module):
+    """``x + conv(relu(conv(relu(x))))``, two 3x3 convolutions keeping the channels and size."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ImpalaCNN(_PixelNet):
+    """IMPALA's deep residual network (Espeholt et al. 2018, arXiv 1802.01561, fig. 3; the
+    Procgen and PPG papers' network): three stacks of 16, 32 and 32 channels, each a 3x3
+    convolution, a 3x3 max pool of stride 2 and two residual blocks, then a ReLU, a 256-unit
+    ReLU layer and the output layer.
+
+    Args:
+        in_channels: the frames' channels (stacked frames: channels x stack).
+        num_outputs: actions (or actions x atoms); None: the 256 hidden features.
+        hidden: width of the fully connected layer (256).
+        frame_size: H and W (64, Procgen's; any size of 8 or more).
+        scale: input factor (1/255 maps pixels to [0, 1]).
+        dueling, atoms: value and advantage streams (as :class:`NatureCNN`).
+
+    Shapes:
+        ``[*B, in_channels, H, W]`` uint8 -> ``[*B, num_outputs]`` float.
+    """
+
+    convolutions = ((16, 3, 1), (32, 3, 1), (32, 3, 1))
+    """each stack's (out channels, kernel, stride) of its first convolution."""
+    default_hidden, default_frame_size, default_scale = 256, 64, 1 / 255
+
+    def _body(self, in_channels: int) -> list[nn.Module]:
+        layers: list[nn.Module] = []
+        channels = in_channels
+        for out_channels, kernel, _ in self.convolutions:
+            layers += [
+                nn.Conv2d(channels, out_channels, kernel, padding=kernel // 2),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                _Residual(out_channels),
+                _Residual(out_channels),
+            ]
+            channels = out_channels
+        return [*layers, nn.ReLU()]
+
+
+def frame_cnn(leaf: Any, kind: str = "auto") -> Callable[..., _PixelNet]:
     """The CNN class for a uint8 frames spec ``leaf`` (``[*B, C, H, W]``) with its input set:
     channels, frame size and the scale 1 / high (1/255 for Atari's pixels, 1 for MinAtar's 0/1
-    channels); :class:`MinAtarCNN` on frames under 36 pixels, :class:`NatureCNN` from 36. Call
-    it with the outputs (None: the hidden features)."""
+    channels). ``kind`` "auto" (or "cnn"): :class:`MinAtarCNN` on frames under 36 pixels,
+    :class:`NatureCNN` from 36; "impala": :class:`ImpalaCNN`. Call it with the outputs (None:
+    the hidden features)."""
     channels, height, width = (int(d) for d in leaf.shape[-3:])
     scale = 1.0 / max(float(leaf.space.high.max()), 1.0)
-    cnn = NatureCNN if min(height, width) >= 36 else MinAtarCNN
+    if kind == "impala":
+        cnn: type[_PixelNet] = ImpalaCNN
+    elif kind in ("auto", "cnn"):
+        cnn = NatureCNN if min(height, width) >= 36 else MinAtarCNN
+    else:
+        raise ValueError(f"frame_cnn: kind must be 'auto', 'cnn' or 'impala', got {kind!r}")
     return partial(cnn, channels, frame_size=(height, width), scale=scale)

@@ -46,6 +46,10 @@ from tdrl.modules.renorm import BatchRenorm
 from tdrl.modules.residual import ResidualMLP
 from tdrl.modules.sde import GSDEActor
 
+Network = Literal["auto", "mlp", "cnn", "impala"]
+"""A network body: auto (a CNN on uint8 frames, else an MLP), mlp, cnn (MinAtar's or the Nature
+CNN by frame size) or impala (the IMPALA ResNet)."""
+
 # The recurrent actor's intermediate keys: the normalized observation and the RNN's output.
 NORMALIZED, EMBED = keys.NORMALIZED_OBSERVATION, keys.EMBED
 
@@ -111,6 +115,7 @@ def actor_critic(
     rescale_actions: bool = True,
     shared_encoder: bool = True,
     observation_key: NestedKey = keys.OBSERVATION,
+    network: Network = "auto",
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase, RunningObservationNorm | None]:
     """A policy and a value network for an env's specs (the Tianshou/CleanRL MuJoCo setup):
     ``actor_critic(env.observation_spec, env.action_spec)``; TorchRL env specs work too.
@@ -150,6 +155,10 @@ def actor_critic(
     ``observation_key``: the flat entry the networks (and the normalizer) read, e.g. a dict
     observation's concatenation (:class:`~tdrl.modules.NetworkInputs`).
 
+    ``network`` (:func:`pixel_network`): ``"auto"`` as above; ``"mlp"`` the MLPs (frames are
+    refused: they take one flat observation); ``"cnn"`` or ``"impala"``
+    (:class:`~tdrl.modules.ImpalaCNN`, the Procgen and PPG papers' network) on frames.
+
     Returns:
         ``(actor, critic, obs_norm)``; ``obs_norm`` is ``None`` without normalization.
 
@@ -157,7 +166,7 @@ def actor_critic(
         observation ``[*B, obs_dim]`` (one flat ``"observation"`` entry) or uint8 frames
         ``[*B, C, H, W]``; the specs may carry leading batch dims, e.g. ``[num_envs]``.
     """
-    cnn = pixel_network(observation_spec)
+    cnn = pixel_network(observation_spec, network)
     if cnn is not None:
         if recurrent is not None or sde_sample_freq:
             what = f"recurrent={recurrent!r}" if recurrent is not None else "sde_sample_freq"
@@ -587,21 +596,21 @@ def is_frames(observation_spec: Composite) -> bool:
 
 
 def pixel_network(
-    observation_spec: Composite, network: Literal["auto", "mlp", "cnn"] = "auto"
+    observation_spec: Composite, network: Network = "auto"
 ) -> Callable[..., nn.Module] | None:
     """The CNN class for ``network`` with its input set (:func:`~tdrl.modules.cnn.frame_cnn`:
-    :class:`MinAtarCNN` on frames under 36 pixels, :class:`NatureCNN` from 36), or None for an
-    MLP. ``"auto"``: the CNN on uint8 frames (:func:`is_frames`), the MLP otherwise; ``"cnn"``
-    without frames is an error."""
+    ``"cnn"``: :class:`MinAtarCNN` on frames under 36 pixels, :class:`NatureCNN` from 36;
+    ``"impala"``: :class:`ImpalaCNN`), or None for an MLP. ``"auto"``: the CNN on uint8 frames
+    (:func:`is_frames`), the MLP otherwise; a CNN without frames is an error."""
     leaf = observation_spec.get(keys.OBSERVATION, None)
     frames = is_frames(observation_spec)
     if network == "mlp" or (network == "auto" and not frames):
         return None
     if not frames:
         raise ValueError(
-            f"--network cnn needs uint8 frames [C, H, W] under 'observation', got {leaf}"
+            f"--network {network} needs uint8 frames [C, H, W] under 'observation', got {leaf}"
         )
-    return frame_cnn(leaf)
+    return frame_cnn(leaf, network)
 
 
 def q_network(
@@ -609,7 +618,7 @@ def q_network(
     action_spec: TensorSpec,
     hidden_sizes: Sequence[int],
     *,
-    network: Literal["auto", "mlp", "cnn"] = "auto",
+    network: Network = "auto",
     dueling: bool = False,
     atoms: int = 1,
     noisy_std: float | None = None,
@@ -643,7 +652,7 @@ def quantile_embedding_parts(
     action_spec: TensorSpec,
     hidden_sizes: Sequence[int],
     *,
-    network: Literal["auto", "mlp", "cnn"] = "auto",
+    network: Network = "auto",
     noisy_std: float | None = None,
     noisy_heads_only: bool = False,
 ) -> tuple[nn.Module, nn.Module, int]:

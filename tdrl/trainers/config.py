@@ -431,7 +431,7 @@ class DistributionalConfig:
         hidden_sizes: Sequence[int],
         *,
         dueling: bool = False,
-        network: Literal["auto", "mlp", "cnn"] = "auto",
+        network: Literal["auto", "mlp", "cnn", "impala"] = "auto",
         noise: NoisyConfig | None = None,
     ) -> torch.nn.Module:
         """The greedy Q actor of ``algo`` (SB3's init; noisy layers where ``noise`` asks):
@@ -493,8 +493,9 @@ class NoisyConfig:
 class PixelConfig:
     """Frames as observations: the network body, frame stacks and the Atari options."""
 
-    network: Literal["auto", "mlp", "cnn"] = "auto"
-    """network body: auto (a CNN on uint8 frames, else an MLP of hidden_sizes), mlp, or cnn."""
+    network: Literal["auto", "mlp", "cnn", "impala"] = "auto"
+    """network body: auto (a CNN on uint8 frames, else an MLP of hidden_sizes), mlp, cnn
+    (MinAtar's or the Nature CNN by frame size) or impala (the IMPALA ResNet)."""
     frame_stack: int = 1
     """pixel envs: frames per observation (DQN on Atari: 4), each stored once in the buffer."""
     terminal_on_life_loss: bool = False
@@ -839,12 +840,15 @@ class NetworkConfig:
         recipe: str = "",
         memory: bool = True,
         shared_encoder: bool = True,
+        network: Literal["auto", "mlp", "cnn", "impala"] = "auto",
     ) -> Networks:
         """The actor, the critic, the observation normalizer (or None) for these specs, and
         what the collector acts with: the actor, and the critic after it when the critic is
         recurrent (so its state is stored in the rollout for the estimator and the loss).
         ``memory=False``: a recipe without recurrent or gSDE policies refuses those flags;
-        ``shared_encoder=False``: on frames, the actor and the critic get a CNN each (and on a
+        ``network``: the body on frames (:func:`tdrl.modules.networks.pixel_network`: auto, mlp,
+        cnn or impala). ``shared_encoder=False``: on frames, the actor and the critic get a CNN
+        each (and on a
         dict observation's image entries an encoder each). Image entries of a dict go through
         a CNN inside the networks (:meth:`~tdrl.modules.NetworkInputs.attach`); observation
         normalization is then off (it would normalize learned features)."""
@@ -870,7 +874,7 @@ class NetworkConfig:
             recurrent_size=self.recurrent_size, recurrent_critic=self.recurrent_critic,
             sde_sample_freq=self.sde_sample_freq, ortho_init=self.ortho_init,
             rescale_actions=self.rescale_actions, shared_encoder=shared_encoder,
-            observation_key=inputs.key,
+            observation_key=inputs.key, network=network,
         )  # fmt: skip
         # image entries: the CNN encoder inside both (one shared, or one each), initialised as
         # the CNN on plain frames is

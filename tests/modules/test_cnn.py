@@ -11,6 +11,7 @@ from torch import nn
 from tdrl.modules import (
     CategoricalActor,
     CategoricalQValueActor,
+    ImpalaCNN,
     MinAtarCNN,
     NatureCNN,
     QValueActor,
@@ -54,6 +55,34 @@ def test_minatar_cnn_layers_and_shapes():
     assert net(frames(5, 7, 10, 10, high=2)).shape == (5, 3)
 
 
+def test_impala_cnn_stacks_residual_blocks_and_shapes():
+    net = ImpalaCNN(3, 15)  # Procgen: 64x64 RGB, 15 actions
+    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    # per stack: its first convolution, then two residual blocks of two convolutions each
+    assert [(c.in_channels, c.out_channels) for c in convs] == [
+        (3, 16),
+        *[(16, 16)] * 4,
+        (16, 32),
+        *[(32, 32)] * 4,
+        (32, 32),
+        *[(32, 32)] * 4,
+    ]
+    assert all(c.kernel_size == (3, 3) and c.padding == (1, 1) for c in convs)
+    assert [p.stride for p in net.modules() if isinstance(p, nn.MaxPool2d)] == [2, 2, 2]
+    assert net.num_features == 32 * 8 * 8  # 64 -> 32 -> 16 -> 8
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(2048, 256), (256, 15)]
+    assert net(frames(2, 5, 3, 64, 64)).shape == (2, 5, 15)
+    assert ImpalaCNN(4, None, frame_size=84)(frames(3, 4, 84, 84)).shape == (3, 256)
+    assert ImpalaCNN(4, 3, frame_size=10, scale=1.0)(frames(2, 4, 10, 10, high=2)).shape == (2, 3)
+    block = net.features[3]  # the first stack's first residual block
+    with torch.no_grad():  # its last convolution silenced: the block is the identity
+        block.conv1.weight.zero_()
+        block.conv1.bias.zero_()
+    x = torch.randn(2, 16, 32, 32)
+    assert torch.equal(block(x), x)
+
+
 @pytest.mark.parametrize(
     ("net", "shape", "scale"),
     [(NatureCNN(4, 6), (3, 4, 84, 84), 1 / 255), (MinAtarCNN(4, 3), (3, 4, 10, 10), 1.0)],
@@ -78,6 +107,7 @@ def test_uint8_frames_are_scaled_inside(net, shape, scale):
         (NatureCNN(4, 6), (8, 4, 84, 84)),
         (NatureCNN(4, 6, dueling=True), (8, 4, 84, 84)),
         (MinAtarCNN(4, 3), (8, 4, 10, 10)),
+        (ImpalaCNN(4, 3, frame_size=10, scale=1.0), (8, 4, 10, 10)),
     ],
 )
 def test_gradients_reach_every_parameter(net, shape):

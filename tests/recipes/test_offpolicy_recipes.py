@@ -178,11 +178,14 @@ def test_dqn_and_rainbow_pick_the_cnn_for_frames_and_the_mlp_otherwise():
         return dqn.Config().goals.inputs(env.observation_spec, images=True)
 
     from tdrl.envs import make_vec_env
-    from tdrl.modules import MinAtarCNN, NatureCNN
+    from tdrl.modules import ImpalaCNN, MinAtarCNN, NatureCNN
 
     with make_vec_env("MinAtar/Breakout-v1", 1) as env:
         qnet, _ = dqn.q_network_and_loss(dqn.Config(), dqn_inputs(env), env.action_spec)
         assert isinstance(qnet.net, MinAtarCNN)
+        impala = configure(dqn.Config, network="impala", dueling=True)
+        qnet, _ = dqn.q_network_and_loss(impala, dqn_inputs(env), env.action_spec)
+        assert isinstance(qnet.net, ImpalaCNN) and qnet(env.reset())["action_value"].shape == (1, 3)
         assert qnet.net.features[0].scale == 1.0  # MinAtar's channels are 0 or 1
         qnet, _ = rainbow.q_network_and_loss(  # C51: the same CNN, num_actions x atoms outputs
             rainbow.Config(), env.observation_spec, env.action_spec

@@ -104,6 +104,22 @@ def test_on_policy_recipes_learn_from_frames_through_a_cnn(name: str, tmp_path: 
     assert torch.isfinite(torch.tensor(list(result.values()))).all(), result
 
 
+def test_ppo_takes_its_network_flag_on_frames(tmp_path: Path) -> None:
+    """--network impala puts the IMPALA ResNet under both heads; --network mlp on frames is
+    refused by name (it was once ignored)."""
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import ImpalaCNN
+
+    cfg = tiny("ppo", tmp_path / "impala", env_id="MinAtar/Breakout-v1", network="impala")
+    result = ppo.main(cfg)
+    assert result["frames"] == cfg.run.total_frames
+    with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
+        nets = cfg.net.build(env.observation_spec, env.action_spec, network="impala")
+    assert isinstance(nets.actor.net[0], ImpalaCNN) and nets.actor.net[0] is nets.critic.net[0]
+    with pytest.raises(ValueError, match="needs one flat 'observation' entry"):
+        ppo.main(tiny("ppo", tmp_path / "mlp", env_id="MinAtar/Breakout-v1", network="mlp"))
+
+
 def test_curve_off_writes_no_png(tmp_path: Path) -> None:
     result = ppo.main(tiny("ppo", tmp_path, curve=False, env_id="CartPole-v1"))
     assert result["frames"] == TINY["total_frames"]
