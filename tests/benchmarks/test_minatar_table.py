@@ -80,8 +80,9 @@ def test_ppo_runs_the_zoos_atari_settings_in_both_libraries_and_ppg_adds_its_pha
     assert (cfg["adam_eps"], cfg["normalize_advantage"]) == (1e-5, True)  # SB3's
     assert mn.sb3_cell_settings(mt.Cell("SB3", "ppo", BREAKOUT, 0, 300, 150, 10)) == sb3
     ppg_cfg = flat_dict(configure(ppg.Config, **dict(mn.ALGOS["ppg"].preset)))
-    assert (ppg_cfg["epochs"], ppg_cfg["policy_iterations"], ppg_cfg["aux_epochs"]) == (1, 32, 6)
-    for name in ("lr", "clip_epsilon", "entropy_coeff", "critic_coeff", "minibatch_size"):
+    # PPO's policy phase (its 4 epochs too), then the paper's auxiliary phase
+    assert (ppg_cfg["epochs"], ppg_cfg["policy_iterations"], ppg_cfg["aux_epochs"]) == (4, 32, 6)
+    for name in ("lr", "clip_epsilon", "entropy_coeff", "critic_coeff", "minibatch_size", "epochs"):
         assert ppg_cfg[name] == cfg[name], name
 
 
