@@ -46,8 +46,15 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import aux_value_head
     from tdrl.objectives import ClipPPOLoss, PPGAuxLoss, total_loss
 
-    if cfg.ppo.recompute_advantage:  # one policy epoch: the estimator runs once per rollout
-        raise ValueError("ppg.py has no --recompute-advantage (one policy epoch per rollout)")
+    if cfg.ppo.recompute_advantage:  # the estimator runs once per rollout
+        raise ValueError("ppg.py has no --recompute-advantage (GAE runs once per rollout)")
+    phase = cfg.ppg.policy_iterations * cfg.onpolicy.frames_per_batch
+    if phase > cfg.run.total_frames:  # and the store of that many states would be allocated
+        raise ValueError(
+            f"--policy-iterations {cfg.ppg.policy_iterations} x --frames-per-batch "
+            f"{cfg.onpolicy.frames_per_batch} = {phase} env steps before the first auxiliary "
+            f"phase, more than --total-frames {cfg.run.total_frames}: it would never run"
+        )
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device

@@ -449,6 +449,8 @@ def test_ppg_and_gail_refuse_the_ppo_flags_they_do_not_run(tmp_path: Path) -> No
 
     with pytest.raises(ValueError, match="ppg.py has no --recompute-advantage"):
         ppg.main(tiny("ppg", tmp_path, recompute_advantage=True))
+    with pytest.raises(ValueError, match="= 448 env steps before the first auxiliary phase, more"):
+        ppg.main(tiny("ppg", tmp_path, policy_iterations=7))  # 7 x 64 > 384: it would never run
     with pytest.raises(ValueError, match="gail.py has no --clip-decay"):
         gail.main(configure(gail.Config, clip_decay=True, log_dir=str(tmp_path / "gail")))
 
