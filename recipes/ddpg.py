@@ -63,7 +63,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 2. networks: deterministic actor (the noise on top acts only while collecting), a critic
     actor = deterministic_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
                                 observation_key=inputs.key)  # fmt: skip
-    actor = inputs.attach(actor, own=True)
+    actor = inputs.attach(actor)
     bounds = {"action_low": low, "action_high": high}
     if cfg.noise == "ou":
         noise = OrnsteinUhlenbeckNoise(action_dim, sigma=cfg.exploration_noise, **bounds)

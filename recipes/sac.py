@@ -91,7 +91,7 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm,
         residual=cfg.residual, observation_key=inputs.key,
     )  # fmt: skip
-    actor, critic = inputs.attach(actor, own=True), inputs.attach(critic, own=True)
+    actor, critic = inputs.attach(actor), inputs.attach(critic, own=True)
 
     # 3. loss, target update (none for crossq), optimizer (a group per part), buffer, collector
     entropy = dict(alpha_init=cfg.entropy.alpha_init, target_entropy=cfg.entropy.entropy_target())

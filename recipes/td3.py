@@ -54,7 +54,7 @@ def main(cfg: Config) -> dict[str, float]:
     inputs = cfg.goals.inputs(env.observation_spec, images=True)
     actor = deterministic_actor(inputs.spec, env.action_spec, cfg.ac.hidden_sizes,
                                 residual=cfg.residual, observation_key=inputs.key)  # fmt: skip
-    actor = inputs.attach(actor, own=True)
+    actor = inputs.attach(actor)
     noise = AdditiveGaussianNoise(
         len(low), sigma_init=cfg.exploration_noise, action_low=low, action_high=high
     )

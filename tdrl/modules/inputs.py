@@ -185,12 +185,14 @@ def with_encoder(module: Module, encoder: DictEncoder) -> Module:
     """``module`` reading ``encoder``'s features of the env's entries instead of its own
     observation entry; returns ``module``. The encoder becomes its submodule (shared where the
     same encoder goes into two networks: an on-policy actor and critic), its first in_key is
-    replaced by the encoder's entries (an action mask, a critic's action stay). Refused, named:
-    a module other than a feed-forward Q network, value network, state-action critic (or
-    ensemble), deterministic, Gaussian or categorical policy, and a module
-    whose first in_key is not the encoder's ``out_key`` (it was built for another input).
-    A critic of the state and the action (an ensemble too) reads the encoder's features
-    concatenated with the action; one encoder serves all its members (SB3's critics)."""
+    replaced by the encoder's entries (an action mask, a critic's action stay). A critic of the
+    state and the action (an ensemble too) reads the encoder's features concatenated with the
+    action; one encoder serves all its members (SB3's critics).
+
+    Refused, named: a module other than a feed-forward Q network, value network, state-action
+    critic (or ensemble), deterministic, Gaussian or categorical policy; a module with an
+    encoder already; a module whose first in_key is not the encoder's ``out_key`` (it was
+    built for another input)."""
     if type(module) not in _ENCODABLE:
         names = ", ".join(cls.__name__ for cls in _ENCODABLE)
         raise TypeError(

@@ -848,10 +848,9 @@ class NetworkConfig:
         ``memory=False``: a recipe without recurrent or gSDE policies refuses those flags;
         ``network``: the body on frames (:func:`tdrl.modules.networks.pixel_network`: auto, mlp,
         cnn or impala). ``shared_encoder=False``: on frames, the actor and the critic get a CNN
-        each (and on a
-        dict observation's image entries an encoder each). Image entries of a dict go through
-        a CNN inside the networks (:meth:`~tdrl.modules.NetworkInputs.attach`); observation
-        normalization is then off (it would normalize learned features)."""
+        each (and on a dict observation's image entries an encoder each). Image entries of a
+        dict go through a CNN inside the networks (:meth:`~tdrl.modules.NetworkInputs.attach`);
+        observation normalization is then off (it would normalize learned features)."""
         from tensordict.nn import TensorDictSequential
         from torch import nn
 
