@@ -460,7 +460,13 @@ def flat_dims(observation_spec: Composite, action_spec: TensorSpec) -> tuple[int
     of actions) action space; specs may carry leading batch dims."""
     entries = [k for k in observation_spec.keys(True, True) if k != keys.ACTION_MASK]
     leaf = observation_spec.get(keys.OBSERVATION, None) if entries == [keys.OBSERVATION] else None
-    if leaf is None or len(leaf.shape) != len(observation_spec.shape) + 1:
+    if leaf is not None and len(leaf.shape) != len(observation_spec.shape) + 1:
+        features = tuple(leaf.shape[len(observation_spec.shape) :])
+        raise ValueError(
+            f"this network needs one flat {keys.OBSERVATION!r} entry, got {leaf.dtype} "
+            f"{features}; frames [C, H, W] take a CNN (--network auto, cnn or impala)"
+        )
+    if leaf is None:
         raise ValueError(
             f"this network needs one flat {keys.OBSERVATION!r} entry, got {entries}; for a dict "
             "of vectors build it on tdrl.modules.network_inputs(spec).spec, reading its .key"

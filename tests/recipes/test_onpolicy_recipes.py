@@ -116,7 +116,8 @@ def test_ppo_takes_its_network_flag_on_frames(tmp_path: Path) -> None:
     with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
         nets = cfg.net.build(env.observation_spec, env.action_spec, network="impala")
     assert isinstance(nets.actor.net[0], ImpalaCNN) and nets.actor.net[0] is nets.critic.net[0]
-    with pytest.raises(ValueError, match="needs one flat 'observation' entry"):
+    flat = r"one flat 'observation' entry, got torch.uint8 \(4, 10, 10\); frames \[C, H, W\]"
+    with pytest.raises(ValueError, match=flat):
         ppo.main(tiny("ppo", tmp_path / "mlp", env_id="MinAtar/Breakout-v1", network="mlp"))
 
 
