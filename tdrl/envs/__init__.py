@@ -16,12 +16,14 @@ from tdrl.envs.pixels import (
 )
 from tdrl.envs.pomdp import NOVEL_TASKS, HideVelocity, register_novel_tasks
 from tdrl.envs.state import env_state, load_env_state
+from tdrl.envs.variants import register_variant_tasks
 from tdrl.envs.vec_env import DEFAULT_STEP_TIMEOUT, EnvWorkerError, StepArrays, VecEnv, make_vec_env
 
 route_mujoco_warnings()
 register_novel_tasks()
 register_pixel_tasks()
 register_goal_tasks()
+register_variant_tasks()
 
 __all__ = [
     "NOVEL_TASKS",
