@@ -1127,6 +1127,18 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   below on Ant: PPO 1245.6 against 3258.4 (0.38x), TRPO 2322.2 against 2866.7 (0.81x), NPG
   2322.2 against 2358.0 (0.985x; its mean of per-seed bests, 2371.2, is above, but the peak is
   the comparable figure).
+- Ant is not the task Tianshou measured: its table ran gym 0.17.3's Ant-v3 under MuJoCo 2.0
+  (its README's footnote 3), where the 84 contact-force entries of the observation were always
+  zero and the contact cost with them (openai/gym#1541); Ant-v5 observes the forces and charges
+  their cost. `tdrl/AntNoContact-v5` is Ant-v5 without both. There tdrl's PPO at its defaults
+  (1M steps, the recipe's evaluation: 10 deterministic episodes every 20k steps) peaks at
+  4176.7, 3492.4 and 5127.2 on seeds 0-2 (the peak of their mean curve, Tianshou's metric:
+  4223.5, 1.30x its 3258.4; final 4176.6 ± 832.9), and at 3588.1 and 4236.8
+  on seeds 50 and 51, where the same settings and seeds on Ant-v5 peak at 2286.8 and 1475.9.
+  Tianshou's own settings (no reward scaling, the learning rate decayed over its 3M steps, GAE
+  before every epoch) did not do better on seeds 50 and 51: peaks 2393.3 and 1756.0 on Ant-v5,
+  3557.6 and 2544.7 on `tdrl/AntNoContact-v5`; the defaults stay. These Ant runs are not table
+  cells.
 - TRPO Walker2d, the one row where tdrl's mean final and mean best are below SB3's: final
   3995.6 against 4460.8 (0.90x, -465.2), best 4173.9 against 4740.1 (0.88x, -566.2); seeds 0
   and 2 are behind (0.79x, 0.87x), seed 1 ahead (1.08x).
