@@ -166,6 +166,7 @@ def test_actor_critic_on_frames_shares_one_orthogonally_initialised_cnn():
     from tdrl.envs import make_vec_env
     from tdrl.modules import actor_critic
 
+    pytest.importorskip("minatar")  # the pixels extra
     with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
         actor, critic, obs_norm = actor_critic(env.observation_spec, env.action_spec)
         obs = env.reset()
@@ -191,6 +192,7 @@ def test_actor_critic_refuses_memory_on_frames(option):
     from tdrl.envs import make_vec_env
     from tdrl.modules import actor_critic
 
+    pytest.importorskip("minatar")  # the pixels extra
     with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
         with pytest.raises(ValueError, match="on frames is not supported"):
             actor_critic(env.observation_spec, env.action_spec, **option)
@@ -201,6 +203,7 @@ def test_actor_critic_on_frames_can_give_each_head_its_own_cnn():
     from tdrl.envs import make_vec_env
     from tdrl.modules import actor_critic
 
+    pytest.importorskip("minatar")  # the pixels extra
     with make_vec_env("MinAtar/Breakout-v1", 2, seed=0) as env:
         actor, critic, _ = actor_critic(env.observation_spec, env.action_spec, shared_encoder=False)
         obs = env.reset()

@@ -98,6 +98,7 @@ def test_recipe_runs_tiny(name: str, env_id: str, tmp_path: Path, device: str) -
 def test_on_policy_recipes_learn_from_frames_through_a_cnn(name: str, tmp_path: Path) -> None:
     """MinAtar's uint8 frames run through a CNN under both heads, with the recipe's defaults
     (--normalize-observations on: it does not apply to frames, which the CNN scales)."""
+    pytest.importorskip("minatar")  # the pixels extra
     cfg = tiny(name, tmp_path, env_id="MinAtar/Breakout-v1", normalize_observations=True)
     result = RECIPES[name].main(cfg)
     assert result["frames"] == cfg.run.total_frames
@@ -107,6 +108,7 @@ def test_on_policy_recipes_learn_from_frames_through_a_cnn(name: str, tmp_path: 
 def test_ppo_takes_its_network_flag_on_frames(tmp_path: Path) -> None:
     """--network impala puts the IMPALA ResNet under both heads; --network mlp on frames is
     refused by name (it was once ignored)."""
+    pytest.importorskip("minatar")  # the pixels extra
     from tdrl.envs import make_vec_env
     from tdrl.modules import ImpalaCNN
 
