@@ -1133,7 +1133,8 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   their cost. `tdrl/AntNoContact-v5` is Ant-v5 without both. There tdrl's PPO at its defaults
   (1M steps, the recipe's evaluation: 10 deterministic episodes every 20k steps) peaks at
   4176.7, 3492.4 and 5127.2 on seeds 0-2 (the peak of their mean curve, Tianshou's metric:
-  4223.5, 1.30x its 3258.4; final 4176.6 ± 832.9), and at 3588.1 and 4236.8
+  4223.5, 1.30x its 3258.4; final 4176.6 ± 832.9), at 3081.5, 4971.8 and 3160.3 on seeds 3-5
+  (peak of the mean curve 3697.5, 1.13x; over seeds 0-5: 3937.1, 1.21x), and at 3588.1 and 4236.8
   on seeds 50 and 51, where the same settings and seeds on Ant-v5 peak at 2286.8 and 1475.9.
   Tianshou's own settings (no reward scaling, the learning rate decayed over its 3M steps, GAE
   before every epoch) did not do better on seeds 50 and 51: peaks 2393.3 and 1756.0 on Ant-v5,
