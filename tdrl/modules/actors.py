@@ -63,10 +63,16 @@ def _apply(net: nn.Module, value: torch.Tensor, key: NestedKey, owner: str) -> t
         ) from error
 
 
+def encoder_of(module: nn.Module) -> Any:
+    """The encoder :func:`tdrl.modules.with_encoder` put into ``module`` (a
+    :class:`~tdrl.modules.DictEncoder`), or None."""
+    return module._modules.get("encoder")
+
+
 def input_key(module: TensorDictModuleBase) -> NestedKey:
     """The key a keyed network's ``net`` input goes by in errors: its first in_key, or its
     encoder's ``out_key`` (the features it reads the entries as)."""
-    encoder: Any = module._modules.get("encoder")
+    encoder = encoder_of(module)
     return module.in_keys[0] if encoder is None else encoder.out_key
 
 
@@ -76,7 +82,7 @@ def observation_input(
     """What a keyed network's ``net`` reads: its first in_key's entry, or, with an encoder
     attached (:func:`tdrl.modules.with_encoder`: a dict observation with image entries), the
     encoder's features of the entries it reads."""
-    encoder: Any = module._modules.get("encoder")  # a tdrl.modules.DictEncoder
+    encoder = encoder_of(module)
     if encoder is None:
         return require(tensordict, module.in_keys[0], owner)
     return encoder.features(tensordict)

@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from tdrl.keyed import check_counts, require
 from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
+from tdrl.modules.actors import encoder_of
 from tdrl.modules.renorm import BatchRenorm
 
 Init = Literal["default", "orthogonal"]
@@ -375,7 +376,7 @@ class ConcatCritic(TensorDictModuleBase):
     ) -> torch.Tensor:
         """The network (or ``net``) on the concatenated inputs; an error names their shapes."""
         owner = type(self).__name__
-        encoder: Any = self._modules.get("encoder")  # image entries (tdrl.modules.with_encoder)
+        encoder = encoder_of(self)  # image entries (tdrl.modules.with_encoder)
         if encoder is None:
             inputs = [require(tensordict, key, owner) for key in self.in_keys]
         else:  # its features, then the keys after its entries (the action)

@@ -33,7 +33,7 @@ from torchrl.data import Composite, TensorSpec, Unbounded
 
 from tdrl import keys
 from tdrl.keyed import require
-from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor
+from tdrl.modules.actors import CategoricalActor, GaussianActor, TanhGaussianActor, encoder_of
 from tdrl.modules.cnn import frame_cnn
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
@@ -198,7 +198,7 @@ def with_encoder(module: Module, encoder: DictEncoder) -> Module:
         raise TypeError(
             f"with_encoder: image entries are read by {names}; got {type(module).__name__}"
         )
-    if "encoder" in module._modules:
+    if encoder_of(module) is not None:
         raise ValueError(f"with_encoder: {type(module).__name__} has an encoder already")
     if module.in_keys[0] != encoder.out_key:
         raise ValueError(

@@ -31,6 +31,7 @@ from tdrl.modules.actors import (
     GaussianActor,
     MultiCategoricalActor,
     TanhGaussianActor,
+    encoder_of,
 )
 from tdrl.modules.cnn import frame_cnn
 from tdrl.modules.critics import ValueCritic
@@ -232,7 +233,7 @@ def aux_value_head(
     head = nn.Linear(width, 1)
     nn.init.orthogonal_(head.weight, VALUE_GAIN)
     nn.init.zeros_(head.bias)
-    encoder = actor._modules.get("encoder")  # image entries: the actor's CNN encoder, shared
+    encoder = encoder_of(actor)  # image entries: the actor's CNN encoder, shared
     if encoder is None:
         return ValueCritic(nn.Sequential(body, head), in_key=actor.in_keys[0], out_key=out_key)
     value = ValueCritic(nn.Sequential(body, head), in_key=encoder.out_key, out_key=out_key)
