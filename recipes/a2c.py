@@ -91,9 +91,7 @@ def main(cfg: Config) -> dict[str, float]:
     in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
     # 4. the loop: collect a rollout, estimate advantages on it, one full-batch step
-    with trainers.Run.from_config(
-        cfg.run, "A2C", state, eval_env=eval_env, policy=nets.policy, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, "A2C", state, eval_env=eval_env, policy=nets.policy) as run:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
@@ -113,10 +111,9 @@ def main(cfg: Config) -> dict[str, float]:
                     )
                     run.record(out)  # each train row: the mean of its steps
                     run.updates += 1
-            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
+            run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -91,10 +91,8 @@ def main(cfg: Config) -> dict[str, float]:
     )
 
     # 4. the loop: store each batch, then the gradient steps due at the update ratio
-    state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with trainers.Run.from_config(
-        cfg.run, "DDPG", state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
-    ) as run:
+    state = {"loss": loss, "optimizer": optimizer, "noise": noise, "buffer": buffer}
+    with trainers.Run.from_config(cfg, "DDPG", state, eval_env=eval_env, policy=greedy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):

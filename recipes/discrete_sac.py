@@ -17,10 +17,7 @@ from tdrl.trainers import config
 
 @trainers.configclass
 class Config:
-    run: config.RunConfig = config.RunConfig(
-        env_id="CartPole-v1", total_frames=50_000, num_envs=10, eval_every=5_000,
-        log_every=1_000, checkpoint_every=25_000,
-    )  # fmt: skip
+    run: config.RunConfig = config.configure(config.Q_LEARNING_RUN, num_envs=10)
     workers: config.WorkersConfig = config.WorkersConfig()
     replay: config.ReplayConfig = config.ReplayConfig(
         buffer_size=20_000, batch_size=64, init_random_frames=1_000, utd_ratio=0.1
@@ -86,11 +83,10 @@ def main(cfg: Config) -> dict[str, float]:
     )
 
     # 4. the loop: store each batch, then the gradient steps due at the update ratio
-    state = {"loss": loss, "optimizer": optimizer}
+    state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     with trainers.Run.from_config(
-        cfg.run, "Discrete SAC", state, eval_env=eval_env, policy=actor, buffer=buffer,
-        config=cfg,
-    ) as run:  # fmt: skip
+        cfg, "Discrete SAC", state, eval_env=eval_env, policy=actor
+    ) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):

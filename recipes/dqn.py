@@ -125,12 +125,10 @@ def main(cfg: Config) -> dict[str, float]:
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
     # 4. the loop: store each batch, step the schedules, then the gradient steps due
-    state = {"loss": loss, "optimizer": optimizer, "policy": policy}
+    state = {"loss": loss, "optimizer": optimizer, "policy": policy, "buffer": buffer}
     if bonus is not None:
         state["bonus"] = bonus
-    with trainers.Run.from_config(
-        cfg.run, "DQN", state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, "DQN", state, eval_env=eval_env, policy=greedy) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns
                 batch = clip(batch)

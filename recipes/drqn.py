@@ -30,9 +30,9 @@ from tdrl.trainers import config
 
 @trainers.configclass
 class Config:
-    run: config.RunConfig = config.RunConfig(
-        env_id="CartPoleNoVel-v1", total_frames=100_000, num_envs=8, eval_every=5_000,
-        log_every=1_000, checkpoint_every=50_000,
+    run: config.RunConfig = config.configure(
+        config.Q_LEARNING_RUN, env_id="CartPoleNoVel-v1", total_frames=100_000, num_envs=8,
+        checkpoint_every=50_000,
     )  # fmt: skip
     replay: config.ReplayConfig = config.ReplayConfig(
         buffer_size=50_000, batch_size=32, init_random_frames=2_000, utd_ratio=0.25
@@ -99,10 +99,8 @@ def main(cfg: Config) -> dict[str, float]:
     collector = trainers.make_collector(cfg.run, env, policy, cfg.q.frames_per_batch)
 
     # 4. the loop: store each batch, step epsilon, then the gradient steps due on slices
-    state = {"loss": loss, "optimizer": optimizer, "policy": policy}
-    with trainers.Run.from_config(
-        cfg.run, "DRQN", state, eval_env=eval_env, policy=qnet, buffer=buffer, config=cfg
-    ) as run:
+    state = {"loss": loss, "optimizer": optimizer, "policy": policy, "buffer": buffer}
+    with trainers.Run.from_config(cfg, "DRQN", state, eval_env=eval_env, policy=qnet) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps

@@ -105,9 +105,7 @@ def main(cfg: Config) -> dict[str, float]:
     seq_len = cfg.net.sequence_length  # --recurrent: minibatches of whole sequences
 
     # 4. the loop: collect a rollout, discriminator steps, relabel its rewards, PPO's update
-    with trainers.Run.from_config(
-        cfg.run, "GAIL", state, eval_env=eval_env, policy=nets.policy, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, "GAIL", state, eval_env=eval_env, policy=nets.policy) as run:
         for batch in run.resume(collector):
             obs, action = expert.prepare(batch.get(keys.OBSERVATION), batch.get(keys.ACTION))
             for _ in range(cfg.disc_steps):  # pairs drawn with torch's global generator
@@ -117,8 +115,7 @@ def main(cfg: Config) -> dict[str, float]:
             reward = gail_reward(discriminator, obs, action)
             batch.set((keys.NEXT, keys.REWARD), reward)
             for epochs in passes:
-                with torch.no_grad():
-                    estimator(batch)
+                estimator(batch)  # no gradients: the estimator is not differentiable
                 with set_recurrent_mode(seq_len is not None):
                     for minibatch in minibatches(
                         batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=loss.in_keys,
@@ -134,7 +131,6 @@ def main(cfg: Config) -> dict[str, float]:
                 "disc_loss": disc_out[keys.LOSS], "gail_reward": reward.mean(),
                 "disc_expert": disc_out[keys.DISCRIMINATOR_EXPERT],
                 "disc_policy": disc_out[keys.DISCRIMINATOR_POLICY],
-                "lr": scheduler.get_last_lr()[0],
             }  # fmt: skip
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats

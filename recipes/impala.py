@@ -92,7 +92,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: the first finished rollout, its V-trace update, the new weights out
     with trainers.Run.from_config(
-        cfg.run, "IMPALA", state, eval_env=eval_env, policy=nets.policy, config=cfg
+        cfg, "IMPALA", state, eval_env=eval_env, policy=nets.policy
     ) as run:
         for batch in run.resume(collector):
             with torch.no_grad():  # how far the learner's policy is from the one that acted
@@ -108,12 +108,12 @@ def main(cfg: Config) -> dict[str, float]:
                     )
                     run.record(out)
                     run.updates += 1
-            metrics = {"rho_deviation": float(deviation), "lr": scheduler.get_last_lr()[0]}
+            scheduler.step()
+            metrics = {"rho_deviation": float(deviation)}
             if isinstance(collector, WorkerCollector):  # updates between acting and learning
                 acted = int(batch.get(keys.COLLECTOR_POLICY_VERSION)[0, 0])
                 metrics["policy_lag"] = float(collector.version - acted)
                 metrics["dropped_batches"] = float(collector.dropped_batches)
-            scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs

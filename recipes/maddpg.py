@@ -97,10 +97,8 @@ def main(cfg: Config) -> dict[str, float]:
     )  # fmt: skip
 
     # 4. the loop: store, the noise's schedule, the gradient steps due
-    state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with trainers.Run.from_config(
-        cfg.run, "MADDPG", state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
-    ) as run:
+    state = {"loss": loss, "optimizer": optimizer, "noise": noise, "buffer": buffer}
+    with trainers.Run.from_config(cfg, "MADDPG", state, eval_env=eval_env, policy=actor) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             noise.step(collector.frames - int(noise.frames))  # sigma: env steps

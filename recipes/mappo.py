@@ -126,15 +126,12 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: collect, estimate per agent, minibatch epochs over env steps
     title = "MAPPO" if cfg.critic == "central" else "IPPO"
     state = {"loss": loss, "optimizer": optimizer, "scheduler": scheduler}
-    with trainers.Run.from_config(
-        cfg.run, title, state, eval_env=eval_env, policy=actor, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=actor) as run:
         for batch in run.resume(collector):
             before = collector.frames - cfg.onpolicy.frames_per_batch
             loss.clip_epsilon = cfg.ppo.clip_range(before, cfg.run.total_frames)
             for epochs in passes:
-                with torch.no_grad():
-                    estimator(batch)
+                estimator(batch)  # no gradients: the estimator is not differentiable
                 for minibatch in minibatches(batch, cfg.ppo.minibatch_size, epochs=epochs):
                     out = loss(minibatch)
                     trainers.optimizer_step(  # actor and critic clipped apart, as BenchMARL
@@ -145,9 +142,8 @@ def main(cfg: Config) -> dict[str, float]:
                     )
                     run.record(out)  # each train row: the mean of its steps
                     run.updates += 1
-            lr = scheduler.get_last_lr()[0]
             scheduler.step()
-            run.step({"lr": lr})  # log, evaluate, checkpoint when due
+            run.step()  # log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -148,7 +148,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: batches of gradient steps on the dataset (TD3+BC: the actor and the targets
     #    every policy_delay-th step), then log, evaluate, checkpoint when due
     with trainers.Run.from_config(
-        cfg.run, TITLES[cfg.algo], state, eval_env=eval_env, policy=policy, config=cfg
+        cfg, TITLES[cfg.algo], state, eval_env=eval_env, policy=policy
     ) as run:
         for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
             for _ in range(steps):

@@ -85,24 +85,21 @@ def main(cfg: Config) -> dict[str, float]:
     scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
     scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
     state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler,
-                       aux_value=aux_value)  # fmt: skip
+                       aux_value=aux_value, stored=stored)  # fmt: skip
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
 
     # 4. the loop: collect a rollout, its advantages, the policy phase's minibatch epochs; every
     #    N_pi-th rollout the auxiliary phase over the stored ones
-    with trainers.Run.from_config(
-        cfg.run, "PPG", state, eval_env=eval_env, policy=nets.policy, buffer=stored, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, "PPG", state, eval_env=eval_env, policy=nets.policy) as run:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
             # --clip-decay: the clip range decays over the run (the zoo's Atari PPO)
             before = collector.frames - cfg.onpolicy.frames_per_batch
             loss.clip_epsilon = cfg.ppo.clip_range(before, cfg.run.total_frames)
-            with torch.no_grad():
-                estimator(batch)
+            estimator(batch)  # no gradients: the estimator is not differentiable
             for minibatch in minibatches(
                 batch, cfg.ppo.minibatch_size, epochs=cfg.ppo.epochs, in_keys=loss.in_keys
             ):
@@ -124,10 +121,9 @@ def main(cfg: Config) -> dict[str, float]:
                     )
                     run.record({f"aux_{key}": value for key, value in out.items()})
                     run.updates += 1
-            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the updates, which saw the collection's stats
-            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
+            run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -104,9 +104,7 @@ def main(cfg: Config) -> dict[str, float]:
     in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
     # 4. the loop: collect a rollout, estimate advantages, minibatch epochs
-    with trainers.Run.from_config(
-        cfg.run, "PPO", state, eval_env=eval_env, policy=nets.policy, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, "PPO", state, eval_env=eval_env, policy=nets.policy) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns
                 batch = clip(batch)
@@ -135,10 +133,9 @@ def main(cfg: Config) -> dict[str, float]:
                         )
                         run.record(out)  # each train row: the mean of its steps
                         run.updates += 1
-            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
+            run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

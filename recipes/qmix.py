@@ -102,11 +102,9 @@ def main(cfg: Config) -> dict[str, float]:
     )  # fmt: skip
 
     # 4. the loop: the team's reward, store, epsilon's schedule, the gradient steps due
-    state = {"loss": loss, "optimizer": optimizer}
+    state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     title = "QMIX" if cfg.mixer == "qmix" else "VDN"
-    with trainers.Run.from_config(
-        cfg.run, title, state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=greedy) as run:
         for batch in run.resume(collector):
             batch[keys.NEXT, keys.REWARD] = batch[keys.NEXT, group, keys.REWARD].mean(-2)
             buffer.extend(transitions(batch))

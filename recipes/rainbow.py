@@ -118,11 +118,10 @@ def main(cfg: Config) -> dict[str, float]:
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
     # 4. the loop: store each batch, step the schedules, then the gradient steps due
-    state = {"loss": loss, "optimizer": optimizer, "policy": policy}
+    state = {"loss": loss, "optimizer": optimizer, "policy": policy, "buffer": buffer}
     with trainers.Run.from_config(
-        cfg.run, TITLES[cfg.dist.algo], state, eval_env=eval_env, policy=qnet, buffer=buffer,
-        config=cfg,
-    ) as run:  # fmt: skip
+        cfg, TITLES[cfg.dist.algo], state, eval_env=eval_env, policy=qnet
+    ) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns
                 batch = clip(batch)

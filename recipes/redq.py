@@ -78,11 +78,9 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: store each batch, then G critic steps per env step, each with its target
     #    update; every actor_delay-th step the whole loss (actor and alpha too)
-    state = {"loss": loss, "optimizer": optimizer}
+    state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     title = "DroQ" if cfg.critic_dropout else "REDQ"
-    with trainers.Run.from_config(
-        cfg.run, title, state, eval_env=eval_env, policy=actor, buffer=buffer, config=cfg
-    ) as run:
+    with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=actor) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):

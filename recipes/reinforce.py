@@ -86,22 +86,20 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: collect a rollout, its returns, one full-batch step
     with trainers.Run.from_config(
-        cfg.run, "REINFORCE", state, eval_env=eval_env, policy=nets.policy, config=cfg
+        cfg, "REINFORCE", state, eval_env=eval_env, policy=nets.policy
     ) as run:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
-            with torch.no_grad():
-                estimator(batch)
+            estimator(batch)  # no gradients: the estimator is not differentiable
             for minibatch in minibatches(batch, None, in_keys=loss.in_keys):
                 out = loss(minibatch)
                 trainers.optimizer_step(total_loss(out), optimizer)
                 run.record(out)
                 run.updates += 1
-            lr = scheduler.get_last_lr()[0]
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step({"lr": lr})  # push weights to workers, log, evaluate, checkpoint when due
+            run.step()  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

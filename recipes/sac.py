@@ -122,11 +122,9 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: store each batch, then the gradient steps due at the update ratio, the
     #    whole loss every policy_delay-th (the others: the critics alone)
-    state = {"loss": loss, "optimizer": optimizer}
-    with trainers.Run.from_config(
-        cfg.run, {"crossq": "CrossQ"}.get(cfg.algo, cfg.algo.upper()), state, eval_env=eval_env,
-        policy=policy, buffer=buffer, config=cfg,
-    ) as run:  # fmt: skip
+    state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
+    title = {"crossq": "CrossQ"}.get(cfg.algo, cfg.algo.upper())
+    with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=policy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):

@@ -84,10 +84,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 4. the loop: store each batch, then the critic steps due at the update ratio; every
     #    policy_delay-th step also the actor and the targets (delayed updates)
-    state = {"loss": loss, "optimizer": optimizer, "noise": noise}
-    with trainers.Run.from_config(
-        cfg.run, "TD3", state, eval_env=eval_env, policy=greedy, buffer=buffer, config=cfg
-    ) as run:
+    state = {"loss": loss, "optimizer": optimizer, "noise": noise, "buffer": buffer}
+    with trainers.Run.from_config(cfg, "TD3", state, eval_env=eval_env, policy=greedy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):

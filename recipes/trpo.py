@@ -103,13 +103,12 @@ def main(cfg: Config) -> dict[str, float]:
     # 4. the loop: collect a rollout, GAE on it, the natural-gradient actor step, then the
     #    critic's regression on the value targets computed before the actor moved
     with trainers.Run.from_config(
-        cfg.run, cfg.algo.upper(), state, eval_env=eval_env, policy=nets.policy, config=cfg
+        cfg, cfg.algo.upper(), state, eval_env=eval_env, policy=nets.policy
     ) as run:
         for batch in run.resume(collector):
             if scaler is not None:
                 scaler(batch)
-            with torch.no_grad():
-                estimator(batch)
+            estimator(batch)  # no gradients: the estimator is not differentiable
             flat = batch.reshape(-1)
             critic_batches = minibatches(
                 flat, cfg.critic_minibatch_size, epochs=cfg.critic_steps, in_keys=loss.in_keys
@@ -124,10 +123,9 @@ def main(cfg: Config) -> dict[str, float]:
                 trainers.optimizer_step(total_loss(out), optimizer)
                 run.record(out)
                 run.updates += 1
-            metrics = {**actor_metrics.to_dict(), "lr": scheduler.get_last_lr()[0]}
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
-            run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
+            run.step(actor_metrics)  # push weights to workers, log, evaluate, checkpoint when due
         # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 

@@ -598,7 +598,11 @@ class Run:
 
     Args:
         log_dir: run folder (CSV, TensorBoard, ``checkpoint.pt``, ``buffer/``, ``curve.png``).
-        state: name -> object with ``state_dict`` (modules, optimizers, schedulers).
+        state: name -> what a checkpoint keeps: objects with ``state_dict`` (modules,
+            optimizers, schedulers) and at most one replay buffer (off-policy; its filled part
+            is saved beside them, its streams are cut when a worker restarts). The ``train``
+            rows show ``lr``, the learning rate of the batch's updates, where ``state`` holds an
+            LR scheduler (its first group's).
         eval_env: evaluation env (not the collector's).
         policy: the policy to evaluate.
         title: learning-curve title and console prefix.
@@ -611,7 +615,6 @@ class Run:
         stop_after_frames: end this process after this many env steps of its own (0: never;
             a resumed run counts from where it resumed).
         stop_at_return: end once an evaluation's mean return reaches this.
-        buffer: a replay buffer to checkpoint with the rest (off-policy).
         resume: :meth:`start` resumes from ``log_dir``'s checkpoint when there is one.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
@@ -647,7 +650,6 @@ class Run:
         log_every: int = 0,
         stop_after_frames: int = 0,
         stop_at_return: float = float("inf"),
-        buffer: ReplayBuffer | None = None,
         resume: bool = False,
         tensorboard: bool = True,
         progress: bool = True,
@@ -660,13 +662,24 @@ class Run:
         allow_changes: bool = False,
     ) -> None:
         self.log_dir = Path(log_dir)
-        self.state = dict(state)
+        buffers = [name for name, part in state.items() if isinstance(part, ReplayBuffer)]
+        if len(buffers) > 1:
+            raise ValueError(
+                f"state holds {len(buffers)} replay buffers {buffers}; a run keeps one"
+            )
+        self.buffer = state[buffers[0]] if buffers else None
+        self.state = {name: part for name, part in state.items() if name not in buffers}
+        self._schedulers = [
+            part
+            for part in self.state.values()
+            if isinstance(part, torch.optim.lr_scheduler.LRScheduler)
+        ]
         self.eval_env, self.policy, self.title = eval_env, policy, title
         self.total_frames, self.eval_every = total_frames, eval_every
         self.eval_episodes, self.eval_seed = eval_episodes, eval_seed
         self.checkpoint_every, self.log_every = checkpoint_every, log_every
         self.stop_after_frames, self.stop_at_return = stop_after_frames, stop_at_return
-        self.buffer, self.resume_checkpoint = buffer, resume
+        self.resume_checkpoint = resume
         self.tensorboard, self.progress, self.curve = tensorboard, progress, curve
         self.flush_denormal = flush_denormal
         self.wandb, self.video = wandb, video
@@ -691,6 +704,7 @@ class Run:
             "episode_length_sum": 0.0,
         }
         self.last_eval: dict[str, float] = {}
+        self._lr: dict[str, float] = {}  # the learning rate of the batch resume() yielded last
         self.metrics: dict[str, Any] = {}
         # per metric, the sum and count of the steps recorded since the last train row (record())
         self._recorded: dict[str, list[Any]] = {}
@@ -706,35 +720,38 @@ class Run:
     @classmethod
     def from_config(
         cls,
-        cfg: RunConfig,
+        cfg: Any,
         algo: str,
         state: Mapping[str, Any],
         *,
         eval_env: VecEnv,
         policy: Callable[[TensorDictBase], TensorDictBase],
-        buffer: ReplayBuffer | None = None,
-        config: Any = None,
     ) -> Run:
-        """A run configured by ``cfg``, titled ``"<algo> <env_id>"``, in ``cfg.log_dir`` or
-        ``runs/<algo in lower case, '_' for spaces>/<env_id>/seed<seed>``. ``config``: the
-        recipe's whole config, saved as ``config.json`` in the run folder (and sent to W&B) and
-        with each checkpoint beside the recipe's name (:func:`recipe_name`), which ``--resume``
-        compares (``--resume-allow-changes`` lets them differ)."""
-        folder = run_dir(cfg.log_dir, algo.lower().replace(" ", "_"), cfg.env_id, cfg.seed)
-        settings = flat_dict(config if config is not None else cfg)
-        log = cfg.log
+        """A run configured by ``cfg.run`` (or by ``cfg`` itself, a bare :class:`RunConfig`),
+        titled ``"<algo> <env_id>"``, in ``log_dir`` or ``runs/<algo in lower case, '_' for
+        spaces>/<env_id>/seed<seed>``. A recipe passes its whole config: it is saved as
+        ``config.json`` in the run folder (and sent to W&B) and with each checkpoint beside the
+        recipe's name (:func:`recipe_name`), which ``--resume`` compares
+        (``--resume-allow-changes`` lets them differ). ``state``: as the constructor's."""
+        run_cfg: RunConfig = cfg if isinstance(cfg, RunConfig) else cfg.run
+        config = None if run_cfg is cfg else cfg
+        folder = run_dir(
+            run_cfg.log_dir, algo.lower().replace(" ", "_"), run_cfg.env_id, run_cfg.seed
+        )
+        settings = flat_dict(cfg)
+        log = run_cfg.log
         return cls(
-            folder, state, eval_env=eval_env, policy=policy, title=f"{algo} {cfg.env_id}",
-            total_frames=cfg.total_frames, eval_every=cfg.eval_every,
-            eval_episodes=cfg.eval_episodes, eval_seed=cfg.seed + EVAL_SEED_OFFSET,
-            checkpoint_every=cfg.checkpoint_every, log_every=cfg.log_every,
-            stop_after_frames=cfg.stop_after_frames, stop_at_return=cfg.stop_at_return,
-            buffer=buffer, resume=cfg.resume, tensorboard=log.tensorboard, progress=log.progress,
-            curve=log.curve, flush_denormal=cfg.flush_denormal,
+            folder, state, eval_env=eval_env, policy=policy, title=f"{algo} {run_cfg.env_id}",
+            total_frames=run_cfg.total_frames, eval_every=run_cfg.eval_every,
+            eval_episodes=run_cfg.eval_episodes, eval_seed=run_cfg.seed + EVAL_SEED_OFFSET,
+            checkpoint_every=run_cfg.checkpoint_every, log_every=run_cfg.log_every,
+            stop_after_frames=run_cfg.stop_after_frames, stop_at_return=run_cfg.stop_at_return,
+            resume=run_cfg.resume, tensorboard=log.tensorboard, progress=log.progress,
+            curve=log.curve, flush_denormal=run_cfg.flush_denormal,
             wandb=(log.wandb_project, settings) if log.wandb else None,
-            video=cfg.env_id if log.video else None, config=settings,
+            video=run_cfg.env_id if log.video else None, config=settings,
             recipe=None if config is None else recipe_name(config),
-            allow_changes=cfg.resume_allow_changes,
+            allow_changes=run_cfg.resume_allow_changes,
         )  # fmt: skip
 
     @property
@@ -768,6 +785,7 @@ class Run:
                 if self.buffer is not None:
                     truncate_streams(self.buffer)
                 self.restarts_seen = restarts
+            self._lr = {"lr": self._schedulers[0].get_last_lr()[0]} if self._schedulers else {}
             yield batch
             if self.done:
                 break
@@ -818,6 +836,7 @@ class Run:
         if push is not None:
             push()
         new = {key: total / count for key, (total, count) in self._recorded.items()}
+        new.update(self._lr)
         if metrics is not None:
             new.update(_scalars(metrics))
         self.done = self.end_batch(self.collector, {**self.metrics, **new} if new else None)

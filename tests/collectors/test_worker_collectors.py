@@ -308,9 +308,9 @@ def test_an_off_policy_run_cuts_the_replay_streams_at_a_worker_restart(tmp_path)
         ProcessCollector("CartPole-v1", policy(), 8, num_workers=2, num_envs=1, seed=1) as remote,
         make_vec_env("CartPole-v1", 1, seed=5) as eval_env,
     ):
-        run = Run(tmp_path, {}, eval_env=eval_env, policy=policy(), title="t", total_frames=10**6,
-                  eval_every=0, tensorboard=False, progress=False, curve=False,
-                  buffer=buffer)  # fmt: skip
+        run = Run(tmp_path, {"buffer": buffer}, eval_env=eval_env, policy=policy(), title="t",
+                  total_frames=10**6, eval_every=0, tensorboard=False, progress=False,
+                  curve=False)  # fmt: skip
         batches = run.resume(remote)  # the loop's iterator cuts the streams at a restart
         for _ in range(2):  # [2 workers, 4 steps] each: stored rows 0-7 of 2 streams
             buffer.extend(transitions(next(batches)))

@@ -64,19 +64,21 @@ def test_the_command_line_is_flat_and_help_shows_the_description(capsys):
         parse(Config, ["--run.env-id", "CartPole-v1"])  # no prefixes on the command line
 
 
-def _run(cfg: Config, **kwargs) -> Run:
+def _run(cfg: Config, *, whole: bool = False, state: dict | None = None) -> Run:
+    """A run of ``cfg.run`` (``whole``: of the recipe config ``cfg``, which it saves)."""
     from tdrl.modules import actor_critic
 
     env, eval_env = make_envs(cfg.run)
     actor, _, _ = actor_critic(env.observation_spec, env.action_spec, hidden_sizes=(8,))
-    run = Run.from_config(cfg.run, "X", {}, eval_env=eval_env, policy=actor, **kwargs)
+    given = cfg if whole else cfg.run
+    run = Run.from_config(given, "X", state or {}, eval_env=eval_env, policy=actor)
     return run, Collector(env, None, 8, cfg.run.total_frames, init_random_frames=16)
 
 
 def test_a_run_saves_its_config_and_a_used_folder_is_refused_naming_the_way_out(tmp_path):
     quiet = LogConfig(progress=False, tensorboard=False, curve=False)
     cfg = configure(Config, log_dir=str(tmp_path), log=quiet, checkpoint_every=8)
-    run, collector = _run(cfg, config=cfg)
+    run, collector = _run(cfg, whole=True)
     with run:
         for _ in run.resume(collector):
             run.step()
@@ -175,7 +177,7 @@ def test_a_checkpoint_holds_only_the_filled_part_of_a_large_replay_buffer(tmp_pa
     quiet = LogConfig(progress=False, tensorboard=False, curve=False)
     cfg = configure(Config, log_dir=str(tmp_path), log=quiet, checkpoint_every=16)
     buffer = ReplayBuffer(1_000_000)  # 1M transitions of CartPole: ~60 MB if stored whole
-    run, collector = _run(cfg, buffer=buffer)
+    run, collector = _run(cfg, state={"buffer": buffer})
     with run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
