@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tdrl.collectors import Collector
 from tdrl.trainers import Run, configclass, configure, make_envs, parse
@@ -169,6 +170,17 @@ def test_on_the_command_line_a_refused_folder_is_one_line_not_a_traceback(capsys
     except ValueError as other:
         _one_line_errors(ValueError, other, other.__traceback__)
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_run_keeps_one_replay_buffer_from_its_state_and_refuses_two(tmp_path):
+    from tdrl.data import ReplayBuffer
+
+    cfg = configure(Config, log_dir=str(tmp_path))
+    one, two = ReplayBuffer(8), ReplayBuffer(8)
+    run, _ = _run(cfg, state={"replay": one, "n": torch.nn.Linear(1, 1)})
+    assert run.buffer is one and set(run.state) == {"n"}  # saved apart, filled part only
+    with pytest.raises(ValueError, match=r"2 replay buffers \['a', 'b'\]"):
+        _run(cfg, state={"a": one, "b": two})
 
 
 def test_a_checkpoint_holds_only_the_filled_part_of_a_large_replay_buffer(tmp_path):
