@@ -17,7 +17,8 @@ Importing ``tdrl.envs`` registers, when the ``pixels`` extra is installed:
 - ``"tdrl/MiniGrid-<Task>"`` for every ``"MiniGrid-<Task>"`` of minigrid (Chevalier-Boisvert et al.
   2023, arXiv 2306.13831; the ``minigrid`` extra): the agent's 7x7 partial view as ``[3, 7, 7]``
   uint8 (object, colour and state indices, bounded by 10, 5 and 2), the mission text dropped
-  (minigrid's ``ImgObsWrapper``): sparse-reward gridworlds for the exploration bonuses.
+  (minigrid's ``ImgObsWrapper``): sparse-reward gridworlds for the exploration bonuses;
+  ``layout_seed=s`` keeps one layout for every episode (:func:`make_minigrid`).
 
 Options are make kwargs, e.g. ``make_vec_env("tdrl/Breakout-v5", 8, frame_stack=4,
 terminal_on_life_loss=True)``:
@@ -303,19 +304,37 @@ class MiniGridView(gym.ObservationWrapper):
         return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.uint8)
 
 
-def make_minigrid(env_id: str, **kwargs: Any) -> gym.Env:
+class _OneLayout(gym.Wrapper):
+    """Resets without the seed a caller passes (the collector's, an evaluation's): the wrapped
+    ``ReseedWrapper`` fixes the layout and would warn at every seeded reset that it ignores it."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self.env.reset(options=options)
+
+
+def make_minigrid(env_id: str, *, layout_seed: int | None = None, **kwargs: Any) -> gym.Env:
     """A minigrid task (``"MiniGrid-DoorKey-8x8-v0"``) with its 7x7 view as ``[3, 7, 7]``
     uint8 (:class:`MiniGridView`), the mission text dropped; ``kwargs`` to ``gymnasium.make``
-    (``max_steps``, ``render_mode``)."""
+    (``max_steps``, ``render_mode``).
+
+    ``layout_seed``: every episode is generated from this seed (minigrid's ``ReseedWrapper``),
+    so every episode of every env has the same layout: a singleton task, as Montezuma's Revenge
+    is, where a novelty bonus has states to count. None: a new layout each episode (minigrid's
+    procedural generation, from the env's seed)."""
     try:
         import minigrid  # noqa: F401  # registers the MiniGrid-* ids
-        from minigrid.wrappers import ImgObsWrapper
+        from minigrid.wrappers import ImgObsWrapper, ReseedWrapper
     except ImportError as err:
         raise ImportError(
             "minigrid envs need the minigrid package: python -m pip install -c constraints.txt "
             '-e ".[minigrid]"'
         ) from err
-    return MiniGridView(ImgObsWrapper(gym.make(env_id, **kwargs)))
+    env = gym.make(env_id, **kwargs)
+    if layout_seed is not None:
+        if isinstance(layout_seed, bool) or not isinstance(layout_seed, int) or layout_seed < 0:
+            raise ValueError(f"layout_seed must be an int >= 0 or None, got {layout_seed!r}")
+        env = _OneLayout(ReseedWrapper(env, seeds=(layout_seed,)))
+    return MiniGridView(ImgObsWrapper(env))
 
 
 def register_pixel_tasks() -> None:

@@ -82,6 +82,8 @@ def _check_field(name: str, value: object) -> None:
         raise ValueError(f"{flag} must lie in [0, 1), got {value}")
     if name == "seed" and value < 0:
         raise ValueError(f"{flag} must be >= 0, got {value}")
+    if name == "layout_seed" and value < -1:
+        raise ValueError(f"{flag} must be >= 0 (-1: a new layout each episode), got {value}")
 
 
 @dataclass_transform(frozen_default=True)
@@ -502,10 +504,15 @@ class PixelConfig:
     """Atari: a lost life ends the training episode (evaluation plays whole games)."""
     clip_rewards: bool = False
     """learn from rewards clipped to [-1, 1] (DQN on Atari); logged returns stay the env's."""
+    layout_seed: int = -1
+    """tdrl/MiniGrid-*: every episode on the layout of this seed, in training and evaluation (a
+    singleton task); -1: a new layout each episode."""
 
     def env_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """What :func:`tdrl.trainers.make_envs` takes: both envs' options, the training envs'."""
-        both = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
+        both: dict[str, Any] = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
+        if self.layout_seed >= 0:
+            both["layout_seed"] = self.layout_seed
         train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
         return both, train
 

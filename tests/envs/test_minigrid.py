@@ -55,3 +55,35 @@ def test_the_exploration_bonuses_take_the_view(bonus):
         parts.estimator(batch)  # the intrinsic value targets
     out = parts.losses(batch.reshape(-1))
     assert all(torch.isfinite(v) for v in out.values())
+
+
+def _first_views(env, episodes: int) -> list[torch.Tensor]:
+    """The first observation of ``episodes`` episodes of every env (random actions between)."""
+    views = [env.reset()["observation"]]
+    batch = Collector(env, None, 100 * env.num_envs).rollout()  # episodes of 20 steps
+    done = batch["next", "done"][..., 0]
+    starts = batch["observation"][:, 1:][done[:, :-1]]  # the steps right after an episode end
+    return [*views[0], *starts[:episodes]]
+
+
+def test_a_layout_seed_gives_every_episode_of_every_env_the_same_layout():
+    with make_vec_env(f"tdrl/{TASK}", 2, seed=3, layout_seed=7, max_steps=20) as env:
+        fixed = _first_views(env, 6)
+    with make_vec_env(f"tdrl/{TASK}", 2, seed=3, max_steps=20) as env:
+        fresh = _first_views(env, 6)
+    assert len(fixed) >= 4 and len(fresh) >= 4  # two resets and some episode ends each
+    assert all(torch.equal(view, fixed[0]) for view in fixed)
+    assert not all(torch.equal(view, fresh[0]) for view in fresh)
+    own = gym.make(TASK)
+    image, _ = own.reset(seed=7)  # the layout is minigrid's for that seed
+    np.testing.assert_array_equal(fixed[0].numpy(), image["image"].transpose(2, 0, 1))
+
+
+def test_a_bad_layout_seed_is_refused_by_name():
+    from tdrl.trainers.config import PixelConfig
+
+    with pytest.raises(ValueError, match=r"layout_seed must be an int >= 0 or None, got -3"):
+        make_vec_env(f"tdrl/{TASK}", 1, layout_seed=-3)
+    with pytest.raises(ValueError, match=r"--layout-seed must be >= 0 \(-1: a new layout"):
+        PixelConfig(layout_seed=-2)
+    assert PixelConfig(layout_seed=4).env_kwargs()[0] == {"layout_seed": 4}
