@@ -52,8 +52,10 @@ def learn_sb3(
     eval_seed: int,
     start: float,
     on_eval: Callable[[dict[str, list[float]]], None] | None = None,
+    deterministic: bool = True,
 ) -> dict[str, list[float]]:
-    """``model.learn(steps)`` with a deterministic evaluation of ``episodes`` episodes on
+    """``model.learn(steps)`` with an evaluation (``deterministic``, else sampled actions) of
+    ``episodes`` episodes on
     ``eval_env`` (reseeded with ``eval_seed`` every time, reading the training env's
     VecNormalize statistics, as SB3's EvalCallback does) at the first step that reaches each
     multiple of ``eval_every`` before the budget (0: none), and one after ``learn``.
@@ -72,7 +74,7 @@ def learn_sb3(
     def evaluate(step: int) -> None:
         sync_envs_normalization(model.get_env(), eval_env)
         eval_env.seed(eval_seed)  # the same start states at every evaluation
-        mean, std = evaluate_policy(model, eval_env, episodes, deterministic=True)
+        mean, std = evaluate_policy(model, eval_env, episodes, deterministic=deterministic)
         for name, value in zip(curve, (step, mean, std, time.perf_counter() - start), strict=True):
             curve[name].append(float(value))
         if on_eval is not None:

@@ -686,18 +686,18 @@ def print_evaluation(curve: dict[str, list[float]]) -> None:
 
 def train_sb3(
     cell: Cell, model: Any, envs: tuple[Any, Any], start: float, settings: dict[str, Any],
-    packages: Iterable[str],
+    packages: Iterable[str], *, deterministic: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
-    """``model.learn`` for the cell's budget with the table's evaluations on ``envs[1]``, then
-    both envs closed; the line's results (``settings`` gain the evaluation envs' count,
-    ``versions`` SB3's and ``packages``')."""
+    """``model.learn`` for the cell's budget with the table's evaluations on ``envs[1]``
+    (``deterministic``, else sampled actions), then both envs closed; the line's results
+    (``settings`` gain the evaluation envs' count, ``versions`` SB3's and ``packages``')."""
     from tdrl.trainers.run import EVAL_SEED_OFFSET
 
     env, eval_env = envs
     curve = learn_sb3(
         model, eval_env, steps=cell.steps, eval_every=cell.eval_every,
         episodes=cell.eval_episodes, eval_seed=cell.seed + EVAL_SEED_OFFSET, start=start,
-        on_eval=print_evaluation,
+        on_eval=print_evaluation, deterministic=deterministic,
     )  # fmt: skip
     wall = time.perf_counter() - start
     env.close()

@@ -257,9 +257,13 @@ class RunConfig:
     seed: int = 0
     """seed of the envs, the networks and the sampling (evaluation: seed + 10000)."""
     eval_every: int = 20_000
-    """env steps between deterministic evaluations (0: only at the end)."""
+    """env steps between evaluations (0: only at the end)."""
     eval_episodes: int = 10
     """episodes per evaluation."""
+    eval_deterministic: bool = True
+    """evaluate the policy's deterministic action (the mode); --no-eval-deterministic: its
+    sampled one, as rl-baselines3-zoo and CleanRL evaluate on Atari (a greedy Breakout policy
+    may never press FIRE after a lost life)."""
     eval_envs: int = 5
     """parallel evaluation envs (at most eval_episodes are made)."""
     stop_at_return: float = math.inf

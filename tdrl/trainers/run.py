@@ -281,12 +281,13 @@ def evaluate_and_log(
     n_episodes: int,
     seed: int,
     elapsed: float,
+    deterministic: bool = True,
 ) -> dict[str, float]:
-    """Deterministic evaluation on ``env`` (reset with ``seed`` every time, so two evaluations
-    differ only by the policy; exploration modules are inactive), logged to ``eval.csv`` with its
-    own duration and the run time."""
+    """Evaluation on ``env`` (reset with ``seed`` every time, so two evaluations differ only by
+    the policy; exploration modules are inactive; ``deterministic``: the policy's mode, else its
+    samples), logged to ``eval.csv`` with its own duration and the run time."""
     start = time.perf_counter()
-    result = evaluate(env, policy, n_episodes, deterministic=True, seed=seed)
+    result = evaluate(env, policy, n_episodes, deterministic=deterministic, seed=seed)
     result["eval_time"] = time.perf_counter() - start
     result["time"] = elapsed + result["eval_time"]
     logger.log("eval", step, result)
@@ -592,7 +593,7 @@ class Run:
     evaluation) and the objects to checkpoint. :meth:`start` resumes from the folder's checkpoint;
     after every batch's updates the recipe calls :meth:`end_batch`, which logs a ``train`` row
     (the metrics, the mean return/length of the episodes ended since the last row, the time),
-    evaluates when due (deterministic, ``eval_episodes`` on ``eval_env``; always after the last
+    evaluates when due (``eval_episodes`` on ``eval_env``; always after the last
     batch), writes a checkpoint when due (and after the last batch) and says whether to stop;
     :meth:`finish` reports. All periods are env steps; the run time counts evaluation time.
 
@@ -610,6 +611,7 @@ class Run:
         eval_every: env steps between evaluations (0: only at the end).
         eval_episodes: episodes per evaluation.
         eval_seed: reset seed of every evaluation (the same states every time).
+        eval_deterministic: evaluate the policy's deterministic action (else its samples).
         checkpoint_every: env steps between checkpoints, one also at the end (0: never).
         log_every: env steps between ``train`` rows (0: every batch).
         stop_after_frames: end this process after this many env steps of its own (0: never;
@@ -646,6 +648,7 @@ class Run:
         eval_every: int,
         eval_episodes: int = 10,
         eval_seed: int = 0,
+        eval_deterministic: bool = True,
         checkpoint_every: int = 0,
         log_every: int = 0,
         stop_after_frames: int = 0,
@@ -677,6 +680,7 @@ class Run:
         self.eval_env, self.policy, self.title = eval_env, policy, title
         self.total_frames, self.eval_every = total_frames, eval_every
         self.eval_episodes, self.eval_seed = eval_episodes, eval_seed
+        self.eval_deterministic = eval_deterministic
         self.checkpoint_every, self.log_every = checkpoint_every, log_every
         self.stop_after_frames, self.stop_at_return = stop_after_frames, stop_at_return
         self.resume_checkpoint = resume
@@ -744,6 +748,7 @@ class Run:
             folder, state, eval_env=eval_env, policy=policy, title=f"{algo} {run_cfg.env_id}",
             total_frames=run_cfg.total_frames, eval_every=run_cfg.eval_every,
             eval_episodes=run_cfg.eval_episodes, eval_seed=run_cfg.seed + EVAL_SEED_OFFSET,
+            eval_deterministic=run_cfg.eval_deterministic,
             checkpoint_every=run_cfg.checkpoint_every, log_every=run_cfg.log_every,
             stop_after_frames=run_cfg.stop_after_frames, stop_at_return=run_cfg.stop_at_return,
             resume=run_cfg.resume, tensorboard=log.tensorboard, progress=log.progress,
@@ -945,6 +950,7 @@ class Run:
             self.last_eval = evaluate_and_log(
                 self._logger, self.eval_env, self.policy, step=frames,
                 n_episodes=self.eval_episodes, seed=self.eval_seed, elapsed=counters["time"],
+                deterministic=self.eval_deterministic,
             )  # fmt: skip
             if self.eval_every > 0:
                 counters["next_eval"] = (frames // self.eval_every + 1) * self.eval_every
