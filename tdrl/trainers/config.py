@@ -304,7 +304,7 @@ class RunConfig:
 # changes what is learned and must match the checkpoint's.
 RESUME_MAY_CHANGE = frozenset({
     "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
-    "stop_at_return", "eval_every", "eval_episodes", "eval_envs", "log_every",
+    "stop_at_return", "eval_every", "eval_episodes", "eval_envs", "eval_deterministic", "log_every",
     "checkpoint_every", "threads", "device", "step_timeout", "flush_denormal", "num_workers",
     "ray_address", "tensorboard", "wandb", "wandb_project", "video", "progress", "curve",
 })  # fmt: skip

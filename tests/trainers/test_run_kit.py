@@ -266,3 +266,28 @@ def test_per_beta_anneals_linearly_to_one_and_leaves_a_uniform_buffer_alone():
     per.anneal(uniform, 500, total_frames=1000)
     assert not hasattr(uniform, "beta")
     assert per.buffer_kwargs() == dict(prioritized=True, alpha=0.6, beta=0.4, n_steps=1)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_evaluation_acts_by_the_policys_mode_or_its_samples_as_configured(
+    tmp_path, deterministic
+):
+    from tensordict.nn.probabilistic import InteractionType, interaction_type
+
+    quiet = LogConfig(progress=False, tensorboard=False, curve=False)
+    cfg = configure(Config, log_dir=str(tmp_path), log=quiet, eval_episodes=2,
+                    eval_deterministic=deterministic)  # fmt: skip
+    run, collector = _run(cfg)
+    actor, seen = run.policy, []
+
+    def policy(td):
+        seen.append(interaction_type())
+        return actor(td)
+
+    run.policy = policy
+    with run:
+        for _ in run.resume(collector):
+            run.step()
+        run.report()
+    want = InteractionType.DETERMINISTIC if deterministic else InteractionType.RANDOM
+    assert seen and set(seen) == {want}  # the final evaluation's every step
