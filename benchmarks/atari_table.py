@@ -26,7 +26,7 @@ separate gymnasium envs reset with seed + 10,000, every 100k env steps and at th
 
 Budget: 500k env steps (2M frames), a CPU-sized run: about an hour a cell on one thread.
 
-    python benchmarks/atari_table.py --jobs 2          # tdrl and SB3, seed 0
+    python benchmarks/atari_table.py --seeds 0 --jobs 2    # tdrl and SB3, seed 0
     python benchmarks/atari_table.py --render
 """
 

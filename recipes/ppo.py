@@ -23,12 +23,13 @@ per batch (--recompute-advantage: before every epoch, as Tianshou).
     python recipes/ppo.py --env-id tdrl/Breakout-v5 --env-backend envpool --num-envs 8 \
         --frame-stack 4 --terminal-on-life-loss --clip-rewards --frames-per-batch 1024 \
         --epochs 4 --minibatch-size 256 --lr 2.5e-4 --clip-epsilon 0.1 --critic-coeff 0.5 \
-        --entropy-coeff 0.01 --normalize-advantage --no-scale-rewards --adam-eps 1e-5
+        --entropy-coeff 0.01 --normalize-advantage --no-scale-rewards --adam-eps 1e-5 \
+        --no-eval-deterministic
 
 The fifth and sixth add an exploration bonus: RND (Burda et al. 2018) at CleanRL's coefficients,
 and ICM (Pathak et al. 2017). The last is CleanRL's ppo_atari_envpool.py settings on envpool's
 Atari (the Nature CNN under both heads; evaluation on gymnasium's ALE with the same
-preprocessing).
+preprocessing, of the sampling policy as CleanRL's).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env (Atari: frame
     #    stacks; a lost life ends a training episode); the reward clipping the learner sees
-    both, train = cfg.pixels.env_kwargs()
+    both, train = cfg.pixels.env_kwargs(cfg.run.env_id)
     env, eval_env = trainers.make_envs(cfg.run, env_kwargs=both, train_env_kwargs=train)
     device = cfg.run.torch_device
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None

@@ -263,7 +263,9 @@ class RunConfig:
     eval_deterministic: bool = True
     """evaluate the policy's deterministic action (the mode); --no-eval-deterministic: its
     sampled one, as rl-baselines3-zoo and CleanRL evaluate on Atari (a greedy Breakout policy
-    may never press FIRE after a lost life)."""
+    may never press FIRE after a lost life). A policy that is deterministic anyway (TD3's, DDPG's
+    and the greedy Q policies) acts the same; noisy nets act on their last noise draw; the final
+    video stays deterministic."""
     eval_envs: int = 5
     """parallel evaluation envs (at most eval_episodes are made)."""
     stop_at_return: float = math.inf
@@ -302,6 +304,10 @@ class RunConfig:
 # logged, evaluated and computed, and its budget (a schedule over the budget, such as
 # --lr-decay or PER's beta, stretches to the new one from the checkpoint on). Every other field
 # changes what is learned and must match the checkpoint's.
+# Fields added to the configs after checkpoints were written without them, with the value those
+# runs had: a resume compares a saved config that lacks one against this value.
+FIELDS_ADDED: dict[str, Any] = {"layout_seed": -1}
+
 RESUME_MAY_CHANGE = frozenset({
     "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
     "stop_at_return", "eval_every", "eval_episodes", "eval_envs", "eval_deterministic", "log_every",
@@ -512,10 +518,16 @@ class PixelConfig:
     """tdrl/MiniGrid-*: every episode on the layout of this seed, in training and evaluation (a
     singleton task); -1: a new layout each episode."""
 
-    def env_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What :func:`tdrl.trainers.make_envs` takes: both envs' options, the training envs'."""
+    def env_kwargs(self, env_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What :func:`tdrl.trainers.make_envs` takes for ``env_id``: both envs' options, the
+        training envs'; a layout seed for a task without layouts is refused by name."""
         both: dict[str, Any] = {"frame_stack": self.frame_stack} if self.frame_stack > 1 else {}
         if self.layout_seed >= 0:
+            if not env_id.startswith("tdrl/MiniGrid-"):
+                raise ValueError(
+                    f"--layout-seed {self.layout_seed}: only the tdrl/MiniGrid-* tasks have "
+                    f"layouts to fix; {env_id!r} has none"
+                )
             both["layout_seed"] = self.layout_seed
         train = {"terminal_on_life_loss": True} if self.terminal_on_life_loss else {}
         return both, train

@@ -41,6 +41,7 @@ from tdrl.trainers.checkpoint import (
     write_checkpoint_dir,
 )
 from tdrl.trainers.config import (
+    FIELDS_ADDED,
     RESUME_MAY_CHANGE,
     RunConfig,
     RunFolderError,
@@ -439,7 +440,8 @@ def check_same_run(
 ) -> list[str]:
     """Compare what wrote checkpoint ``folder`` (its ``run.json``: recipe, config by flat
     names, dataset) with ``identity``, this process's; returns the differences. Fields in
-    :data:`tdrl.trainers.config.RESUME_MAY_CHANGE` may differ. Any other difference (or a
+    :data:`tdrl.trainers.config.RESUME_MAY_CHANGE` may differ; a field the saved config lacks
+    counts as its value in :data:`~tdrl.trainers.config.FIELDS_ADDED`. Any other difference (or a
     checkpoint without ``run.json``) is a :class:`RunFolderError` that names every differing
     field with its checkpoint and current values; with ``allow_changes`` a warning instead."""
     try:
@@ -468,10 +470,10 @@ def check_same_run(
         for group, prefix in (("config", ""), ("dataset", "dataset ")):
             old, new = saved.get(group) or {}, now.get(group) or {}
             for name in sorted(set(old) | set(new)):
-                if old.get(name) != new.get(name) and name not in RESUME_MAY_CHANGE:
-                    differences.append(
-                        f"{prefix}{name} {_shown(old.get(name))} -> {_shown(new.get(name))}"
-                    )
+                # a config saved before a field was added ran with that field's old value
+                was = old.get(name, FIELDS_ADDED.get(name) if group == "config" else None)
+                if was != new.get(name) and name not in RESUME_MAY_CHANGE:
+                    differences.append(f"{prefix}{name} {_shown(was)} -> {_shown(new.get(name))}")
         if not differences:
             return []
         reason = f"was written with other settings (checkpoint -> now): {', '.join(differences)}"

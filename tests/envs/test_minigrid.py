@@ -86,4 +86,7 @@ def test_a_bad_layout_seed_is_refused_by_name():
         make_vec_env(f"tdrl/{TASK}", 1, layout_seed=-3)
     with pytest.raises(ValueError, match=r"--layout-seed must be >= 0 \(-1: a new layout"):
         PixelConfig(layout_seed=-2)
-    assert PixelConfig(layout_seed=4).env_kwargs()[0] == {"layout_seed": 4}
+    assert PixelConfig(layout_seed=4).env_kwargs(f"tdrl/{TASK}")[0] == {"layout_seed": 4}
+    with pytest.raises(ValueError, match=r"--layout-seed 4: only the tdrl/MiniGrid-\* tasks .* "
+                                         r"'CartPole-v1' has none"):  # fmt: skip
+        PixelConfig(layout_seed=4).env_kwargs("CartPole-v1")

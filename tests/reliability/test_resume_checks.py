@@ -206,6 +206,27 @@ def test_a_checkpoint_without_run_json_is_refused_unless_allowed(paused_dqn, tmp
     assert dqn.main(configure(resumed, resume_allow_changes=True))["frames"] == 512
 
 
+def test_a_checkpoint_saved_before_a_field_was_added_resumes_at_that_fields_old_value(
+    paused_dqn, tmp_path
+):
+    from tdrl.trainers.run import check_same_run
+
+    run, folder = _copy(paused_dqn, tmp_path / "run")
+    saved = json.loads((folder / "run.json").read_text())
+    assert saved["config"].pop("layout_seed") == -1  # as written before the flag existed
+    (folder / "run.json").write_text(json.dumps(saved))
+    _resave(folder)
+    # against another value the missing field is a difference, named with its old value
+    identity = {"recipe": "dqn", "config": {**saved["config"], "layout_seed": 3}}
+    with pytest.raises(RunFolderError, match=r"layout_seed -1 -> 3"):
+        check_same_run(folder, identity)
+    # the evaluation mode may change on resume
+    flipped = {"recipe": "dqn", "config": {**saved["config"], "layout_seed": -1,
+                                           "eval_deterministic": False}}  # fmt: skip
+    assert check_same_run(folder, flipped) == []
+    assert _resume(run)["frames"] == 512
+
+
 @pytest.mark.parametrize(
     ("damage", "error"),
     [

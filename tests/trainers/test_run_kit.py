@@ -177,10 +177,13 @@ def test_a_run_keeps_one_replay_buffer_from_its_state_and_refuses_two(tmp_path):
 
     cfg = configure(Config, log_dir=str(tmp_path))
     one, two = ReplayBuffer(8), ReplayBuffer(8)
-    run, _ = _run(cfg, state={"replay": one, "n": torch.nn.Linear(1, 1)})
-    assert run.buffer is one and set(run.state) == {"n"}  # saved apart, filled part only
+    run, collector = _run(cfg, state={"replay": one, "n": torch.nn.Linear(1, 1)})
+    assert run.buffer is one and set(run.state) == {"n"}  # checkpointed apart from the rest
+    collector.shutdown()
+    run.close()
     with pytest.raises(ValueError, match=r"2 replay buffers \['a', 'b'\]"):
-        _run(cfg, state={"a": one, "b": two})
+        Run(tmp_path, {"a": one, "b": two}, eval_env=None, policy=None, title="t",
+            total_frames=8, eval_every=0)  # fmt: skip
 
 
 def test_a_checkpoint_holds_only_the_filled_part_of_a_large_replay_buffer(tmp_path):
