@@ -6,8 +6,9 @@ stacked 84x84 frames, a lost life ends a training episode, rewards clipped to [-
 learner): rollouts of 128 steps (1024 frames), GAE (gamma 0.99, lambda 0.95), 4 epochs of 4
 minibatches of 256, clip 0.1, entropy 0.01, value 0.5, Adam 2.5e-4 (eps 1e-5), gradient norm
 0.5, advantages normalized per minibatch; the network is ``tdrl.modules.actor_critic`` on frames
-(the Nature CNN shared under a policy and a value head), called module by module on the CleanRL
-side.
+(the Nature CNN shared under a policy and a value head). The CleanRL side runs the CNN once per
+forward and both heads on its output, as CleanRL's ``Agent`` does; tdrl's on-policy losses get
+the same one pass from ``tdrl.modules.one_pass_per_input``.
 
 - ``tdrl``: ``make_vec_env("tdrl/Breakout-v5", backend="envpool")``, ``Collector``,
   ``RewardClipping``, ``GAE``, ``minibatches`` and ``ClipPPOLoss``: what the recipe runs.
@@ -86,10 +87,12 @@ def cleanrl_run(iterations: int, seed: int = 0) -> float:
     import envpool
 
     actor, critic = networks(seed)
-    policy_net, value_net = actor.net, critic.net
+    # CleanRL's Agent: one pass of the shared CNN, then the policy and value heads on it
+    trunk, policy_head, value_head = actor.net[0], actor.net[1], critic.net[1]
+    assert critic.net[0] is trunk
     task, options = envpool_task("tdrl/Breakout-v5", **OPTIONS)
     envs = envpool.make(task, env_type="gymnasium", num_envs=NUM_ENVS, seed=seed, **options)
-    params = list(dict.fromkeys([*policy_net.parameters(), *value_net.parameters()]))
+    params = list(dict.fromkeys([*actor.parameters(), *critic.parameters()]))
     optimizer = torch.optim.Adam(params, lr=LR, eps=1e-5)
     obs_shape = envs.observation_space.shape
     obs = torch.zeros((STEPS, NUM_ENVS, *obs_shape), dtype=torch.uint8)
@@ -102,16 +105,17 @@ def cleanrl_run(iterations: int, seed: int = 0) -> float:
         for step in range(STEPS):
             obs[step], dones[step] = next_obs, next_done
             with torch.no_grad():
-                dist = torch.distributions.Categorical(logits=policy_net(next_obs))
+                hidden = trunk(next_obs)
+                dist = torch.distributions.Categorical(logits=policy_head(hidden))
                 action = dist.sample()
-                values[step] = value_net(next_obs).squeeze(-1)
+                values[step] = value_head(hidden).squeeze(-1)
             actions[step], logprobs[step] = action, dist.log_prob(action)
             frame, reward, terminated, truncated, _ = envs.step(action.numpy())
             rewards[step] = torch.as_tensor(np.clip(reward, -1.0, 1.0), dtype=torch.float32)
             next_obs = torch.as_tensor(frame)
             next_done = torch.as_tensor(terminated | truncated, dtype=torch.float32)
         with torch.no_grad():
-            next_value = value_net(next_obs).squeeze(-1)
+            next_value = value_head(trunk(next_obs)).squeeze(-1)
             advantages = torch.zeros_like(rewards)
             last = torch.zeros(NUM_ENVS)
             for t in reversed(range(STEPS)):
@@ -128,12 +132,13 @@ def cleanrl_run(iterations: int, seed: int = 0) -> float:
             order = torch.randperm(STEPS * NUM_ENVS)
             for begin in range(0, STEPS * NUM_ENVS, MINIBATCH):
                 idx = order[begin : begin + MINIBATCH]
-                dist = torch.distributions.Categorical(logits=policy_net(b_obs[idx]))
+                hidden = trunk(b_obs[idx])
+                dist = torch.distributions.Categorical(logits=policy_head(hidden))
                 ratio = (dist.log_prob(b_actions[idx]) - b_logprobs[idx]).exp()
                 adv = b_adv[idx]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - CLIP, 1 + CLIP)).mean()
-                error = value_net(b_obs[idx]).squeeze(-1) - b_returns[idx]
+                error = value_head(hidden).squeeze(-1) - b_returns[idx]
                 value_loss = 0.5 * error.pow(2).mean()
                 total = policy_loss - ENT * dist.entropy().mean() + VF * value_loss
                 optimizer.zero_grad()

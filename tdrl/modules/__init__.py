@@ -8,7 +8,14 @@ from tdrl.modules.actors import (
     TanhGaussianActor,
 )
 from tdrl.modules.bcq import BCQVAE, BCQPerturbation, bcq_perturbation, bcq_vae
-from tdrl.modules.cnn import FlatFrames, ImpalaCNN, MinAtarCNN, NatureCNN, PixelInput
+from tdrl.modules.cnn import (
+    FlatFrames,
+    ImpalaCNN,
+    MinAtarCNN,
+    NatureCNN,
+    PixelInput,
+    one_pass_per_input,
+)
 from tdrl.modules.critics import ValueCritic
 from tdrl.modules.deterministic import DeterministicActor
 from tdrl.modules.distributional import (
@@ -139,4 +146,5 @@ __all__ = [
     "to_noisy",
     "tanh_gaussian_actor",
     "torch_default_init_",
+    "one_pass_per_input",
 ]

@@ -11,7 +11,9 @@ output: ``QValueActor(NatureCNN(4, n))``, ``CategoricalQValueActor(NatureCNN(4, 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -20,7 +22,30 @@ from torch import nn
 
 from tdrl.modules.qvalue import Dueling
 
-__all__ = ["FlatFrames", "ImpalaCNN", "MinAtarCNN", "NatureCNN", "PixelInput", "frame_cnn"]
+__all__ = [
+    "FlatFrames", "ImpalaCNN", "MinAtarCNN", "NatureCNN", "PixelInput", "frame_cnn",
+    "one_pass_per_input",
+]  # fmt: skip
+
+_passes = threading.local()  # .seen: (network, input, version, grad mode) -> (input, output)
+
+
+@contextmanager
+def one_pass_per_input() -> Iterator[None]:
+    """While open (in this thread), a pixel network called again on the very input tensor it has
+    seen, not modified in place since and in the same grad mode, returns its first output
+    instead of computing it again. An actor and a critic that share their CNN (SB3's shared
+    features extractor) then run it once per loss call, and the backward pass sums both heads'
+    gradients through that one output, as two passes would. The on-policy losses open it around
+    each call; the parameters must not change while it is open. Nested uses share the outer."""
+    if getattr(_passes, "seen", None) is not None:
+        yield
+        return
+    _passes.seen = {}
+    try:
+        yield
+    finally:
+        _passes.seen = None
 
 
 class PixelInput(nn.Module):
@@ -135,8 +160,17 @@ class _PixelNet(nn.Module):
             self.head = stream(num_outputs)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        seen = getattr(_passes, "seen", None)
+        if seen is not None:  # inside one_pass_per_input()
+            key = (id(self), id(observation), observation._version, torch.is_grad_enabled())
+            hit = seen.get(key)
+            if hit is not None and hit[0] is observation:
+                return hit[1]  # type: ignore[no-any-return]
         out = self.head(self.features(observation))
-        return out.reshape(*observation.shape[:-3], out.shape[-1])
+        out = out.reshape(*observation.shape[:-3], out.shape[-1])
+        if seen is not None:
+            seen[key] = (observation, out)  # the input is kept: its id is not reused meanwhile
+        return out
 
     def _body(self, in_channels: int) -> list[nn.Module]:
         """The layers between the scaled frames and the flatten: each of :attr:`convolutions`

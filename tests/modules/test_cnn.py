@@ -211,3 +211,56 @@ def test_actor_critic_on_frames_can_give_each_head_its_own_cnn():
     assert not {id(p) for p in actor.parameters()} & {id(p) for p in critic.parameters()}
     critic(obs.clone())["state_value"].sum().backward()
     assert all(p.grad is None for p in actor.parameters())
+
+
+def _shared_trunk_loss(seed: int = 0):
+    """A PPO loss over an actor and a critic that share one MinAtarCNN, and a batch for it."""
+    from tdrl.modules import ValueCritic
+    from tdrl.objectives import ClipPPOLoss
+
+    torch.manual_seed(seed)
+    trunk = MinAtarCNN(4, None)  # the 128 hidden features
+    actor = CategoricalActor(nn.Sequential(trunk, nn.Linear(128, 3)))
+    critic = ValueCritic(nn.Sequential(trunk, nn.Linear(128, 1)))
+    batch = TensorDict(
+        {"observation": frames(16, 4, 10, 10, high=2), "action": torch.randint(0, 3, (16,)),
+         "action_log_prob": -torch.rand(16), "advantage": torch.randn(16, 1),
+         "value_target": torch.randn(16, 1)},
+        batch_size=[16],
+    )  # fmt: skip
+    return ClipPPOLoss(actor, critic, entropy_coeff=0.01), trunk, batch
+
+
+def test_an_on_policy_loss_runs_a_shared_cnn_once_with_the_gradients_of_two_passes():
+    from tdrl.objectives import total_loss
+
+    loss, trunk, batch = _shared_trunk_loss()
+    calls = []
+    trunk.features[1].register_forward_hook(lambda *args: calls.append(1))
+    grads = []
+    for run in (loss, loss.forward):  # __call__ opens one_pass_per_input; forward alone does not
+        loss.zero_grad()
+        calls.clear()
+        total_loss(run(batch)).backward()
+        grads.append([p.grad.clone() for p in loss.parameters()])
+        assert len(calls) == (1 if run is loss else 2)
+    for one, two in zip(*grads, strict=True):
+        torch.testing.assert_close(one, two)
+
+
+def test_one_pass_per_input_recomputes_for_another_input_an_in_place_change_or_grad_mode():
+    from tdrl.modules import one_pass_per_input
+
+    net, x = MinAtarCNN(4, 3), frames(2, 4, 10, 10, high=2)
+    calls = []
+    net.features[1].register_forward_hook(lambda *args: calls.append(1))
+    with one_pass_per_input():
+        first = net(x)
+        assert net(x) is first and len(calls) == 1  # the same tensor: its first output
+        net(x.clone())  # another tensor with the same values
+        with torch.no_grad():
+            assert net(x).grad_fn is None  # another grad mode
+        x[0, 0, 0, 0] = 1 - x[0, 0, 0, 0]  # changed in place
+        assert not torch.equal(net(x), first) and len(calls) == 4
+    net(x), net(x)
+    assert len(calls) == 6  # closed: every call computes
