@@ -138,7 +138,10 @@ gymnasium envs every 100k env steps and at the end; one torch thread per run.
   at that step, from tdrl's curves.
 """
 
-ATARI = mt.Suite("atari", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES)
+ATARI = mt.Suite(
+    "atari", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES,
+    evaluation="Sampled-action",
+)  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(mt.main(suite=ATARI))

@@ -370,6 +370,8 @@ class Suite:
     sb3_cell_settings: Callable[[Cell], dict[str, Any] | None] | None = None
     """the hyperparameters an SB3 cell runs with, where they depend on more than (algorithm,
     task) (MinAtar's epsilon decay: on the budget); default :attr:`sb3_settings`'."""
+    evaluation: str = "Deterministic"
+    """how the evaluations act, as the curves' caption opens (Atari's: sampled actions)."""
 
     @property
     def table(self) -> Path:
@@ -1386,8 +1388,8 @@ def render(table: Path, suite: Suite, out_dir: Path | None = None) -> tuple[Path
         "",
         "## Curves",
         "",
-        "Deterministic evaluation return against env steps, per library: the mean over seeds, "
-        "shaded ± the sample std over seeds.",
+        f"{suite.evaluation} evaluation return against env steps, per library: the mean over "
+        "seeds, shaded ± the sample std over seeds.",
         *(f"\n![{png.stem}]({png.name})" for png in pngs),
     ]
     md.write_text(
