@@ -792,7 +792,9 @@ class Run:
                 if self.buffer is not None:
                     truncate_streams(self.buffer)
                 self.restarts_seen = restarts
-            self._lr = {"lr": self._schedulers[0].get_last_lr()[0]} if self._schedulers else {}
+            self._lr = (
+                {"lr": float(self._schedulers[0].get_last_lr()[0])} if self._schedulers else {}
+            )
             yield batch
             if self.done:
                 break
