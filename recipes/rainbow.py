@@ -78,9 +78,8 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.objectives import HardUpdate, update_priority
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
-    both, train = cfg.pixels.env_kwargs(
-        cfg.run.env_id
-    )  # frame stacks; Atari's life loss (training only)
+    # frame stacks, a MiniGrid layout; Atari's life loss (training only)
+    both, train = cfg.pixels.env_kwargs(cfg.run.env_id)
     env, eval_env = trainers.make_envs(
         cfg.run, actions="discrete", env_kwargs=both, train_env_kwargs=train
     )
