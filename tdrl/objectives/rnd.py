@@ -34,7 +34,9 @@ class RNDLoss(TensorDictModuleBase):
     rescales ``e``, which the division by ``std(R)`` undoes). :meth:`intrinsic_reward` runs on
     each whole ``[num_envs, T]`` rollout, before the estimators: it scores the rollout with the
     statistics so far, folds the rollout's intrinsic returns into ``std(R)`` and divides by it,
-    then folds the rollout's observations into ``mu``, ``sigma`` (CleanRL's order). It also
+    then folds the rollout's observations into ``mu``, ``sigma`` (CleanRL's order). The first
+    rollout sets ``mu``, ``sigma`` before it is scored (CleanRL warms them up on random-policy
+    steps before training). It also
     writes ``("next", "intrinsic_done" | "intrinsic_terminated" | "intrinsic_truncated")``, all
     False: an estimator with its keys renamed to these (``tdrl.keys.INTRINSIC_*``) computes the
     non-episodic intrinsic return, while the extrinsic one is cut at episode ends as always.
@@ -134,8 +136,15 @@ class RNDLoss(TensorDictModuleBase):
                 f"{tuple(rollout.batch_size)}"
             )
         obs = self._next_observation(rollout)
+        flat = obs.reshape(-1, *self.observation_shape)
+        # the first rollout sets the statistics before it is scored: scored on the initial
+        # (0, 1) ones, its inflated errors would hold std(R) high for much of the run
+        first = float(self.obs_norm.count) < 1
+        if first:
+            self.obs_norm.update(flat)
         write_intrinsic_reward(rollout, self.error(obs), self.reward_scaling)
-        self.obs_norm.update(obs.reshape(-1, *self.observation_shape))
+        if not first:
+            self.obs_norm.update(flat)
         return rollout
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

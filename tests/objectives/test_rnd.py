@@ -72,7 +72,9 @@ def errors(rnd: RNDLoss, obs: torch.Tensor, mean, var, clip=5.0) -> list[list[fl
 def test_the_intrinsic_reward_is_the_error_over_the_std_of_returns_that_run_across_episodes():
     rnd, batch = make_rnd(gamma=0.9), rollout()
     obs = batch["next", "observation"]
-    e = errors(rnd, obs, [0.0] * OBS, [1.0] * OBS)  # the first rollout: the initial statistics
+    flat = obs.reshape(-1, OBS).double()
+    # the first rollout is scored with its own statistics (population variance)
+    e = errors(rnd, obs, flat.mean(0).tolist(), flat.var(0, unbiased=False).tolist())
     returns = []
     for i in range(N):
         r = 0.0
@@ -89,12 +91,23 @@ def test_the_intrinsic_reward_is_the_error_over_the_std_of_returns_that_run_acro
             assert float(got[i, t]) == pytest.approx(e[i][t] / math.sqrt(var + 1e-8), rel=1e-4)
     for key in ("intrinsic_done", "intrinsic_terminated", "intrinsic_truncated"):
         assert not batch["next", key].any()
-    # after scoring, the observation statistics hold this rollout's next observations
-    flat = obs.reshape(-1, OBS).double()
+    # after scoring, the observation statistics hold this rollout's next observations once
     torch.testing.assert_close(rnd.obs_norm.mean, flat.mean(0), rtol=1e-6, atol=1e-6)
     # the next rollout is scored with them, and the per-env returns carry on from this one
     carry = rnd.reward_scaling.discounted_return.clone()
     assert carry.shape == (N,) and carry[0] == pytest.approx(returns[T - 1], rel=1e-5)
+    second = rollout()
+    second["next", "observation"] = second["next", "observation"] * 2 + 1
+    obs2 = second["next", "observation"]
+    e2 = errors(rnd, obs2, flat.mean(0).tolist(), flat.var(0, unbiased=False).tolist())
+    rnd.intrinsic_reward(second)
+    std = rnd.reward_scaling.std
+    for i in range(N):
+        for t in range(T):
+            got2 = float(second["next", "intrinsic_reward"][i, t])
+            assert got2 == pytest.approx(e2[i][t] / std, rel=1e-4)
+    both = torch.cat([flat, obs2.reshape(-1, OBS).double()])
+    torch.testing.assert_close(rnd.obs_norm.mean, both.mean(0), rtol=1e-6, atol=1e-6)
 
 
 def test_the_intrinsic_advantage_runs_across_an_episode_end_and_the_extrinsic_stops():
