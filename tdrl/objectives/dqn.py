@@ -3,7 +3,7 @@ returns through the replay buffer and prioritized replay (Schaul et al. 2015, 15
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, TypedDict, Unpack
 
 import torch
 from tensordict import TensorDictBase
@@ -12,6 +12,33 @@ from tensordict.utils import NestedKey
 
 from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
 from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
+
+
+class QOptions(TypedDict, total=False):
+    """The Q-learning options of :class:`DQNLoss`, which QMIX takes too; their defaults are
+    :data:`Q_DEFAULTS`."""
+
+    loss_function: str
+    delay_value: bool
+    double_dqn: bool
+    gamma: float
+
+
+Q_DEFAULTS: Final[QOptions] = {
+    "loss_function": "l2",
+    "delay_value": True,
+    "double_dqn": False,
+    "gamma": 0.99,
+}
+
+
+def q_options(owner: str, options: QOptions) -> QOptions:
+    """``options`` over :data:`Q_DEFAULTS`; a name that is not a :class:`QOptions` field
+    raises the ``TypeError`` an unknown keyword argument does."""
+    unknown = sorted(set(options) - QOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+    return Q_DEFAULTS | options
 
 
 class DQNLoss(OffPolicyLoss):
@@ -32,11 +59,11 @@ class DQNLoss(OffPolicyLoss):
     Args:
         value_network: a keyed module writing ``"action_value"`` ``[B, n]`` (tdrl
             ``QValueActor`` or TorchRL's ``QValueActor``).
-        loss_function: ``"l2"`` (TorchRL's default), ``"smooth_l1"`` (Huber, Nature DQN, SB3)
-            or ``"l1"``.
-        delay_value: keep a target network (updated by ``HardUpdate``/``SoftUpdate``).
-        double_dqn: select ``a*`` with the online network (needs ``delay_value``).
-        gamma: discount.
+        **options: :class:`QOptions`, TorchRL's names, defaults in :data:`Q_DEFAULTS`:
+            ``loss_function`` (``"l2"``, TorchRL's default; ``"smooth_l1"``: Huber, Nature DQN,
+            SB3; or ``"l1"``), ``delay_value`` (True: keep a target network, updated by
+            ``HardUpdate``/``SoftUpdate``), ``double_dqn`` (False; True selects ``a*`` with the
+            online network and needs ``delay_value``), ``gamma`` (0.99).
 
     Reads the network's in_keys at the root and under ``"next"``, ``"action"`` (int64 index
     ``[B]``/``[B, 1]``, or one-hot ``[B, n]``), ``("next", "reward"|"terminated")``, optional
@@ -52,14 +79,11 @@ class DQNLoss(OffPolicyLoss):
     def __init__(
         self,
         value_network: TensorDictModuleBase,
-        *,
-        loss_function: str = "l2",
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        gamma: float = 0.99,
+        **options: Unpack[QOptions],
     ) -> None:
-        super().__init__(gamma=gamma, loss_function=loss_function)
-        self._init_value(value_network, delay_value, double_dqn)
+        opts = q_options(type(self).__name__, options)
+        super().__init__(gamma=opts["gamma"], loss_function=opts["loss_function"])
+        self._init_value(value_network, opts["delay_value"], opts["double_dqn"])
 
     def _action_values(self, network: Any, td: TensorDictBase) -> torch.Tensor:
         direct = getattr(network, "action_values", None)

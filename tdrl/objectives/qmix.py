@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -25,6 +25,7 @@ from tdrl.keys import (
     VALUE_TARGET,
 )
 from tdrl.objectives.common import agent_mask
+from tdrl.objectives.dqn import QOptions, q_options
 from tdrl.objectives.offpolicy import OffPolicyLoss
 from tdrl.objectives.target import make_target
 from tdrl.ops import distance
@@ -61,10 +62,10 @@ class QMixLoss(OffPolicyLoss):
         n_agents: the agents the mixer mixes; a batch with another count is refused.
         state_key: the global state the mixer reads (None: none).
         group: the agents' group key.
-        loss_function: ``"l2"`` (BenchMARL's and TorchRL's), ``"smooth_l1"`` or ``"l1"``.
-        delay_value: keep target copies of the local network and the mixer.
-        double_dqn: select ``a*`` with the online local network.
-        gamma: discount.
+        **options: DQN's (:class:`~tdrl.objectives.dqn.QOptions`): ``loss_function`` (``"l2"``,
+            BenchMARL's and TorchRL's), ``delay_value`` (True: target copies of the local
+            network and the mixer), ``double_dqn`` (False; True selects ``a*`` with the online
+            local network), ``gamma`` (0.99).
 
     Returns ``loss``, ``td_error`` ``[B]``, ``chosen_action_value`` (the mean ``Q_tot``) and
     ``value_target``.
@@ -81,17 +82,15 @@ class QMixLoss(OffPolicyLoss):
         n_agents: int,
         state_key: NestedKey | None = STATE,
         group: str = AGENTS,
-        loss_function: str = "l2",
-        delay_value: bool = True,
-        double_dqn: bool = False,
-        gamma: float = 0.99,
+        **options: Unpack[QOptions],
     ) -> None:
-        super().__init__(gamma=gamma, loss_function=loss_function)
+        opts = q_options(type(self).__name__, options)
+        super().__init__(gamma=opts["gamma"], loss_function=opts["loss_function"])
         # the online networks first, then the targets: the parameter order optimizers (and
         # their checkpointed state) follow
         self.value_network, self.mixer = local_value_network, mixer
-        self._init_value(local_value_network, delay_value, double_dqn)
-        self.target_mixer = make_target(mixer) if delay_value else mixer
+        self._init_value(local_value_network, opts["delay_value"], opts["double_dqn"])
+        self.target_mixer = make_target(mixer) if opts["delay_value"] else mixer
         self.n_agents, self.state_key, self.group = n_agents, state_key, group
         self.set_keys(action=(group, ACTION), action_value=(group, ACTION_VALUE))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Unpack
+from typing import Any, Unpack
 
 import torch
 from tensordict.nn import TensorDictModuleBase
@@ -11,6 +11,27 @@ from torch import nn
 
 from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE
 from tdrl.objectives.ddpg import CriticOptions, DeterministicActorCriticLoss
+
+
+class TD3Options(CriticOptions, total=False):
+    """TD3's options: its target policy smoothing (defaults: the actor's bounds, noise 0.2,
+    clip 0.5) and the twin critics' :class:`~tdrl.objectives.ddpg.CriticOptions`."""
+
+    bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None
+    policy_noise: float
+    noise_clip: float
+
+
+def split_td3_options(options: TD3Options) -> tuple[CriticOptions, dict[str, Any]]:
+    """``options`` as the critics' and the smoothing's (the latter over TD3's defaults)."""
+    smoothing: dict[str, Any] = {"bounds": None, "policy_noise": 0.2, "noise_clip": 0.5}
+    critic: CriticOptions = {}
+    for name, value in options.items():
+        if name in smoothing:
+            smoothing[name] = value
+        else:
+            critic[name] = value  # type: ignore[literal-required]
+    return critic, smoothing
 
 
 class TD3Loss(DeterministicActorCriticLoss):

@@ -10,12 +10,8 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tdrl.objectives.ddpg import (
-    CriticOptions,
-    DeterministicActorCriticLoss,
-    first_critic_value,
-)
-from tdrl.objectives.td3 import TD3Loss
+from tdrl.objectives.ddpg import DeterministicActorCriticLoss, first_critic_value
+from tdrl.objectives.td3 import TD3Loss, TD3Options, split_td3_options
 
 
 class TD3BCLoss(DeterministicActorCriticLoss):
@@ -33,10 +29,9 @@ class TD3BCLoss(DeterministicActorCriticLoss):
         actor_network: a deterministic keyed actor writing ``"action"``.
         qvalue_network: a tdrl ``EnsembleCritic`` or one keyed critic (copied).
         alpha: weight of the Q term against the behaviour-cloning term.
-        bounds: ``(low, high)`` of the action box (default: the actor's), as :class:`TD3Loss`.
-        policy_noise: target policy smoothing noise, in half-ranges, as :class:`TD3Loss`.
-        noise_clip: its clip, as :class:`TD3Loss`.
-        **options: :class:`~tdrl.objectives.ddpg.CriticOptions`, as :class:`TD3Loss`.
+        **options: :class:`TD3Loss`'s (:class:`~tdrl.objectives.td3.TD3Options`): ``bounds``
+            of the action box (default: the actor's), ``policy_noise`` and ``noise_clip`` of
+            the target policy smoothing (half-ranges), and the critics' options.
     """
 
     _outputs = TD3Loss._outputs
@@ -47,13 +42,11 @@ class TD3BCLoss(DeterministicActorCriticLoss):
         qvalue_network: nn.Module | Sequence[nn.Module],
         *,
         alpha: float = 2.5,
-        bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
-        policy_noise: float = 0.2,
-        noise_clip: float = 0.5,
-        **options: Unpack[CriticOptions],
+        **options: Unpack[TD3Options],
     ) -> None:
-        super().__init__(actor_network, qvalue_network, **options)
-        self._init_target_smoothing(actor_network, bounds, policy_noise, noise_clip)
+        critic, smoothing = split_td3_options(options)
+        super().__init__(actor_network, qvalue_network, **critic)
+        self._init_target_smoothing(actor_network, **smoothing)
         if not alpha > 0:
             raise ValueError(f"alpha must be > 0, got {alpha}")
         self.alpha = alpha
