@@ -19,7 +19,9 @@ tdrl's recipes/sac.py loop). DQN section: the same on CartPole shapes (observati
 batch 64, 256x256 MLP (rl-baselines3-zoo's CartPole setting), Huber loss, no double Q (SB3 has
 none), hard target copy every 10 steps (SB3 copies in ``_on_step``, outside ``train``, so its
 section copies between ``train`` calls of 10 steps), gradients clipped at 10 (SB3 always clips;
-Tianshou's DQN has no clipping, which favours it).
+Tianshou's DQN has no clipping, which favours it). QR-DQN section (``qrdqn``): the DQN section's
+work with QR-DQN's head, rl-zoo3's CartPole entry (10 quantiles, quantile Huber loss), against
+sb3-contrib's ``QRDQN.train`` and Tianshou's ``QRDQN``.
 
 Optimizer: tdrl's loops step torch's fused Adam (``fused=True``, and a ``foreach`` gradient
 clip); the peers run their own defaults (TorchRL's loops here, as in its sota-implementations,
@@ -861,22 +863,34 @@ def dqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     return _timed_steps(step, _replay(data), DQN_BATCH, steps)
 
 
-def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+def dqn_shapes() -> type:
+    """A gymnasium env class with the DQN section's spaces, for SB3's constructors."""
     import gymnasium as gym
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.utils import polyak_update
 
     class Shapes(gym.Env):
         observation_space = gym.spaces.Box(-np.inf, np.inf, (DQN_OBS,), np.float32)
         action_space = gym.spaces.Discrete(DQN_ACTIONS)
 
+    return Shapes
+
+
+def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+    from stable_baselines3 import DQN
+
     model = _sb3_model(
-        DQN, Shapes, data, learning_rate=2.3e-3, batch_size=DQN_BATCH,
+        DQN, dqn_shapes(), data, learning_rate=2.3e-3, batch_size=DQN_BATCH,
         target_update_interval=DQN_TARGET_EVERY, policy_kwargs={"net_arch": DQN_HIDDEN},
     )  # fmt: skip
-    # SB3 copies the target network in ``_on_step`` (once per env step), not in ``train``: run
-    # ``train`` between copies and copy as ``_on_step`` does, so SB3 does the target updates
-    # that the other three libraries do inside their measured steps.
+    return _sb3_q_train(model, steps, model.q_net, model.q_net_target)
+
+
+def _sb3_q_train(model: Any, steps: int, online: nn.Module, target: nn.Module) -> float:
+    """Seconds for ``steps`` gradient steps of an SB3 Q-learning model. SB3 copies the target
+    network in ``_on_step`` (once per env step), not in ``train``: ``train`` runs between copies
+    and the copy is made as ``_on_step`` makes it, so SB3 does the target updates that the other
+    libraries do inside their measured steps."""
+    from stable_baselines3.common.utils import polyak_update
+
     start = time.perf_counter()
     done = 0
     while done < steps:
@@ -884,7 +898,7 @@ def dqn_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
         model.train(gradient_steps=chunk, batch_size=DQN_BATCH)
         done += chunk
         if done % DQN_TARGET_EVERY == 0:
-            polyak_update(model.q_net.parameters(), model.q_net_target.parameters(), model.tau)
+            polyak_update(online.parameters(), target.parameters(), model.tau)
             polyak_update(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
     return _elapsed(start)
 
@@ -1637,6 +1651,78 @@ section_rainbow_pixels = steps_section(
 )  # fmt: skip
 
 
+# --- QR-DQN on CartPole shapes: the time-to-solve row's gradient step --------------------------
+# The DQN section's shapes, data, batch, 256x256 MLP, learning rate, target copy every 10 steps
+# and gradient clip at 10, with QR-DQN's head: rl-zoo3's CartPole entry (hyperparams/qrdqn.yml,
+# the DQN entry plus 10 quantiles), quantile Huber loss (kappa 1), no double Q (sb3-contrib's
+# QRDQN has none). sb3-contrib copies its target in ``_on_step``, so it runs as the DQN section's
+# SB3 row does.
+QR_QUANTILES = 10
+
+
+def qrdqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
+    """The loop of recipes/rainbow.py --algo qrdqn."""
+    from tdrl.modules import QuantileQValueActor, q_mlp
+    from tdrl.objectives import HardUpdate, QRDQNLoss
+
+    net = q_mlp(DQN_OBS, DQN_ACTIONS, DQN_HIDDEN, atoms=QR_QUANTILES)
+    qnet = QuantileQValueActor(net, DQN_ACTIONS, num_quantiles=QR_QUANTILES).to(DEVICE)
+    loss = QRDQNLoss(qnet).to(DEVICE)
+    updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
+    optimizer = torch.optim.Adam(qnet.parameters(), lr=2.3e-3, fused=True)
+    step = recipe_q_learning_step(loss, optimizer, updater, max_grad_norm=10.0)
+    return _timed_steps(step, _replay(data), DQN_BATCH, steps)
+
+
+def qrdqn_vector_sb3(data: dict[str, torch.Tensor], steps: int) -> float:
+    from sb3_contrib import QRDQN
+
+    model = _sb3_model(
+        QRDQN, dqn_shapes(), data, learning_rate=2.3e-3, batch_size=DQN_BATCH, max_grad_norm=10.0,
+        target_update_interval=DQN_TARGET_EVERY,
+        policy_kwargs={"net_arch": DQN_HIDDEN, "n_quantiles": QR_QUANTILES},
+    )  # fmt: skip
+    return _sb3_q_train(model, steps, model.quantile_net, model.quantile_net_target)
+
+
+class _TianshouQuantiles(nn.Module):
+    """Tianshou's ``Net`` (the DQN section's MLP) as a QR-DQN model: ``[B, A, N]`` quantiles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tianshou.utils.net.common import Net
+
+        self.net = Net(
+            state_shape=DQN_OBS, action_shape=DQN_ACTIONS * QR_QUANTILES, hidden_sizes=DQN_HIDDEN
+        )
+
+    def forward(self, obs: Any, state: Any = None, info: Any = None) -> tuple[torch.Tensor, Any]:
+        out, state = self.net(obs, state)
+        return out.view(-1, DQN_ACTIONS, QR_QUANTILES), state
+
+
+def qrdqn_vector_tianshou(data: dict[str, torch.Tensor], steps: int) -> float:
+    import gymnasium as gym
+    from tianshou.algorithm import QRDQN
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+
+    policy = QRDQNPolicy(model=_TianshouQuantiles(), action_space=gym.spaces.Discrete(DQN_ACTIONS))
+    algorithm = QRDQN(
+        policy=policy, optim=AdamOptimizerFactory(lr=2.3e-3), num_quantiles=QR_QUANTILES,
+        target_update_freq=DQN_TARGET_EVERY,
+    )  # fmt: skip
+    return _tianshou_updates(algorithm, data, steps, DQN_BATCH)
+
+
+section_qrdqn = steps_section(
+    f"QR-DQN gradient steps: batch {DQN_BATCH}, 256x256 MLP, obs {DQN_OBS}, {DQN_ACTIONS} "
+    f"actions, {QR_QUANTILES} quantiles, target copy every {DQN_TARGET_EVERY}, {{steps}} steps, "
+    "1 thread",
+    peers(qrdqn_tdrl, qrdqn_vector_sb3, qrdqn_vector_tianshou, None), dqn_data, 2000,
+)  # fmt: skip
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "ppo": section_ppo,
     "ppo_lstm": section_ppo_lstm,
@@ -1649,6 +1735,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "crossq": section_crossq,
     "td3": section_td3,
     "ddpg": section_ddpg,
+    "qrdqn": section_qrdqn,
     "qrdqn_pixels": section_qrdqn_pixels,
     "rainbow_pixels": section_rainbow_pixels,
 }

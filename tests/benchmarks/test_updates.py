@@ -62,3 +62,15 @@ def test_a_peers_optimizers_are_fused_in_its_fused_row():
     assert not any(_fused(o) for o in optimizers())
     with updates.fused_adam_default():
         assert all(_fused(o) for o in optimizers())  # the entropy coefficient's too
+
+
+@pytest.mark.table  # imports Tianshou and sb3-contrib: ~10 s
+def test_every_library_of_the_qrdqn_section_takes_its_steps():
+    pytest.importorskip("sb3_contrib")
+    pytest.importorskip("tianshou")
+    data = updates.dqn_data(300)
+    table = next(t for t in updates.PEER_TABLES if t["tdrl"] is updates.qrdqn_tdrl)
+    assert set(table) == {"tdrl", "tdrl plain", "SB3", "Tianshou"}
+    for name, bench in table.items():
+        seconds = bench(data, 12)  # past one target copy (every 10 steps)
+        assert 0 < seconds < 60, name
