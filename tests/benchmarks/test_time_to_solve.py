@@ -85,7 +85,9 @@ def test_distributional_settings_follow_the_recipe_and_the_zoo() -> None:
     assert rainbow["algo"] == "c51" and rainbow["noisy"] and rainbow["prioritized"]
     assert rainbow["n_steps"] == 3 and rainbow["dueling"] is tts.RAINBOW_DUELING
     assert rainbow["noisy_layers"] == "heads" and rainbow["hidden_sizes"] == (128, 128)
-    assert tts.TDRL_TUNED[("qrdqn", "CartPole-v1")] == {"algo": "qrdqn", "num_quantiles": 10}
+    assert tts.TDRL_TUNED[("qrdqn", "CartPole-v1")] == {
+        "algo": "qrdqn", "num_quantiles": 10, "target_update_interval": 32,
+    }  # fmt: skip
     label = tts.RUNNERS["rainbow"]["tuned"][0][0]
     assert label.endswith(", dueling)" if tts.RAINBOW_DUELING else ", no dueling)")
     # The zoo's QR-DQN entry is its DQN entry plus 10 quantiles; sb3-contrib clips nothing.
