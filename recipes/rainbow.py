@@ -11,7 +11,7 @@ noisy with no epsilon under --noisy (Hessel et al.; Tianshou's Rainbow: --noisy-
 --noisy-std 0.1 --noisy-epsilon). On uint8 frames the network is a CNN, as in dqn.py.
 
     python recipes/rainbow.py                              # C51 on CartPole-v1
-    python recipes/rainbow.py --algo qrdqn --num-quantiles 10
+    python recipes/rainbow.py --algo qrdqn --num-quantiles 10 --target-update-interval 32
     python recipes/rainbow.py --algo c51 --noisy --dueling --prioritized --n-steps 3
     python recipes/rainbow.py --env-id tdrl/Pong-v5 --frame-stack 4 --clip-rewards \
         --terminal-on-life-loss --noisy --dueling --prioritized --n-steps 3 \
