@@ -10,6 +10,7 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.modules.ensembles import EnsembleCritic
+from tdrl.objectives.distributional import quantile_target
 from tdrl.objectives.offpolicy import _critic_inputs, frozen
 from tdrl.objectives.sac import SACLoss
 from tdrl.ops.distributional import quantile_huber_loss
@@ -116,11 +117,9 @@ class TQCLoss(SACLoss):
         atoms = self._quantiles(self.target_qvalue_network, next_td, next_action)  # [N, B, M]
         pooled = atoms.permute(1, 0, 2).reshape(atoms.shape[1], -1).sort(dim=-1).values
         kept = self.num_qvalue_nets * (self.num_quantiles - self.top_quantiles_to_drop)
+        # a terminated step's next atoms are replaced by 0, not multiplied (no NaN leaks in)
         next_value = pooled[:, :kept] - entropy_term.unsqueeze(-1)
-        # a terminated step's next value is replaced by 0, not multiplied (no NaN leaks in)
-        next_value = torch.where(terminated.unsqueeze(-1), torch.zeros_like(next_value), next_value)
-        discount = discount.unsqueeze(-1) if isinstance(discount, torch.Tensor) else discount
-        return reward.unsqueeze(-1) + discount * next_value
+        return quantile_target(next_value, reward, terminated, discount)
 
     def qvalue_loss(
         self, batch: TensorDictBase, alpha: torch.Tensor | None = None
