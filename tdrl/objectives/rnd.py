@@ -43,6 +43,14 @@ class RNDLoss(TensorDictModuleBase):
     ``forward`` is the loss (``loss_rnd``), on minibatches. The target's parameters never
     change: they do not require gradients, and no loss term reaches them.
 
+    ``first_visit=True`` keeps ``e(s')`` only where ``s'`` is new to its episode, 0 where the
+    episode has already reached that observation (NovelD's episodic restriction, Zhang et al.
+    2021, arXiv 2012.08621, and NGU's episodic novelty, Badia et al. 2020, in their simplest
+    form): a lifelong bonus alone pays an agent for revisiting what stays novel, which leaves it
+    circling in procedurally generated MiniGrid (Wang et al. 2023, "Revisiting intrinsic reward
+    for exploration in procedurally generated environments", ICLR). Each env's visited
+    observations are kept across batch cuts, cleared when its episode ends, and checkpointed.
+
     Args:
         target: the fixed random network, observations to ``[*B, k]``.
         predictor: the trained network, observations to ``[*B, k]``.
@@ -52,6 +60,7 @@ class RNDLoss(TensorDictModuleBase):
         observation_clip: ``c`` (the paper: 5).
         update_proportion: the fraction of a minibatch the predictor learns from (CleanRL: 0.25,
             for 32 envs; 1 with few envs).
+        first_visit: reward only an episode's first visit of each observation (see above).
 
     Shapes:
         rollouts ``[N, T]``, minibatches ``[B]``; the intrinsic reward ``[*, 1]``.
@@ -67,6 +76,7 @@ class RNDLoss(TensorDictModuleBase):
         gamma: float = 0.99,
         observation_clip: float = 5.0,
         update_proportion: float = 0.25,
+        first_visit: bool = False,
     ) -> None:
         super().__init__()
         if not 0.0 < update_proportion <= 1.0:
@@ -84,9 +94,22 @@ class RNDLoss(TensorDictModuleBase):
         self.reward_scaling = RewardScaling(
             gamma, in_key=K.NEXT_INTRINSIC_REWARD, done_key=(K.NEXT, K.INTRINSIC_DONE), clip=None
         )
+        self.first_visit = first_visit
+        self._visited: list[set[bytes]] = []  # per env: its episode's observations so far
         self.in_keys = [(K.NEXT, observation_key)]
         self.out_keys = [K.LOSS_RND]
         self._check_networks()
+
+    def get_extra_state(self) -> dict[str, list[list[bytes]]]:
+        return {"visited": [sorted(seen) for seen in self._visited]}
+
+    def set_extra_state(self, state: dict[str, list[list[bytes]]]) -> None:
+        self._visited = [set(seen) for seen in state.get("visited", [])]
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
+        # a checkpoint written before the visited sets were kept loads with none
+        state_dict.setdefault(prefix + "_extra_state", {"visited": []})
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def _check_networks(self) -> None:
@@ -142,10 +165,39 @@ class RNDLoss(TensorDictModuleBase):
         first = float(self.obs_norm.count) < 1
         if first:
             self.obs_norm.update(flat)
-        write_intrinsic_reward(rollout, self.error(obs), self.reward_scaling)
+        error = self.error(obs)
+        if self.first_visit:
+            error = error * self._first_visits(rollout, obs).to(error.dtype)
+        write_intrinsic_reward(rollout, error, self.reward_scaling)
         if not first:
             self.obs_norm.update(flat)
         return rollout
+
+    def _first_visits(self, rollout: TensorDictBase, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, T, 1]`` bool: True where ``s'`` is the first visit of that observation in its
+        env's episode; each env's set is cleared after its episode's last step."""
+        done = require(rollout, (K.NEXT, K.DONE), "RNDLoss").reshape(*rollout.batch_size)
+        n, steps = rollout.batch_size
+        if len(self._visited) != n:
+            if self._visited:
+                raise ValueError(
+                    f"RNDLoss(first_visit=True): the rollout has {n} envs, earlier ones had "
+                    f"{len(self._visited)}"
+                )
+            self._visited = [set() for _ in range(n)]
+        rows = obs.detach().cpu().contiguous().numpy().reshape(n, steps, -1)
+        ends = done.cpu().numpy()
+        new = torch.zeros(n, steps, 1, dtype=torch.bool)
+        for i in range(n):
+            seen = self._visited[i]
+            for t in range(steps):
+                key = rows[i, t].tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    new[i, t] = True
+                if ends[i, t]:
+                    seen.clear()
+        return new.to(obs.device)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         e = self.error(self._next_observation(tensordict)).reshape(-1)

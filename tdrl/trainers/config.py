@@ -306,7 +306,7 @@ class RunConfig:
 # changes what is learned and must match the checkpoint's.
 # Fields added to the configs after checkpoints were written without them, with the value those
 # runs had: a resume compares a saved config that lacks one against this value.
-FIELDS_ADDED: dict[str, Any] = {"layout_seed": -1}
+FIELDS_ADDED: dict[str, Any] = {"layout_seed": -1, "rnd_first_visit": False}
 
 RESUME_MAY_CHANGE = frozenset({
     "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
@@ -957,6 +957,10 @@ class IntrinsicConfig:
     """discount of the intrinsic return (RND's paper: 0.99)."""
     rnd_update_proportion: float = 1.0
     """rnd: fraction of each minibatch the predictor learns from (CleanRL: 0.25, 128 envs)."""
+    rnd_first_visit: bool = False
+    """rnd: reward only an episode's first visit of each observation (NovelD's episodic
+    restriction: a lifelong bonus alone leaves agents circling in procedurally generated
+    MiniGrid)."""
     icm_beta: float = 0.2
     """icm: the forward model's share of its loss (the inverse model's: 1 - beta)."""
     bonus_hidden_sizes: tuple[int, ...] = (256, 256)
@@ -972,6 +976,8 @@ class IntrinsicConfig:
             )
         if not 0.0 <= self.icm_beta <= 1.0:
             raise ValueError(f"--icm-beta must lie in [0, 1], got {self.icm_beta}")
+        if self.rnd_first_visit and self.intrinsic != "rnd":
+            raise ValueError(f"--rnd-first-visit is for --intrinsic rnd, not {self.intrinsic}")
 
     def model(
         self, observation_spec: Composite, action_spec: TensorSpec, device: Any = "cpu"
@@ -1015,7 +1021,8 @@ class IntrinsicConfig:
         if self.intrinsic == "rnd":
             module: Any = RNDLoss(observation_net(), observation_net(), shape,
                                   gamma=self.intrinsic_gamma,
-                                  update_proportion=self.rnd_update_proportion)  # fmt: skip
+                                  update_proportion=self.rnd_update_proportion,
+                                  first_visit=self.rnd_first_visit)  # fmt: skip
         else:
             from torchrl.data import Categorical as CategoricalSpec
 

@@ -1,8 +1,8 @@
 """RND against its definition (Burda et al. 2018), with explicit loops: the distillation error
 on normalized, clipped next observations; the intrinsic return carried per env across episode
-ends and the reward divided by its running std; the intrinsic advantage that runs across an
-episode end while the extrinsic one stops there; a target network that never changes; the
-intrinsic critic's loss; and the inputs refused."""
+ends and the reward divided by its running std; the episodic first-visit rule; the intrinsic
+advantage that runs across an episode end while the extrinsic one stops there; a target network
+that never changes; the intrinsic critic's loss; and the inputs refused."""
 
 from __future__ import annotations
 
@@ -108,6 +108,49 @@ def test_the_intrinsic_reward_is_the_error_over_the_std_of_returns_that_run_acro
             assert got2 == pytest.approx(e2[i][t] / std, rel=1e-4)
     both = torch.cat([flat, obs2.reshape(-1, OBS).double()])
     torch.testing.assert_close(rnd.obs_norm.mean, both.mean(0), rtol=1e-6, atol=1e-6)
+
+
+def test_first_visit_keeps_the_error_only_where_the_episode_meets_an_observation_first():
+    rnd = make_rnd(first_visit=True)
+    a, b, c = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, 0.5, 2.0]), torch.zeros(3)
+    # env 0: a b a | (episode ends at t = 2) a b; env 1: c c c c c, no episode end
+    batch = rollout(done_at=((0, 2),))
+    batch["next", "observation"] = torch.stack(
+        [torch.stack([a, b, a, a, b]), torch.stack([c, c, c, c, c])]
+    )
+    first = [[True, True, False, True, True], [True, False, False, False, False]]
+    obs = batch["next", "observation"].clone()
+    plain = make_rnd()  # the same networks and first-rollout statistics, no episodic rule
+    plain.intrinsic_reward(batch.clone())
+    rnd.intrinsic_reward(batch)
+    assert rnd.obs_norm.mean.equal(plain.obs_norm.mean)
+    e = plain.error(obs).detach()  # e(s') on the same statistics, before any rule
+    got = batch["next", "intrinsic_reward"]
+    kept = [[float(e[i, t]) if first[i][t] else 0.0 for t in range(T)] for i in range(N)]
+    # R_t = gamma R_{t-1} + kept_t per env (gamma 0.99), r_int = kept / std(R)
+    flat_returns = []
+    for i in range(N):
+        r = 0.0
+        for t in range(T):
+            r = 0.99 * r + kept[i][t]
+            flat_returns.append(r)
+    mean = sum(flat_returns) / len(flat_returns)
+    std = math.sqrt(sum((x - mean) ** 2 for x in flat_returns) / len(flat_returns) + 1e-8)
+    for i in range(N):
+        for t in range(T):
+            assert float(got[i, t]) == pytest.approx(kept[i][t] / std, rel=1e-4, abs=1e-7)
+    # a batch cut keeps env 1's episode (c was seen) and env 0's new one (a, b were seen)
+    nxt = rollout(done_at=())
+    nxt["next", "observation"] = torch.stack(
+        [torch.stack([a, c, b, c, a]), torch.stack([c, a, c, b, b])]
+    )
+    rnd.intrinsic_reward(nxt)
+    zero = nxt["next", "intrinsic_reward"].squeeze(-1) == 0
+    assert zero.tolist() == [[True, False, True, True, True], [True, False, True, False, True]]
+    # the visited sets travel in the state dict
+    again = make_rnd(first_visit=True)
+    again.load_state_dict(rnd.state_dict())
+    assert again._visited == rnd._visited and len(again._visited) == N
 
 
 def test_the_intrinsic_advantage_runs_across_an_episode_end_and_the_extrinsic_stops():

@@ -440,6 +440,10 @@ def test_an_on_policy_recipe_refuses_steps_per_batch_it_would_ignore(tmp_path: P
         ({"rnd_update_proportion": 0.0}, r"--rnd-update-proportion must be in \(0, 1\], got 0.0"),
         ({"icm_beta": 2.0}, r"--icm-beta must lie in \[0, 1\], got 2.0"),
         ({"intrinsic_gamma": 1.5}, r"--intrinsic-gamma must lie in \[0, 1\], got 1.5"),
+        (
+            {"intrinsic": "icm", "rnd_first_visit": True},
+            "--rnd-first-visit is for --intrinsic rnd, not icm",
+        ),
     ],
 )
 def test_bad_exploration_bonus_flags_are_named(flags, message) -> None:
