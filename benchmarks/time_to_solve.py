@@ -287,7 +287,7 @@ TDRL_TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # --dueling (a per-atom dueling head, ``RAINBOW_DUELING``).
     # Tuned on seeds 100-102 (median seconds and env steps to solve, 60k-step cap, a loaded
     # machine): QR-DQN's defaults (25 quantiles)
-    # 24.6 s, 24k; 3-step 26.6 s, 26k; 10 quantiles 18.6 s, 26k (chosen); 10 quantiles and
+    # 24.6 s, 24k; 3-step 26.6 s, 26k; 10 quantiles 18.6 s, 26k (chosen then); 10 quantiles and
     # 3-step 29.9 s, 28k; the zoo's settings 16.9 s, 26k (within the noise of the chosen one;
     # they are the "same settings" row). Rainbow as above (256x256, every layer noisy) 104 s,
     # 36k; 128x128 44 s, 22k; utd 0.25 72 s, 38k; 128x128 and utd 0.25 56 s, 46k; 64x64 40 s,

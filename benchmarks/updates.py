@@ -21,7 +21,8 @@ none), hard target copy every 10 steps (SB3 copies in ``_on_step``, outside ``tr
 section copies between ``train`` calls of 10 steps), gradients clipped at 10 (SB3 always clips;
 Tianshou's DQN has no clipping, which favours it). QR-DQN section (``qrdqn``): the DQN section's
 work with QR-DQN's head, rl-zoo3's CartPole entry (10 quantiles, quantile Huber loss), against
-sb3-contrib's ``QRDQN.train`` and Tianshou's ``QRDQN``.
+sb3-contrib's ``QRDQN.train`` and Tianshou's ``QRDQN`` (which always runs the online network on
+the next observations to pick the bootstrap action, and clips nothing).
 
 Optimizer: tdrl's loops step torch's fused Adam (``fused=True``, and a ``foreach`` gradient
 clip); the peers run their own defaults (TorchRL's loops here, as in its sota-implementations,
@@ -891,13 +892,14 @@ def _sb3_q_train(model: Any, steps: int, online: nn.Module, target: nn.Module) -
     libraries do inside their measured steps."""
     from stable_baselines3.common.utils import polyak_update
 
+    every, batch_size = model.target_update_interval, model.batch_size
     start = time.perf_counter()
     done = 0
     while done < steps:
-        chunk = min(DQN_TARGET_EVERY, steps - done)
-        model.train(gradient_steps=chunk, batch_size=DQN_BATCH)
+        chunk = min(every, steps - done)
+        model.train(gradient_steps=chunk, batch_size=batch_size)
         done += chunk
-        if done % DQN_TARGET_EVERY == 0:
+        if done % every == 0:
             polyak_update(online.parameters(), target.parameters(), model.tau)
             polyak_update(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
     return _elapsed(start)
@@ -1651,23 +1653,24 @@ section_rainbow_pixels = steps_section(
 )  # fmt: skip
 
 
-# --- QR-DQN on CartPole shapes: the time-to-solve row's gradient step --------------------------
+# --- QR-DQN on CartPole shapes ------------------------------------------------------------------
 # The DQN section's shapes, data, batch, 256x256 MLP, learning rate, target copy every 10 steps
 # and gradient clip at 10, with QR-DQN's head: rl-zoo3's CartPole entry (hyperparams/qrdqn.yml,
 # the DQN entry plus 10 quantiles), quantile Huber loss (kappa 1), no double Q (sb3-contrib's
 # QRDQN has none). sb3-contrib copies its target in ``_on_step``, so it runs as the DQN section's
-# SB3 row does.
+# SB3 row does. Tianshou's QRDQN always picks the next action with the online network (one more
+# forward pass a step, against it) and clips no gradients (in its favour).
 QR_QUANTILES = 10
 
 
 def qrdqn_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    """The loop of recipes/rainbow.py --algo qrdqn."""
+    """The loop of recipes/rainbow.py --algo qrdqn --no-double-dqn."""
     from tdrl.modules import QuantileQValueActor, q_mlp
     from tdrl.objectives import HardUpdate, QRDQNLoss
 
     net = q_mlp(DQN_OBS, DQN_ACTIONS, DQN_HIDDEN, atoms=QR_QUANTILES)
     qnet = QuantileQValueActor(net, DQN_ACTIONS, num_quantiles=QR_QUANTILES).to(DEVICE)
-    loss = QRDQNLoss(qnet).to(DEVICE)
+    loss = QRDQNLoss(qnet, double_dqn=False).to(DEVICE)
     updater = HardUpdate(loss, value_network_update_interval=DQN_TARGET_EVERY)
     optimizer = torch.optim.Adam(qnet.parameters(), lr=2.3e-3, fused=True)
     step = recipe_q_learning_step(loss, optimizer, updater, max_grad_norm=10.0)

@@ -12,6 +12,9 @@ from torch import nn
 from tdrl.keys import LOSS_ACTOR, LOSS_QVALUE
 from tdrl.objectives.ddpg import CriticOptions, DeterministicActorCriticLoss
 
+# Fujimoto et al.'s target policy smoothing, in half-ranges of the action box
+POLICY_NOISE, NOISE_CLIP = 0.2, 0.5
+
 
 class TD3Options(CriticOptions, total=False):
     """TD3's options: its target policy smoothing (defaults: the actor's bounds, noise 0.2,
@@ -24,7 +27,9 @@ class TD3Options(CriticOptions, total=False):
 
 def split_td3_options(options: TD3Options) -> tuple[CriticOptions, dict[str, Any]]:
     """``options`` as the critics' and the smoothing's (the latter over TD3's defaults)."""
-    smoothing: dict[str, Any] = {"bounds": None, "policy_noise": 0.2, "noise_clip": 0.5}
+    smoothing: dict[str, Any] = {
+        "bounds": None, "policy_noise": POLICY_NOISE, "noise_clip": NOISE_CLIP,
+    }  # fmt: skip
     critic: CriticOptions = {}
     for name, value in options.items():
         if name in smoothing:
@@ -78,8 +83,8 @@ class TD3Loss(DeterministicActorCriticLoss):
         qvalue_network: nn.Module | Sequence[nn.Module],
         *,
         bounds: tuple[float | torch.Tensor, float | torch.Tensor] | None = None,
-        policy_noise: float = 0.2,
-        noise_clip: float = 0.5,
+        policy_noise: float = POLICY_NOISE,
+        noise_clip: float = NOISE_CLIP,
         **options: Unpack[CriticOptions],
     ) -> None:
         super().__init__(actor_network, qvalue_network, **options)
