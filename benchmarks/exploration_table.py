@@ -14,11 +14,14 @@ Settings. Every row is ``recipes/ppo.py`` on the agent's 7x7 view (``tdrl/MiniGr
 - ``ppo_rnd``: the same plus RND (Burda et al. 2018) at CleanRL's coefficients
   (``ppo_rnd_envpool.py``: intrinsic 1, extrinsic 2, intrinsic gamma 0.99), its predictor on every
   sample (CleanRL's 0.25 is for 128 envs);
+- ``ppo_rnd_first_visit``: ``ppo_rnd`` with the bonus kept only at an episode's first visit of
+  each view (``--rnd-first-visit``, NovelD's episodic restriction, Zhang et al. 2021);
 - ``ppo_icm``: the same plus ICM (Pathak et al. 2017: beta 0.2, intrinsic coefficient 1);
 - ``ppo_rnd_cleanrl``: CleanRL's RND settings otherwise too (lr 1e-4, gamma 0.999, 4 minibatches
   an epoch, clip 0.1, ent_coef 0.001, predictor on a quarter of each minibatch), on 8 envs.
 
-Evaluation (mujoco_table's protocol): 10 greedy episodes on separate envs reset with seed + 10,000.
+Evaluation: 10 episodes of sampled actions on separate envs reset with seed + 10,000 (a greedy
+policy can turn in place forever on a MiniGrid view it has never been rewarded from).
 
     python benchmarks/exploration_table.py --jobs 2
     python benchmarks/exploration_table.py --render
@@ -42,9 +45,10 @@ PPO = (
     ("lr", 2.5e-4), ("lr_decay", False), ("clip_epsilon", 0.2), ("critic_coeff", 0.5),
     ("entropy_coeff", 0.01), ("gamma", 0.99), ("lmbda", 0.95), ("max_grad_norm", 0.5),
     ("normalize_advantage", True), ("scale_rewards", False), ("adam_eps", 1e-5),
-    ("eval_every", EVAL_EVERY), ("checkpoint_every", 0),
+    ("eval_every", EVAL_EVERY), ("eval_deterministic", False), ("checkpoint_every", 0),
 )  # fmt: skip
 RND = (("intrinsic", "rnd"), ("intrinsic_coeff", 1.0), ("extrinsic_coeff", 2.0))
+FIRST_VISIT = (("rnd_first_visit", True),)
 ICM = (("intrinsic", "icm"), ("intrinsic_coeff", 1.0), ("icm_beta", 0.2))
 CLEANRL = (
     ("lr", 1e-4), ("gamma", 0.999), ("minibatch_size", 256), ("clip_epsilon", 0.1),
@@ -61,6 +65,7 @@ def _with(base: tuple[tuple[str, Any], ...], *changes: tuple[str, Any]) -> tuple
 ALGOS = {
     "ppo": mt.Algo("ppo", PPO, STEPS, None),
     "ppo_rnd": mt.Algo("ppo", _with(PPO, *RND), STEPS, None),
+    "ppo_rnd_first_visit": mt.Algo("ppo", _with(PPO, *RND, *FIRST_VISIT), STEPS, None),
     "ppo_icm": mt.Algo("ppo", _with(PPO, *ICM), STEPS, None),
     "ppo_rnd_cleanrl": mt.Algo("ppo", _with(PPO, *RND, *CLEANRL), STEPS, None),
 }
@@ -82,10 +87,12 @@ Written by `python benchmarks/exploration_table.py --render` from `exploration_t
 line per finished cell). Every row is `recipes/ppo.py` on MiniGrid's 7x7 view through the MinAtar
 CNN, tdrl only: `ppo` (the zoo's Atari PPO structure: 8 envs x 128 steps, 4 epochs of minibatch
 256, lr 2.5e-4, clip 0.2, vf_coef 0.5, ent_coef 0.01, constant lr and clip), `ppo_rnd` (plus RND
-at CleanRL's coefficients: intrinsic 1, extrinsic 2, intrinsic gamma 0.99), `ppo_icm` (plus ICM,
+at CleanRL's coefficients: intrinsic 1, extrinsic 2, intrinsic gamma 0.99), `ppo_rnd_first_visit`
+(that RND paid only at an episode's first visit of each view: `--rnd-first-visit`, NovelD's
+episodic restriction), `ppo_icm` (plus ICM,
 beta 0.2), `ppo_rnd_cleanrl` (RND with CleanRL's `ppo_rnd_envpool.py` settings otherwise too: lr
 1e-4, gamma 0.999, clip 0.1, ent_coef 0.001, the predictor on a quarter of each minibatch).
-Evaluation: 10 greedy episodes on separate envs; one torch thread per run.
+Evaluation: 10 episodes of sampled actions on separate envs; one torch thread per run.
 
 - final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's max
   over its evaluations, mean ± std over seeds; wall: mean seconds per run.
@@ -94,8 +101,9 @@ Evaluation: 10 greedy episodes on separate envs; one torch thread per run.
 """
 
 EXPLORATION = mt.Suite(
-    "exploration", __file__, ALGOS, TASKS, no_sb3, run_sb3, HEADER, packages=PACKAGES
-)
+    "exploration", __file__, ALGOS, TASKS, no_sb3, run_sb3, HEADER, packages=PACKAGES,
+    evaluation="Sampled-action",
+)  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(mt.main(suite=EXPLORATION))
