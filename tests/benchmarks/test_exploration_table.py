@@ -13,11 +13,12 @@ import exploration_table as et  # noqa: E402
 mt = et.mt
 
 
-def test_the_cells_are_five_tdrl_rows_of_ppo_on_doorkey():
+def test_the_cells_are_six_tdrl_rows_of_ppo_on_doorkey():
     cells = mt.build_cells(et.EXPLORATION, list(et.ALGOS), et.TASKS, [0, 1, 2])
-    assert len(cells) == 15 and {c.library for c in cells} == {"tdrl"}
+    assert len(cells) == 18 and {c.library for c in cells} == {"tdrl"}
     assert {c.algorithm for c in cells} == {
-        "ppo", "ppo_rnd", "ppo_rnd_first_visit", "ppo_icm", "ppo_rnd_cleanrl",
+        "ppo", "ppo_rnd", "ppo_rnd_first_visit", "ppo_rnd_first_visit_tuned", "ppo_icm",
+        "ppo_rnd_cleanrl",
     }  # fmt: skip
     assert {(c.steps, c.eval_every) for c in cells} == {(1_000_000, 50_000)}
 
@@ -35,6 +36,8 @@ def test_each_row_configures_ppo_with_its_bonus():
     assert not cfg["ppo_rnd"]["rnd_first_visit"] and cfg["ppo_rnd_first_visit"]["rnd_first_visit"]
     fv = {k: v for k, v in cfg["ppo_rnd_first_visit"].items() if k != "rnd_first_visit"}
     assert fv == {k: v for k, v in cfg["ppo_rnd"].items() if k != "rnd_first_visit"}
+    tuned = cfg["ppo_rnd_first_visit_tuned"]
+    assert tuned["intrinsic_coeff"] == 0.1 and tuned["rnd_first_visit"]
     assert not any(c["eval_deterministic"] for c in cfg.values())  # sampled-action evaluations
     assert (cfg["ppo_icm"]["intrinsic"], cfg["ppo_icm"]["icm_beta"]) == ("icm", 0.2)
     clean = cfg["ppo_rnd_cleanrl"]
