@@ -9,11 +9,11 @@ by markdown that the store's benchmark script writes (its ``markdown()``, the te
     <!-- results: mujoco algo=trpo,npg task=Hopper-v5 -->   the rows of that table that match
     <!-- results: offline algo=iql columns="dataset,steps,tdrl final,TorchRL final" -->
 
-STORE is ``mujoco``, ``minatar``, ``atari``, ``offline``, ``goal`` or ``marl``. A filter names
-a column of the main table (``algo`` stands for ``algorithm``) and one or more comma-separated
-values, compared without case or punctuation (``td3bc`` matches ``TD3+BC``). An unknown store,
-filter or column, or a placeholder that matches no row, raises, so ``mkdocs build --strict``
-stops on it.
+STORE is ``mujoco``, ``minatar``, ``atari``, ``offline``, ``goal``, ``exploration`` or
+``marl``. A filter names a column of the main table (``algo`` stands for ``algorithm``) and one
+or more comma-separated values, compared without case or punctuation (``td3bc`` matches
+``TD3+BC``). An unknown store, filter or column, or a placeholder that matches no row, raises,
+so ``mkdocs build --strict`` stops on it.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ def _atari() -> str:
     return mt.markdown(mt.read_lines(at.ATARI.table), at.ATARI)
 
 
+def _exploration() -> str:
+    mt, et = _script("mujoco_table"), _script("exploration_table")
+    return mt.markdown(mt.read_lines(et.EXPLORATION.table), et.EXPLORATION)
+
+
 def _marl() -> str:
     marl = _script("marl_table")
     return marl.markdown(marl.read_table())
@@ -70,7 +75,7 @@ def _marl() -> str:
 
 STORES = {
     "mujoco": _mujoco, "minatar": _minatar, "atari": _atari, "offline": _offline, "goal": _goal,
-    "marl": _marl,
+    "exploration": _exploration, "marl": _marl,
 }  # fmt: skip
 _pages: dict[str, tuple[float, str]] = {}
 
