@@ -86,7 +86,8 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
     raise ValueError(f"SB3 has no {cell.algorithm}")
 
 
-HEADER = """\
+HEADER = (
+    """\
 # Exploration benchmark table
 
 Written by `python benchmarks/exploration_table.py --render` from `exploration_table.jsonl` (one
@@ -101,11 +102,9 @@ beta 0.2), `ppo_rnd_cleanrl` (RND with CleanRL's `ppo_rnd_envpool.py` settings o
 1e-4, gamma 0.999, clip 0.1, ent_coef 0.001, the predictor on a quarter of each minibatch).
 Evaluation: 10 episodes of sampled actions on separate envs; one torch thread per run.
 
-- final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's max
-  over its evaluations, mean ± std over seeds; wall: mean seconds per run.
-- peak: the max over evaluation steps of the mean over seeds, ± the population std over seeds
-  at that step.
 """
+    + mt.LEGEND
+)
 
 EXPLORATION = mt.Suite(
     "exploration", __file__, ALGOS, TASKS, no_sb3, run_sb3, HEADER, packages=PACKAGES,

@@ -123,7 +123,8 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
     return mt.train_sb3(cell, model, envs, start, settings, PACKAGES)
 
 
-HEADER = """\
+HEADER = (
+    """\
 # Goal-conditioned benchmark table
 
 Written by `python benchmarks/goal_table.py --render` from `goal_table.jsonl` (one line per
@@ -136,11 +137,9 @@ hindsight replay, strategy `future`, 4 hindsight goals per real one. tdrl: `reci
 --her future`; SB3: `DQN("MultiInputPolicy")` with `HerReplayBuffer`. Evaluation: 10 greedy
 episodes on separate envs; one torch thread per run.
 
-- final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's max
-  over its evaluations, mean ± std over seeds; wall: mean seconds per run.
-- peak: the max over evaluation steps of the mean over seeds, ± the population std over seeds
-  at that step.
 """
+    + mt.LEGEND
+)
 
 GOALS = mt.Suite(
     "goal", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES,

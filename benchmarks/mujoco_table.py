@@ -343,6 +343,16 @@ def line_key(line: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(line[name] for name in CELL_FIELDS)
 
 
+# The legend of a tdrl-and-SB3 table page's columns (the goal and exploration pages'; MuJoCo,
+# MinAtar and Atari split the wall time further, in their own words).
+LEGEND = """\
+- final: the last evaluation's mean return, mean ± sample std over seeds; best: each seed's max
+  over its evaluations, mean ± std over seeds; wall: mean seconds per run.
+- peak: the max over evaluation steps of the mean over seeds, ± the population std over seeds
+  at that step.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Suite:
     """A table this driver fills: its algorithms and tasks, how SB3 runs a cell, its page, and

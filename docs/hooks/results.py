@@ -38,34 +38,21 @@ def _script(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def _mujoco() -> str:
-    mt = _script("mujoco_table")
-    return mt.markdown(mt.read_lines(mt.MUJOCO.table), mt.MUJOCO)
+def _suite(module: str, suite: str) -> Any:
+    """The generated page of the ``mujoco_table.Suite`` named ``suite`` in
+    ``benchmarks/<module>.py``, as a function of no arguments."""
 
+    def page() -> str:
+        mt, script = _script("mujoco_table"), _script(module)
+        table = getattr(script, suite)
+        return mt.markdown(mt.read_lines(table.table), table)
 
-def _minatar() -> str:
-    mt, mn = _script("mujoco_table"), _script("minatar_table")
-    return mt.markdown(mt.read_lines(mn.MINATAR.table), mn.MINATAR)
+    return page
 
 
 def _offline() -> str:
     mt, ot = _script("mujoco_table"), _script("offline_table")
     return ot.markdown(mt.read_lines(ot.OFFLINE.table))
-
-
-def _goal() -> str:
-    mt, gt = _script("mujoco_table"), _script("goal_table")
-    return mt.markdown(mt.read_lines(gt.GOALS.table), gt.GOALS)
-
-
-def _atari() -> str:
-    mt, at = _script("mujoco_table"), _script("atari_table")
-    return mt.markdown(mt.read_lines(at.ATARI.table), at.ATARI)
-
-
-def _exploration() -> str:
-    mt, et = _script("mujoco_table"), _script("exploration_table")
-    return mt.markdown(mt.read_lines(et.EXPLORATION.table), et.EXPLORATION)
 
 
 def _marl() -> str:
@@ -74,8 +61,10 @@ def _marl() -> str:
 
 
 STORES = {
-    "mujoco": _mujoco, "minatar": _minatar, "atari": _atari, "offline": _offline, "goal": _goal,
-    "exploration": _exploration, "marl": _marl,
+    "mujoco": _suite("mujoco_table", "MUJOCO"), "minatar": _suite("minatar_table", "MINATAR"),
+    "atari": _suite("atari_table", "ATARI"), "offline": _offline,
+    "goal": _suite("goal_table", "GOALS"), "marl": _marl,
+    "exploration": _suite("exploration_table", "EXPLORATION"),
 }  # fmt: skip
 _pages: dict[str, tuple[float, str]] = {}
 
