@@ -144,7 +144,13 @@ ALGOS: dict[str, Algo] = {
                  REDQ_STEPS, None),  # fmt: skip
 }
 
-DISPLAY_NAMES = {"rainbow": "Rainbow", "crossq": "CrossQ", "droq": "DroQ"}
+DISPLAY_NAMES = {
+    "rainbow": "Rainbow", "crossq": "CrossQ", "droq": "DroQ",
+    # the exploration table's rows
+    "ppo_rnd": "PPO+RND", "ppo_icm": "PPO+ICM", "ppo_rnd_cleanrl": "PPO+RND (CleanRL)",
+    "ppo_rnd_first_visit": "PPO+RND first visit",
+    "ppo_rnd_first_visit_tuned": "PPO+RND first visit 0.1",
+}  # fmt: skip
 
 
 def display_name(algorithm: str) -> str:
