@@ -23,6 +23,7 @@ from tdrl.objectives.offpolicy import (
     bellman_target,
     critic_values,
     frozen,
+    over_defaults,
 )
 
 
@@ -44,15 +45,6 @@ TWIN_CRITIC_DEFAULTS: Final[CriticOptions] = {
     "delay_qvalue": True,
     "gamma": 0.99,
 }
-
-
-def twin_critic_options(owner: str, options: CriticOptions) -> CriticOptions:
-    """``options`` over :data:`TWIN_CRITIC_DEFAULTS`; a name that is not a
-    :class:`CriticOptions` field raises the ``TypeError`` an unknown keyword argument does."""
-    unknown = sorted(set(options) - CriticOptions.__optional_keys__)
-    if unknown:
-        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}")
-    return TWIN_CRITIC_DEFAULTS | options
 
 
 def deterministic_action(
@@ -94,7 +86,7 @@ class DeterministicActorCriticLoss(OffPolicyLoss):
         qvalue_network: Any,
         **options: Unpack[CriticOptions],
     ) -> None:
-        options = twin_critic_options(type(self).__name__, options)
+        options = over_defaults(type(self).__name__, options, TWIN_CRITIC_DEFAULTS)
         super().__init__(gamma=options["gamma"], loss_function=options["loss_function"])
         self._init_actor(actor_network, options["delay_actor"])
         self._init_critics(qvalue_network, options["num_qvalue_nets"], options["delay_qvalue"])

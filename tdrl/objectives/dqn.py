@@ -11,7 +11,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 
 from tdrl.keys import ACTION_VALUE, CHOSEN_ACTION_VALUE, LOSS, NEXT, VALUE_TARGET
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
+from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, over_defaults
 
 
 class QOptions(TypedDict, total=False):
@@ -30,15 +30,6 @@ Q_DEFAULTS: Final[QOptions] = {
     "double_dqn": False,
     "gamma": 0.99,
 }
-
-
-def q_options(owner: str, options: QOptions) -> QOptions:
-    """``options`` over :data:`Q_DEFAULTS`; a name that is not a :class:`QOptions` field
-    raises the ``TypeError`` an unknown keyword argument does."""
-    unknown = sorted(set(options) - QOptions.__optional_keys__)
-    if unknown:
-        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}")
-    return Q_DEFAULTS | options
 
 
 class DQNLoss(OffPolicyLoss):
@@ -81,7 +72,7 @@ class DQNLoss(OffPolicyLoss):
         value_network: TensorDictModuleBase,
         **options: Unpack[QOptions],
     ) -> None:
-        opts = q_options(type(self).__name__, options)
+        opts = over_defaults(type(self).__name__, options, Q_DEFAULTS)
         super().__init__(gamma=opts["gamma"], loss_function=opts["loss_function"])
         self._init_value(value_network, opts["delay_value"], opts["double_dqn"])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -334,6 +334,15 @@ class OffPolicyLoss(TensorDictModuleBase):
         if weights is None:
             return per_sample.mean()
         return (per_sample * weights).mean()
+
+
+def over_defaults(owner: str, options: Mapping[str, Any], defaults: Mapping[str, Any]) -> Any:
+    """``options`` (a loss's ``**options`` of a TypedDict) over their ``defaults``; a name that
+    ``defaults`` does not have raises the ``TypeError`` an unknown keyword argument does."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+    return {**defaults, **options}
 
 
 def bellman_target(

@@ -25,8 +25,8 @@ from tdrl.keys import (
     VALUE_TARGET,
 )
 from tdrl.objectives.common import agent_mask
-from tdrl.objectives.dqn import QOptions, q_options
-from tdrl.objectives.offpolicy import OffPolicyLoss
+from tdrl.objectives.dqn import Q_DEFAULTS, QOptions
+from tdrl.objectives.offpolicy import OffPolicyLoss, over_defaults
 from tdrl.objectives.target import make_target
 from tdrl.ops import distance
 
@@ -84,7 +84,7 @@ class QMixLoss(OffPolicyLoss):
         group: str = AGENTS,
         **options: Unpack[QOptions],
     ) -> None:
-        opts = q_options(type(self).__name__, options)
+        opts = over_defaults(type(self).__name__, options, Q_DEFAULTS)
         super().__init__(gamma=opts["gamma"], loss_function=opts["loss_function"])
         # the online networks first, then the targets: the parameter order optimizers (and
         # their checkpointed state) follow

@@ -176,7 +176,7 @@ class RNDLoss(TensorDictModuleBase):
     def _first_visits(self, rollout: TensorDictBase, obs: torch.Tensor) -> torch.Tensor:
         """``[N, T, 1]`` bool: True where ``s'`` is the first visit of that observation in its
         env's episode; each env's set is cleared after its episode's last step."""
-        done = require(rollout, (K.NEXT, K.DONE), "RNDLoss").reshape(*rollout.batch_size)
+        done = require(rollout, K.NEXT_DONE, "RNDLoss").reshape(*rollout.batch_size)
         n, steps = rollout.batch_size
         if len(self._visited) != n:
             if self._visited:
@@ -187,17 +187,16 @@ class RNDLoss(TensorDictModuleBase):
             self._visited = [set() for _ in range(n)]
         rows = obs.detach().cpu().contiguous().numpy().reshape(n, steps, -1)
         ends = done.cpu().numpy()
-        new = torch.zeros(n, steps, 1, dtype=torch.bool)
-        for i in range(n):
-            seen = self._visited[i]
+        new = [[False] * steps for _ in range(n)]
+        for i, seen in enumerate(self._visited):
             for t in range(steps):
                 key = rows[i, t].tobytes()
                 if key not in seen:
                     seen.add(key)
-                    new[i, t] = True
+                    new[i][t] = True
                 if ends[i, t]:
                     seen.clear()
-        return new.to(obs.device)
+        return torch.tensor(new, device=obs.device).unsqueeze(-1)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         e = self.error(self._next_observation(tensordict)).reshape(-1)
