@@ -3,7 +3,8 @@
 # tool: its image has python3 with torch, numpy and numba, not tdrl's other dependencies).
 #
 #   bash benchmarks/gpu_check.sh wheels    # here: download the missing wheels into .gpu/wheels
-#   bash benchmarks/gpu_check.sh run       # there (carry .gpu): install them, CUDA tests, GPU figures
+#   bash benchmarks/gpu_check.sh run       # there (carry .gpu): install them, compiled and
+#                                          # captured steps, CUDA tests (run all: + estimators, collector)
 #
 # .gpu/ is not in git (add "/.gpu/" to .git/info/exclude). Outputs go to $OUT (default .gpu/out).
 # Do not set MUJOCO_GL there: mujoco's EGL import fails without the GL loaders.
@@ -34,20 +35,24 @@ python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl >"$OUT/install.
 torch.cuda.get_device_name(), 'tensordict', tensordict.__version__, 'torchrl', torchrl.__version__)"
 } >>"$OUT/log.txt" 2>&1
 stamp installed
+# What each part may take is its timeout (the device tool allows 600 s a call): the compiled
+# and captured steps first (end to end, then the update tables), then the CUDA tests.
+TDRL_FAST=force timeout 210 python3 -u benchmarks/compiled_e2e.py --device cuda --quick \
+    --timeout 100 >"$OUT/compiled_e2e.txt" 2>&1
+stamp compiled_e2e
+TDRL_FAST=force timeout 150 python3 -u benchmarks/updates.py --device cuda --compile \
+    --sections sac td3 dqn >"$OUT/updates.txt" 2>&1
+TDRL_FAST=force timeout 50 python3 -u benchmarks/updates.py --device cuda --compile --quick \
+    --sections ppo >>"$OUT/updates.txt" 2>&1
+stamp updates
 # The device-parametrized tests (the `device` fixture) and the CUDA-only ones; the torch
 # there is not the tested version, so the fast paths are off (plain twins) unless forced.
-timeout 150 python3 -m pytest -q -k cuda -n 8 -p no:cacheprovider tests >"$OUT/tests_plain.txt" 2>&1
+timeout 120 python3 -m pytest -q -k cuda -n 8 -p no:cacheprovider tests >"$OUT/tests_plain.txt" 2>&1
 stamp tests_plain
-TDRL_FAST=force timeout 90 python3 -m pytest -q -k cuda -n 8 -p no:cacheprovider tests/trainers \
-    tests/data tests/ops tests/estimators tests/collectors >"$OUT/tests_fast.txt" 2>&1
-stamp tests_fast
-timeout 60 python3 -u benchmarks/estimators.py --device cuda >"$OUT/estimators.txt" 2>&1
-stamp estimators
-timeout 80 python3 -u benchmarks/collector.py --policy-device cuda --rounds 2 --frames 6000 \
-    >"$OUT/collector.txt" 2>&1
-stamp collector
-TDRL_FAST=force timeout 100 python3 -u benchmarks/updates.py --device cuda --sections sac dqn \
-    >"$OUT/updates.txt" 2>&1
-TDRL_FAST=force timeout 45 python3 -u benchmarks/updates.py --device cuda --quick --sections ppo \
-    >>"$OUT/updates.txt" 2>&1
-stamp updates
+if [ "${2:-}" = all ]; then  # the earlier figures: estimators, collector
+    timeout 60 python3 -u benchmarks/estimators.py --device cuda >"$OUT/estimators.txt" 2>&1
+    stamp estimators
+    timeout 80 python3 -u benchmarks/collector.py --policy-device cuda --rounds 2 --frames 6000 \
+        >"$OUT/collector.txt" 2>&1
+    stamp collector
+fi

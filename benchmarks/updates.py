@@ -65,8 +65,10 @@ settings (rl-zoo3's: 400x300 MLPs, lr 1e-3; TD3's actor and targets every 2nd cr
 library's own update (see ``_deterministic_peers``), 3 interleaved rounds, median.
 
 Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac td3 ...]`` (``--help`` lists
-the sections); ``--device cuda --sections ppo sac dqn`` runs those sections on a GPU (every
-library that takes a device; one CPU thread each, as on CPU).
+the sections); ``--device cuda --sections ppo sac dqn td3`` runs those sections on a GPU (every
+library that takes a device; one CPU thread each, as on CPU). ``--compile`` adds the rows of
+tdrl's update steps through ``trainers.compiled_step``: compiled with torch.compile and, on CUDA,
+captured in a CUDA graph, eager or compiled (their first steps untimed: compile and capture).
 """
 
 from __future__ import annotations
@@ -91,15 +93,38 @@ ROUNDS = 3  # SAC and DQN sections: interleaved rounds per library (median repor
 # Where the networks, losses and buffers live (``--device``); the PPO, SAC and DQN sections run on
 # CUDA too, with every library that takes a device (Tianshou's rows are CPU-only here).
 DEVICE = torch.device("cpu")
-CUDA_SECTIONS = ("ppo", "sac", "dqn")
+CUDA_SECTIONS = ("ppo", "sac", "dqn", "td3")
 
 
 # The recipes' gradient steps, as the recipes write them in their loops (recipes/ppo.py,
 # recipes/sac.py, recipes/redq.py, recipes/td3.py, recipes/dqn.py), so tdrl is timed on the
-# same work its recipes do.
+# same work its recipes do: each update step a function, through trainers.compiled_step with the
+# options of the row being timed (--compile adds the compiled and captured rows).
+CAPTURE: dict[str, Any] = {}  # compiled_step's options while a "tdrl compiled" row runs
+CAPTURE_WARMUP = 8  # untimed steps before a compiled row's clock starts: compile and capture
+CAPTURE_ROWS = {
+    "tdrl compiled": {"compile": True},
+    "tdrl cudagraphs": {"cudagraphs": True},
+    "tdrl compiled+graphs": {"compile": True, "cudagraphs": True},
+}
+
+
+def ppo_minibatch_step(loss: Any, optimizer: Any) -> Callable[[Any], Any]:
+    """recipes/ppo.py's minibatch step (no bonus), compiled as the row asks."""
+    from tdrl.objectives import total_loss
+    from tdrl.trainers import compiled_step, optimizer_step
+
+    def learn(minibatch: Any) -> Any:
+        out = loss(minibatch)
+        optimizer_step(total_loss(out), optimizer, max_grad_norm=MAX_GRAD_NORM)
+        return out.detach()
+
+    return compiled_step(learn, optimizer, **CAPTURE)
+
+
 def recipe_ppo_update(
     loss: Any,
-    optimizer: Any,
+    update: Callable[[Any], Any],
     batch: Any,
     *,
     epochs: int,
@@ -109,18 +134,21 @@ def recipe_ppo_update(
     from torchrl.modules import set_recurrent_mode
 
     from tdrl.data import minibatches
-    from tdrl.objectives import total_loss
-    from tdrl.trainers import optimizer_step
 
     outs = []
     with set_recurrent_mode(seq_len is not None):
         for minibatch_td in minibatches(
             batch, minibatch, epochs=epochs, in_keys=loss.in_keys, seq_len=seq_len
         ):
-            out = loss(minibatch_td)
-            optimizer_step(total_loss(out), optimizer, max_grad_norm=MAX_GRAD_NORM)
-            outs.append(out.detach())
+            outs.append(update(minibatch_td))
     torch.stack(outs).mean()
+
+
+def warm_ppo_step(loss: Any, update: Callable[[Any], Any], batch: Any, minibatch: int) -> None:
+    """A compiled row's untimed first minibatch steps (compile, capture)."""
+    if CAPTURE:
+        recipe_ppo_update(loss, update, batch[: CAPTURE_WARMUP * minibatch], epochs=1,
+                          minibatch=minibatch)  # fmt: skip
 
 
 def recipe_actor_critic_step(
@@ -132,17 +160,28 @@ def recipe_actor_critic_step(
     targets_with_actor: bool = False,
 ) -> Callable[[Any, int], None]:
     from tdrl.objectives import total_loss
-    from tdrl.trainers import optimizer_step
+    from tdrl.trainers import compiled_step, optimizer_step
+
+    def full_step(sample: Any) -> Any:
+        out = loss(sample)
+        optimizer_step(total_loss(out), optimizer)
+        if target is not None:  # CrossQ has none
+            target.step()
+        return out.detach()
+
+    def critic_step(sample: Any) -> None:
+        optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+        if target is not None and not targets_with_actor:
+            target.step()
+
+    full = compiled_step(full_step, optimizer, **CAPTURE)
+    critic = compiled_step(critic_step, optimizer, **CAPTURE)
 
     def step(sample: Any, k: int) -> None:
         if k % actor_every == 0:
-            optimizer_step(total_loss(loss(sample)), optimizer)
-            if target is not None:  # CrossQ has none
-                target.step()
-            return
-        optimizer_step(loss.qvalue_loss(sample)[0], optimizer)  # critic-only step
-        if target is not None and not targets_with_actor:
-            target.step()
+            full(sample)
+        else:
+            critic(sample)
 
     return step
 
@@ -151,11 +190,17 @@ def recipe_q_learning_step(
     loss: Any, optimizer: Any, target: Any, *, max_grad_norm: float, after: Any = None
 ) -> Callable[[Any, int], None]:
     from tdrl import keys
-    from tdrl.trainers import optimizer_step
+    from tdrl.trainers import compiled_step, optimizer_step
 
-    def step(sample: Any, k: int) -> None:
+    def learn(sample: Any) -> Any:
         out = loss(sample)
         optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=max_grad_norm)
+        return out.detach()
+
+    update = compiled_step(learn, optimizer, **CAPTURE)
+
+    def step(sample: Any, k: int) -> None:
+        out = update(sample)
         if after is not None:
             after(sample, out)
         target.step(k)
@@ -174,7 +219,12 @@ def _timed_steps(
     step: Callable[[Any, int], None], buffer: Any, batch_size: int, steps: int
 ) -> float:
     """Seconds for ``step(buffer.sample(batch_size), k)`` at k = 1 .. ``steps``: tdrl's gradient
-    steps as its recipes' loops take them, sampling included."""
+    steps as its recipes' loops take them, sampling included (a compiled row's warm-up steps
+    first, untimed)."""
+    for k in range(1, CAPTURE_WARMUP + 1 if CAPTURE else 1):
+        step(buffer.sample(batch_size), k)
+    if DEVICE.type == "cuda":  # the warm-up's GPU work done
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for k in range(1, steps + 1):
         step(buffer.sample(batch_size), k)
@@ -228,6 +278,37 @@ PEER_NAMES = ("SB3", "Tianshou", "TorchRL")
 PEER_TABLES: list[dict[str, Callable[..., float]]] = []  # every section's, for --fused-peers
 
 
+def with_capture(bench: Callable[..., float], options: dict[str, Any]) -> Callable[..., float]:
+    """``bench`` with tdrl's update steps through ``compiled_step(**options)``."""
+
+    def run(*args: Any) -> float:
+        CAPTURE.update(options)
+        try:
+            return bench(*args)
+        finally:
+            CAPTURE.clear()
+
+    return run
+
+
+def add_capture_rows() -> None:
+    """``--compile``: the compiled rows after every section's "tdrl plain" (the CUDA graph rows
+    on CUDA only)."""
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = 64  # each round builds its networks anew
+    for table in PEER_TABLES:
+        rows = list(table.items())
+        table.clear()
+        for name, bench in rows:
+            table[name] = bench
+            if name != "tdrl plain":
+                continue
+            for row, options in CAPTURE_ROWS.items():
+                if DEVICE.type == "cuda" or not options.get("cudagraphs"):
+                    table[row] = with_capture(table["tdrl"], options)
+
+
 def add_fused_rows() -> None:
     """``--fused-peers``: a "<peer> fused" row after the rows of every section's table."""
     for table in PEER_TABLES:
@@ -278,8 +359,10 @@ def bench_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> fl
     loss = ClipPPOLoss(actor, critic, clip_epsilon=CLIP, critic_coeff=0.5).to(DEVICE)
     optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5, fused=True)
     batch = TensorDict(data, batch_size=[len(data["action"])], device=DEVICE)
+    update = ppo_minibatch_step(loss, optimizer)
+    warm_ppo_step(loss, update, batch, minibatch)
     start = time.perf_counter()
-    recipe_ppo_update(loss, optimizer, batch, epochs=epochs, minibatch=minibatch)
+    recipe_ppo_update(loss, update, batch, epochs=epochs, minibatch=minibatch)
     return _elapsed(start)
 
 
@@ -497,10 +580,9 @@ def lstm_tdrl(data: dict[str, torch.Tensor], epochs: int, minibatch: int) -> flo
     loss = ClipPPOLoss(actor, critic, clip_epsilon=CLIP, critic_coeff=0.5)
     optimizer = torch.optim.Adam(loss.parameters(), lr=LR, eps=1e-5, fused=True)
     batch = TensorDict(data, batch_size=data["action"].shape)
+    update = ppo_minibatch_step(loss, optimizer)
     start = time.perf_counter()
-    recipe_ppo_update(
-        loss, optimizer, batch, epochs=epochs, minibatch=minibatch, seq_len=LSTM_EPISODE
-    )
+    recipe_ppo_update(loss, update, batch, epochs=epochs, minibatch=minibatch, seq_len=LSTM_EPISODE)
     return _elapsed(start)
 
 
@@ -601,10 +683,12 @@ def _td(data: dict[str, torch.Tensor]):  # noqa: ANN202
     )
 
 
-def _replay(data: dict[str, torch.Tensor], device: torch.device = DEVICE) -> Any:
-    """tdrl's ``ReplayBuffer`` (the SAC section's capacity) holding ``data``, on ``device``."""
+def _replay(data: dict[str, torch.Tensor], device: torch.device | None = None) -> Any:
+    """tdrl's ``ReplayBuffer`` (the SAC section's capacity) holding ``data``, on ``device``
+    (default: ``--device``, read when called)."""
     from tdrl.data import ReplayBuffer
 
+    device = DEVICE if device is None else device
     buffer = ReplayBuffer(SAC_BUFFER, generator=0, device=device)
     buffer.extend(_td(data).to(device))
     return buffer
@@ -614,7 +698,6 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
     """The loop of recipes/sac.py: sample, loss, one backward, fused Adam, soft update."""
     from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
     from tdrl.objectives import SACLoss, SoftUpdate
-    from tdrl.trainers import optimizer_step
 
     actor = TanhGaussianActor(mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)
     critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, SAC_HIDDEN, num_members=2))
@@ -629,11 +712,7 @@ def sac_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
         fused=True,
     )
 
-    def step(sample: Any, k: int) -> None:
-        out = loss(sample)
-        optimizer_step(out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], optimizer)
-        updater.step()
-
+    step = recipe_actor_critic_step(loss, optimizer, updater)
     return _timed_steps(step, _replay(data), SAC_BATCH, steps)
 
 
@@ -1759,6 +1838,11 @@ def main() -> None:
         help=f"where networks, losses and buffers live; cuda runs {', '.join(CUDA_SECTIONS)}",
     )
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="add tdrl rows with torch.compile (and, on CUDA, CUDA graphs) on the update steps",
+    )
+    parser.add_argument(
         "--fused-peers",
         action="store_true",
         help="add a row per peer with torch's Adam defaulting to fused (tdrl's optimizer)",
@@ -1770,6 +1854,8 @@ def main() -> None:
     DEVICE = torch.device(args.device)
     if DEVICE.type != "cpu" and set(args.sections) - set(CUDA_SECTIONS):
         parser.error(f"--device {args.device} runs only --sections {' '.join(CUDA_SECTIONS)}")
+    if args.compile:
+        add_capture_rows()
     torch.set_num_threads(1)
     torch.set_flush_denormal(not args.keep_denormals)
     warnings.filterwarnings("ignore", category=UserWarning)  # Tianshou's action-bound notice

@@ -32,6 +32,7 @@ from tdrl import keys, trainers
 from tdrl.trainers import config
 
 if TYPE_CHECKING:
+    from tensordict import TensorDictBase
     from torchrl.data import TensorSpec
 
     from tdrl.modules import NetworkInputs, QValueActor
@@ -125,7 +126,20 @@ def main(cfg: Config) -> dict[str, float]:
     )  # fmt: skip
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
-    # 4. the loop: store each batch, step the schedules, then the gradient steps due
+    # 4. the update step: the TD loss (and the bonus's model losses: one clip norm), compiled
+    #    (--compile) and/or captured (--cudagraphs); the target copies and priorities outside
+    def learn(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        total = out[keys.LOSS]
+        if bonus is not None:  # the bonus's models learn from the replay
+            out["bonus"] = bonus(sample)
+            total = total + total_loss(out["bonus"])
+        trainers.optimizer_step(total, optimizer, max_grad_norm=cfg.q.max_grad_norm)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, step the schedules, then the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "policy": policy, "buffer": buffer}
     if bonus is not None:
         state["bonus"] = bonus
@@ -138,21 +152,17 @@ def main(cfg: Config) -> dict[str, float]:
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
             cfg.per.anneal(buffer, collector.frames, cfg.run.total_frames)  # PER's beta -> 1
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
-                out = loss(sample)
-                total = out[keys.LOSS]
-                if bonus is not None:  # the bonus's models learn from the replay (one clip norm)
-                    extra = bonus(sample)
-                    total = total + total_loss(extra)
-                    run.record(extra)
-                trainers.optimizer_step(total, optimizer, max_grad_norm=cfg.q.max_grad_norm)
+                out = update(sample)
+                if bonus is not None:
+                    run.record(out["bonus"])
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
-                target.step(update)  # counted from the run's steps: on time after a resume
+                target.step(step)  # counted from the run's steps: on time after a resume
                 run.record({keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]})
             run.step({"epsilon": exploration.eps})  # push weights, log, evaluate, checkpoint
-        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
         return run.report()
 
 

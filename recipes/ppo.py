@@ -34,8 +34,13 @@ preprocessing, of the sampling policy as CleanRL's).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -64,6 +69,9 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.envs import RewardClipping
     from tdrl.estimators import GAE
     from tdrl.objectives import ClipPPOLoss, total_loss
+
+    if cfg.run.cudagraphs:  # one captured minibatch step replays for every minibatch
+        cfg.ppo.check_capturable(cfg.onpolicy.frames_per_batch)
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env (Atari: frame
     #    stacks; a lost life ends a training episode); the reward clipping the learner sees
@@ -104,7 +112,17 @@ def main(cfg: Config) -> dict[str, float]:
     seq_len = cfg.net.sequence_length  # --recurrent: minibatches of whole sequences
     in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
-    # 4. the loop: collect a rollout, estimate advantages, minibatch epochs
+    # 4. the minibatch step, compiled (--compile) and/or captured in a CUDA graph (--cudagraphs)
+    def learn(minibatch: TensorDictBase) -> TensorDictBase:
+        out = loss(minibatch)
+        if bonus is not None:  # the bonus's model losses, the intrinsic critic's
+            out.update(bonus.losses(minibatch))
+        trainers.optimizer_step(total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: collect a rollout, estimate advantages, minibatch epochs
     with trainers.Run.from_config(cfg, "PPO", state, eval_env=eval_env, policy=nets.policy) as run:
         for batch in run.resume(collector):
             if clip is not None:  # after the collector logged the env's own returns
@@ -126,18 +144,12 @@ def main(cfg: Config) -> dict[str, float]:
                         batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=in_keys,
                         seq_len=seq_len,
                     ):  # fmt: skip
-                        out = loss(minibatch)
-                        if bonus is not None:  # the bonus's model losses, the intrinsic critic's
-                            out.update(bonus.losses(minibatch))
-                        trainers.optimizer_step(
-                            total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
-                        )
-                        run.record(out)  # each train row: the mean of its steps
+                        run.record(update(minibatch))  # each train row: the mean of its steps
                         run.updates += 1
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

@@ -28,10 +28,13 @@ Kostrikov et al. 2020).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -120,25 +123,37 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the loop: store each batch, then the gradient steps due at the update ratio, the
-    #    whole loss every policy_delay-th (the others: the critics alone)
+    # 4. the update steps: the whole loss every policy_delay-th (the others: the critics
+    #    alone), compiled (--compile) and/or captured in a CUDA graph (--cudagraphs)
+    def full_step(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(total_loss(out), optimizer)
+        if target is not None:
+            target.step()
+        return out.detach()
+
+    def critic_step(sample: TensorDictBase) -> None:
+        trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+        if target is not None:
+            target.step()
+
+    update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
+    critic_update = trainers.compiled_step(critic_step, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     title = {"crossq": "CrossQ"}.get(cfg.algo, cfg.algo.upper())
     with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=policy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
-                if update % cfg.policy_delay == 0:
-                    out = loss(sample)
-                    trainers.optimizer_step(total_loss(out), optimizer)
-                    run.record(out)  # each train row: the mean of its steps
+                if step % cfg.policy_delay == 0:
+                    run.record(update(sample))  # each train row: the mean of its steps
                 else:
-                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
-                if target is not None:
-                    target.step()
+                    critic_update(sample)
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

@@ -15,8 +15,13 @@ settings (10k random steps, lr 1e-3, 400x300 nets), as its SB3 cells do:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -82,23 +87,33 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the loop: store each batch, then the critic steps due at the update ratio; every
-    #    policy_delay-th step also the actor and the targets (delayed updates)
+    # 4. the update steps: critics, actor and targets (every policy_delay-th), or the critics
+    #    alone (the actor's forward skipped), compiled (--compile) and/or captured (--cudagraphs)
+    def full_step(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(total_loss(out), optimizer)
+        target.step()
+        return out.detach()
+
+    def critic_step(sample: TensorDictBase) -> None:
+        trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+
+    update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
+    critic_update = trainers.compiled_step(critic_step, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "noise": noise, "buffer": buffer}
     with trainers.Run.from_config(cfg, "TD3", state, eval_env=eval_env, policy=greedy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
-                if update % cfg.td3.policy_delay == 0:
-                    out = loss(sample)
-                    trainers.optimizer_step(total_loss(out), optimizer)
-                    target.step()
-                    run.record(out)
-                else:  # critic only: the actor's forward is skipped
-                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+                if step % cfg.td3.policy_delay == 0:
+                    run.record(update(sample))
+                else:
+                    critic_update(sample)
             run.step()  # log (critic-only batches: the last metrics), evaluate, checkpoint
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

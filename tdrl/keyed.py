@@ -22,7 +22,15 @@ from tensordict.utils import NestedKey
 
 from tdrl.keys import NEXT
 
-__all__ = ["MissingKeyError", "check_counts", "check_finite", "next_key", "renamed", "require"]
+__all__ = [
+    "MissingKeyError",
+    "check_counts",
+    "check_finite",
+    "next_key",
+    "renamed",
+    "require",
+    "tracing",
+]
 
 K = TypeVar("K")
 
@@ -83,6 +91,14 @@ def check_counts(owner: str, **counts: Any) -> None:
             raise ValueError(f"{owner}: {name} must be >= 1, got {value!r} (an integer count)")
 
 
+def tracing() -> bool:
+    """Whether this call runs inside a ``torch.compile`` trace or a CUDA graph capture (no host
+    syncs allowed: value checks give way)."""
+    return torch.compiler.is_compiling() or (
+        torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    )
+
+
 def check_finite(
     td: TensorDictBase, keys: Container[NestedKey], owner: str, hint: str = ""
 ) -> None:
@@ -95,7 +111,12 @@ def check_finite(
     tested (one concatenation and one sum cost half as much as a sum per entry for the few small
     entries of a minibatch); the entries are searched one by one only when it fails (finite
     values whose sum overflows are searched too, and pass). The entries share a device.
+
+    Nothing is checked inside a compiled or CUDA-graph-captured step (:func:`tracing`), which
+    cannot sync with the host: the buffer and the minibatcher checked those values on arrival.
     """
+    if tracing():
+        return
     values = [
         (key, value)
         for key, value in td.items(True, True)

@@ -61,8 +61,9 @@ _enabled = _requested and _supported
 
 
 def enabled() -> bool:
-    """Whether the fast paths run (else their plain public-API twins do)."""
-    return _enabled
+    """Whether the fast paths run (else their plain public-API twins do); never inside a
+    ``torch.compile`` trace, which reads the plain twins."""
+    return _enabled and not torch.compiler.is_compiling()
 
 
 def supported() -> bool:

@@ -34,7 +34,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torch.distributions import Distribution
 
-from tdrl.keyed import require
+from tdrl.keyed import require, tracing
 from tdrl.keys import ACTION, ACTION_LOG_PROB, LOC, LOGITS, OBSERVATION, SCALE
 from tdrl.modules.distributions import (
     Categorical,
@@ -466,7 +466,8 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor, key: NestedKey) -> t
         raise TypeError(f"{key!r} must be a bool mask, got {mask.dtype}")
     if mask.shape != logits.shape:
         raise ValueError(f"{key!r} has shape {tuple(mask.shape)}, the logits {tuple(logits.shape)}")
-    # (a value check: torch.export traces without values, and the exported policy cannot raise)
-    if not torch.compiler.is_exporting() and not bool(mask.any(-1).all()):
+    # (a value check: torch.export traces without values, and the exported policy cannot raise;
+    # a compiled or captured step cannot sync with the host)
+    if not (torch.compiler.is_exporting() or tracing()) and not bool(mask.any(-1).all()):
         raise ValueError(f"{key!r} has a row with no valid action")
     return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)

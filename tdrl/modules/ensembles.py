@@ -33,7 +33,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 from torch.nn import functional as F
 
-from tdrl.keyed import check_counts, require
+from tdrl.keyed import check_counts, require, tracing
 from tdrl.keys import ACTION, OBSERVATION, STATE_ACTION_VALUE
 from tdrl.modules.actors import encoder_of
 from tdrl.modules.renorm import BatchRenorm
@@ -273,6 +273,7 @@ class EnsembleMLP(nn.Module):
             and type(self.activation) is nn.ReLU
             and self.plain
             and not any(p.requires_grad for p in self.parameters())
+            and not tracing()  # its backward finds each member's rows on the host
         )
         if frozen_input_grad:
             return cast(torch.Tensor, _FrozenMin.apply(x, self))
@@ -285,7 +286,7 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     positions are drawn as a Bernoulli process, cumulative geometric gaps: the same law from
     ~``p`` of the random draws ``F.dropout`` makes (one per element; at DroQ's 0.01 those were
     a quarter of a DroQ update step on one CPU core, and the step runs 1.3x as fast without)."""
-    if x.device.type != "cpu" or p > 0.1 or p <= 0.0:
+    if x.device.type != "cpu" or p > 0.1 or p <= 0.0 or tracing():  # the gaps: host syncs
         return F.dropout(x, p, True)
     n = x.numel()
     chunk = int(n * p + 6 * math.sqrt(n * p) + 16)

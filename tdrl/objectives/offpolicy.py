@@ -21,7 +21,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey, unravel_key
 from torch.distributions import Distribution
 
-from tdrl.keyed import check_finite, next_key, renamed, require
+from tdrl.keyed import check_finite, next_key, renamed, require, tracing
 from tdrl.keys import (
     ACTION,
     ACTION_VALUE,
@@ -381,6 +381,8 @@ def check_in_box(
 ) -> None:
     """Raise ``ValueError`` naming ``key``, the first value outside ``[low, high]`` (bounds
     float or ``[A]``), its index and its dimension's bounds."""
+    if tracing():  # no host sync in a compiled or captured step (tdrl.keyed.check_finite)
+        return
     outside = (action < low) | (action > high)
     if bool(outside.any()):
         where = tuple(int(i) for i in outside.nonzero()[0])

@@ -1,7 +1,8 @@
 """tdrl.trainers: the run kit a recipe's loop calls. Configs (:func:`parse`, :func:`configure`;
 the config groups are in :mod:`tdrl.trainers.config`), envs and collectors (:func:`make_envs`,
 :func:`make_collector`), :class:`Run` (run folder, logs, evaluation, checkpoints and resume,
-report), and the optimizer step. No loop lives here: each recipe writes its own.
+report), and the optimizer step, compiled or captured (:func:`compiled_step`). No loop lives
+here: each recipe writes its own.
 
 Each name loads its module on first use: the config part needs neither torch nor TorchRL, so a
 recipe parses its command line (and answers ``--help``) before the library loads.
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tdrl.trainers.checkpoint import load_checkpoint, save_checkpoint
+    from tdrl.trainers.compiled import compiled_step
     from tdrl.trainers.config import RunConfig, configclass, configure, parse
     from tdrl.trainers.logger import read_csv
     from tdrl.trainers.offline import OfflineSteps
@@ -26,6 +28,7 @@ _HOME = {
     "Run": "run",
     "RunConfig": "config",
     "adam": "optim",
+    "compiled_step": "compiled",
     "configclass": "config",
     "configure": "config",
     "latest_checkpoint": "run",
@@ -43,6 +46,7 @@ __all__ = [
     "Run",
     "RunConfig",
     "adam",
+    "compiled_step",
     "configclass",
     "configure",
     "latest_checkpoint",

@@ -221,6 +221,16 @@ class RunConfig:
             )
         if self.device not in ("auto", "cpu"):  # plain names need no torch (--help stays fast)
             self.torch_device  # noqa: B018  # checks --device
+        if self.cudagraphs and self.device == "cpu":
+            raise ValueError(
+                "--cudagraphs captures the update step on a CUDA device; this run's --device is "
+                "cpu (--device cuda, or drop --cudagraphs)"
+            )
+
+    def compile_options(self) -> dict[str, Any]:
+        """--compile, --compile-mode and --cudagraphs as the keywords of
+        :func:`tdrl.trainers.compiled_step`."""
+        return {"compile": self.compile, "mode": self.compile_mode, "cudagraphs": self.cudagraphs}
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes`` (a recipe's default run from a preset: ``OFF_POLICY_RUN``)."""
@@ -292,6 +302,16 @@ class RunConfig:
     device: str = "cpu"
     """where the networks, the losses and the replay buffer live: cpu, cuda, cuda:N, or auto
     (CUDA when present). The envs always step on the CPU."""
+    compile: bool = False
+    """torch.compile the update step (loss, backward, optimizer step) before the first update;
+    the first steps are slower while it compiles."""
+    compile_mode: Literal[
+        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+    ] = "default"
+    """torch.compile's mode, with --compile."""
+    cudagraphs: bool = False
+    """capture the update step in a CUDA graph (tensordict's CudaGraphModule) and replay it
+    (--device cuda; with --compile, the compiled step is captured)."""
     step_timeout: float = 120.0
     """async envs: seconds a step may take before the stuck workers are named and stopped."""
     flush_denormal: bool = True
@@ -311,8 +331,9 @@ FIELDS_ADDED: dict[str, Any] = {"layout_seed": -1, "rnd_first_visit": False}
 RESUME_MAY_CHANGE = frozenset({
     "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
     "stop_at_return", "eval_every", "eval_episodes", "eval_envs", "eval_deterministic", "log_every",
-    "checkpoint_every", "threads", "device", "step_timeout", "flush_denormal", "num_workers",
-    "ray_address", "tensorboard", "wandb", "wandb_project", "video", "progress", "curve",
+    "checkpoint_every", "threads", "device", "compile", "compile_mode", "cudagraphs",
+    "step_timeout", "flush_denormal", "num_workers", "ray_address", "tensorboard", "wandb",
+    "wandb_project", "video", "progress", "curve",
 })  # fmt: skip
 
 
@@ -1132,3 +1153,17 @@ class PPOConfig:
         if not self.clip_decay:
             return self.clip_epsilon
         return self.clip_epsilon * max(1.0 - frames_before / total_frames, 0.0)
+
+    def check_capturable(self, frames_per_batch: int) -> None:
+        """``--cudagraphs`` replays one captured minibatch step: every minibatch of one size,
+        one clip range; a ``ValueError`` names the setting that breaks that."""
+        if frames_per_batch % self.minibatch_size:
+            raise ValueError(
+                f"--cudagraphs: --minibatch-size {self.minibatch_size} must divide "
+                f"--frames-per-batch {frames_per_batch} (a captured step replays one shape)"
+            )
+        if self.clip_decay:
+            raise ValueError(
+                "--cudagraphs: --clip-decay changes the clip range between batches, and a captured "
+                "step replays the one it was captured with"
+            )
