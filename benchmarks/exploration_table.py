@@ -20,6 +20,9 @@ Settings. Every row is ``recipes/ppo.py`` on the agent's 7x7 view (``tdrl/MiniGr
   coefficient 1 first reached the goal on greedy evaluation near 1M steps on seed 100, 0.1 at
   0.8 by 750k on seed 101; no other value tried);
 - ``ppo_icm``: the same plus ICM (Pathak et al. 2017: beta 0.2, intrinsic coefficient 1);
+- ``ppo_icm_first_visit``: ICM paid only at an episode's first visit of each view
+  (``--icm-first-visit``) at intrinsic coefficient 0.1, the value tuned for RND's first-visit
+  row (not tuned for ICM);
 - ``ppo_rnd_cleanrl``: CleanRL's RND settings otherwise too (lr 1e-4, gamma 0.999, 4 minibatches
   an epoch, clip 0.1, ent_coef 0.001, predictor on a quarter of each minibatch), on 8 envs.
 
@@ -73,6 +76,9 @@ ALGOS = {
         "ppo", _with(PPO, *RND, *FIRST_VISIT, ("intrinsic_coeff", 0.1)), STEPS, None
     ),
     "ppo_icm": mt.Algo("ppo", _with(PPO, *ICM), STEPS, None),
+    "ppo_icm_first_visit": mt.Algo(
+        "ppo", _with(PPO, *ICM, ("icm_first_visit", True), ("intrinsic_coeff", 0.1)), STEPS, None
+    ),
     "ppo_rnd_cleanrl": mt.Algo("ppo", _with(PPO, *RND, *CLEANRL), STEPS, None),
 }
 
@@ -98,9 +104,11 @@ at CleanRL's coefficients: intrinsic 1, extrinsic 2, intrinsic gamma 0.99), `ppo
 (that RND paid only at an episode's first visit of each view: `--rnd-first-visit`, NovelD's
 episodic restriction), `ppo_rnd_first_visit_tuned` (that at intrinsic coefficient 0.1, tuned on
 seeds 100-101), `ppo_icm` (plus ICM,
-beta 0.2), `ppo_rnd_cleanrl` (RND with CleanRL's `ppo_rnd_envpool.py` settings otherwise too: lr
-1e-4, gamma 0.999, clip 0.1, ent_coef 0.001, the predictor on a quarter of each minibatch).
-Evaluation: 10 episodes of sampled actions on separate envs; one torch thread per run.
+beta 0.2), `ppo_icm_first_visit` (that ICM paid at first visits only, coefficient 0.1 as
+tuned for RND's first-visit row), `ppo_rnd_cleanrl` (RND with CleanRL's `ppo_rnd_envpool.py`
+settings otherwise too: lr 1e-4, gamma 0.999, clip 0.1, ent_coef 0.001, the predictor on a
+quarter of each minibatch). Evaluation: 10 episodes of sampled actions on separate envs; one
+torch thread per run.
 
 """
     + mt.LEGEND

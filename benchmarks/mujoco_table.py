@@ -150,6 +150,7 @@ DISPLAY_NAMES = {
     "ppo_rnd": "PPO+RND", "ppo_icm": "PPO+ICM", "ppo_rnd_cleanrl": "PPO+RND (CleanRL)",
     "ppo_rnd_first_visit": "PPO+RND first visit",
     "ppo_rnd_first_visit_tuned": "PPO+RND first visit 0.1",
+    "ppo_icm_first_visit": "PPO+ICM first visit 0.1",
 }  # fmt: skip
 
 

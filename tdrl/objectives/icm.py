@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torch.nn import functional as F
@@ -14,10 +13,10 @@ from torch.nn import functional as F
 from tdrl import keys as K
 from tdrl.keyed import require
 from tdrl.modules.normalization import RewardScaling
-from tdrl.objectives.rnd import write_intrinsic_reward
+from tdrl.objectives.bonus import IntrinsicBonus, write_intrinsic_reward
 
 
-class ICMLoss(TensorDictModuleBase):
+class ICMLoss(IntrinsicBonus):
     """ICM's intrinsic reward and its models' losses.
 
     With ``phi`` the feature network, ``f`` the forward model and ``g`` the inverse model, on a
@@ -38,7 +37,8 @@ class ICMLoss(TensorDictModuleBase):
     ``ICMPolicy`` lets the target's gradient through too). :meth:`intrinsic_reward` runs on a
     whole ``[num_envs, T]`` rollout and writes the reward with all-False intrinsic episode flags,
     as :class:`~tdrl.objectives.RNDLoss` does, for a non-episodic intrinsic return;
-    ``forward`` gives the two losses on minibatches.
+    ``forward`` gives the two losses on minibatches. ``first_visit=True`` pays the reward only
+    where ``s'`` is new to its episode (:class:`~tdrl.objectives.bonus.IntrinsicBonus`).
 
     Args:
         feature_net: observations to features ``[*B, k]``.
@@ -52,6 +52,7 @@ class ICMLoss(TensorDictModuleBase):
         gamma: the discount of ``R``.
         normalize_rewards: divide by ``std(R)``.
         observation_key, action_key: the entries read.
+        first_visit: reward only an episode's first visit of each observation.
     """
 
     def __init__(
@@ -68,8 +69,9 @@ class ICMLoss(TensorDictModuleBase):
         normalize_rewards: bool = True,
         observation_key: NestedKey = K.OBSERVATION,
         action_key: NestedKey = K.ACTION,
+        first_visit: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(first_visit)
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"ICMLoss: beta must be in [0, 1], got {beta}")
         if not reward_scale >= 0:  # NaN too
@@ -141,6 +143,9 @@ class ICMLoss(TensorDictModuleBase):
                 f"{tuple(rollout.batch_size)}"
             )
         reward = self.reward_scale * self.forward_error(phi, action, phi_next)
+        if self.first_visit:
+            next_obs = rollout.get((K.NEXT, self.observation_key))
+            reward = reward * self.first_visits(rollout, next_obs).reshape(-1).to(reward.dtype)
         write_intrinsic_reward(rollout, reward, self.reward_scaling)
         return rollout
 

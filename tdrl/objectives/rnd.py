@@ -15,10 +15,11 @@ from torch import nn
 from tdrl import keys as K
 from tdrl.keyed import require
 from tdrl.modules.normalization import RewardScaling, RunningObservationNorm
+from tdrl.objectives.bonus import IntrinsicBonus, write_intrinsic_reward
 from tdrl.ops.standardize import distance
 
 
-class RNDLoss(TensorDictModuleBase):
+class RNDLoss(IntrinsicBonus):
     """RND's intrinsic reward and its predictor's loss.
 
     With ``f`` a fixed, randomly initialised target network, ``f^`` the predictor, and ``x`` a
@@ -44,12 +45,7 @@ class RNDLoss(TensorDictModuleBase):
     change: they do not require gradients, and no loss term reaches them.
 
     ``first_visit=True`` keeps ``e(s')`` only where ``s'`` is new to its episode, 0 where the
-    episode has already reached that observation (NovelD's episodic restriction, Zhang et al.
-    2021, arXiv 2012.08621, and NGU's episodic novelty, Badia et al. 2020, in their simplest
-    form): a lifelong bonus alone pays an agent for revisiting what stays novel, which leaves it
-    circling in procedurally generated MiniGrid (Wang et al. 2023, "Revisiting intrinsic reward
-    for exploration in procedurally generated environments", ICLR). Each env's visited
-    observations are kept across batch cuts, cleared when its episode ends, and checkpointed.
+    episode has already reached that observation (:class:`~tdrl.objectives.bonus.IntrinsicBonus`).
 
     Args:
         target: the fixed random network, observations to ``[*B, k]``.
@@ -78,7 +74,7 @@ class RNDLoss(TensorDictModuleBase):
         update_proportion: float = 0.25,
         first_visit: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(first_visit)
         if not 0.0 < update_proportion <= 1.0:
             raise ValueError(
                 f"RNDLoss: update_proportion must be in (0, 1], got {update_proportion}"
@@ -94,22 +90,9 @@ class RNDLoss(TensorDictModuleBase):
         self.reward_scaling = RewardScaling(
             gamma, in_key=K.NEXT_INTRINSIC_REWARD, done_key=(K.NEXT, K.INTRINSIC_DONE), clip=None
         )
-        self.first_visit = first_visit
-        self._visited: list[set[bytes]] = []  # per env: its episode's observations so far
         self.in_keys = [(K.NEXT, observation_key)]
         self.out_keys = [K.LOSS_RND]
         self._check_networks()
-
-    def get_extra_state(self) -> dict[str, list[list[bytes]]]:
-        return {"visited": [sorted(seen) for seen in self._visited]}
-
-    def set_extra_state(self, state: dict[str, list[list[bytes]]]) -> None:
-        self._visited = [set(seen) for seen in state.get("visited", [])]
-
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
-        # a checkpoint written before the visited sets were kept loads with none
-        state_dict.setdefault(prefix + "_extra_state", {"visited": []})
-        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def _check_networks(self) -> None:
@@ -167,56 +150,17 @@ class RNDLoss(TensorDictModuleBase):
             self.obs_norm.update(flat)
         error = self.error(obs)
         if self.first_visit:
-            error = error * self._first_visits(rollout, obs).to(error.dtype)
+            error = error * self.first_visits(rollout, obs).to(error.dtype)
         write_intrinsic_reward(rollout, error, self.reward_scaling)
         if not first:
             self.obs_norm.update(flat)
         return rollout
-
-    def _first_visits(self, rollout: TensorDictBase, obs: torch.Tensor) -> torch.Tensor:
-        """``[N, T, 1]`` bool: True where ``s'`` is the first visit of that observation in its
-        env's episode; each env's set is cleared after its episode's last step."""
-        done = require(rollout, K.NEXT_DONE, "RNDLoss").reshape(*rollout.batch_size)
-        n, steps = rollout.batch_size
-        if len(self._visited) != n:
-            if self._visited:
-                raise ValueError(
-                    f"RNDLoss(first_visit=True): the rollout has {n} envs, earlier ones had "
-                    f"{len(self._visited)}"
-                )
-            self._visited = [set() for _ in range(n)]
-        rows = obs.detach().cpu().contiguous().numpy().reshape(n, steps, -1)
-        ends = done.cpu().numpy()
-        new = [[False] * steps for _ in range(n)]
-        for i, seen in enumerate(self._visited):
-            for t in range(steps):
-                key = rows[i, t].tobytes()
-                if key not in seen:
-                    seen.add(key)
-                    new[i][t] = True
-                if ends[i, t]:
-                    seen.clear()
-        return torch.tensor(new, device=obs.device).unsqueeze(-1)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         e = self.error(self._next_observation(tensordict)).reshape(-1)
         keep = torch.rand(e.shape, device=e.device) < self.update_proportion
         loss = (e * keep).sum() / keep.sum().clamp(min=1)
         return TensorDict({K.LOSS_RND: loss}, batch_size=[])
-
-
-def write_intrinsic_reward(
-    rollout: TensorDictBase, reward: torch.Tensor, scaling: RewardScaling | None
-) -> None:
-    """``reward`` as ``("next", "intrinsic_reward")`` ``[*B, 1]`` of a ``[num_envs, T]``
-    rollout, with the intrinsic episode flags all False (a non-episodic return), then divided
-    by the running std of that return (``scaling`` folds the rollout's returns in first)."""
-    rollout.set(K.NEXT_INTRINSIC_REWARD, reward.reshape(*rollout.batch_size, 1))
-    never = torch.zeros(*rollout.batch_size, 1, dtype=torch.bool, device=reward.device)
-    for key in (K.INTRINSIC_DONE, K.INTRINSIC_TERMINATED, K.INTRINSIC_TRUNCATED):
-        rollout.set((K.NEXT, key), never)
-    if scaling is not None:
-        scaling(rollout)
 
 
 class IntrinsicValueLoss(TensorDictModuleBase):

@@ -326,7 +326,9 @@ class RunConfig:
 # changes what is learned and must match the checkpoint's.
 # Fields added to the configs after checkpoints were written without them, with the value those
 # runs had: a resume compares a saved config that lacks one against this value.
-FIELDS_ADDED: dict[str, Any] = {"layout_seed": -1, "rnd_first_visit": False}
+FIELDS_ADDED: dict[str, Any] = {
+    "layout_seed": -1, "rnd_first_visit": False, "icm_first_visit": False,
+}  # fmt: skip
 
 RESUME_MAY_CHANGE = frozenset({
     "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
@@ -984,6 +986,8 @@ class IntrinsicConfig:
     MiniGrid)."""
     icm_beta: float = 0.2
     """icm: the forward model's share of its loss (the inverse model's: 1 - beta)."""
+    icm_first_visit: bool = False
+    """icm: reward only an episode's first visit of each observation (as --rnd-first-visit)."""
     bonus_hidden_sizes: tuple[int, ...] = (256, 256)
     """widths of the bonus's ReLU MLPs (RND's target and predictor, ICM's features: their
     output is the last width)."""
@@ -999,6 +1003,8 @@ class IntrinsicConfig:
             raise ValueError(f"--icm-beta must lie in [0, 1], got {self.icm_beta}")
         if self.rnd_first_visit and self.intrinsic != "rnd":
             raise ValueError(f"--rnd-first-visit is for --intrinsic rnd, not {self.intrinsic}")
+        if self.icm_first_visit and self.intrinsic != "icm":
+            raise ValueError(f"--icm-first-visit is for --intrinsic icm, not {self.intrinsic}")
 
     def model(
         self, observation_spec: Composite, action_spec: TensorSpec, device: Any = "cpu"
@@ -1058,7 +1064,8 @@ class IntrinsicConfig:
                 feature_net = nn.Sequential(FlatFrames(scale), feature_net)
             module = ICMLoss(feature_net, net(features + actions, features),
                              net(2 * features, actions), num_actions=actions, discrete=discrete,
-                             beta=self.icm_beta, gamma=self.intrinsic_gamma)  # fmt: skip
+                             beta=self.icm_beta, gamma=self.intrinsic_gamma,
+                             first_visit=self.icm_first_visit)  # fmt: skip
         return module.to(device)
 
     def add_reward(self, module: Any, batch: TensorDictBase) -> TensorDictBase:

@@ -13,12 +13,12 @@ import exploration_table as et  # noqa: E402
 mt = et.mt
 
 
-def test_the_cells_are_six_tdrl_rows_of_ppo_on_doorkey():
+def test_the_cells_are_seven_tdrl_rows_of_ppo_on_doorkey():
     cells = mt.build_cells(et.EXPLORATION, list(et.ALGOS), et.TASKS, [0, 1, 2])
-    assert len(cells) == 18 and {c.library for c in cells} == {"tdrl"}
+    assert len(cells) == 21 and {c.library for c in cells} == {"tdrl"}
     assert {c.algorithm for c in cells} == {
         "ppo", "ppo_rnd", "ppo_rnd_first_visit", "ppo_rnd_first_visit_tuned", "ppo_icm",
-        "ppo_rnd_cleanrl",
+        "ppo_icm_first_visit", "ppo_rnd_cleanrl",
     }  # fmt: skip
     assert {(c.steps, c.eval_every) for c in cells} == {(1_000_000, 50_000)}
 
@@ -40,6 +40,12 @@ def test_each_row_configures_ppo_with_its_bonus():
     assert tuned["intrinsic_coeff"] == 0.1 and tuned["rnd_first_visit"]
     assert not any(c["eval_deterministic"] for c in cfg.values())  # sampled-action evaluations
     assert (cfg["ppo_icm"]["intrinsic"], cfg["ppo_icm"]["icm_beta"]) == ("icm", 0.2)
+    icm_fv = cfg["ppo_icm_first_visit"]
+    assert icm_fv["icm_first_visit"] and icm_fv["intrinsic_coeff"] == 0.1
+    changed = ("icm_first_visit", "intrinsic_coeff")
+    assert {k: v for k, v in icm_fv.items() if k not in changed} == {
+        k: v for k, v in cfg["ppo_icm"].items() if k not in changed
+    }
     clean = cfg["ppo_rnd_cleanrl"]
     assert (clean["lr"], clean["gamma"], clean["clip_epsilon"]) == (1e-4, 0.999, 0.1)
     assert clean["rnd_update_proportion"] == 0.25

@@ -105,6 +105,36 @@ def test_the_forward_error_is_the_reward_and_the_forward_loss_leaves_the_feature
     torch.testing.assert_close(loss.feature_net.weight.grad, torch.tensor(want))
 
 
+def test_first_visit_pays_only_an_episodes_first_visit_of_each_observation():
+    """The same rollout with and without first_visit: the forward errors of first visits kept,
+    the revisits 0; an episode end clears the env's set, a batch cut does not."""
+    s, s2 = torch.tensor([1.0, 2.0, 0.5]), torch.tensor([0.0, 1.0, 1.0])
+    # one env, next observations s2 s2 s2 | s2 (the episode ends after t = 2)
+    td = TensorDict(
+        {
+            "observation": s.expand(1, 4, OBS).clone(),
+            "action": torch.tensor([[0, 1, 2, 0]]),
+            "next": {
+                "observation": s2.expand(1, 4, OBS).clone(),
+                "done": torch.tensor([[False, False, True, False]]).unsqueeze(-1),
+            },
+        },
+        [1, 4],
+    )
+    plain, first = make(normalize_rewards=False), make(normalize_rewards=False, first_visit=True)
+    plain.intrinsic_reward(td.clone())
+    errors = plain.intrinsic_reward(td.clone())["next", "intrinsic_reward"].reshape(-1).tolist()
+    got = first.intrinsic_reward(td.clone())["next", "intrinsic_reward"].reshape(-1).tolist()
+    assert all(e > 0 for e in errors)
+    assert got == pytest.approx([errors[0], 0.0, 0.0, errors[3]])
+    # a batch cut: the episode that began at t = 3 has seen s2 already
+    again = first.intrinsic_reward(td[:, 3:].clone())["next", "intrinsic_reward"]
+    assert again.reshape(-1).tolist() == [0.0]
+    restored = make(normalize_rewards=False, first_visit=True)
+    restored.load_state_dict(first.state_dict())
+    assert restored._visited == first._visited == [{s2.numpy().tobytes()}]
+
+
 def test_continuous_actions_regress_the_action():
     loss, td = make(discrete=False, beta=0.0), batch(torch.tensor([[0.3], [-0.7]]))
     want = 0.0

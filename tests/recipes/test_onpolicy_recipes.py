@@ -444,6 +444,10 @@ def test_an_on_policy_recipe_refuses_steps_per_batch_it_would_ignore(tmp_path: P
             {"intrinsic": "icm", "rnd_first_visit": True},
             "--rnd-first-visit is for --intrinsic rnd, not icm",
         ),
+        (
+            {"intrinsic": "rnd", "icm_first_visit": True},
+            "--icm-first-visit is for --intrinsic icm, not rnd",
+        ),
     ],
 )
 def test_bad_exploration_bonus_flags_are_named(flags, message) -> None:

@@ -1,0 +1,86 @@
+"""What the exploration bonuses (:class:`~tdrl.objectives.RNDLoss`,
+:class:`~tdrl.objectives.ICMLoss`) share: the intrinsic reward written into a rollout with
+non-episodic flags, and the episodic first-visit restriction with its checkpointed state."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from tdrl import keys as K
+from tdrl.keyed import require
+from tdrl.modules.normalization import RewardScaling
+
+
+def write_intrinsic_reward(
+    rollout: TensorDictBase, reward: torch.Tensor, scaling: RewardScaling | None
+) -> None:
+    """``reward`` as ``("next", "intrinsic_reward")`` ``[*B, 1]`` of a ``[num_envs, T]``
+    rollout, with the intrinsic episode flags all False (a non-episodic return), then divided
+    by the running std of that return (``scaling`` folds the rollout's returns in first)."""
+    rollout.set(K.NEXT_INTRINSIC_REWARD, reward.reshape(*rollout.batch_size, 1))
+    never = torch.zeros(*rollout.batch_size, 1, dtype=torch.bool, device=reward.device)
+    for key in (K.INTRINSIC_DONE, K.INTRINSIC_TERMINATED, K.INTRINSIC_TRUNCATED):
+        rollout.set((K.NEXT, key), never)
+    if scaling is not None:
+        scaling(rollout)
+
+
+class IntrinsicBonus(TensorDictModuleBase):
+    """The base of the exploration bonuses: with ``first_visit`` the bonus is paid only where the
+    next observation is new to its episode (:meth:`first_visits`).
+
+    A lifelong bonus alone pays an agent for revisiting what stays novel, which leaves it
+    circling in procedurally generated MiniGrid (Wang et al. 2023, "Revisiting intrinsic reward
+    for exploration in procedurally generated environments", ICLR); NovelD's episodic
+    restriction (Zhang et al. 2021, arXiv 2012.08621) and NGU's episodic novelty (Badia et al.
+    2020) in their simplest form keep it for an episode's first visit of each observation. Each
+    env's visited observations are kept across batch cuts, cleared when its episode ends, and
+    checkpointed (the module's extra state).
+    """
+
+    first_visit: bool = False
+
+    def __init__(self, first_visit: bool = False) -> None:
+        super().__init__()
+        self.first_visit = first_visit
+        self._visited: list[set[bytes]] = []  # per env: its episode's observations so far
+
+    def get_extra_state(self) -> dict[str, list[list[bytes]]]:
+        return {"visited": [sorted(seen) for seen in self._visited]}
+
+    def set_extra_state(self, state: dict[str, list[list[bytes]]]) -> None:
+        self._visited = [set(seen) for seen in state.get("visited", [])]
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
+        # a checkpoint written before the visited sets were kept loads with none
+        state_dict.setdefault(prefix + "_extra_state", {"visited": []})
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
+
+    def first_visits(self, rollout: TensorDictBase, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, T, 1]`` bool: True where ``obs`` (``[N, T, *obs]``, the next observations) is the
+        first visit of that observation in its env's episode; each env's set is cleared after
+        its episode's last step."""
+        owner = type(self).__name__
+        done = require(rollout, K.NEXT_DONE, owner).reshape(*rollout.batch_size)
+        n, steps = rollout.batch_size
+        if len(self._visited) != n:
+            if self._visited:
+                raise ValueError(
+                    f"{owner}(first_visit=True): the rollout has {n} envs, earlier ones had "
+                    f"{len(self._visited)}"
+                )
+            self._visited = [set() for _ in range(n)]
+        rows = obs.detach().cpu().contiguous().numpy().reshape(n, steps, -1)
+        ends = done.cpu().numpy()
+        new = [[False] * steps for _ in range(n)]
+        for i, seen in enumerate(self._visited):
+            for t in range(steps):
+                key = rows[i, t].tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    new[i][t] = True
+                if ends[i, t]:
+                    seen.clear()
+        return torch.tensor(new, device=obs.device).unsqueeze(-1)
