@@ -25,3 +25,42 @@ def rollout(streams: int = 2, steps: int = 6) -> TensorDict:
         },
         batch_size=[streams, steps],
     )
+
+
+def transitions(
+    n: int,
+    obs_dim: int,
+    *,
+    num_actions: int | None = None,
+    action_dim: int = 1,
+    terminal_rate: float = 0.0,
+    seed: int = 0,
+) -> TensorDict:
+    """A flat ``[n]`` batch of random transitions in TorchRL's layout: index actions below
+    ``num_actions``, else actions in ``[-1, 1]^action_dim``; each step terminated with
+    probability ``terminal_rate``, none truncated."""
+    g = torch.Generator().manual_seed(seed)
+    if num_actions is not None:
+        action = torch.randint(num_actions, (n,), generator=g)
+    else:
+        action = torch.rand(n, action_dim, generator=g) * 2 - 1
+    observation = torch.randn(n, obs_dim, generator=g)
+    next_observation = torch.randn(n, obs_dim, generator=g)
+    reward = torch.randn(n, 1, generator=g)
+    terminated = torch.zeros(n, 1, dtype=torch.bool)
+    if terminal_rate > 0:
+        terminated = torch.rand(n, 1, generator=g) < terminal_rate
+    return TensorDict(
+        {
+            "observation": observation,
+            "action": action,
+            "next": {
+                "observation": next_observation,
+                "reward": reward,
+                "terminated": terminated,
+                "truncated": torch.zeros(n, 1, dtype=torch.bool),
+                "done": terminated.clone(),
+            },
+        },
+        batch_size=[n],
+    )

@@ -55,29 +55,13 @@ from tdrl.objectives import (
 )
 from tdrl.ops import InputError
 from tdrl.ops.distributional import quantile_huber_loss
+from tests import rollouts
 
 OBS, ACT, N, B = 3, 2, 3, 6  # observation width, action width, discrete actions, batch
 
 
 def transitions(discrete: bool, act: int = ACT) -> TensorDict:
-    g = torch.Generator().manual_seed(0)
-    if discrete:
-        action = torch.randint(N, (B,), generator=g)
-    else:
-        action = torch.rand(B, act, generator=g) * 2 - 1
-    flag = torch.zeros(B, 1, dtype=torch.bool)
-    return TensorDict(
-        {
-            "observation": torch.randn(B, OBS, generator=g),
-            "action": action,
-            ("next", "observation"): torch.randn(B, OBS, generator=g),
-            ("next", "reward"): torch.randn(B, 1, generator=g),
-            ("next", "terminated"): flag,
-            ("next", "truncated"): flag.clone(),
-            ("next", "done"): flag.clone(),
-        },
-        [B],
-    )
+    return rollouts.transitions(B, OBS, num_actions=N if discrete else None, action_dim=act)
 
 
 def critics(act: int = ACT) -> EnsembleCritic:

@@ -31,6 +31,7 @@ from tdrl.objectives import (
 )
 from tdrl.trainers import RunConfig, adam, compiled_step, optimizer_step
 from tdrl.trainers.config import PPOConfig
+from tests.rollouts import transitions
 
 OBS, ACT, N_ACTIONS, HIDDEN = 5, 2, 3, [16, 16]
 # Compiled kernels fuse and reorder float32 arithmetic: parameters after a few Adam steps agree
@@ -69,28 +70,6 @@ def make_step(algo: str, loss: nn.Module, optimizer: torch.optim.Optimizer) -> C
     return update
 
 
-def transitions(n: int, *, discrete: bool, seed: int) -> TensorDict:
-    """A flat ``[n]`` batch of transitions in TorchRL's layout, a few of them terminal."""
-    g = torch.Generator().manual_seed(seed)
-    if discrete:
-        action = torch.randint(N_ACTIONS, (n,), generator=g)
-    else:
-        action = torch.rand(n, ACT, generator=g) * 2 - 1
-    terminated = torch.rand(n, 1, generator=g) < 0.1
-    return TensorDict(
-        {
-            "observation": torch.randn(n, OBS, generator=g),
-            "action": action,
-            ("next", "observation"): torch.randn(n, OBS, generator=g),
-            ("next", "reward"): torch.randn(n, 1, generator=g),
-            ("next", "terminated"): terminated,
-            ("next", "truncated"): torch.zeros(n, 1, dtype=torch.bool),
-            ("next", "done"): terminated.clone(),
-        },
-        batch_size=[n],
-    )
-
-
 def samples(algo: str, count: int, device: str) -> list[TensorDict]:
     if algo == "ppo":
         g = torch.Generator().manual_seed(1)
@@ -105,7 +84,11 @@ def samples(algo: str, count: int, device: str) -> list[TensorDict]:
             ).to(device)
             for _ in range(count)
         ]
-    return [transitions(32, discrete=algo == "dqn", seed=k).to(device) for k in range(count)]
+    return [
+        transitions(32, OBS, num_actions=N_ACTIONS if algo == "dqn" else None, action_dim=ACT,
+                    terminal_rate=0.1, seed=k).to(device)
+        for k in range(count)
+    ]  # fmt: skip
 
 
 def run_steps(algo: str, device: str, steps: int, **options: object) -> tuple[list, list]:
