@@ -34,7 +34,7 @@ preprocessing, of the sampling policy as CleanRL's).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.RunConfig()
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(

@@ -118,6 +118,10 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("redq", {"num_qvalue_nets": 2, "critic_dropout": 0.01, "critic_layer_norm": True}),
         ("sac", {"residual": True, "critic_hidden_sizes": (16, 16)}),  # SimBa's layout
         ("td3", {"residual": True}),
+        # update steps through torch.compile (the critic-only step too: policy_delay 2)
+        pytest.param("sac", {"compile": True, "policy_delay": 2}, marks=VARIANT),
+        pytest.param("td3", {"compile": True}, marks=VARIANT),
+        pytest.param("dqn", {"compile": True, "prioritized": True}, marks=VARIANT),
     ],
 )
 def test_recipe_options_run(name, options, tmp_path, device):

@@ -455,8 +455,18 @@ def test_bad_exploration_bonus_flags_are_named(flags, message) -> None:
         configure(ppo.Config, **flags)
 
 
+@pytest.mark.variants
+def test_ppo_runs_its_minibatch_step_compiled(tmp_path: Path) -> None:
+    result = ppo.main(tiny("ppo", tmp_path, compile=True))
+    assert torch.isfinite(torch.tensor(list(result.values()))).all(), result
+    assert read_csv(tmp_path / "train.csv")[-1]["step"] == result["frames"]
+
+
 def test_ppg_and_gail_refuse_the_ppo_flags_they_do_not_run(tmp_path: Path) -> None:
     from recipes import gail
+
+    with pytest.raises(ValueError, match="PPG's recipe does not run its update steps through"):
+        ppg.main(tiny("ppg", tmp_path, compile=True))  # its steps are not compiled_step's
 
     with pytest.raises(ValueError, match="ppg.py has no --recompute-advantage"):
         ppg.main(tiny("ppg", tmp_path, recompute_advantage=True))
