@@ -506,12 +506,25 @@ def tanh_gaussian_actor(
     actor, as sb3-contrib's), or None. ``residual``: SimBa's residual blocks instead, one per
     hidden width (:class:`~tdrl.modules.residual.ResidualMLP`). ``observation_key``: the entry
     it reads (``NetworkInputs.key`` for a dict observation)."""
+    return _bounded_actor(TanhGaussianActor, 2, observation_spec, action_spec, hidden_sizes,
+                          batch_renorm, residual, observation_key)  # fmt: skip
+
+
+def _bounded_actor(
+    actor: type[TanhGaussianActor] | type[DeterministicActor],
+    outputs_per_dim: int,
+    observation_spec: Composite,
+    action_spec: TensorSpec,
+    *net_options: Any,
+) -> Any:
+    """``actor`` on :func:`_actor_net` (``outputs_per_dim`` outputs per action dimension; the
+    options: hidden sizes, batch renorm, residual), scaled to the action box, reading the
+    observation key (the last option)."""
+    *options, observation_key = net_options
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
-    net = _actor_net(obs_dim, 2 * action_dim, hidden_sizes, batch_renorm, residual)
-    return TanhGaussianActor(
-        net, action_dim, in_key=observation_key, action_low=low, action_high=high
-    )
+    net = _actor_net(obs_dim, outputs_per_dim * action_dim, *options)
+    return actor(net, action_dim, in_key=observation_key, action_low=low, action_high=high)
 
 
 def _actor_net(
@@ -547,12 +560,8 @@ def deterministic_actor(
     """DDPG's and TD3's actor: a ReLU MLP with PyTorch's default init, tanh-scaled to the box
     (``residual``: SimBa's residual blocks instead, one per hidden width), reading
     ``observation_key``."""
-    obs_dim, action_dim = flat_dims(observation_spec, action_spec)
-    low, high = action_bounds(action_spec)
-    net = _actor_net(obs_dim, action_dim, hidden_sizes, None, residual)
-    return DeterministicActor(
-        net, action_dim, in_key=observation_key, action_low=low, action_high=high
-    )
+    return _bounded_actor(DeterministicActor, 1, observation_spec, action_spec, hidden_sizes,
+                          None, residual, observation_key)  # fmt: skip
 
 
 def q_ensemble(

@@ -138,10 +138,13 @@ class SACLoss(OffPolicyLoss):
     def value_target(
         self, batch: TensorDictBase, alpha: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The soft Bellman target ``y`` ``[B]`` (``alpha``: :attr:`alpha`, if already read)."""
-        reward, terminated, discount, next_td, next_action, entropy_term = self._next_step(
-            batch, alpha
-        )
+        """The soft Bellman target ``y`` (``[B]``; TQC's: ``[B, k]``) (``alpha``: :attr:`alpha`,
+        if already read)."""
+        return self._soft_target(self._next_step(batch, alpha))
+
+    def _soft_target(self, parts: tuple[Any, ...]) -> torch.Tensor:
+        """``y`` from :meth:`_next_step`'s parts: the clipped double-Q soft target."""
+        reward, terminated, discount, next_td, next_action, entropy_term = parts
         next_value = self._target_q(next_td, next_action) - entropy_term
         return bellman_target(reward, next_value, terminated, discount)
 

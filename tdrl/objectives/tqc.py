@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -106,14 +106,9 @@ class TQCLoss(SACLoss):
         inputs = _critic_inputs(critic, batch, action, self.tensor_keys.action)
         return cast(EnsembleCritic, critic).values(inputs)
 
-    @torch.no_grad()
-    def value_target(
-        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """The truncated pooled target ``y`` ``[B, k]``, sorted (``alpha``: :attr:`alpha`)."""
-        reward, terminated, discount, next_td, next_action, entropy_term = self._next_step(
-            batch, alpha
-        )
+    def _soft_target(self, parts: tuple[Any, ...]) -> torch.Tensor:
+        """The truncated pooled target ``y`` ``[B, k]``, sorted."""
+        reward, terminated, discount, next_td, next_action, entropy_term = parts
         atoms = self._quantiles(self.target_qvalue_network, next_td, next_action)  # [N, B, M]
         pooled = atoms.permute(1, 0, 2).reshape(atoms.shape[1], -1).sort(dim=-1).values
         kept = self.num_qvalue_nets * (self.num_quantiles - self.top_quantiles_to_drop)
