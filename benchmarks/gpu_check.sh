@@ -45,8 +45,8 @@ TDRL_FAST=force timeout 150 python3 -u benchmarks/updates.py --device cuda --com
 TDRL_FAST=force timeout 50 python3 -u benchmarks/updates.py --device cuda --compile --quick \
     --sections ppo >>"$OUT/updates.txt" 2>&1
 stamp updates
-# The device-parametrized tests (the `device` fixture) and the CUDA-only ones; the torch
-# there is not the tested version, so the fast paths are off (plain twins) unless forced.
+# The device-parametrized tests (the `device` fixture) and the CUDA-only ones, with the fast
+# paths off (the torch there is not the tested version: their plain twins run).
 timeout 120 python3 -m pytest -q -k cuda -n 8 -p no:cacheprovider tests >"$OUT/tests_plain.txt" 2>&1
 stamp tests_plain
 if [ "${2:-}" = all ]; then  # the earlier figures: estimators, collector

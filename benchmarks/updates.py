@@ -66,9 +66,10 @@ library's own update (see ``_deterministic_peers``), 3 interleaved rounds, media
 
 Usage: ``python benchmarks/updates.py [--quick] [--sections ppo sac td3 ...]`` (``--help`` lists
 the sections); ``--device cuda --sections ppo sac dqn td3`` runs those sections on a GPU (every
-library that takes a device; one CPU thread each, as on CPU). ``--compile`` adds the rows of
-tdrl's update steps through ``trainers.compiled_step``: compiled with torch.compile and, on CUDA,
-captured in a CUDA graph, eager or compiled (their first steps untimed: compile and capture).
+library that takes a device; one CPU thread each, as on CPU). ``--compile`` adds, in the PPO,
+SAC, DQN and TD3 sections, the rows of tdrl's update steps through ``trainers.compiled_step``:
+compiled with torch.compile and, on CUDA, captured in a CUDA graph, eager or compiled (their
+first steps untimed: compile and capture).
 """
 
 from __future__ import annotations
@@ -292,12 +293,13 @@ def with_capture(bench: Callable[..., float], options: dict[str, Any]) -> Callab
 
 
 def add_capture_rows() -> None:
-    """``--compile``: the compiled rows after every section's "tdrl plain" (the CUDA graph rows
-    on CUDA only)."""
+    """``--compile``: the compiled rows after "tdrl plain" in the sections whose tdrl update
+    steps go through ``compiled_step`` with an untimed warm-up (:data:`CAPTURE_TABLES`; the CUDA
+    graph rows on CUDA only)."""
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = 64  # each round builds its networks anew
-    for table in PEER_TABLES:
+    for table in CAPTURE_TABLES:
         rows = list(table.items())
         table.clear()
         for name, bench in rows:
@@ -1578,10 +1580,13 @@ def _deterministic_peers(algo: str) -> dict[str, Callable[..., float]]:
     )  # fmt: skip
 
 
+TD3_PEERS = _deterministic_peers("td3")
+# the sections whose tdrl rows step through compiled_step after an untimed warm-up (--compile)
+CAPTURE_TABLES = [PPO_PEERS, SAC_PEERS, DQN_PEERS, TD3_PEERS]
 section_td3 = steps_section(
     f"TD3 gradient steps: batch {SAC_BATCH}, 400x300 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "
     f"twin critics, actor and targets every {TD3_DELAY}nd step, {{steps}} steps, 1 thread",
-    _deterministic_peers("td3"), sac_data, 600,
+    TD3_PEERS, sac_data, 600,
 )  # fmt: skip
 section_ddpg = steps_section(
     f"DDPG gradient steps: batch {SAC_BATCH}, 400x300 MLPs, obs {SAC_OBS}, act {SAC_ACT}, "

@@ -71,8 +71,9 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.estimators import GAE
     from tdrl.objectives import ClipPPOLoss, total_loss
 
-    if cfg.run.cudagraphs:  # one captured minibatch step replays for every minibatch
-        cfg.ppo.check_capturable(cfg.onpolicy.frames_per_batch)
+    if cfg.run.compile or cfg.run.cudagraphs:  # one compiled step serves every minibatch
+        cfg.ppo.check_compiled(cfg.onpolicy.frames_per_batch, cfg.net.sequence_length,
+                               cudagraphs=cfg.run.cudagraphs)  # fmt: skip
 
     # 1. envs: seeds and threads, the training envs and a separate evaluation env (Atari: frame
     #    stacks; a lost life ends a training episode); the reward clipping the learner sees

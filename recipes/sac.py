@@ -77,6 +77,10 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
     from tdrl.objectives import CrossQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
 
+    if cfg.algo == "crossq" and (cfg.run.compile or cfg.run.cudagraphs):
+        # batch renorm's warm-up is a step count in Python: a compiled step would recompile
+        # at every count, a captured one keep the count it was captured at
+        raise ValueError("--algo crossq does not take --compile or --cudagraphs")
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     device = cfg.run.torch_device

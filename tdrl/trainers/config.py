@@ -221,6 +221,8 @@ class RunConfig:
             )
         if self.device not in ("auto", "cpu"):  # plain names need no torch (--help stays fast)
             self.torch_device  # noqa: B018  # checks --device
+        if self.compile_mode != "default" and not self.compile:
+            raise ValueError(f"--compile-mode {self.compile_mode} needs --compile")
         if self.cudagraphs and self.device == "cpu":
             raise ValueError(
                 "--cudagraphs captures the update step on a CUDA device; this run's --device is "
@@ -1161,16 +1163,30 @@ class PPOConfig:
             return self.clip_epsilon
         return self.clip_epsilon * max(1.0 - frames_before / total_frames, 0.0)
 
-    def check_capturable(self, frames_per_batch: int) -> None:
-        """``--cudagraphs`` replays one captured minibatch step: every minibatch of one size,
-        one clip range; a ``ValueError`` names the setting that breaks that."""
-        if frames_per_batch % self.minibatch_size:
+    def check_compiled(
+        self, frames_per_batch: int, seq_len: int | None, *, cudagraphs: bool
+    ) -> None:
+        """A compiled minibatch step keeps one clip range (a new one would recompile it every
+        batch); a captured one (``cudagraphs``) also replays one minibatch shape. A
+        ``ValueError`` names the setting that breaks that."""
+        flag = "--cudagraphs" if cudagraphs else "--compile"
+        if self.clip_decay:
+            raise ValueError(
+                f"{flag}: --clip-decay changes the clip range between batches, which the "
+                "compiled or captured step holds fixed"
+            )
+        if not cudagraphs:
+            return
+        if seq_len is None and frames_per_batch % self.minibatch_size:
             raise ValueError(
                 f"--cudagraphs: --minibatch-size {self.minibatch_size} must divide "
                 f"--frames-per-batch {frames_per_batch} (a captured step replays one shape)"
             )
-        if self.clip_decay:
-            raise ValueError(
-                "--cudagraphs: --clip-decay changes the clip range between batches, and a captured "
-                "step replays the one it was captured with"
-            )
+        if seq_len is not None:  # minibatches of whole sequences
+            chunks, per = frames_per_batch // seq_len, max(self.minibatch_size // seq_len, 1)
+            if chunks % per:
+                raise ValueError(
+                    f"--cudagraphs: the rollout's {chunks} sequences of --seq-len {seq_len} do "
+                    f"not split into minibatches of {per} (--minibatch-size "
+                    f"{self.minibatch_size}); a captured step replays one shape"
+                )

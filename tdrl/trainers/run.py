@@ -741,10 +741,11 @@ class Run:
         (``--resume-allow-changes`` lets them differ). ``state``: as the constructor's."""
         run_cfg: RunConfig = cfg if isinstance(cfg, RunConfig) else cfg.run
         config = None if run_cfg is cfg else cfg
-        if (run_cfg.compile or run_cfg.cudagraphs) and not getattr(cfg, "compiled_steps", False):
+        asked = [f"--{f}" for f in ("compile", "cudagraphs") if getattr(run_cfg, f)]
+        if asked and not getattr(cfg, "compiled_steps", False):
             raise ValueError(
-                f"--compile and --cudagraphs: {algo}'s recipe does not run its update steps "
-                "through trainers.compiled_step (the SAC, TD3, DQN and PPO recipes do)"
+                f"{' and '.join(asked)}: {algo}'s recipe does not run its update steps through "
+                "trainers.compiled_step (the SAC, TD3, DQN and PPO recipes do)"
             )
         folder = run_dir(
             run_cfg.log_dir, algo.lower().replace(" ", "_"), run_cfg.env_id, run_cfg.seed

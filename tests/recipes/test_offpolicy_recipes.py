@@ -130,6 +130,12 @@ def test_recipe_options_run(name, options, tmp_path, device):
     assert result["frames"] == cfg.run.total_frames and math.isfinite(result["eval_return_mean"])
 
 
+def test_crossq_refuses_compiled_steps(tmp_path):
+    module, cfg = config("sac", tmp_path, algo="crossq", compile=True)
+    with pytest.raises(ValueError, match="--algo crossq does not take --compile"):
+        module.main(cfg)
+
+
 def test_rainbow_noisy_std_sets_every_noisy_layers_sigma():
     import rainbow
 

@@ -465,7 +465,7 @@ def test_ppo_runs_its_minibatch_step_compiled(tmp_path: Path) -> None:
 def test_ppg_and_gail_refuse_the_ppo_flags_they_do_not_run(tmp_path: Path) -> None:
     from recipes import gail
 
-    with pytest.raises(ValueError, match="PPG's recipe does not run its update steps through"):
+    with pytest.raises(ValueError, match="--compile: PPG's recipe does not run its update steps"):
         ppg.main(tiny("ppg", tmp_path, compile=True))  # its steps are not compiled_step's
 
     with pytest.raises(ValueError, match="ppg.py has no --recompute-advantage"):

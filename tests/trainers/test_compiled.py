@@ -157,11 +157,23 @@ def test_bad_settings_are_named() -> None:
             compiled_step(lambda td: td, sgd, cudagraphs=True)
     with pytest.raises(ValueError, match="--cudagraphs captures .* --device is cpu"):
         RunConfig(device="cpu", cudagraphs=True)
+    with pytest.raises(ValueError, match="'reduce-overhead' captures CUDA graphs of its own"):
+        compiled_step(lambda td: td, optimizer, compile=True, mode="reduce-overhead",
+                      cudagraphs=True)  # fmt: skip
+    with pytest.raises(ValueError, match="--compile-mode max-autotune needs --compile"):
+        RunConfig(compile_mode="max-autotune")
+    ppo = PPOConfig()
     with pytest.raises(ValueError, match="--minibatch-size 64 must divide --frames-per-batch 100"):
-        PPOConfig().check_capturable(100)
-    with pytest.raises(ValueError, match="--clip-decay"):
-        PPOConfig(clip_decay=True).check_capturable(128)
-    PPOConfig().check_capturable(128)
+        ppo.check_compiled(100, None, cudagraphs=True)
+    ppo.check_compiled(100, None, cudagraphs=False)  # compiled alone takes a short last one
+    # 8 sequences of 32 in minibatches of 3 (96 // 32) leave a short one
+    with pytest.raises(ValueError, match="8 sequences of --seq-len 32 do not split into .* 3"):
+        PPOConfig(minibatch_size=96).check_compiled(256, 32, cudagraphs=True)
+    PPOConfig(minibatch_size=128).check_compiled(256, 32, cudagraphs=True)
+    for cudagraphs, flag in ((False, "--compile"), (True, "--cudagraphs")):
+        with pytest.raises(ValueError, match=f"{flag}: --clip-decay"):
+            PPOConfig(clip_decay=True).check_compiled(128, None, cudagraphs=cudagraphs)
+    ppo.check_compiled(128, None, cudagraphs=True)
 
 
 def test_off_switch_returns_the_step_itself() -> None:
