@@ -107,32 +107,33 @@ def test_the_forward_error_is_the_reward_and_the_forward_loss_leaves_the_feature
 
 def test_first_visit_pays_only_an_episodes_first_visit_of_each_observation():
     """The same rollout with and without first_visit: the forward errors of first visits kept,
-    the revisits 0; an episode end clears the env's set, a batch cut does not."""
-    s, s2 = torch.tensor([1.0, 2.0, 0.5]), torch.tensor([0.0, 1.0, 1.0])
-    # one env, next observations s2 s2 s2 | s2 (the episode ends after t = 2)
+    the revisits 0, per env; an episode end clears the env's set, a batch cut does not."""
+    s, s2, s3 = (torch.tensor(v) for v in ([1.0, 2.0, 0.5], [0.0, 1.0, 1.0], [2.0, -1.0, 0.5]))
+    # env 0 reaches s2 s2 s2 | s2 (its episode ends after t = 2); env 1 reaches s2 s3 s2 s3
     td = TensorDict(
         {
-            "observation": s.expand(1, 4, OBS).clone(),
-            "action": torch.tensor([[0, 1, 2, 0]]),
+            "observation": s.expand(2, 4, OBS).clone(),
+            "action": torch.tensor([[0, 1, 2, 0], [1, 1, 0, 2]]),
             "next": {
-                "observation": s2.expand(1, 4, OBS).clone(),
-                "done": torch.tensor([[False, False, True, False]]).unsqueeze(-1),
+                "observation": torch.stack([torch.stack([s2] * 4), torch.stack([s2, s3] * 2)]),
+                "done": torch.tensor([[False, False, True, False], [False] * 4]).unsqueeze(-1),
             },
         },
-        [1, 4],
+        [2, 4],
     )
     plain, first = make(normalize_rewards=False), make(normalize_rewards=False, first_visit=True)
-    plain.intrinsic_reward(td.clone())
-    errors = plain.intrinsic_reward(td.clone())["next", "intrinsic_reward"].reshape(-1).tolist()
-    got = first.intrinsic_reward(td.clone())["next", "intrinsic_reward"].reshape(-1).tolist()
-    assert all(e > 0 for e in errors)
-    assert got == pytest.approx([errors[0], 0.0, 0.0, errors[3]])
-    # a batch cut: the episode that began at t = 3 has seen s2 already
+    errors = plain.intrinsic_reward(td.clone())["next", "intrinsic_reward"].squeeze(-1).tolist()
+    got = first.intrinsic_reward(td.clone())["next", "intrinsic_reward"].squeeze(-1).tolist()
+    assert all(e > 0 for row in errors for e in row)
+    assert got[0] == pytest.approx([errors[0][0], 0.0, 0.0, errors[0][3]])
+    assert got[1] == pytest.approx([errors[1][0], errors[1][1], 0.0, 0.0])
+    # a batch cut: env 0's episode that began at t = 3 has seen s2, env 1's has seen s2 and s3
     again = first.intrinsic_reward(td[:, 3:].clone())["next", "intrinsic_reward"]
-    assert again.reshape(-1).tolist() == [0.0]
+    assert again.reshape(-1).tolist() == [0.0, 0.0]
     restored = make(normalize_rewards=False, first_visit=True)
     restored.load_state_dict(first.state_dict())
-    assert restored._visited == first._visited == [{s2.numpy().tobytes()}]
+    assert restored._visited == first._visited
+    assert first._visited == [{s2.numpy().tobytes()}, {s2.numpy().tobytes(), s3.numpy().tobytes()}]
 
 
 def test_continuous_actions_regress_the_action():
