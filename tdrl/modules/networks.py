@@ -13,7 +13,7 @@ update per step instead; the difference is a one-batch lag of the statistics.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
@@ -510,20 +510,24 @@ def tanh_gaussian_actor(
                           batch_renorm, residual, observation_key)  # fmt: skip
 
 
+BoundedActor = TypeVar("BoundedActor", TanhGaussianActor, DeterministicActor)
+
+
 def _bounded_actor(
-    actor: type[TanhGaussianActor] | type[DeterministicActor],
+    actor: type[BoundedActor],
     outputs_per_dim: int,
     observation_spec: Composite,
     action_spec: TensorSpec,
-    *net_options: Any,
-) -> Any:
-    """``actor`` on :func:`_actor_net` (``outputs_per_dim`` outputs per action dimension; the
-    options: hidden sizes, batch renorm, residual), scaled to the action box, reading the
-    observation key (the last option)."""
-    *options, observation_key = net_options
+    hidden_sizes: Sequence[int],
+    batch_renorm: dict[str, Any] | None,
+    residual: bool,
+    observation_key: NestedKey,
+) -> BoundedActor:
+    """``actor`` on :func:`_actor_net` with ``outputs_per_dim`` outputs per action dimension,
+    scaled to the action box, reading ``observation_key``."""
     obs_dim, action_dim = flat_dims(observation_spec, action_spec)
     low, high = action_bounds(action_spec)
-    net = _actor_net(obs_dim, outputs_per_dim * action_dim, *options)
+    net = _actor_net(obs_dim, outputs_per_dim * action_dim, hidden_sizes, batch_renorm, residual)
     return actor(net, action_dim, in_key=observation_key, action_low=low, action_high=high)
 
 

@@ -40,8 +40,6 @@ class IntrinsicBonus(TensorDictModuleBase):
     checkpointed (the module's extra state).
     """
 
-    first_visit: bool = False
-
     def __init__(self, first_visit: bool = False) -> None:
         super().__init__()
         self.first_visit = first_visit

@@ -96,11 +96,15 @@ def _cuda_device(optimizers: tuple[torch.optim.Optimizer, ...]) -> torch.device:
 
 
 def _make_capturable(optimizers: tuple[torch.optim.Optimizer, ...], device: torch.device) -> None:
-    """Capturable groups with tensor learning rates on ``device``; state tensors there too."""
+    """Capturable groups with tensor learning rates on ``device``; state tensors there too.
+    An lr tensor already there is kept: another captured step of the same optimizer (SAC's
+    critic-only step) reads the same one."""
     for optimizer in optimizers:
         for group in optimizer.param_groups:
             group["capturable"] = True
-            group["lr"] = torch.tensor(float(group["lr"]), device=device)
+            lr = group["lr"]
+            if not (isinstance(lr, torch.Tensor) and lr.device == device):
+                group["lr"] = torch.tensor(float(lr), device=device)
         for param, state in optimizer.state.items():  # a loaded checkpoint's, on the CPU
             for name, value in state.items():
                 if isinstance(value, torch.Tensor) and value.device != param.device:

@@ -184,3 +184,16 @@ def test_off_switch_returns_the_step_itself() -> None:
     assert copy.copy(RunConfig().compile_options()) == {
         "compile": False, "mode": "default", "cudagraphs": False,
     }  # fmt: skip
+
+
+def test_two_captured_steps_of_one_optimizer_share_its_lr_tensor() -> None:
+    """A second step's setup (SAC's critic-only step) keeps the lr tensor the first captured, so
+    a schedule's fill_ reaches both graphs."""
+    from tdrl.trainers.compiled import _make_capturable
+
+    optimizer = adam((nn.Linear(2, 2).parameters(), 1e-3))
+    _make_capturable((optimizer,), torch.device("cpu"))
+    lr = optimizer.param_groups[0]["lr"]
+    _make_capturable((optimizer,), torch.device("cpu"))
+    assert optimizer.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(1e-3)
+    assert optimizer.param_groups[0]["capturable"]
