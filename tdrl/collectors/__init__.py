@@ -2,6 +2,7 @@
 
 from tdrl.collectors._policy import recurrent_state_specs
 from tdrl.collectors.collector import Collector
+from tdrl.collectors.device import DeviceCollector
 from tdrl.collectors.evaluate import evaluate
 from tdrl.collectors.multiagent import MultiAgentCollector
 from tdrl.collectors.workers import ProcessCollector, RayCollector, WorkerCollector
@@ -12,6 +13,7 @@ AnyCollector = Collector | WorkerCollector
 __all__ = [
     "AnyCollector",
     "Collector",
+    "DeviceCollector",
     "MultiAgentCollector",
     "ProcessCollector",
     "RayCollector",

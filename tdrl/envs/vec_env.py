@@ -636,7 +636,7 @@ def make_vec_env(
     out_of_bounds: Literal["clip", "reject"] = "clip",
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     context: str | None = None,
-    backend: Literal["gymnasium", "envpool"] = "gymnasium",
+    backend: Literal["gymnasium", "envpool", "mujoco_warp"] = "gymnasium",
     **make_kwargs: Any,
 ) -> VecEnv:
     """Makes ``num_envs`` gymnasium envs in one vector env that speaks TensorDicts.
@@ -658,12 +658,16 @@ def make_vec_env(
             workers only run gymnasium, and importing torchrl sets the global default to
             ``"spawn"``, which needs a ``__main__`` guard and starts slowly.
         backend: ``"gymnasium"`` (default) or ``"envpool"`` (C++ threads; an env id only, sync
-            mode; see ``tdrl.envs.envpool_backend`` for its autoreset handling and task versions).
+            mode; see ``tdrl.envs.envpool_backend`` for its autoreset handling and task versions)
+            or ``"mujoco_warp"`` (a :class:`tdrl.envs.warp_backend.WarpVecEnv`: the worlds of a
+            MuJoCo locomotion task on one device, CUDA when there is one; ``device=`` picks it;
+            collect with :class:`tdrl.collectors.DeviceCollector`).
         **make_kwargs: passed to ``gymnasium.make`` (e.g. ``max_episode_steps``) or to
             ``envpool.make`` (e.g. ``num_threads``); id only.
 
     Returns:
-        A ``VecEnv``; close it (or use ``with``) to stop the worker processes.
+        A ``VecEnv`` (a ``WarpVecEnv`` with ``backend="mujoco_warp"``); close it (or use
+        ``with``) to stop the worker processes.
 
     Shapes:
         reset() -> TensorDict [num_envs].
@@ -687,8 +691,19 @@ def make_vec_env(
 
         pool = make_envpool(env_id_or_callables, num_envs, seed, **make_kwargs)
         return VecEnv(pool, seed=seed, obs_dtype=obs_dtype, out_of_bounds=out_of_bounds)
+    if backend == "mujoco_warp":
+        if mode != "sync":
+            raise ValueError("backend='mujoco_warp' steps every world in one call: mode='sync'")
+        from tdrl.envs.warp_backend import make_warp_env
+
+        warp = make_warp_env(
+            env_id_or_callables, num_envs, seed, obs_dtype=obs_dtype, **make_kwargs
+        )  # type: ignore[arg-type]
+        return warp  # type: ignore[return-value]
     if backend != "gymnasium":
-        raise ValueError(f"backend must be 'gymnasium' or 'envpool', got {backend!r}")
+        raise ValueError(
+            f"backend must be 'gymnasium', 'envpool' or 'mujoco_warp', got {backend!r}"
+        )
     if isinstance(env_id_or_callables, str):
         env_id = env_id_or_callables
         module, _, name = env_id.rpartition(":")

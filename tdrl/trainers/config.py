@@ -263,9 +263,10 @@ class RunConfig:
     """parallel training envs."""
     mode: Literal["sync", "async"] = "sync"
     """one process (sync; exact resume) or one subprocess per env (async)."""
-    env_backend: Literal["gymnasium", "envpool", "torchrl"] = "gymnasium"
-    """who runs the training envs: gymnasium vector envs, envpool's C++ threads (sync only), or
-    TorchRL's GymEnv (a SerialEnv of num_envs) through tdrl.envs.from_torchrl."""
+    env_backend: Literal["gymnasium", "envpool", "torchrl", "mujoco_warp"] = "gymnasium"
+    """who runs the training envs: gymnasium vector envs, envpool's C++ threads (sync only),
+    TorchRL's GymEnv (a SerialEnv of num_envs) through tdrl.envs.from_torchrl, or MuJoCo Warp's
+    worlds on --device (Hopper-v5, Walker2d-v5, HalfCheetah-v5; tdrl.envs.warp_backend)."""
     seed: int = 0
     """seed of the envs, the networks and the sampling (evaluation: seed + 10000)."""
     eval_every: int = 20_000

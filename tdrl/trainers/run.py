@@ -26,7 +26,14 @@ from torchrl.data import Bounded
 from tqdm import tqdm
 
 from tdrl import keys
-from tdrl.collectors import AnyCollector, Collector, ProcessCollector, RayCollector, evaluate
+from tdrl.collectors import (
+    AnyCollector,
+    Collector,
+    DeviceCollector,
+    ProcessCollector,
+    RayCollector,
+    evaluate,
+)
 from tdrl.collectors.multiagent import MultiAgentCollector
 from tdrl.data import ReplayBuffer, truncate_streams, updates_due
 from tdrl.envs import VecEnv, from_torchrl, make_vec_env
@@ -189,6 +196,15 @@ def make_collector(
         return MultiAgentCollector(  # type: ignore[return-value]
             env, policy, frames_per_batch, cfg.total_frames, init_random_frames
         )
+    if cfg.env_backend == "mujoco_warp":
+        if workers is not None and workers.collector != "local":
+            env.close()
+            raise ValueError(
+                f"--collector {workers.collector}: MuJoCo Warp's worlds collect locally"
+            )
+        return DeviceCollector(  # type: ignore[return-value]
+            env, policy, frames_per_batch, cfg.total_frames, init_random_frames
+        )
     if workers is None or workers.collector == "local":
         return Collector(env, policy, frames_per_batch, cfg.total_frames, init_random_frames)
     if cfg.env_backend != "gymnasium":
@@ -230,6 +246,8 @@ def training_envs(cfg: RunConfig, **make_kwargs: Any) -> VecEnv:
 
         torchrl_env = make() if cfg.num_envs == 1 else SerialEnv(cfg.num_envs, make)
         return from_torchrl(torchrl_env, seed=cfg.seed)
+    if cfg.env_backend == "mujoco_warp":  # the worlds live where the networks do
+        make_kwargs["device"] = cfg.torch_device
     return make_vec_env(
         cfg.env_id,
         cfg.num_envs,

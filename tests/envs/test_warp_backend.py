@@ -1,0 +1,175 @@
+"""MuJoCo Warp's worlds (``make_vec_env(..., backend="mujoco_warp")``) against gymnasium's v5
+tasks: one step from the same state gives the same observation, reward and termination within
+float32's tolerance; resets, truncation and same-step autoreset follow gymnasium's rules; the
+device collector batches them; bad input is named."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("mujoco_warp")
+
+from tdrl.collectors import DeviceCollector  # noqa: E402
+from tdrl.envs import make_vec_env  # noqa: E402
+from tdrl.envs.warp_backend import WarpVecEnv  # noqa: E402
+
+# One env step from the same float32 state: MuJoCo Warp steps in float32, gymnasium in float64.
+# Measured over 8 worlds x 100 random-action steps: observations within 2e-6 (Hopper), 3e-5
+# (Walker2d), 4.4e-4 (HalfCheetah) of 1 + |x|; rewards within 1.1e-5.
+OBS_RTOL, REWARD_ATOL = 1e-3, 1e-4
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "Hopper-v5",
+        pytest.param("Walker2d-v5", marks=pytest.mark.variants),
+        pytest.param("HalfCheetah-v5", marks=pytest.mark.variants),
+    ],
+)
+def test_a_step_agrees_with_gymnasium_from_the_same_state(task: str, device: str) -> None:
+    n, steps = 4, 40
+    env = make_vec_env(task, n, seed=0, backend="mujoco_warp", device=device)
+    env.reset()
+    refs = [gym.make(task).unwrapped for _ in range(n)]
+    for i, ref in enumerate(refs):
+        ref.reset(seed=i)
+    rng = np.random.default_rng(0)
+    terminations = 0
+    for _ in range(steps):
+        qpos, qvel = env._qpos.clone(), env._qvel.clone()
+        env.set_state(qpos, qvel)
+        for i, ref in enumerate(refs):
+            ref.set_state(qpos[i].double().cpu().numpy(), qvel[i].double().cpu().numpy())
+        action = rng.uniform(-1, 1, (n, env.action_spec.shape[-1])).astype(np.float32)
+        nxt, _ = env.step(torch.from_numpy(action).to(device))
+        expected = [ref.step(action[i]) for i, ref in enumerate(refs)]
+        obs = np.stack([e[0] for e in expected])
+        got = nxt["observation"].cpu().double().numpy()
+        np.testing.assert_array_less(np.abs(got - obs), OBS_RTOL * (1 + np.abs(obs)))
+        reward = np.array([e[1] for e in expected])
+        np.testing.assert_allclose(nxt["reward"].squeeze(-1).cpu(), reward, atol=REWARD_ATOL)
+        terminated = np.array([e[2] for e in expected])
+        assert nxt["terminated"].squeeze(-1).cpu().tolist() == terminated.tolist()
+        terminations += int(terminated.sum())
+    if task == "Hopper-v5":  # random actions topple the hopper: the rule was exercised
+        assert terminations > 0
+
+
+def test_resets_draw_gymnasium_noise_and_follow_the_seed(device: str) -> None:
+    env = WarpVecEnv("Hopper-v5", 64, seed=3, device=device)
+    first = env.reset()["observation"].cpu()
+    task = gym.make("Hopper-v5").unwrapped
+    init = np.concatenate([task.init_qpos[1:], task.init_qvel])
+    scale = task._reset_noise_scale
+    offset = first.double().numpy() - init
+    assert (np.abs(offset) <= scale + 1e-6).all()
+    assert offset.std() > scale / 4  # spread over the range, not a constant
+    again = WarpVecEnv("Hopper-v5", 64, seed=3, device=device).reset()["observation"].cpu()
+    other = WarpVecEnv("Hopper-v5", 64, seed=4, device=device).reset()["observation"].cpu()
+    torch.testing.assert_close(again, first)
+    assert not torch.equal(other, first)
+    torch.testing.assert_close(env.reset(seed=3)["observation"].cpu(), first)
+
+
+def test_truncation_and_same_step_autoreset(device: str) -> None:
+    env = make_vec_env(
+        "HalfCheetah-v5", 3, seed=0, backend="mujoco_warp", device=device, max_episode_steps=4
+    )
+    current = env.reset()
+    zero = torch.zeros(3, 6, device=device)
+    for t in range(1, 9):
+        nxt, following = env.step(zero)
+        ended = t % 4 == 0
+        assert nxt["truncated"].all().item() is ended and nxt["done"].all().item() is ended
+        assert not nxt["terminated"].any()  # HalfCheetah never terminates
+        if ended:  # the real final observation, then a fresh start near the initial pose
+            assert not torch.equal(nxt["observation"], following["observation"])
+            assert (following["observation"][:, :8].abs() < 0.5).all()
+        else:
+            torch.testing.assert_close(nxt["observation"], following["observation"])
+        assert not following["done"].any()
+        current = following
+    assert current.batch_size == torch.Size([3])
+
+
+def test_an_unhealthy_world_terminates_and_only_it_resets(device: str) -> None:
+    env = WarpVecEnv("Hopper-v5", 3, seed=0, device=device)
+    env.reset()
+    qpos, qvel = env._qpos.clone(), env._qvel.clone()
+    qpos[1, 1] = 0.5  # below the healthy z range (0.7, inf)
+    env.set_state(qpos, qvel)
+    nxt, following = env.step(torch.zeros(3, 3, device=device))
+    assert nxt["terminated"].squeeze(-1).tolist() == [False, True, False]
+    assert not nxt["truncated"].any()
+    reward = nxt["reward"].squeeze(-1).cpu()
+    assert reward[1] < reward[0] - 0.5  # no healthy reward for the fallen one
+    torch.testing.assert_close(following["observation"][0], nxt["observation"][0])
+    assert following["observation"][1, 0] > 1.2  # z back at the start height (1.25)
+    assert nxt["observation"][1, 0] < 0.7
+
+
+def test_the_device_collector_batches_episodes(device: str) -> None:
+    env = make_vec_env("Hopper-v5", 4, seed=0, backend="mujoco_warp", device=device,
+                       max_episode_steps=6)  # fmt: skip
+    collector = DeviceCollector(env, None, frames_per_batch=4 * 8, total_frames=64)
+    batches = list(collector)
+    assert len(batches) == 2 and collector.frames == 64
+    batch = batches[0]
+    assert batch.batch_size == torch.Size([4, 8]) and batch.names == [None, "time"]
+    assert batch["observation"].shape == (4, 8, 11) and batch.device == torch.device(device)
+    assert batch["action"].shape == (4, 8, 3)
+    for key in ("reward", "done", "terminated", "truncated"):
+        assert batch["next", key].shape == (4, 8, 1)
+    done = batch["next", "done"].squeeze(-1).cpu()
+    ids = batch["collector", "traj_ids"].cpu()
+    # a trajectory id changes exactly after each episode end, and never repeats across envs
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    episodes = collector.episodes
+    assert len(episodes) == int(batches[1]["next", "done"].sum())
+    assert (episodes["episode_length"] <= 6).all()
+    # an episode that started and ended in the last batch: its return is its rewards' sum
+    rewards = batches[1]["next", "reward"].squeeze(-1).cpu()
+    last_ids = batches[1]["collector", "traj_ids"].cpu()
+    for ret, length, tid in zip(*(episodes[k] for k in ("episode_return", "episode_length",
+                                                        "traj_ids")), strict=True):  # fmt: skip
+        steps = last_ids == tid
+        if int(steps.sum()) == int(length):
+            torch.testing.assert_close(rewards[steps].sum(), ret, rtol=1e-5, atol=1e-4)
+
+
+def test_a_nan_action_is_caught_in_the_batch_and_named() -> None:
+    env = make_vec_env("Hopper-v5", 2, seed=0, backend="mujoco_warp", device="cpu")
+
+    def nan_policy(td):
+        td.set("action", torch.full((2, 3), float("nan")))
+        return td
+
+    collector = DeviceCollector(env, nan_policy, frames_per_batch=4)
+    with pytest.raises(ValueError, match=r"non-finite \('next', 'reward'\) at env 0, step 0"):
+        collector.rollout()
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="models the tasks .*'Hopper-v5'.*'Ant-v5' is a AntEnv"):
+        make_vec_env("Ant-v5", 2, backend="mujoco_warp", device="cpu")
+    with pytest.raises(ValueError, match="is a CartPoleEnv"):
+        make_vec_env("CartPole-v1", 2, backend="mujoco_warp", device="cpu")
+    with pytest.raises(ValueError, match="mode='sync'"):
+        make_vec_env("Hopper-v5", 2, mode="async", backend="mujoco_warp")
+    with pytest.raises(ValueError, match="backend must be 'gymnasium', 'envpool' or 'mujoco_warp'"):
+        make_vec_env("Hopper-v5", 2, backend="warp")
+    env = WarpVecEnv("Hopper-v5", 2, device="cpu")
+    env.reset()
+    with pytest.raises(ValueError, match=r"'action' has shape \(2, 4\), expected \(2, 3\)"):
+        env.step(torch.zeros(2, 4))
+    with pytest.raises(TypeError, match="'action' has dtype torch.float64"):
+        env.step(torch.zeros(2, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="DeviceCollector: env must be a WarpVecEnv"):
+        DeviceCollector(make_vec_env("Hopper-v5", 2), None, frames_per_batch=4)
+    env.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        env.step(torch.zeros(2, 3))
