@@ -233,7 +233,8 @@ class WarpVecEnv:
         with wp.ScopedDevice(self._wp_device):
             if self.device.type == "cuda":
                 # capture on a side stream; each replay runs on torch's current stream
-                stream = wp.stream_from_torch(torch.cuda.Stream(self.device))
+                self._capture_stream = torch.cuda.Stream(self.device)  # alive with the graphs
+                stream = wp.stream_from_torch(self._capture_stream)
                 with wp.ScopedStream(stream):
                     self._physics()  # loads the modules (kernels compile on first use)
                     self._reset_masked()

@@ -77,23 +77,22 @@ def test_resets_draw_gymnasium_noise_and_follow_the_seed(device: str) -> None:
 
 def test_truncation_and_same_step_autoreset(device: str) -> None:
     env = make_vec_env(
-        "HalfCheetah-v5", 3, seed=0, backend="mujoco_warp", device=device, max_episode_steps=4
+        "Hopper-v5", 3, seed=0, backend="mujoco_warp", device=device, max_episode_steps=4
     )
-    current = env.reset()
-    zero = torch.zeros(3, 6, device=device)
+    start = env.reset()["observation"]
+    zero = torch.zeros(3, 3, device=device)
     for t in range(1, 9):
         nxt, following = env.step(zero)
         ended = t % 4 == 0
         assert nxt["truncated"].all().item() is ended and nxt["done"].all().item() is ended
-        assert not nxt["terminated"].any()  # HalfCheetah never terminates
+        assert not nxt["terminated"].any()  # standing still for 4 steps keeps it healthy
         if ended:  # the real final observation, then a fresh start near the initial pose
             assert not torch.equal(nxt["observation"], following["observation"])
-            assert (following["observation"][:, :8].abs() < 0.5).all()
+            near = (following["observation"] - start)[:, :5].abs()  # positions: 2 x noise
+            assert (near <= 0.0101).all()
         else:
             torch.testing.assert_close(nxt["observation"], following["observation"])
         assert not following["done"].any()
-        current = following
-    assert current.batch_size == torch.Size([3])
 
 
 def test_an_unhealthy_world_terminates_and_only_it_resets(device: str) -> None:
