@@ -233,6 +233,21 @@ def test_recipes_run_on_other_env_backends(backend: str, env_id: str, tmp_path: 
     assert any("episode_return" in row for row in train)  # episodes ended and were counted
 
 
+def test_ppo_trains_on_mujoco_warp_worlds_and_resumes(tmp_path: Path, device: str) -> None:
+    """--env-backend mujoco_warp: the worlds on --device, a DeviceCollector, evaluation on
+    gymnasium's Hopper; a resume restores the counters and starts fresh episodes."""
+    pytest.importorskip("mujoco_warp")
+    cfg = tiny("ppo", tmp_path, env_backend="mujoco_warp", device=device)
+    result = ppo.main(cfg)
+    assert result["frames"] == cfg.run.total_frames
+    assert torch.isfinite(torch.tensor(result["eval_return_mean"]))
+    train = read_csv(tmp_path / "train.csv")
+    assert any(row.get("episodes", 0) > 0 for row in train)  # the worlds' episodes were counted
+    longer = tiny("ppo", tmp_path, env_backend="mujoco_warp", device=device, resume=True,
+                  total_frames=2 * cfg.run.total_frames)  # fmt: skip
+    assert ppo.main(longer)["frames"] == 2 * cfg.run.total_frames
+
+
 def test_device_flag_runs_on_cpu_and_refuses_a_missing_gpu(tmp_path: Path) -> None:
     for device in ("cpu", "auto"):
         cfg = tiny("ppo", tmp_path / device, env_id="CartPole-v1", device=device)
