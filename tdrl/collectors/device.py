@@ -4,8 +4,8 @@
 Such an env takes an action tensor and returns two TensorDicts, ``(next, current)``: the step's
 ``"next"`` entries and the observations to act from (reset ones where an episode ended). The
 collector stacks ``[num_envs, T]`` batches from them on the env's device and keeps its episode
-statistics there too: a batch costs one host sync (the episodes that ended and the finiteness
-check), not one a step.
+statistics there too: host syncs happen once a batch (the finiteness check, the episodes that
+ended, the env's capacity check), never at a step.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ class DeviceCollector:
 
     action_key: NestedKey = keys.ACTION
     reward_key: NestedKey = keys.REWARD  # under "next"
+    # the entries the finiteness check reads (on_nonfinite="raise")
+    finite_keys: tuple[NestedKey, ...] = (
+        keys.OBSERVATION,
+        (keys.NEXT, keys.OBSERVATION),
+        (keys.NEXT, keys.REWARD),
+    )
 
     def __init__(
         self,
@@ -147,7 +153,10 @@ class DeviceCollector:
         batch: TensorDictBase = torch.stack(steps, 1)  # type: ignore[arg-type]
         batch.names = [None, keys.TIME_DIM_NAME]
         if self.on_nonfinite == "raise":
-            _check_finite(batch, self.frames)
+            _check_finite(batch, self.finite_keys, self.frames)
+        check_capacity = getattr(env, "check_capacity", None)
+        if check_capacity is not None:  # MuJoCo Warp: a world that ran out of contact buffers
+            check_capacity()
         done, returns, lengths, ids = (torch.stack(x) for x in zip(*ends, strict=True))
         self.episodes = _episodes(returns[done], lengths[done], ids[done])  # [T, n]: step order
         self.frames += self.frames_per_batch
@@ -199,9 +208,9 @@ class DeviceCollector:
         return False
 
 
-def _check_finite(batch: TensorDictBase, frames: int) -> None:
-    """One reduction per entry, one host sync per batch; the first bad step is then named."""
-    for key in (keys.OBSERVATION, (keys.NEXT, keys.OBSERVATION), (keys.NEXT, keys.REWARD)):
+def _check_finite(batch: TensorDictBase, entries: tuple[NestedKey, ...], frames: int) -> None:
+    """One reduction and one host sync per entry; the first bad step (then env) is named."""
+    for key in entries:
         if key not in batch.keys(include_nested=True):
             continue
         value = batch.get(key)
@@ -209,7 +218,7 @@ def _check_finite(batch: TensorDictBase, frames: int) -> None:
             continue
         bad = ~value.isfinite().flatten(2).all(-1)
         if bool(bad.any()):
-            env, t = (int(i) for i in bad.nonzero()[0])
+            t, env = (int(i) for i in bad.T.nonzero()[0])
             raise ValueError(
                 f"non-finite {key!r} at env {env}, step {t} of the batch (after {frames} frames): "
                 "the simulation or the policy produced NaN or inf"

@@ -44,9 +44,16 @@ class MultiAgentCollector(DeviceCollector):
         deterministic: run the policy under ``InteractionType.DETERMINISTIC``.
         seed: seed of the random actions; default: the env's seed.
         device: where the policy runs (observations are moved there; actions back to the env).
+        on_nonfinite: ``"raise"`` (default): a NaN or infinite per-agent observation or reward
+            in a batch raises an error naming the key, env and step; ``"ignore"``: no check.
     """
 
     action_key = ACTION
+    finite_keys = (
+        (GROUP, keys.OBSERVATION),
+        (keys.NEXT, GROUP, keys.OBSERVATION),
+        (keys.NEXT, *REWARD),
+    )
 
     def _check_env(self, env: Any) -> None:
         if not isinstance(env, MultiAgentVecEnv):

@@ -694,6 +694,11 @@ def make_vec_env(
     if backend == "mujoco_warp":
         if mode != "sync":
             raise ValueError("backend='mujoco_warp' steps every world in one call: mode='sync'")
+        if out_of_bounds != "clip":
+            raise ValueError(
+                "backend='mujoco_warp' clips actions to the control range (out_of_bounds='clip'): "
+                "a per-step bounds check would cost a host sync a step"
+            )
         from tdrl.envs.warp_backend import make_warp_env
 
         warp = make_warp_env(

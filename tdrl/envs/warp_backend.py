@@ -20,7 +20,9 @@ are reset inside the step; ``("next", "observation")`` holds the real final obse
 actions clipped to the control range, float32 observations. What differs: the physics runs in
 float32 (MuJoCo runs in float64), so a trajectory agrees with gymnasium's step by step within a
 tolerance, not bitwise (``tests/envs/test_warp_backend.py`` states it), and the reset noise comes
-from a torch generator on the device, so a seed gives other episodes than gymnasium's.
+from a torch generator on the device, so a seed gives other episodes than gymnasium's (and on
+CUDA, which draws noise for every world each step to stay free of host syncs, other episodes
+than on the CPU).
 
 On CUDA the ``frame_skip`` physics steps and the partial reset are captured once as Warp graphs
 and replayed on torch's current stream each step: an env step makes no host copy and no host
@@ -54,10 +56,8 @@ WARP_TASKS = {
     "Walker2dEnv": "Walker2d-v5",
     "HalfCheetahEnv": "HalfCheetah-v5",
 }
-# Contacts and constraint rows allocated per world (mujoco_warp's put_data): the locomotion tasks
-# touch the floor with a few geoms; an overflow is reported, not silently dropped (see _check).
-_CONTACTS_PER_WORLD = 32
-_ROWS_PER_WORLD = 192
+# mujoco_warp's overflow bits that mean "allocate more" (not the solver's iteration limits).
+_CAPACITY_BITS = ("NEFC", "NJMAX_NNZ", "BROADPHASE", "NARROWPHASE", "CCD", "NVMAX")
 
 
 def _warp() -> tuple[Any, Any]:
@@ -89,6 +89,10 @@ class WarpVecEnv:
         device: ``"cpu"`` (Warp's CPU device) or ``"cuda[:N]"``.
         obs_dtype: floating observation dtype.
         graph: replay captured Warp graphs (default); False launches every kernel each step.
+        contacts_per_world, rows_per_world: what mujoco_warp allocates per world (``nconmax``,
+            ``njmax``). The locomotion tasks touch the floor with a few geoms; a world that needs
+            more is flagged at that step and :meth:`check_capacity` (the collector calls it
+            once a batch) raises an error naming the overflow and these arguments.
         **make_kwargs: passed to ``gymnasium.make`` (the task's options: ``ctrl_cost_weight``,
             ``reset_noise_scale``, ``max_episode_steps``, ...); the env made is only read.
 
@@ -105,6 +109,8 @@ class WarpVecEnv:
         obs_dtype: torch.dtype = torch.float32,
         *,
         graph: bool = True,
+        contacts_per_world: int = 32,
+        rows_per_world: int = 192,
         **make_kwargs: Any,
     ) -> None:
         wp, mjw = _warp()
@@ -113,6 +119,8 @@ class WarpVecEnv:
             self.device = torch.device("cuda", torch.cuda.current_device())
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"backend='mujoco_warp' runs on cpu or cuda, got device {device!r}")
+        if not obs_dtype.is_floating_point:
+            raise TypeError(f"obs_dtype must be a floating dtype, got {obs_dtype}")
         gym_env = gym.make(env_id, **make_kwargs)
         task: Any = gym_env.unwrapped  # a MujocoEnv: model, frame_skip, init_qpos, ...
         kind = type(task).__name__
@@ -137,11 +145,18 @@ class WarpVecEnv:
             mjd = mujoco.MjData(mjm)
             mujoco.mj_forward(mjm, mjd)
             self._data = mjw.put_data(
-                mjm, mjd, nworld=num_envs, nconmax=_CONTACTS_PER_WORLD, njmax=_ROWS_PER_WORLD
+                mjm, mjd, nworld=num_envs, nconmax=contacts_per_world, njmax=rows_per_world
             )
+            wp.synchronize_device(self._wp_device)  # before torch's streams touch the arrays
         d = self._data
         self._qpos, self._qvel = wp.to_torch(d.qpos), wp.to_torch(d.qvel)
         self._ctrl = wp.to_torch(d.ctrl)
+        self._overflow = wp.to_torch(d.overflow)  # [N] bitmask, cleared by a world's reset
+        self._capacity_mask = 0
+        for name in _CAPACITY_BITS:
+            self._capacity_mask |= int(getattr(mjw.OverflowType, name, 0))
+        self._overflowed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+        self._capacity = dict(contacts_per_world=contacts_per_world, rows_per_world=rows_per_world)
         self._mask = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
         self._wp_mask = wp.from_torch(self._mask, dtype=wp.bool)
         f32: dict[str, Any] = dict(dtype=torch.float32, device=self.device)
@@ -168,6 +183,7 @@ class WarpVecEnv:
         self._x_before = torch.zeros(num_envs, **f32)
         self._graphs: tuple[Any, Any] | None = None
         self._use_graph = graph
+        self._started = False  # the first call is a full reset (capture needs a known state)
         self._closed = False
 
     # ------------------------------------------------------------------ the task's rules
@@ -235,6 +251,7 @@ class WarpVecEnv:
             if self.device.type == "cuda":
                 # capture on a side stream; each replay runs on torch's current stream
                 self._capture_stream = torch.cuda.Stream(self.device)  # alive with the graphs
+                self._capture_stream.wait_stream(torch.cuda.current_stream(self.device))
                 stream = wp.stream_from_torch(self._capture_stream)
                 with wp.ScopedStream(stream):
                     self._physics()  # loads the modules (kernels compile on first use)
@@ -291,11 +308,14 @@ class WarpVecEnv:
             self._generator.manual_seed(seed)
         everything = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self._reset_worlds(everything)
+        self._started = True
         return self._root(self._observation())
 
     def step(self, action: torch.Tensor) -> tuple[TensorDict, TensorDict]:
         """One env step of every world; returns ``(next, current)`` (see the class)."""
         self._check_open()
+        if not self._started:
+            raise RuntimeError(f"{self!r}: reset() before the first step")
         self._check_action(action)
         action = torch.minimum(torch.maximum(action, self._low), self._high)
         self._ctrl.copy_(action)
@@ -303,6 +323,7 @@ class WarpVecEnv:
         x_after = self._qpos[:, 0].clone()
         x_velocity = (x_after - self._x_before) / self.dt
         self._x_before = x_after
+        self._overflowed |= self._overflow & self._capacity_mask  # before a reset clears it
         observation = self._observation()
         reward, terminated = self._reward_and_terminated(action, x_velocity)
         self._elapsed += 1
@@ -366,6 +387,24 @@ class WarpVecEnv:
         self._qvel.copy_(qvel)
         self._elapsed.zero_()
         self._x_before.copy_(self._qpos[:, 0])
+        self._started = True
+
+    def check_capacity(self) -> None:
+        """Raises if a world needed more contacts or constraint rows than allocated since the
+        last check (one host sync); the flags are then cleared."""
+        worlds = self._overflowed.nonzero().flatten().tolist()
+        if not worlds:
+            return
+        flags = 0
+        for bits in self._overflowed[worlds].tolist():
+            flags |= bits
+        self._overflowed.zero_()
+        names = [n for n in _CAPACITY_BITS if flags & int(getattr(self._mjw.OverflowType, n, 0))]
+        raise RuntimeError(
+            f"{self!r}: worlds {worlds[:8]} overflowed mujoco_warp's buffers ({names}; "
+            f"allocated {self._capacity}): their physics dropped contacts or constraints; make "
+            "the env with larger contacts_per_world / rows_per_world"
+        )
 
     def _root(self, observation: torch.Tensor) -> TensorDict:
         no = torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device)
@@ -404,5 +443,8 @@ def make_warp_env(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if not isinstance(env_id, str):
-        raise ValueError("backend='mujoco_warp' takes a gymnasium env id (Hopper-v5, ...)")
+        raise ValueError(
+            "backend='mujoco_warp' takes a gymnasium env id (Hopper-v5, ...), got "
+            f"{type(env_id).__name__}"
+        )
     return WarpVecEnv(env_id, num_envs, seed, device, **kwargs)

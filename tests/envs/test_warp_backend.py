@@ -113,7 +113,7 @@ def test_an_unhealthy_world_terminates_and_only_it_resets(device: str) -> None:
 
 def test_the_device_collector_batches_episodes(device: str) -> None:
     env = make_vec_env("Hopper-v5", 4, seed=0, backend="mujoco_warp", device=device,
-                       max_episode_steps=6)  # fmt: skip
+                       max_episode_steps=4)  # fmt: skip
     collector = DeviceCollector(env, None, frames_per_batch=4 * 8, total_frames=64)
     batches = list(collector)
     assert len(batches) == 2 and collector.frames == 64
@@ -123,21 +123,25 @@ def test_the_device_collector_batches_episodes(device: str) -> None:
     assert batch["action"].shape == (4, 8, 3)
     for key in ("reward", "done", "terminated", "truncated"):
         assert batch["next", key].shape == (4, 8, 1)
-    done = batch["next", "done"].squeeze(-1).cpu()
-    ids = batch["collector", "traj_ids"].cpu()
-    # a trajectory id changes exactly after each episode end, and never repeats across envs
+    ids = torch.cat([b["collector", "traj_ids"] for b in batches], 1).cpu()
+    done = torch.cat([b["next", "done"] for b in batches], 1).squeeze(-1).cpu()
+    # a trajectory id changes exactly after each episode end and is never used twice
     assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
-    episodes = collector.episodes
+    runs = [tuple(row.unique_consecutive().tolist()) for row in ids]
+    flat = [i for run in runs for i in run]
+    assert len(flat) == len(set(flat))
+    episodes = collector.episodes  # those that ended in the last batch, in the order they ended
     assert len(episodes) == int(batches[1]["next", "done"].sum())
-    assert (episodes["episode_length"] <= 6).all()
-    # an episode that started and ended in the last batch: its return is its rewards' sum
     rewards = batches[1]["next", "reward"].squeeze(-1).cpu()
     last_ids = batches[1]["collector", "traj_ids"].cpu()
+    checked = 0
     for ret, length, tid in zip(*(episodes[k] for k in ("episode_return", "episode_length",
                                                         "traj_ids")), strict=True):  # fmt: skip
         steps = last_ids == tid
-        if int(steps.sum()) == int(length):
+        if int(steps.sum()) == int(length):  # started and ended in this batch: its rewards' sum
             torch.testing.assert_close(rewards[steps].sum(), ret, rtol=1e-5, atol=1e-4)
+            checked += 1
+    assert checked > 0 and (episodes["episode_length"] <= 4).all()
 
 
 def test_a_nan_action_is_caught_in_the_batch_and_named() -> None:
@@ -152,6 +156,16 @@ def test_a_nan_action_is_caught_in_the_batch_and_named() -> None:
         collector.rollout()
 
 
+def test_a_world_short_of_contact_buffers_is_named() -> None:
+    env = make_vec_env("Hopper-v5", 2, seed=0, backend="mujoco_warp", device="cpu",
+                       contacts_per_world=1, rows_per_world=2)  # fmt: skip
+    collector = DeviceCollector(env, None, frames_per_batch=2 * 30)
+    with pytest.raises(RuntimeError, match=r"overflowed mujoco_warp's buffers \(\[.*'NEFC'"):
+        collector.rollout()  # the hopper lands: more contacts and rows than allocated
+    roomy = make_vec_env("Hopper-v5", 2, seed=0, backend="mujoco_warp", device="cpu")
+    DeviceCollector(roomy, None, frames_per_batch=2 * 30).rollout()  # the defaults suffice
+
+
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="models the tasks .*'Hopper-v5'.*'Ant-v5' is a AntEnv"):
         make_vec_env("Ant-v5", 2, backend="mujoco_warp", device="cpu")
@@ -161,7 +175,11 @@ def test_bad_input_is_named() -> None:
         make_vec_env("Hopper-v5", 2, mode="async", backend="mujoco_warp")
     with pytest.raises(ValueError, match="backend must be 'gymnasium', 'envpool' or 'mujoco_warp'"):
         make_vec_env("Hopper-v5", 2, backend="warp")
+    with pytest.raises(ValueError, match="clips actions to the control range"):
+        make_vec_env("Hopper-v5", 2, backend="mujoco_warp", out_of_bounds="reject")
     env = WarpVecEnv("Hopper-v5", 2, device="cpu")
+    with pytest.raises(RuntimeError, match=r"reset\(\) before the first step"):
+        env.step(torch.zeros(2, 3))
     env.reset()
     with pytest.raises(ValueError, match=r"'action' has shape \(2, 4\), expected \(2, 3\)"):
         env.step(torch.zeros(2, 4))
