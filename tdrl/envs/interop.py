@@ -116,11 +116,67 @@ class TorchRLEnv(EnvBase):
         super().close(raise_if_closed=raise_if_closed)
 
 
-def to_torchrl(env: VecEnv) -> TorchRLEnv:
-    """A tdrl ``VecEnv`` as a TorchRL ``EnvBase`` (batch size ``[num_envs]``), for TorchRL's
-    ``Collector``, ``TransformedEnv`` and ``rollout``. Closing it closes ``env``."""
+class TorchRLDeviceEnv(EnvBase):
+    """A torch-stepped tdrl env (MuJoCo Warp's worlds, :class:`tdrl.envs.warp_backend.WarpVecEnv`)
+    as a TorchRL env with batch size ``[num_envs]`` on the worlds' device; build it with
+    :func:`to_torchrl`. ``step`` returns the real final observation; the worlds that ended were
+    reset inside it, and the partial reset that follows hands out their reset observation."""
+
+    def __init__(self, env: Any) -> None:
+        if env.closed:
+            raise RuntimeError(f"{env!r} is closed")
+        n = env.num_envs
+        super().__init__(batch_size=torch.Size([n]), device=env.device)
+        self.env = env
+        self.observation_spec = env.observation_spec.clone()
+        self.action_spec = env.action_spec.clone()
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=env.device)
+        flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=env.device)
+        self.done_spec = Composite(
+            {keys.DONE: flag.clone(), keys.TERMINATED: flag.clone(), keys.TRUNCATED: flag.clone()},
+            shape=(n,), device=env.device,
+        )  # fmt: skip
+        self._current: TensorDictBase | None = None
+        self._ended = torch.zeros(n, dtype=torch.bool, device=env.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        mask = None if tensordict is None else tensordict.get(_RESET, None)
+        seed = kwargs.pop("seed", None)
+        if kwargs:
+            raise TypeError(f"reset got unsupported arguments {sorted(kwargs)}")
+        if mask is None or self._current is None or seed is not None:
+            self._current = self.env.reset(seed)
+        else:  # the worlds that ended were reset by the step; reset only the running ones
+            running = mask.reshape(self.env.num_envs).to(self.device) & ~self._ended
+            self._current = self.env.reset(mask=running)
+        self._ended = torch.zeros_like(self._ended)
+        return self._current.select(*self.observation_spec.keys(True, True), keys.DONE,
+                                    keys.TERMINATED, keys.TRUNCATED)  # fmt: skip
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        nxt, self._current = self.env.step(tensordict.get(keys.ACTION))
+        self._ended = nxt.get(keys.DONE).reshape(-1)
+        return nxt
+
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is not None:  # the next reset draws from this seed
+            self.env.reseed(seed)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        self.env.close()
+        super().close(raise_if_closed=raise_if_closed)
+
+
+def to_torchrl(env: Any) -> TorchRLEnv | TorchRLDeviceEnv:
+    """A tdrl ``VecEnv`` (or MuJoCo Warp's ``WarpVecEnv``, on its device) as a TorchRL
+    ``EnvBase`` (batch size ``[num_envs]``), for TorchRL's ``Collector``, ``TransformedEnv``
+    and ``rollout``. Closing it closes ``env``."""
+    from tdrl.envs.warp_backend import WarpVecEnv
+
+    if isinstance(env, WarpVecEnv):
+        return TorchRLDeviceEnv(env)
     if not isinstance(env, VecEnv):
-        raise TypeError(f"to_torchrl expects a tdrl VecEnv, got {type(env).__name__}")
+        raise TypeError(f"to_torchrl expects a tdrl VecEnv or WarpVecEnv, got {type(env).__name__}")
     return TorchRLEnv(env)
 
 

@@ -301,13 +301,25 @@ class WarpVecEnv:
         self._x_before.copy_(torch.where(mask, self._qpos[:, 0], self._x_before))
 
     # ------------------------------------------------------------------ the API
-    def reset(self, seed: int | None = None) -> TensorDict:
-        """Resets every world (``seed``: re-seeds the reset noise first)."""
+    def reset(self, seed: int | None = None, *, mask: torch.Tensor | None = None) -> TensorDict:
+        """Resets every world, or those where ``mask`` (``[num_envs]`` bool) is True after a
+        first full reset; returns the root TensorDict of every world (``seed``: re-seeds the
+        reset noise first)."""
         self._check_open()
         if seed is not None:
             self._generator.manual_seed(seed)
-        everything = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self._reset_worlds(everything)
+        if mask is None:
+            mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        else:
+            if not self._started:
+                raise RuntimeError(f"{self!r}: a partial reset (mask) needs a full reset first")
+            if mask.shape != (self.num_envs,) or mask.dtype != torch.bool:
+                raise ValueError(
+                    f"reset mask must be a bool tensor of shape ({self.num_envs},), got "
+                    f"{mask.dtype} {tuple(mask.shape)}"
+                )
+            mask = mask.to(self.device)
+        self._reset_worlds(mask)
         self._started = True
         return self._root(self._observation())
 
@@ -348,6 +360,10 @@ class WarpVecEnv:
         else:
             current = observation
         return nxt, self._root(current)
+
+    def reseed(self, seed: int) -> None:
+        """The reset noise continues from ``seed`` (the next reset's draws)."""
+        self._generator.manual_seed(seed)
 
     def rand_action(self, generator: torch.Generator | None = None) -> torch.Tensor:
         """Uniform actions in the bounds, ``[num_envs, act_dim]`` on the env's device

@@ -190,3 +190,27 @@ def test_bad_input_is_named() -> None:
     env.close()
     with pytest.raises(RuntimeError, match="is closed"):
         env.step(torch.zeros(2, 3))
+
+
+def test_torchrl_collects_from_the_worlds_through_to_torchrl(device: str) -> None:
+    """TorchRL's own Collector over the worlds: real final observations in ("next", ...), the
+    reset observation at the step after an end, nothing copied off the device."""
+    from torchrl.collectors import Collector
+
+    from tdrl.envs import to_torchrl
+
+    env = to_torchrl(make_vec_env("Hopper-v5", 3, seed=0, backend="mujoco_warp", device=device,
+                                  max_episode_steps=4))  # fmt: skip
+    collector = Collector(env, None, frames_per_batch=3 * 10, total_frames=30, device=device)
+    batch = next(iter(collector))
+    collector.shutdown()
+    assert batch.batch_size == torch.Size([3, 10]) and batch.device == torch.device(device)
+    done = batch["next", "done"].squeeze(-1).cpu()
+    assert done[:, [3, 7]].all() and done.sum() == 6  # truncated at 4 steps, in every world
+    obs, nxt = batch["observation"].cpu(), batch["next", "observation"].cpu()
+    running = ~done[:, :-1]
+    torch.testing.assert_close(obs[:, 1:][running], nxt[:, :-1][running])  # continuity
+    ended = done[:, :-1]
+    assert (obs[:, 1:][ended] - nxt[:, :-1][ended]).abs().amax(-1).gt(1e-3).all()
+    start = obs[:, 0]  # each world's first observation: a reset one, near the initial pose
+    assert ((obs[:, 4] - start)[:, :5].abs() <= 0.0101).all()
