@@ -7,10 +7,12 @@ The rate is the steady one: env steps between the train.csv row at a third of th
 row over the seconds between them, so compilation and capture (in the first updates) and the
 random warm-up steps are outside it. The peers' figure it answers is LeanRL's (CleanRL's scripts
 with torch.compile and CUDA graphs, its README, H100): SAC 5.7x, TD3 3.4x, PPO continuous 2.7x
-its eager scripts.
+its eager scripts. ``--peers`` runs ``benchmarks/plain_torch.py`` beside each recipe and mode:
+the same loop in plain PyTorch, LeanRL's way, at the same settings and budget ("plain" rows).
 
     python benchmarks/compiled_e2e.py --device cuda          # SAC, TD3, PPO on HalfCheetah-v5
     python benchmarks/compiled_e2e.py --device cpu --quick   # eager and compiled on the CPU
+    python benchmarks/compiled_e2e.py --device cuda --peers  # beside plain-PyTorch loops
 """
 
 from __future__ import annotations
@@ -55,14 +57,24 @@ def steady_rate(train_csv: Path) -> float:
 
 
 def run(recipe: str, mode: str, args: argparse.Namespace, folder: Path) -> float | str:
-    settings = (QUICK if args.quick else RUNS)[recipe]
+    """A recipe's run (``recipe``), or its plain-PyTorch peer's (``plain-<recipe>``)."""
+    plain = recipe.startswith("plain-")
+    algo = recipe.removeprefix("plain-")
+    settings = (QUICK if args.quick else RUNS)[algo]
     log_dir = folder / f"{recipe}-{mode}"
-    command = [
-        sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), "--env-id", args.env_id,
-        "--device", args.device, "--eval-every", "0", "--eval-episodes", "1",
-        "--checkpoint-every", "0", "--no-progress", "--log-dir", str(log_dir),
-        *settings, *MODES[mode],
-    ]  # fmt: skip
+    if plain:
+        command = [
+            sys.executable, str(ROOT / "benchmarks" / "plain_torch.py"), "--algo", algo,
+            "--mode", mode, "--env-id", args.env_id, "--device", args.device,
+            "--log-dir", str(log_dir), *settings,
+        ]  # fmt: skip
+    else:
+        command = [
+            sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), "--env-id", args.env_id,
+            "--device", args.device, "--eval-every", "0", "--eval-episodes", "1",
+            "--checkpoint-every", "0", "--no-progress", "--log-dir", str(log_dir),
+            *settings, *MODES[mode],
+        ]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
@@ -83,22 +95,24 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=None, choices=list(MODES))
     parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument("--peers", action="store_true", help="plain-PyTorch loops beside them")
     args = parser.parse_args()
     modes = args.modes or [m for m in MODES if args.device.startswith("cuda") or "graphs" not in m]
     print(f"{args.env_id}, --device {args.device}: steady env steps/s of whole training runs")
     with tempfile.TemporaryDirectory() as tmp:
         # eager and the fastest mode of every recipe first (a cut-off run has those)
         order = [*modes[:1], *modes[:0:-1]]
-        done = {(r, m): run(r, m, args, Path(tmp)) for m in order for r in args.recipes}
-        rates = {(r, m): done[r, m] for r in args.recipes for m in modes}
-    print(f"{'recipe':<6} {'mode':<16} {'steps/s':>9} {'vs eager':>9}")
+        recipes = [x for r in args.recipes for x in (r, f"plain-{r}")[: 1 + args.peers]]
+        done = {(r, m): run(r, m, args, Path(tmp)) for m in order for r in recipes}
+        rates = {(r, m): done[r, m] for r in recipes for m in modes}
+    print(f"{'recipe':<10} {'mode':<16} {'steps/s':>9} {'vs eager':>9}")
     for (recipe, mode), rate in rates.items():
         eager = rates.get((recipe, "eager"))
         if isinstance(rate, str):
-            print(f"{recipe:<6} {mode:<16} {rate}")
+            print(f"{recipe:<10} {mode:<16} {rate}")
             continue
         ratio = f"{rate / eager:.2f}" if isinstance(eager, float) else "-"
-        print(f"{recipe:<6} {mode:<16} {rate:>9,.0f} {ratio:>9}")
+        print(f"{recipe:<10} {mode:<16} {rate:>9,.0f} {ratio:>9}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 #   bash benchmarks/gpu_check.sh so        # there, 1st call (carry .gpu_so): keep warp.so's 1st part
 #   bash benchmarks/gpu_check.sh warp      # there, 2nd call (carry .gpu): MuJoCo Warp's worlds,
 #                                          #   throughput and PPO on Hopper, beside the CPU envs
-#   bash benchmarks/gpu_check.sh run       # there (carry .gpu): compiled and captured steps,
-#                                          #   CUDA tests (run all: + estimators, collector)
+#   bash benchmarks/gpu_check.sh run       # there (carry .gpu): CUDA tests, whole runs beside
+#                                          #   plain-PyTorch peers (PARTS=...; run all: + the
+#                                          #   estimators and collector tables)
 #
 # .gpu/ and .gpu_so/ are not in git (add "/.gpu/" and "/.gpu_so/" to .git/info/exclude). A call
 # carries at most 64 MiB, and warp-lang's wheel is 149 MB (its warp.so: 299 MB, 78 MB as xz):
@@ -89,14 +90,21 @@ if [ "${1:-run}" = warp ]; then
     stamp ppo
     exit 0
 fi
-# What each part may take is its timeout (the device tool allows 600 s a call): the CUDA tests
-# (the device-parametrized ones, `device` fixture, and the CUDA-only ones, fast paths off: the
-# torch there is not the tested version, so their plain twins run), then the captured updates.
-timeout 200 python3 -m pytest -q -k cuda -n 8 -p no:cacheprovider tests >"$OUT/tests_plain.txt" 2>&1
-stamp tests_plain
-TDRL_FAST=force timeout 150 python3 -u benchmarks/updates.py --device cuda --compile \
-    --sections ${SECTIONS:-sac td3 dqn} >"$OUT/updates.txt" 2>&1
-stamp updates
+# What each part may take is its timeout (the device tool allows 600 s a call); PARTS picks them
+# (default "tests e2e"): the CUDA tests (the device-parametrized ones, `device` fixture, and the
+# CUDA-only ones, fast paths off: the torch there is not the tested version, so their plain twins
+# run), whole runs of SAC/TD3/PPO beside their plain-PyTorch peers in every mode, the update tables.
+for part in ${PARTS:-tests e2e}; do
+    case $part in
+    tests) timeout 200 python3 -m pytest -q -k cuda -n 8 -p no:cacheprovider tests \
+        >"$OUT/tests_plain.txt" 2>&1 ;;
+    e2e) TDRL_FAST=force timeout 380 python3 -u benchmarks/compiled_e2e.py --device cuda --quick \
+        --modes eager compiled+graphs --peers --timeout 60 >"$OUT/compiled_e2e.txt" 2>&1 ;;
+    updates) TDRL_FAST=force timeout 150 python3 -u benchmarks/updates.py --device cuda --compile \
+        --sections ${SECTIONS:-sac td3 dqn} >"$OUT/updates.txt" 2>&1 ;;
+    esac
+    stamp "$part"
+done
 if [ "${2:-}" = all ]; then  # the earlier figures: estimators, collector
     timeout 60 python3 -u benchmarks/estimators.py --device cuda >"$OUT/estimators.txt" 2>&1
     stamp estimators
