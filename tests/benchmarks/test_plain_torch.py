@@ -4,19 +4,29 @@ refused."""
 
 from __future__ import annotations
 
-import subprocess
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "plain_torch.py"
+_spec = importlib.util.spec_from_file_location(
+    "plain_torch", ROOT / "benchmarks" / "plain_torch.py"
+)
+assert _spec is not None and _spec.loader is not None
+plain_torch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plain_torch)
 
 
-def _run(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--log-dir", str(tmp_path), *flags],
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+def _main(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *flags: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["plain_torch.py", "--log-dir", str(tmp_path), *flags])
+    threads = torch.get_num_threads()
+    try:
+        plain_torch.main()
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(
@@ -29,15 +39,15 @@ def _run(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
                              "256", "--epochs", "1"], marks=pytest.mark.variants),
     ],
 )  # fmt: skip
-def test_each_loop_runs_and_logs_its_rows(algo: str, flags: list[str], tmp_path: Path) -> None:
-    done = _run(tmp_path, "--algo", algo, *flags)
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_each_loop_runs_and_logs_its_rows(algo, flags, tmp_path, monkeypatch) -> None:
+    _main(monkeypatch, tmp_path, "--algo", algo, *flags)
     rows = (tmp_path / "train.csv").read_text().splitlines()
     assert rows[0] == "step,time" and len(rows) == 4  # three rows a run: steady_rate's minimum
     steps = [int(r.split(",")[0]) for r in rows[1:]]
     assert steps == sorted(steps) and steps[-1] == int(flags[1])
 
 
-def test_captured_modes_need_cuda(tmp_path: Path) -> None:
-    done = _run(tmp_path, "--algo", "sac", "--mode", "cudagraphs", "--device", "cpu")
-    assert done.returncode != 0 and "needs --device cuda" in done.stderr
+def test_captured_modes_need_cuda(tmp_path: Path, monkeypatch, capsys) -> None:
+    with pytest.raises(SystemExit):
+        _main(monkeypatch, tmp_path, "--algo", "sac", "--mode", "cudagraphs", "--device", "cpu")
+    assert "needs --device cuda" in capsys.readouterr().err
