@@ -6,8 +6,8 @@ the loop and torch. Each run writes ``train.csv`` rows (``step``, ``time``) as a
 the two are timed alike.
 
 What is left out against the recipes (a speed peer, not a replacement): no evaluation, no
-checkpoints, no observation normalization or reward scaling in PPO, and PPO bootstraps neither
-truncated nor terminated ends (CleanRL's ``done`` for both).
+checkpoints, no observation normalization, reward scaling or learning-rate decay in PPO, and PPO
+bootstraps neither truncated nor terminated ends (CleanRL's ``done`` for both).
 
     python benchmarks/plain_torch.py --algo sac --mode compiled --log-dir /tmp/plain_sac
     python benchmarks/plain_torch.py --algo ppo --mode compiled+graphs --device cuda --log-dir ...
@@ -149,8 +149,9 @@ def off_policy(args: argparse.Namespace, device: torch.device) -> None:
         q_opt.zero_grad()
         loss.backward()
         q_opt.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(targets.parameters()), list(critics.parameters()), tau)
+        if sac:  # TD3 moves its critic targets with the actor's, every second step
+            with torch.no_grad():
+                torch._foreach_lerp_(list(targets.parameters()), list(critics.parameters()), tau)
         return TensorDict(critic_loss=loss.detach())
 
     def actor_step(data: TensorDict) -> TensorDict:
@@ -174,6 +175,7 @@ def off_policy(args: argparse.Namespace, device: torch.device) -> None:
             assert actor_target is not None
             with torch.no_grad():
                 torch._foreach_lerp_(list(actor_target.parameters()), list(actor.parameters()), tau)
+                torch._foreach_lerp_(list(targets.parameters()), list(critics.parameters()), tau)
         return out
 
     critic_update, actor_update = wrap(critic_step, args.mode), wrap(actor_step, args.mode)
@@ -183,6 +185,7 @@ def off_policy(args: argparse.Namespace, device: torch.device) -> None:
         next_obs=torch.zeros(n, obs_dim), term=torch.zeros(n), batch_size=[n], device=device,
     )  # fmt: skip
     obs, _ = env.reset(seed=args.seed)
+    env.action_space.seed(args.seed)
     log = Log(Path(args.log_dir), args.log_every)
     for t in range(n):
         if t < args.init_random_frames:
@@ -211,7 +214,10 @@ def off_policy(args: argparse.Namespace, device: torch.device) -> None:
 
 # ------------------------------------------------------------------------------------------ PPO
 def ppo(args: argparse.Namespace, device: torch.device) -> None:
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(args.env_id)] * args.num_envs)
+    envs = gym.vector.SyncVectorEnv(  # same-step autoreset: no dummy step after an end
+        [lambda: gym.make(args.env_id)] * args.num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     obs_dim = envs.single_observation_space.shape[0]
     act_dim = envs.single_action_space.shape[0]
     graphs = "graphs" in args.mode

@@ -144,18 +144,23 @@ class TorchRLDeviceEnv(EnvBase):
         seed = kwargs.pop("seed", None)
         if kwargs:
             raise TypeError(f"reset got unsupported arguments {sorted(kwargs)}")
-        if mask is None or self._current is None or seed is not None:
+        if mask is None or self._current is None:
             self._current = self.env.reset(seed)
         else:  # the worlds that ended were reset by the step; reset only the running ones
+            if seed is not None:
+                self.env.reseed(seed)
             running = mask.reshape(self.env.num_envs).to(self.device) & ~self._ended
-            self._current = self.env.reset(mask=running)
+            # on the CPU a reset of no world is skipped (its noise draws too); on CUDA the
+            # check would be a host sync, so the reset graph runs on an all-False mask
+            if self.device.type != "cpu" or bool(running.any()):
+                self._current = self.env.reset(mask=running)
         self._ended = torch.zeros_like(self._ended)
         return self._current.select(*self.observation_spec.keys(True, True), keys.DONE,
                                     keys.TERMINATED, keys.TRUNCATED)  # fmt: skip
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         nxt, self._current = self.env.step(tensordict.get(keys.ACTION))
-        self._ended = nxt.get(keys.DONE).reshape(-1)
+        self._ended = nxt.get(keys.DONE).reshape(-1).clone()  # transforms may edit "done"
         return nxt
 
     def _set_seed(self, seed: int | None) -> None:

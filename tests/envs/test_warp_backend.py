@@ -218,3 +218,36 @@ def test_torchrl_collects_from_the_worlds_through_to_torchrl(device: str) -> Non
     assert (obs[:, 1:][ended] - nxt[:, :-1][ended]).abs().amax(-1).gt(1e-3).all()
     start = obs[:, 0]  # each world's first observation: a reset one, near the initial pose
     assert ((obs[:, 4] - start)[:, :5].abs() <= 0.0101).all()
+
+
+def test_partial_resets_reset_only_the_masked_worlds_also_through_torchrl() -> None:
+    from tensordict import TensorDict
+    from torchrl.envs import StepCounter, TransformedEnv
+
+    from tdrl.envs import to_torchrl
+
+    env = WarpVecEnv("Hopper-v5", 3, seed=0, device="cpu")
+    with pytest.raises(RuntimeError, match="needs a full reset first"):
+        env.reset(mask=torch.tensor([True, False, False]))
+    first = env.reset()["observation"]
+    with pytest.raises(ValueError, match=r"bool tensor of shape \(3,\), got torch.int64"):
+        env.reset(mask=torch.tensor([1, 0, 0]))
+    nxt, _ = env.step(torch.ones(3, 3))
+    again = env.reset(mask=torch.tensor([False, True, False]))["observation"]
+    torch.testing.assert_close(again[[0, 2]], nxt["observation"][[0, 2]])  # untouched
+    assert not torch.equal(again[1], nxt["observation"][1])  # a fresh start
+    assert ((again[1] - first[1])[:5].abs() <= 0.0101).all()
+    # TorchRL's StepCounter truncates running worlds: its partial reset resets them alone
+    worlds = TransformedEnv(to_torchrl(WarpVecEnv("Hopper-v5", 2, seed=1)), StepCounter(3))
+    td = worlds.rollout(7, break_when_any_done=False)
+    steps = td["step_count"].squeeze(-1)
+    assert steps[0].tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert td["next", "truncated"].squeeze(-1)[:, 2].all()
+    # a seeded partial reset re-seeds the noise and resets the masked world alone
+    adapter = to_torchrl(WarpVecEnv("Hopper-v5", 2, seed=1))
+    adapter.rand_step(adapter.reset())
+    qpos = adapter.env._qpos.clone()
+    mask = TensorDict({"_reset": torch.tensor([[True], [False]])}, batch_size=[2])
+    adapter.reset(mask, seed=3)
+    torch.testing.assert_close(adapter.env._qpos[1], qpos[1])  # the running world kept its state
+    assert not torch.equal(adapter.env._qpos[0], qpos[0])
