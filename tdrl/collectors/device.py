@@ -133,6 +133,7 @@ class DeviceCollector:
             self._current = env.reset(self._reset_seed)
         steps: list[TensorDictBase] = []
         ends: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        no_flag = torch.zeros(n, 1, dtype=torch.bool, device=self._traj_ids.device)
         with torch.no_grad(), set_interaction_type(mode):
             for _ in range(self.steps_per_batch):
                 step = self._current
@@ -144,7 +145,6 @@ class DeviceCollector:
                     step.set(self.action_key, env.rand_action(self._generator))
                 nxt, self._current = env.step(step.get(self.action_key))
                 step.set(keys.NEXT, nxt)
-                no_flag = torch.zeros(n, 1, dtype=torch.bool, device=self._traj_ids.device)
                 for flag in (keys.DONE, keys.TERMINATED, keys.TRUNCATED):
                     step.set(flag, no_flag.clone())
                 step.set(keys.COLLECTOR_TRAJ_IDS, self._traj_ids.clone())

@@ -36,6 +36,16 @@ __all__ = ["from_torchrl", "to_torchrl"]
 _RESET = "_reset"  # TorchRL's partial-reset mask key
 
 
+def _reward_and_done_specs(n: int, device: torch.device) -> tuple[Unbounded, Composite]:
+    """TorchRL's reward spec and its done / terminated / truncated specs, ``[n, 1]`` each."""
+    flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=device)
+    done = Composite(
+        {keys.DONE: flag.clone(), keys.TERMINATED: flag.clone(), keys.TRUNCATED: flag.clone()},
+        shape=(n,), device=device,
+    )  # fmt: skip
+    return Unbounded(shape=(n, 1), dtype=torch.float32, device=device), done
+
+
 class TorchRLEnv(EnvBase):
     """A tdrl :class:`VecEnv` as a TorchRL env with batch size ``[num_envs]`` (see the module
     docstring); build it with :func:`to_torchrl`."""
@@ -48,12 +58,7 @@ class TorchRLEnv(EnvBase):
         self.env = env
         self.observation_spec = env.observation_spec.clone()
         self.action_spec = env.action_spec.clone()
-        self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32)
-        flag = Categorical(2, shape=(n, 1), dtype=torch.bool)
-        self.done_spec = Composite(
-            {keys.DONE: flag.clone(), keys.TERMINATED: flag.clone(), keys.TRUNCATED: flag.clone()},
-            shape=(n,),
-        )
+        self.reward_spec, self.done_spec = _reward_and_done_specs(n, torch.device("cpu"))
         # The observation each env is in after the last step: the reset observation where an
         # episode ended (gymnasium's same-step autoreset already reset it).
         self._current: list[np.ndarray] | None = None
@@ -130,12 +135,7 @@ class TorchRLDeviceEnv(EnvBase):
         self.env = env
         self.observation_spec = env.observation_spec.clone()
         self.action_spec = env.action_spec.clone()
-        self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=env.device)
-        flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=env.device)
-        self.done_spec = Composite(
-            {keys.DONE: flag.clone(), keys.TERMINATED: flag.clone(), keys.TRUNCATED: flag.clone()},
-            shape=(n,), device=env.device,
-        )  # fmt: skip
+        self.reward_spec, self.done_spec = _reward_and_done_specs(n, env.device)
         self._current: TensorDictBase | None = None
         self._ended = torch.zeros(n, dtype=torch.bool, device=env.device)
 

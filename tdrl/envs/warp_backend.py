@@ -38,6 +38,7 @@ stays within 5e-6: its rewards would not be gymnasium's Ant.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import gymnasium as gym
@@ -244,49 +245,48 @@ class WarpVecEnv:
         """mujoco_warp's ``reset_data`` (``mj_resetData``) of the worlds in ``self._mask``."""
         self._mjw.reset_data(self._model, self._data, reset=self._wp_mask)
 
+    def _stream(self) -> Any:
+        """Torch's current CUDA stream as a Warp stream (None on the CPU)."""
+        if self.device.type != "cuda":
+            return None
+        return self._wp.stream_from_torch(torch.cuda.current_stream(self.device))
+
+    def _on(self, stream: Any) -> contextlib.ExitStack:
+        """Warp's device, and ``stream`` when there is one, for the calls inside."""
+        scope = contextlib.ExitStack()
+        scope.enter_context(self._wp.ScopedDevice(self._wp_device))
+        if stream is not None:
+            scope.enter_context(self._wp.ScopedStream(stream))
+        return scope
+
     def _capture(self) -> tuple[Any, Any]:
-        """Both steps as Warp graphs (their kernels load before capture)."""
-        wp = self._wp
-        with wp.ScopedDevice(self._wp_device):
-            if self.device.type == "cuda":
-                # capture on a side stream; each replay runs on torch's current stream
-                self._capture_stream = torch.cuda.Stream(self.device)  # alive with the graphs
-                self._capture_stream.wait_stream(torch.cuda.current_stream(self.device))
-                stream = wp.stream_from_torch(self._capture_stream)
-                with wp.ScopedStream(stream):
-                    self._physics()  # loads the modules (kernels compile on first use)
-                    self._reset_masked()
-                    wp.synchronize_stream(stream)
-                    with wp.ScopedCapture(stream=stream) as physics:
-                        self._physics()
-                    with wp.ScopedCapture(stream=stream) as reset:
-                        self._reset_masked()
-            else:
+        """Both steps as Warp graphs, captured on a side stream on CUDA (each replay then runs
+        on torch's current stream); their kernels load in a first, uncaptured call."""
+        wp, stream = self._wp, None
+        if self.device.type == "cuda":
+            self._capture_stream = torch.cuda.Stream(self.device)  # alive with the graphs
+            self._capture_stream.wait_stream(torch.cuda.current_stream(self.device))
+            stream = wp.stream_from_torch(self._capture_stream)
+        with self._on(stream):
+            self._physics()  # loads the modules (kernels compile on first use)
+            self._reset_masked()
+            if stream is not None:
+                wp.synchronize_stream(stream)
+            with wp.ScopedCapture(stream=stream) as physics:
                 self._physics()
+            with wp.ScopedCapture(stream=stream) as reset:
                 self._reset_masked()
-                with wp.ScopedCapture() as physics:
-                    self._physics()
-                with wp.ScopedCapture() as reset:
-                    self._reset_masked()
         return physics.graph, reset.graph
 
     def _run(self, which: int) -> None:
-        wp = self._wp
+        """The physics (0) or the masked reset (1): a graph replay, or the launches."""
         if self._use_graph:
             if self._graphs is None:
                 self._graphs = self._capture()
-            stream = None
-            if self.device.type == "cuda":
-                stream = wp.stream_from_torch(torch.cuda.current_stream(self.device))
-            wp.capture_launch(self._graphs[which], stream=stream)
+            self._wp.capture_launch(self._graphs[which], stream=self._stream())
             return
-        with wp.ScopedDevice(self._wp_device):
-            if self.device.type == "cuda":
-                stream = wp.stream_from_torch(torch.cuda.current_stream(self.device))
-                with wp.ScopedStream(stream):
-                    (self._physics if which == 0 else self._reset_masked)()
-            else:
-                (self._physics if which == 0 else self._reset_masked)()
+        with self._on(self._stream()):
+            (self._physics, self._reset_masked)[which]()
 
     def _reset_worlds(self, mask: torch.Tensor) -> None:
         """Resets the worlds where ``mask`` is True (gymnasium's ``reset``: ``mj_resetData``,
