@@ -99,9 +99,7 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
     eval_env = make_vec_env(
         cell.task, n_envs=n_eval, seed=cell.seed + EVAL_SEED_OFFSET, env_kwargs=stack
     )
-    lr, clip = kwargs["learning_rate"], kwargs["clip_range"]
-    arguments = {k: v for k, v in kwargs.items() if k != "n_envs"}
-    arguments |= {"learning_rate": lambda p: p * lr, "clip_range": lambda p: p * clip}
+    arguments = mt.sb3_ppo_decayed(kwargs)
     model = PPO("CnnPolicy", env, seed=cell.seed, device="cpu", verbose=0, **arguments)
     settings = {
         "class": "stable_baselines3.PPO",

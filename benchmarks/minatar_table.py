@@ -176,9 +176,7 @@ def run_sb3_ppo(cell: mt.Cell) -> dict[str, Any]:
     assert kwargs is not None
     start = time.perf_counter()
     envs = mt.sb3_envs(cell, kwargs["n_envs"])
-    lr, clip = kwargs["learning_rate"], kwargs["clip_range"]
-    arguments = {k: v for k, v in kwargs.items() if k != "n_envs"}
-    arguments |= {"learning_rate": lambda p: p * lr, "clip_range": lambda p: p * clip}
+    arguments = mt.sb3_ppo_decayed(kwargs)
     policy_kwargs = dict(features_extractor_class=minatar_features(), net_arch=[],
                          normalize_images=False)  # fmt: skip
     model = PPO("CnnPolicy", envs[0], seed=cell.seed, device="cpu", verbose=0,

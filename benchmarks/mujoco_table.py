@@ -696,6 +696,15 @@ def sb3_envs(cell: Cell, n_envs: int = 1) -> tuple[Any, Any]:
     return env, make_vec_env(cell.task, n_envs=n_eval, seed=cell.seed + EVAL_SEED_OFFSET)
 
 
+def sb3_ppo_decayed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """SB3 PPO's arguments from the zoo's Atari ``kwargs`` (``n_envs`` left to the envs):
+    ``learning_rate`` and ``clip_range`` decay linearly from their values to 0 (the zoo's
+    ``lin_`` schedules: SB3 calls them with the progress remaining, 1 -> 0)."""
+    lr, clip = kwargs["learning_rate"], kwargs["clip_range"]
+    arguments = {k: v for k, v in kwargs.items() if k != "n_envs"}
+    return arguments | {"learning_rate": lambda p: p * lr, "clip_range": lambda p: p * clip}
+
+
 def print_evaluation(curve: dict[str, list[float]]) -> None:
     """One line of the run's log (``log.txt``) per evaluation, as the recipes' progress: the
     step, the mean and std of the returns, the seconds since the start."""
