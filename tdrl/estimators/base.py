@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -184,8 +185,11 @@ class ValueEstimator(TensorDictModuleBase):
         keeps it: pass the step-mode module.)"""
         key, nkey = self.tensor_keys.value, next_key(self.tensor_keys.value)
         net = self.value_network
-        have = tensordict.get(key, None) is not None and tensordict.get(nkey, None) is not None
-        if net is None or (self.skip_existing and have):
+        if net is None or (
+            self.skip_existing
+            and tensordict.get(key, None) is not None
+            and tensordict.get(nkey, None) is not None
+        ):
             why = "value_network=None reads values from the batch"
             return self._get(tensordict, key, why), self._get(tensordict, nkey, why)
         # (the context costs far more than the check: entered only where TorchRL's is on)
@@ -236,24 +240,30 @@ class ValueEstimator(TensorDictModuleBase):
     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """``reward, terminated, done, truncated`` (the last two optional) under ``"next"``."""
         k = self.tensor_keys
-        reward = self._get(tensordict, next_key(k.reward))
-        terminated = self._get(
-            tensordict, next_key(k.terminated), "estimators need the terminated flag"
-        )
-        done = tensordict.get(next_key(k.done), None)
-        truncated = tensordict.get(next_key(k.truncated), None)
-        return reward, terminated, done, truncated
+        # read from the "next" sub-batch: one key resolution of "next", not four
+        nxt = tensordict.get(K.NEXT, None)
+        reward = None if nxt is None else nxt.get(k.reward, None)
+        terminated = None if nxt is None else nxt.get(k.terminated, None)
+        if reward is None or terminated is None:  # raise, naming the key and the batch's keys
+            self._get(tensordict, next_key(k.reward))
+            self._get(tensordict, next_key(k.terminated), "estimators need the terminated flag")
+        assert nxt is not None and reward is not None and terminated is not None
+        return reward, terminated, nxt.get(k.done, None), nxt.get(k.truncated, None)
 
     def _gamma(self, tensordict: TensorDictBase, reward: Tensor) -> float | Tensor:
         """Scalar gamma, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
-        gamma = self.gamma.to(working_dtype(reward.dtype))  # float32 for half (bf16: 0.999 -> 1)
         # An error about gamma then names what it came from: the batch's steps or the argument.
         self._gamma_source: NestedKey = (
             "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
         )
+        work = working_dtype(reward.dtype)  # float32 for half (bf16 would round 0.999 to 1)
         if steps is None:
-            return gamma
+            # A number, rounded to the working dtype: the ops take it as it is (a one-element
+            # tensor would be range-checked and read back on every call).
+            value = float(self.gamma)
+            return float(np.float32(value)) if work == torch.float32 else value
+        gamma = self.gamma.to(work)
         if steps.numel() != reward.numel():
             raise ValueError(
                 f"{type(self).__name__}: key {self._gamma_source!r}: shape "

@@ -314,3 +314,28 @@ def test_float64_rollouts_get_gamma_at_float64_precision():
         got = est(td.clone())["value_target"].view(T)
         assert got.dtype == torch.float64
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_gamma_is_taken_at_the_working_dtype():
+    # float32 batches discount with gamma rounded to float32 (as TorchRL's estimators); a
+    # bfloat16 batch computes in float32, so 0.999 does not round to 1.0 (bfloat16's nearest).
+    T, gamma = 300, 0.999
+    for dtype, g in ((torch.float32, float(torch.tensor(gamma))), (torch.bfloat16, None)):
+        td = TensorDict(
+            {
+                "state_value": torch.zeros(1, T, 1, dtype=dtype),
+                "next": {
+                    "reward": torch.ones(1, T, 1, dtype=dtype),
+                    "state_value": torch.zeros(1, T, 1, dtype=dtype),
+                    "terminated": torch.arange(T).eq(T - 1).view(1, T, 1),
+                },
+            },
+            batch_size=[1, T],
+        )
+        got = E.TD1Estimator(gamma=gamma)(td)["value_target"].view(T)
+        if g is not None:  # the float64 sum of g^k, rounded once
+            want = torch.tensor([sum(g**k for k in range(T - t)) for t in range(T)])
+            torch.testing.assert_close(got, want, rtol=2e-7, atol=0)
+        else:  # 0.999: 259.6 at t=0; a gamma of 1.0 would give 300
+            assert got.dtype == torch.bfloat16
+            assert abs(float(got[0]) - sum(gamma**k for k in range(T))) < 2.0
