@@ -21,8 +21,13 @@ is RND's (ppo.py's docstring has its CleanRL coefficients).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -52,6 +57,7 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import ValueTargetScaling
     from tdrl.objectives import A2CLoss, total_loss
 
+    cfg.net.refuse_captured_sequences("a2c.py", cudagraphs=cfg.run.cudagraphs)
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
     device = cfg.run.torch_device
@@ -90,7 +96,18 @@ def main(cfg: Config) -> dict[str, float]:
     seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
     in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
-    # 4. the loop: collect a rollout, estimate advantages on it, one full-batch step
+    # 4. the full-batch step (and the bonus's model losses), compiled (--compile) and/or
+    #    captured in a CUDA graph (--cudagraphs)
+    def learn(minibatch: TensorDictBase) -> TensorDictBase:
+        out = loss(minibatch)
+        if bonus is not None:  # the bonus's model losses, the intrinsic critic's
+            out.update(bonus.losses(minibatch))
+        trainers.optimizer_step(total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: collect a rollout, estimate advantages on it, one full-batch step
     with trainers.Run.from_config(cfg, "A2C", state, eval_env=eval_env, policy=nets.policy) as run:
         for batch in run.resume(collector):
             if scaler is not None:
@@ -103,18 +120,12 @@ def main(cfg: Config) -> dict[str, float]:
                     bonus.mix(batch, cfg.explore.extrinsic_coeff, cfg.explore.intrinsic_coeff)
             with set_recurrent_mode(seq_len is not None):
                 for minibatch in minibatches(batch, None, in_keys=in_keys, seq_len=seq_len):
-                    out = loss(minibatch)
-                    if bonus is not None:  # the bonus's model losses, the intrinsic critic's
-                        out.update(bonus.losses(minibatch))
-                    trainers.optimizer_step(
-                        total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
-                    )
-                    run.record(out)  # each train row: the mean of its steps
+                    run.record(update(minibatch))  # each train row: the mean of its steps
                     run.updates += 1
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

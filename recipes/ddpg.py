@@ -14,10 +14,13 @@ with their own learning rates. At a 100k-step budget the MuJoCo table runs rl-zo
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tdrl import keys, trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -90,18 +93,26 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the loop: store each batch, then the gradient steps due at the update ratio
+    # 4. the update step: actor and critic, then the targets, compiled (--compile) and/or
+    #    captured in a CUDA graph (--cudagraphs)
+    def learn(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(total_loss(out), optimizer)
+        target.step()
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "noise": noise, "buffer": buffer}
     with trainers.Run.from_config(cfg, "DDPG", state, eval_env=eval_env, policy=greedy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
-                out = loss(buffer.sample(cfg.replay.batch_size))
-                trainers.optimizer_step(total_loss(out), optimizer)
-                target.step()
-                run.record(out)  # each train row: the mean of its steps
+                sample = buffer.sample(cfg.replay.batch_size)
+                run.record(update(sample))  # each train row: the mean of its steps
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

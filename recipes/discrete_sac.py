@@ -11,8 +11,13 @@ The twin critics are one batched ensemble, and 1k uniform random steps fill the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -82,7 +87,17 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, actor, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the loop: store each batch, then the gradient steps due at the update ratio
+    # 4. the update step: actor, critics (and alpha), then the targets, compiled (--compile)
+    #    and/or captured in a CUDA graph (--cudagraphs)
+    def learn(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(total_loss(out), optimizer)
+        target.step()
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     with trainers.Run.from_config(
         cfg, "Discrete SAC", state, eval_env=eval_env, policy=actor
@@ -90,12 +105,9 @@ def main(cfg: Config) -> dict[str, float]:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
-                out = loss(buffer.sample(cfg.replay.batch_size))
-                trainers.optimizer_step(total_loss(out), optimizer)
-                target.step()
-                run.record(out)
+                run.record(update(buffer.sample(cfg.replay.batch_size)))
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

@@ -24,8 +24,13 @@ and 51; docs/algorithms/drqn.md has the runs on other seeds. --no-pad --n-steps 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import keys, trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -66,6 +71,12 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
     from tdrl.objectives import DRQNLoss, HardUpdate, update_priority
 
+    if cfg.run.cudagraphs:
+        raise ValueError(
+            "--cudagraphs: DRQN's LSTM cuts each replayed slice where an episode starts and its "
+            "loss checks the slices' masks, both read on the host, which a CUDA graph cannot "
+            "capture; use --compile without --cudagraphs"
+        )
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
     device = cfg.run.torch_device
@@ -98,25 +109,31 @@ def main(cfg: Config) -> dict[str, float]:
                                 device=device)  # fmt: skip
     collector = trainers.make_collector(cfg.run, env, policy, cfg.q.frames_per_batch)
 
-    # 4. the loop: store each batch, step epsilon, then the gradient steps due on slices
+    # 4. the update step on a batch of slices, compiled (--compile); the priorities and the
+    #    target copies outside
+    def learn(slices: TensorDictBase) -> TensorDictBase:
+        out = loss(slices)
+        trainers.optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, step epsilon, then the gradient steps due on slices
     state = {"loss": loss, "optimizer": optimizer, "policy": policy, "buffer": buffer}
     with trainers.Run.from_config(cfg, "DRQN", state, eval_env=eval_env, policy=qnet) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
             cfg.per.anneal(buffer, collector.frames, cfg.run.total_frames)  # PER's beta -> 1
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 slices = buffer.sample_slices(cfg.replay.batch_size, cfg.slice_len, pad=cfg.pad)
-                out = loss(slices)
+                out = update(slices)
                 if cfg.per.prioritized:  # each slice's start: 0.9 max + 0.1 mean |TD error|
                     update_priority(buffer, slices, out)
-                trainers.optimizer_step(
-                    out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
-                )
-                target.step(update)  # counted from the run's steps: on time after a resume
+                target.step(step)  # counted from the run's steps: on time after a resume
                 run.record({keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]})
             run.step({"epsilon": exploration.eps})  # push weights, log, evaluate, checkpoint
-        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
         return run.report()
 
 

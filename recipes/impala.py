@@ -25,8 +25,13 @@ more slowly), eps 1e-5, observation normalization and 64x64 tanh MLPs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import keys, trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -61,6 +66,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     if cfg.onpolicy.scale_rewards:  # no per-env return across batches in arrival order
         raise ValueError("--scale-rewards does not apply to IMPALA")
+    cfg.net.refuse_captured_sequences("impala.py", cudagraphs=cfg.run.cudagraphs)
     # 1. envs: seeds and threads, the training envs (with Ray, the workers make their own) and a
     #    separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run)
@@ -90,7 +96,16 @@ def main(cfg: Config) -> dict[str, float]:
     state = nets.state(optimizer=optimizer, scheduler=scheduler)
     seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
 
-    # 4. the loop: the first finished rollout, its V-trace update, the new weights out
+    # 4. the V-trace update on a whole rollout, compiled (--compile) and/or captured in a CUDA
+    #    graph (--cudagraphs)
+    def learn(minibatch: TensorDictBase) -> TensorDictBase:
+        out = loss(minibatch)
+        trainers.optimizer_step(total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: the first finished rollout, its V-trace update, the new weights out
     with trainers.Run.from_config(
         cfg, "IMPALA", state, eval_env=eval_env, policy=nets.policy
     ) as run:
@@ -102,11 +117,7 @@ def main(cfg: Config) -> dict[str, float]:
                 estimator(batch)
             with set_recurrent_mode(seq_len is not None):
                 for minibatch in minibatches(batch, None, in_keys=loss.in_keys, seq_len=seq_len):
-                    out = loss(minibatch)
-                    trainers.optimizer_step(
-                        total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm
-                    )
-                    run.record(out)
+                    run.record(update(minibatch))
                     run.updates += 1
             scheduler.step()
             metrics = {"rho_deviation": float(deviation)}
@@ -116,7 +127,7 @@ def main(cfg: Config) -> dict[str, float]:
                 metrics["dropped_batches"] = float(collector.dropped_batches)
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step(metrics)  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

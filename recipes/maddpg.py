@@ -17,8 +17,13 @@ tanh onto the action box. Evaluation is deterministic.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -96,24 +101,29 @@ def main(cfg: Config) -> dict[str, float]:
         init_random_frames=cfg.replay.init_random_frames,
     )  # fmt: skip
 
-    # 4. the loop: store, the noise's schedule, the gradient steps due
+    # 4. the update step: actors and critics (clipped apart, as BenchMARL), then the soft
+    #    targets, compiled (--compile)
+    def learn(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(
+            total_loss(out), optimizer, max_grad_norm=cfg.max_grad_norm,
+            clip_groups=(actor.parameters(), critic.parameters()),
+        )  # fmt: skip
+        target.step()
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store, the noise's schedule, the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "noise": noise, "buffer": buffer}
     with trainers.Run.from_config(cfg, "MADDPG", state, eval_env=eval_env, policy=actor) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
             noise.step(collector.frames - int(noise.frames))  # sigma: env steps
             for _ in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
-                out = loss(buffer.sample(cfg.replay.batch_size))
-                trainers.optimizer_step(  # actor and critic clipped apart, as BenchMARL
-                    total_loss(out),
-                    optimizer,
-                    max_grad_norm=cfg.max_grad_norm,
-                    clip_groups=(actor.parameters(), critic.parameters()),
-                )
-                target.step()
-                run.record(out)
+                run.record(update(buffer.sample(cfg.replay.batch_size)))
             run.step({"sigma": noise.sigma})  # log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

@@ -19,10 +19,13 @@ configs (tdrl.trainers.config.MULTIAGENT_TASKS); evaluation is deterministic.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -52,6 +55,8 @@ def main(cfg: Config) -> dict[str, float]:
     """Train MAPPO or IPPO; returns the final deterministic evaluation and the last metrics."""
     if cfg.onpolicy.scale_rewards:
         raise ValueError("--scale-rewards scales one reward per step; MAPPO has one per agent")
+    if cfg.run.compile:  # one compiled step serves every minibatch
+        cfg.ppo.check_compiled(cfg.onpolicy.frames_per_batch, None, cudagraphs=False)
     # the library loads here, after the command line: --help answers without it
     import torch
     from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -123,7 +128,18 @@ def main(cfg: Config) -> dict[str, float]:
     # --recompute-advantage: the estimator runs again before every epoch
     passes = [1] * cfg.ppo.epochs if cfg.ppo.recompute_advantage else [cfg.ppo.epochs]
 
-    # 4. the loop: collect, estimate per agent, minibatch epochs over env steps
+    # 4. the minibatch step (actor and critic clipped apart, as BenchMARL), compiled (--compile)
+    def learn(minibatch: TensorDictBase) -> TensorDictBase:
+        out = loss(minibatch)
+        trainers.optimizer_step(
+            total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm,
+            clip_groups=(actor.parameters(), critic.parameters()),
+        )  # fmt: skip
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: collect, estimate per agent, minibatch epochs over env steps
     title = "MAPPO" if cfg.critic == "central" else "IPPO"
     state = {"loss": loss, "optimizer": optimizer, "scheduler": scheduler}
     with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=actor) as run:
@@ -133,18 +149,11 @@ def main(cfg: Config) -> dict[str, float]:
             for epochs in passes:
                 estimator(batch)  # no gradients: the estimator is not differentiable
                 for minibatch in minibatches(batch, cfg.ppo.minibatch_size, epochs=epochs):
-                    out = loss(minibatch)
-                    trainers.optimizer_step(  # actor and critic clipped apart, as BenchMARL
-                        total_loss(out),
-                        optimizer,
-                        max_grad_norm=cfg.adv.max_grad_norm,
-                        clip_groups=(actor.parameters(), critic.parameters()),
-                    )
-                    run.record(out)  # each train row: the mean of its steps
+                    run.record(update(minibatch))  # each train row: the mean of its steps
                     run.updates += 1
             scheduler.step()
             run.step()  # log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

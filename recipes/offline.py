@@ -13,10 +13,13 @@ lists every setting, its source and where tdrl differs; recipes/make_dataset.py 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
 # Gu 2021, sec. 5).
@@ -145,7 +148,23 @@ def main(cfg: Config) -> dict[str, float]:
         policy = TensorDictSequential(obs_norm, policy)
         state["obs_norm"] = obs_norm  # in checkpoints, with the networks it belongs to
 
-    # 4. the loop: batches of gradient steps on the dataset (TD3+BC: the actor and the targets
+    # 4. the update steps: the whole loss and the targets, or (TD3+BC's steps between its
+    #    delayed actor steps) the critics alone, compiled (--compile) and/or captured in a CUDA
+    #    graph (--cudagraphs)
+    def full_step(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(objectives.total_loss(out), optimizer)
+        if target is not None:
+            target.step()
+        return out.detach()
+
+    def critic_step(sample: TensorDictBase) -> None:  # its targets move with the actor
+        trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+
+    update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
+    critic_update = trainers.compiled_step(critic_step, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: batches of gradient steps on the dataset (TD3+BC: the actor and the targets
     #    every policy_delay-th step), then log, evaluate, checkpoint when due
     with trainers.Run.from_config(
         cfg, TITLES[cfg.algo], state, eval_env=eval_env, policy=policy
@@ -155,15 +174,11 @@ def main(cfg: Config) -> dict[str, float]:
                 run.updates += 1
                 sample = buffer.sample(cfg.batch_size)
                 if run.updates % every == 0:
-                    out = loss(sample)
-                    trainers.optimizer_step(objectives.total_loss(out), optimizer)
-                    if target is not None:
-                        target.step()
-                    run.record(out)
-                else:  # TD3+BC's critic-only steps (its targets move with the actor)
-                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+                    run.record(update(sample))
+                else:  # TD3+BC's critic-only steps
+                    critic_update(sample)
             run.step()
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

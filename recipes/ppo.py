@@ -34,7 +34,7 @@ preprocessing, of the sampling policy as CleanRL's).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
-    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.RunConfig()
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(

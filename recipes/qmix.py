@@ -19,10 +19,13 @@ greedy.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -101,7 +104,18 @@ def main(cfg: Config) -> dict[str, float]:
         init_random_frames=cfg.replay.init_random_frames,
     )  # fmt: skip
 
-    # 4. the loop: the team's reward, store, epsilon's schedule, the gradient steps due
+    # 4. the update step: the mixed TD loss, one clipped gradient step, the soft targets,
+    #    compiled (--compile); a hard target copy (--tau 0) outside
+    def learn(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm)
+        if target is not None:
+            target.step()
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: the team's reward, store, epsilon's schedule, the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     title = "QMIX" if cfg.mixer == "qmix" else "VDN"
     with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=greedy) as run:
@@ -109,18 +123,13 @@ def main(cfg: Config) -> dict[str, float]:
             batch[keys.NEXT, keys.REWARD] = batch[keys.NEXT, group, keys.REWARD].mean(-2)
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
-                out = loss(buffer.sample(cfg.replay.batch_size))
-                trainers.optimizer_step(
-                    out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
-                )
-                if target is not None:
-                    target.step()
-                else:  # counted from the run's steps: on time after a resume
-                    hard.step(update)
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+                out = update(buffer.sample(cfg.replay.batch_size))
+                if target is None:  # counted from the run's steps: on time after a resume
+                    hard.step(step)
                 run.record({keys.LOSS: out[keys.LOSS], "q_tot": out[keys.CHOSEN_ACTION_VALUE]})
             run.step({"epsilon": exploration.eps})  # log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

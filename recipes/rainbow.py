@@ -28,6 +28,7 @@ from tdrl.trainers import config
 TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF"}
 
 if TYPE_CHECKING:
+    from tensordict import TensorDictBase
     from torch import nn
     from torchrl.data import Composite, TensorSpec
 
@@ -118,7 +119,17 @@ def main(cfg: Config) -> dict[str, float]:
     )  # fmt: skip
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
-    # 4. the loop: store each batch, step the schedules, then the gradient steps due
+    # 4. the update step: the distributional TD loss and one clipped gradient step, compiled
+    #    (--compile) and/or captured (--cudagraphs); the priorities, the new noise and the
+    #    target copies outside
+    def learn(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, step the schedules, then the gradient steps due
     state = {"loss": loss, "optimizer": optimizer, "policy": policy, "buffer": buffer}
     with trainers.Run.from_config(
         cfg, TITLES[cfg.dist.algo], state, eval_env=eval_env, policy=qnet
@@ -129,20 +140,17 @@ def main(cfg: Config) -> dict[str, float]:
             buffer.extend(transitions(batch))
             exploration.step(collector.frames - int(exploration.frames))  # epsilon: env steps
             cfg.per.anneal(buffer, collector.frames, cfg.run.total_frames)  # PER's beta -> 1
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
-                out = loss(sample)
-                trainers.optimizer_step(
-                    out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm
-                )
+                out = update(sample)
                 if cfg.per.prioritized:
                     update_priority(buffer, sample, out)  # the loss's per-sample priorities
                 if noisy:
                     reset_noise(loss)  # new noise for the next step, online and target nets
-                target.step(update)  # counted from the run's steps: on time after a resume
+                target.step(step)  # counted from the run's steps: on time after a resume
                 run.record({keys.LOSS: out[keys.LOSS], "q": out[keys.CHOSEN_ACTION_VALUE]})
             run.step({"epsilon": exploration.eps})  # push weights, log, evaluate, checkpoint
-        # 5. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation (and the best one), curve.png, CSV and TensorBoard logs
         return run.report()
 
 

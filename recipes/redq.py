@@ -17,8 +17,13 @@ followed by dropout (rate 0.01, the paper's MuJoCo setting) and LayerNorm: the s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tdrl import trainers
 from tdrl.trainers import config
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
 
 
 @trainers.configclass
@@ -76,24 +81,36 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, actor, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the loop: store each batch, then G critic steps per env step, each with its target
-    #    update; every actor_delay-th step the whole loss (actor and alpha too)
+    # 4. the update steps, each with its target update: the whole loss (actor and alpha too)
+    #    every actor_delay-th, the critics alone (the actor's forward skipped) between them;
+    #    compiled (--compile) and/or captured in a CUDA graph (--cudagraphs)
+    def full_step(sample: TensorDictBase) -> TensorDictBase:
+        out = loss(sample)
+        trainers.optimizer_step(total_loss(out), optimizer)
+        target.step()
+        return out.detach()
+
+    def critic_step(sample: TensorDictBase) -> None:
+        trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
+        target.step()
+
+    update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
+    critic_update = trainers.compiled_step(critic_step, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: store each batch, then G critic steps per env step
     state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     title = "DroQ" if cfg.critic_dropout else "REDQ"
     with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=actor) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))
-            for update in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
+            for step in run.gradient_steps(cfg.replay.init_random_frames, cfg.replay.utd_ratio):
                 sample = buffer.sample(cfg.replay.batch_size)
-                if update % cfg.actor_delay == 0:
-                    out = loss(sample)
-                    trainers.optimizer_step(total_loss(out), optimizer)
-                    run.record(out)
-                else:  # critic only: the actor's forward is skipped
-                    trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
-                target.step()
+                if step % cfg.actor_delay == 0:
+                    run.record(update(sample))
+                else:
+                    critic_update(sample)
             run.step()  # log (critic-only batches: the last metrics), evaluate, checkpoint
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

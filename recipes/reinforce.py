@@ -20,6 +20,7 @@ from tdrl import trainers
 from tdrl.trainers import config
 
 if TYPE_CHECKING:
+    from tensordict import TensorDictBase
     from tensordict.nn import TensorDictModule
 
 
@@ -84,7 +85,15 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
 
-    # 4. the loop: collect a rollout, its returns, one full-batch step
+    # 4. the full-batch step, compiled (--compile) and/or captured in a CUDA graph (--cudagraphs)
+    def learn(minibatch: TensorDictBase) -> TensorDictBase:
+        out = loss(minibatch)
+        trainers.optimizer_step(total_loss(out), optimizer)
+        return out.detach()
+
+    update = trainers.compiled_step(learn, optimizer, **cfg.run.compile_options())
+
+    # 5. the loop: collect a rollout, its returns, one full-batch step
     with trainers.Run.from_config(
         cfg, "REINFORCE", state, eval_env=eval_env, policy=nets.policy
     ) as run:
@@ -93,14 +102,12 @@ def main(cfg: Config) -> dict[str, float]:
                 scaler(batch)
             estimator(batch)  # no gradients: the estimator is not differentiable
             for minibatch in minibatches(batch, None, in_keys=loss.in_keys):
-                out = loss(minibatch)
-                trainers.optimizer_step(total_loss(out), optimizer)
-                run.record(out)
+                run.record(update(minibatch))
                 run.updates += 1
             scheduler.step()
             nets.update_obs_norm(batch)  # after the update, which saw the collection's stats
             run.step()  # push weights to workers, log, evaluate, checkpoint when due
-        # 5. report: final evaluation, curve.png, CSV and TensorBoard logs
+        # 6. report: final evaluation, curve.png, CSV and TensorBoard logs
         return run.report()
 
 

@@ -881,6 +881,17 @@ class NetworkConfig:
             flag = "--recurrent" if self.recurrent != "none" else "--sde-sample-freq"
             raise ValueError(f"{recipe or 'this recipe'} has no {flag} policies")
 
+    def refuse_captured_sequences(self, recipe: str, *, cudagraphs: bool) -> None:
+        """Raise, naming the flags, if ``cudagraphs`` (--cudagraphs) is asked with a --recurrent
+        network: in sequence mode it cuts the sequences where an episode starts, which it reads
+        on the host (a host sync, which capture forbids). --compile alone takes it."""
+        if cudagraphs and self.recurrent != "none":
+            raise ValueError(
+                f"--cudagraphs: {recipe}'s --recurrent {self.recurrent} networks cut their "
+                "sequences where an episode starts, read on the host, which a CUDA graph cannot "
+                "capture; use --compile without --cudagraphs"
+            )
+
     def build(
         self,
         observation_spec: Composite,
@@ -1178,16 +1189,14 @@ class PPOConfig:
             )
         if not cudagraphs:
             return
-        if seq_len is None and frames_per_batch % self.minibatch_size:
+        if seq_len is not None:  # sequence mode reads where episodes start on the host
+            raise ValueError(
+                "--cudagraphs: --recurrent networks cut their sequences where an episode starts, "
+                "read on the host, which a CUDA graph cannot capture; use --compile without "
+                "--cudagraphs"
+            )
+        if frames_per_batch % self.minibatch_size:
             raise ValueError(
                 f"--cudagraphs: --minibatch-size {self.minibatch_size} must divide "
                 f"--frames-per-batch {frames_per_batch} (a captured step replays one shape)"
             )
-        if seq_len is not None:  # minibatches of whole sequences
-            chunks, per = frames_per_batch // seq_len, max(self.minibatch_size // seq_len, 1)
-            if chunks % per:
-                raise ValueError(
-                    f"--cudagraphs: the rollout's {chunks} sequences of --seq-len {seq_len} do "
-                    f"not split into minibatches of {per} (--minibatch-size "
-                    f"{self.minibatch_size}); a captured step replays one shape"
-                )

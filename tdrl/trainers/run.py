@@ -760,10 +760,12 @@ class Run:
         run_cfg: RunConfig = cfg if isinstance(cfg, RunConfig) else cfg.run
         config = None if run_cfg is cfg else cfg
         asked = [f"--{f}" for f in ("compile", "cudagraphs") if getattr(run_cfg, f)]
-        if asked and not getattr(cfg, "compiled_steps", False):
+        # a recipe whose steps are not trainers.compiled_step's says so (compiled_steps = False)
+        if asked and not getattr(cfg, "compiled_steps", True):
             raise ValueError(
                 f"{' and '.join(asked)}: {algo}'s recipe does not run its update steps through "
-                "trainers.compiled_step (the SAC, TD3, DQN and PPO recipes do)"
+                "trainers.compiled_step (every training recipe but trpo.py, ppg.py and gail.py "
+                "does)"
             )
         folder = run_dir(
             run_cfg.log_dir, algo.lower().replace(" ", "_"), run_cfg.env_id, run_cfg.seed

@@ -33,8 +33,9 @@ QMIX, MADDPG = dict(OFF_POLICY, eps_frames=200), dict(OFF_POLICY, noise_frames=2
         ("vmas/navigation", {}),
         pytest.param("vmas/navigation", {"critic": "local", "share_params": False}, marks=VARIANT),
         pytest.param("mpe2/simple_spread_v3", {"discrete": True}, marks=VARIANT),
+        pytest.param("vmas/navigation", {"compile": True}, marks=VARIANT),
     ],
-    ids=["mappo-vmas", "ippo-vmas-own-params", "mappo-mpe-discrete"],
+    ids=["mappo-vmas", "ippo-vmas-own-params", "mappo-mpe-discrete", "mappo-vmas-compiled"],
 )
 def test_mappo_trains_and_evaluates(tmp_path, env_id, extra):
     cfg = configure(mappo.Config, env_id=env_id, log_dir=str(tmp_path), **TINY, **extra)
@@ -59,6 +60,12 @@ def test_mappo_on_a_masked_env_takes_only_its_valid_actions(tmp_path, monkeypatc
         mappo.main(configure(cfg, discrete=False, log_dir=str(tmp_path / "continuous")))
 
 
+def test_mappo_refuses_compile_with_a_decaying_clip_range(tmp_path):
+    cfg = configure(mappo.Config, log_dir=str(tmp_path), compile=True, clip_decay=True, **TINY)
+    with pytest.raises(ValueError, match="--compile: --clip-decay changes the clip range"):
+        mappo.main(cfg)
+
+
 def test_a_paused_mappo_run_resumes_to_its_end(tmp_path):
     cfg = configure(mappo.Config, log_dir=str(tmp_path), checkpoint_every=120, **TINY)
     mappo.main(configure(cfg, stop_after_frames=120))
@@ -71,8 +78,9 @@ def test_a_paused_mappo_run_resumes_to_its_end(tmp_path):
 @pytest.mark.parametrize(
     "extra",
     [{}, pytest.param({"mixer": "vdn"}, marks=VARIANT),
-     pytest.param({"tau": 0.0, "target_update_interval": 5}, marks=VARIANT)],
-    ids=["qmix", "vdn", "qmix-hard-targets"],
+     pytest.param({"tau": 0.0, "target_update_interval": 5}, marks=VARIANT),
+     pytest.param({"compile": True}, marks=VARIANT)],
+    ids=["qmix", "vdn", "qmix-hard-targets", "qmix-compiled"],
 )  # fmt: skip
 def test_qmix_trains_and_evaluates(tmp_path, extra):
     cfg = configure(qmix.Config, log_dir=str(tmp_path), **QMIX, **extra)
@@ -101,10 +109,17 @@ def test_qmix_on_a_task_without_a_global_state_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "env_id", ["vmas/navigation", pytest.param("mpe2/simple_spread_v3", marks=VARIANT)]
+    "env_id, extra",
+    [
+        ("vmas/navigation", {}),
+        pytest.param("mpe2/simple_spread_v3", {}, marks=VARIANT),
+        pytest.param("vmas/navigation", {"compile": True}, marks=VARIANT),
+    ],
+    ids=["vmas/navigation", "mpe2/simple_spread_v3", "vmas/navigation-compiled"],
 )
-def test_maddpg_trains_and_evaluates(tmp_path, env_id):
-    result = maddpg.main(configure(maddpg.Config, env_id=env_id, log_dir=str(tmp_path), **MADDPG))
+def test_maddpg_trains_and_evaluates(tmp_path, env_id, extra):
+    cfg = configure(maddpg.Config, env_id=env_id, log_dir=str(tmp_path), **MADDPG, **extra)
+    result = maddpg.main(cfg)
     assert result["updates"] == 24 and result["eval_n_episodes"] == 2
     rows = read_csv(tmp_path / "train.csv")
     assert [row["step"] for row in rows] == [120, 240] and rows[-1]["sigma"] < 0.8

@@ -122,6 +122,13 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         pytest.param("sac", {"compile": True, "policy_delay": 2}, marks=VARIANT),
         pytest.param("td3", {"compile": True}, marks=VARIANT),
         pytest.param("dqn", {"compile": True, "prioritized": True}, marks=VARIANT),
+        pytest.param("ddpg", {"compile": True}, marks=VARIANT),
+        pytest.param("redq", {"compile": True}, marks=VARIANT),  # actor_delay 2: both steps
+        pytest.param("discrete_sac", {"compile": True, "auto_alpha": True}, marks=VARIANT),
+        pytest.param(  # priorities and new noise outside the compiled step
+            "rainbow", {"compile": True, "noisy": True, "prioritized": True}, marks=VARIANT
+        ),
+        pytest.param("drqn", {"compile": True}, marks=VARIANT),  # prioritized padded slices
     ],
 )
 def test_recipe_options_run(name, options, tmp_path, device):
@@ -133,6 +140,9 @@ def test_recipe_options_run(name, options, tmp_path, device):
 def test_crossq_refuses_compiled_steps(tmp_path):
     module, cfg = config("sac", tmp_path, algo="crossq", compile=True)
     with pytest.raises(ValueError, match="--algo crossq does not take --compile"):
+        module.main(cfg)
+    module, cfg = config("drqn", tmp_path, device="auto", cudagraphs=True)
+    with pytest.raises(ValueError, match="--cudagraphs: DRQN's LSTM cuts each replayed slice"):
         module.main(cfg)
 
 
@@ -579,6 +589,29 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
         {**r, "time": rows[0][i]["time"], "eval_time": rows[0][i]["eval_time"]}
         for i, r in enumerate(rows[1])
     ]  # the same returns: an exact resume
+
+
+@pytest.mark.variants
+@pytest.mark.parametrize("algo", ["bc", "td3bc", "iql", "cql", "crr", "bcq"])
+def test_offline_recipe_runs_its_update_steps_compiled(algo, tmp_path, monkeypatch):
+    """--compile on every --algo of offline.py (TD3+BC: its critic-only steps too)."""
+    pytest.importorskip("minari")
+    from tdrl.collectors import Collector
+    from tdrl.data import save_minari
+    from tdrl.envs import make_vec_env
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    with make_vec_env("Hopper-v5", 2, seed=0) as env:
+        save_minari(Collector(env, None, 200).rollout(), "tdrl/hopper-tiny-v0", "Hopper-v5")
+    module = importlib.import_module("offline")
+    cfg = configure(
+        module.Config, dataset="tdrl/hopper-tiny-v0", algo=algo, total_frames=20, eval_every=20,
+        checkpoint_every=0, batch_size=16, hidden_sizes=(16,), eval_episodes=1, progress=False,
+        tensorboard=False, compile=True, log_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    result = module.main(cfg)
+    assert result["updates"] == 20 and math.isfinite(result["eval_return_mean"])
+    assert all(math.isfinite(v) for k, v in result.items() if k.startswith("loss")), result
 
 
 def test_make_dataset_writes_random_policy_and_replay_datasets(tmp_path, monkeypatch, capsys):
