@@ -74,6 +74,11 @@ def test_a_worker_stopped_while_it_starts_raises_after_the_start_timeout():
         assert 2.9 < time.monotonic() - start < 120  # the start allowance, not the 1 s timeout
 
 
+# The restart, after the 2 s timeout, takes a new worker's start: well under the 600 s start
+# allowance, but 88 s was seen on 2 cores with three other busy processes.
+BOUND = 180
+
+
 @pytest.mark.workers  # the default run keeps one worker smoke per backend (test_worker_collectors)
 @pytest.mark.parametrize("sync", [True, False])
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -87,10 +92,10 @@ def test_a_stopped_worker_is_restarted_after_the_timeout(backend, sync, request)
         try:
             start = time.monotonic()
             with pytest.warns(RuntimeWarning, match=r"0 died \(no reply within timeout=2.0 s"):
-                while not remote.restarts and time.monotonic() - start < 30:
+                while not remote.restarts and time.monotonic() - start < BOUND:
                     batch = remote.rollout()  # async: worker 1's batches meanwhile
             assert remote.restarts == 1 and batch.shape[0] == (2 if sync else 1)
-            assert time.monotonic() - start < 30
+            assert time.monotonic() - start < BOUND
             assert pid_of(remote, 0) != stopped
         finally:
             with contextlib.suppress(ProcessLookupError):  # the restart may have killed it
