@@ -251,19 +251,22 @@ class ValueEstimator(TensorDictModuleBase):
         return reward, terminated, nxt.get(k.done, None), nxt.get(k.truncated, None)
 
     def _gamma(self, tensordict: TensorDictBase, reward: Tensor) -> float | Tensor:
-        """Scalar gamma, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
+        """A scalar gamma as a number, a per-step gamma tensor as given, or
+        ``gamma ** steps_to_next_obs`` per step for n-step batches."""
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
         # An error about gamma then names what it came from: the batch's steps or the argument.
         self._gamma_source: NestedKey = (
             "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
         )
         work = working_dtype(reward.dtype)  # float32 for half (bf16 would round 0.999 to 1)
-        if steps is None:
+        if steps is None and self.gamma.numel() == 1:
             # A number, rounded to the working dtype: the ops take it as it is (a one-element
             # tensor would be range-checked and read back on every call).
             value = float(self.gamma)
             return float(np.float32(value)) if work == torch.float32 else value
         gamma = self.gamma.to(work)
+        if steps is None:  # a gamma tensor per step, as given
+            return gamma
         if steps.numel() != reward.numel():
             raise ValueError(
                 f"{type(self).__name__}: key {self._gamma_source!r}: shape "
