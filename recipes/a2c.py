@@ -21,7 +21,7 @@ is RND's (ppo.py's docstring has its CleanRL coefficients).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.RunConfig(num_envs=16, log_every=2_000)
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(

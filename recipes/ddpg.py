@@ -14,7 +14,7 @@ with their own learning rates. At a 100k-step budget the MuJoCo table runs rl-zo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from tdrl import keys, trainers
 from tdrl.trainers import config
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.OFF_POLICY_RUN
     workers: config.WorkersConfig = config.WorkersConfig()
     replay: config.ReplayConfig = config.ReplayConfig(init_random_frames=25_000)

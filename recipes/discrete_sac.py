@@ -11,7 +11,7 @@ The twin critics are one batched ensemble, and 1k uniform random steps fill the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.configure(config.Q_LEARNING_RUN, num_envs=10)
     workers: config.WorkersConfig = config.WorkersConfig()
     replay: config.ReplayConfig = config.ReplayConfig(

@@ -26,7 +26,7 @@ with hindsight replay (Andrychowicz et al. 2017).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import keys, trainers
 from tdrl.trainers import config
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.Q_LEARNING_RUN
     replay: config.ReplayConfig = config.Q_LEARNING_REPLAY
     q: config.QLearningConfig = config.Q_LEARNING_Q

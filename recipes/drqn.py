@@ -24,7 +24,7 @@ and 51; docs/algorithms/drqn.md has the runs on other seeds. --no-pad --n-steps 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import keys, trainers
 from tdrl.trainers import config
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile applies to its updates (not --cudagraphs)
     run: config.RunConfig = config.configure(
         config.Q_LEARNING_RUN, env_id="CartPoleNoVel-v1", total_frames=100_000, num_envs=8,
         checkpoint_every=50_000,
@@ -71,12 +72,10 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
     from tdrl.objectives import DRQNLoss, HardUpdate, update_priority
 
-    if cfg.run.cudagraphs:
-        raise ValueError(
-            "--cudagraphs: DRQN's LSTM cuts each replayed slice where an episode starts and its "
-            "loss checks the slices' masks, both read on the host, which a CUDA graph cannot "
-            "capture; use --compile without --cudagraphs"
-        )
+    cfg.run.refuse_cudagraphs(
+        "drqn.py", "cannot be captured: its LSTM cuts each replayed slice where an episode "
+        "starts and its loss checks the slices' masks, both read on the host",
+    )  # fmt: skip
     # 1. envs: seeds and threads, the training envs and a separate evaluation env
     env, eval_env = trainers.make_envs(cfg.run, actions="discrete")
     device = cfg.run.torch_device

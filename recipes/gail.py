@@ -17,15 +17,12 @@ results and the limits (the positive reward also pays for surviving).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from tdrl import keys, trainers
 from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    compiled_steps: ClassVar[bool] = False  # discriminator and PPO phases: no --compile
     run: config.RunConfig = config.RunConfig()
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig()

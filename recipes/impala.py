@@ -25,7 +25,7 @@ more slowly), eps 1e-5, observation normalization and 64x64 tanh MLPs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import keys, trainers
 from tdrl.trainers import config
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.RunConfig(
         env_id="CartPole-v1", num_envs=4, checkpoint_every=100_000
     )

@@ -17,7 +17,7 @@ tanh onto the action box. Evaluation is deterministic.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile applies to its updates (it runs on the CPU)
     run: config.RunConfig = config.MULTIAGENT_RUN
     replay: config.ReplayConfig = config.MULTIAGENT_REPLAY
     ac: config.ActorCriticConfig = config.ActorCriticConfig(
@@ -51,6 +52,7 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train MADDPG; returns the final deterministic evaluation and the counters."""
+    cfg.run.refuse_cudagraphs("maddpg.py", "runs its networks on the CPU")
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
     from torch import nn

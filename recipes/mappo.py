@@ -19,7 +19,7 @@ configs (tdrl.trainers.config.MULTIAGENT_TASKS); evaluation is deterministic.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile applies to its updates (it runs on the CPU)
     run: config.RunConfig = config.MULTIAGENT_RUN
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
         frames_per_batch=6_000, lr=5e-5, lr_decay=False, normalize_advantage=False
@@ -57,6 +58,7 @@ def main(cfg: Config) -> dict[str, float]:
         raise ValueError("--scale-rewards scales one reward per step; MAPPO has one per agent")
     if cfg.run.compile:  # one compiled step serves every minibatch
         cfg.ppo.check_compiled(cfg.onpolicy.frames_per_batch, None, cudagraphs=False)
+    cfg.run.refuse_cudagraphs("mappo.py", "runs its networks on the CPU")
     # the library loads here, after the command line: --help answers without it
     import torch
     from tensordict.nn import NormalParamExtractor, TensorDictModule

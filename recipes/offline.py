@@ -13,7 +13,7 @@ lists every setting, its source and where tdrl differs; recipes/make_dataset.py 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -29,6 +29,7 @@ TITLES = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.RunConfig(
         env_id="Hopper-v5", total_frames=100_000, num_envs=1, eval_every=5_000,
         log_every=1_000, checkpoint_every=50_000,

@@ -17,15 +17,12 @@ ppg_procgen.py (N_pi 32, one policy and one value epoch per rollout, 6 auxiliary
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from tdrl import trainers
 from tdrl.trainers import config
 
 
 @trainers.configclass
 class Config:
-    compiled_steps: ClassVar[bool] = False  # two phases of steps: no --compile
     run: config.RunConfig = config.RunConfig()
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(

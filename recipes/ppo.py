@@ -34,7 +34,7 @@ preprocessing, of the sampling policy as CleanRL's).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.RunConfig()
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(
@@ -70,6 +71,7 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.estimators import GAE
     from tdrl.objectives import ClipPPOLoss, total_loss
 
+    cfg.net.refuse_captured_sequences("ppo.py", cudagraphs=cfg.run.cudagraphs)
     if cfg.run.compile or cfg.run.cudagraphs:  # one compiled step serves every minibatch
         cfg.ppo.check_compiled(cfg.onpolicy.frames_per_batch, cfg.net.sequence_length,
                                cudagraphs=cfg.run.cudagraphs)  # fmt: skip

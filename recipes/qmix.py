@@ -19,7 +19,7 @@ greedy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile applies to its updates (it runs on the CPU)
     run: config.RunConfig = trainers.configure(
         config.MULTIAGENT_RUN, env_id="mpe2/simple_spread_v3"
     )
@@ -51,6 +52,7 @@ class Config:
 
 def main(cfg: Config) -> dict[str, float]:
     """Train QMIX or VDN; returns the final greedy evaluation and the counters."""
+    cfg.run.refuse_cudagraphs("qmix.py", "runs its networks on the CPU")
     # the library loads here, after the command line: --help answers without it
     import torch
     from tensordict.nn import TensorDictSequential

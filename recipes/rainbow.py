@@ -20,7 +20,7 @@ noisy with no epsilon under --noisy (Hessel et al.; Tianshou's Rainbow: --noisy-
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import keys, trainers
 from tdrl.trainers import config
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.Q_LEARNING_RUN
     replay: config.ReplayConfig = config.Q_LEARNING_REPLAY
     q: config.QLearningConfig = config.Q_LEARNING_Q

@@ -17,7 +17,7 @@ followed by dropout (rate 0.01, the paper's MuJoCo setting) and LayerNorm: the s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.OFF_POLICY_RUN
     workers: config.WorkersConfig = config.WorkersConfig()
     replay: config.ReplayConfig = config.ReplayConfig(utd_ratio=20.0)  # the paper's G

@@ -28,7 +28,7 @@ Kostrikov et al. 2020).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.OFF_POLICY_RUN
     workers: config.WorkersConfig = config.WorkersConfig()
     replay: config.ReplayConfig = config.ReplayConfig()

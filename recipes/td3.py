@@ -15,7 +15,7 @@ settings (10k random steps, lr 1e-3, 400x300 nets), as its SB3 cells do:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 @trainers.configclass
 class Config:
+    compiled_steps: ClassVar[bool] = True  # --compile and --cudagraphs apply to its updates
     run: config.RunConfig = config.OFF_POLICY_RUN.replace(env_id="Hopper-v5")
     workers: config.WorkersConfig = config.WorkersConfig()
     replay: config.ReplayConfig = config.ReplayConfig(init_random_frames=25_000)

@@ -21,7 +21,7 @@ above) and a short default budget.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 from tdrl import trainers
 from tdrl.trainers import config
@@ -29,7 +29,6 @@ from tdrl.trainers import config
 
 @trainers.configclass
 class Config:
-    compiled_steps: ClassVar[bool] = False  # its actor step is a line search: no --compile
     run: config.RunConfig = config.RunConfig(num_envs=16)
     workers: config.WorkersConfig = config.WorkersConfig()
     onpolicy: config.OnPolicyConfig = config.OnPolicyConfig(

@@ -251,15 +251,15 @@ class ValueEstimator(TensorDictModuleBase):
         return reward, terminated, nxt.get(k.done, None), nxt.get(k.truncated, None)
 
     def _gamma(self, tensordict: TensorDictBase, reward: Tensor) -> float | Tensor:
-        """A scalar gamma as a number, a per-step gamma tensor as given, or
-        ``gamma ** steps_to_next_obs`` per step for n-step batches."""
+        """A scalar gamma as a number, a per-step gamma tensor (or one that needs a gradient) as
+        given, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
         # An error about gamma then names what it came from: the batch's steps or the argument.
         self._gamma_source: NestedKey = (
             "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
         )
         work = working_dtype(reward.dtype)  # float32 for half (bf16 would round 0.999 to 1)
-        if steps is None and self.gamma.numel() == 1:
+        if steps is None and self.gamma.numel() == 1 and not self.gamma.requires_grad:
             # A number, rounded to the working dtype: the ops take it as it is (a one-element
             # tensor would be range-checked and read back on every call).
             value = float(self.gamma)

@@ -229,6 +229,12 @@ class RunConfig:
                 "cpu (--device cuda, or drop --cudagraphs)"
             )
 
+    def refuse_cudagraphs(self, recipe: str, why: str) -> None:
+        """Raise, naming ``recipe`` and ``why``, if --cudagraphs is asked of a recipe whose step
+        cannot be captured (--compile alone still applies)."""
+        if self.cudagraphs:
+            raise ValueError(f"--cudagraphs: {recipe} {why}; use --compile without --cudagraphs")
+
     def compile_options(self) -> dict[str, Any]:
         """--compile, --compile-mode and --cudagraphs as the keywords of
         :func:`tdrl.trainers.compiled_step`."""
@@ -1179,7 +1185,8 @@ class PPOConfig:
         self, frames_per_batch: int, seq_len: int | None, *, cudagraphs: bool
     ) -> None:
         """A compiled minibatch step keeps one clip range (a new one would recompile it every
-        batch); a captured one (``cudagraphs``) also replays one minibatch shape. A
+        batch); a captured one (``cudagraphs``) also replays one minibatch shape and takes no
+        sequences (``seq_len``: a recurrent network reads where episodes start on the host). A
         ``ValueError`` names the setting that breaks that."""
         flag = "--cudagraphs" if cudagraphs else "--compile"
         if self.clip_decay:

@@ -760,8 +760,8 @@ class Run:
         run_cfg: RunConfig = cfg if isinstance(cfg, RunConfig) else cfg.run
         config = None if run_cfg is cfg else cfg
         asked = [f"--{f}" for f in ("compile", "cudagraphs") if getattr(run_cfg, f)]
-        # a recipe whose steps are not trainers.compiled_step's says so (compiled_steps = False)
-        if asked and not getattr(cfg, "compiled_steps", True):
+        # a config whose steps run through trainers.compiled_step says so (compiled_steps)
+        if asked and not getattr(cfg, "compiled_steps", False):
             raise ValueError(
                 f"{' and '.join(asked)}: {algo}'s recipe does not run its update steps through "
                 "trainers.compiled_step (every training recipe but trpo.py, ppg.py and gail.py "

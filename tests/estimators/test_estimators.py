@@ -291,22 +291,26 @@ def test_a_bad_steps_to_next_obs_shape_or_a_flag_on_another_device_names_the_key
             est(td)
 
 
+def one_episode(T: int, dtype: torch.dtype = torch.float32, done: bool = True) -> TensorDict:
+    """A [1, T] batch of reward 1 and value 0, terminated at its last step (with a done flag)."""
+    end = torch.arange(T).eq(T - 1).view(1, T, 1)
+    nxt = {
+        "reward": torch.ones(1, T, 1, dtype=dtype),
+        "state_value": torch.zeros(1, T, 1, dtype=dtype),
+        "terminated": end,
+    }
+    if done:
+        nxt["done"] = end.clone()
+    return TensorDict(
+        {"state_value": torch.zeros(1, T, 1, dtype=dtype), "next": nxt}, batch_size=[1, T]
+    )
+
+
 def test_float64_rollouts_get_gamma_at_float64_precision():
     # A 400-step episode of reward 1 and value 0 (it ends at the batch cut, terminated): the
     # discounted sum, written out, in float64. A float32 gamma would be off by ~1e-4.
     T, gamma = 400, 0.99
-    td = TensorDict(
-        {
-            "state_value": torch.zeros(1, T, 1, dtype=torch.float64),
-            "next": {
-                "reward": torch.ones(1, T, 1, dtype=torch.float64),
-                "state_value": torch.zeros(1, T, 1, dtype=torch.float64),
-                "terminated": torch.arange(T).eq(T - 1).view(1, T, 1),
-                "done": torch.arange(T).eq(T - 1).view(1, T, 1),
-            },
-        },
-        batch_size=[1, T],
-    )
+    td = one_episode(T, torch.float64)
     want = torch.tensor(
         [sum(gamma**k for k in range(T - t)) for t in range(T)], dtype=torch.float64
     )
@@ -321,21 +325,22 @@ def test_gamma_is_taken_at_the_working_dtype():
     # bfloat16 batch computes in float32, so 0.999 does not round to 1.0 (bfloat16's nearest).
     T, gamma = 300, 0.999
     for dtype, g in ((torch.float32, float(torch.tensor(gamma))), (torch.bfloat16, None)):
-        td = TensorDict(
-            {
-                "state_value": torch.zeros(1, T, 1, dtype=dtype),
-                "next": {
-                    "reward": torch.ones(1, T, 1, dtype=dtype),
-                    "state_value": torch.zeros(1, T, 1, dtype=dtype),
-                    "terminated": torch.arange(T).eq(T - 1).view(1, T, 1),
-                },
-            },
-            batch_size=[1, T],
-        )
-        got = E.TD1Estimator(gamma=gamma)(td)["value_target"].view(T)
+        got = E.TD1Estimator(gamma=gamma)(one_episode(T, dtype, done=False))
+        got = got["value_target"].view(T)
         if g is not None:  # the float64 sum of g^k, rounded once
             want = torch.tensor([sum(g**k for k in range(T - t)) for t in range(T)])
             torch.testing.assert_close(got, want, rtol=2e-7, atol=0)
         else:  # 0.999: 259.6 at t=0; a gamma of 1.0 would give 300
             assert got.dtype == torch.bfloat16
             assert abs(float(got[0]) - sum(gamma**k for k in range(T))) < 2.0
+
+
+def test_a_gamma_that_needs_a_gradient_gets_one():
+    # G_0 = 1 + gamma + gamma^2 over three steps of reward 1 (terminated at the last):
+    # dG_0/dgamma = 1 + 2 gamma, through the differentiable estimator
+    gamma = torch.tensor(0.99, dtype=torch.float64, requires_grad=True)
+    td = one_episode(3, torch.float64, done=False)
+    target = E.TD1Estimator(gamma=gamma, differentiable=True)(td)["value_target"]
+    target[0, 0, 0].backward()
+    assert gamma.grad is not None
+    torch.testing.assert_close(gamma.grad, torch.tensor(1 + 2 * 0.99, dtype=torch.float64))

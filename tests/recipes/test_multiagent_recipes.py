@@ -66,6 +66,14 @@ def test_mappo_refuses_compile_with_a_decaying_clip_range(tmp_path):
         mappo.main(cfg)
 
 
+@pytest.mark.parametrize("recipe", [mappo, qmix, maddpg], ids=["mappo", "qmix", "maddpg"])
+def test_multiagent_recipes_refuse_cudagraphs_by_name(recipe, tmp_path):
+    cfg = configure(recipe.Config, log_dir=str(tmp_path), device="auto", cudagraphs=True)
+    name = recipe.__name__.rsplit(".", 1)[-1]
+    with pytest.raises(ValueError, match=f"--cudagraphs: {name}.py runs its networks on the CPU"):
+        recipe.main(cfg)
+
+
 def test_a_paused_mappo_run_resumes_to_its_end(tmp_path):
     cfg = configure(mappo.Config, log_dir=str(tmp_path), checkpoint_every=120, **TINY)
     mappo.main(configure(cfg, stop_after_frames=120))
