@@ -1124,7 +1124,9 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   "Tianshou (1M)" columns: max over training of the mean over 10 seeds of 10 test episodes,
   ± std over seeds, gym 0.17.3 v3 tasks, 1M env steps, so above the 100k (off-policy) and 30k
   (REDQ) budgets here; n/a where it publishes no 1M figure (REINFORCE: 3M and 10M only; REDQ:
-  none).
+  none). Ant differs most: on v3 under mujoco >= 2.0 the contact forces read as zero, so they
+  neither inform the policy nor cost reward, while Ant-v5 observes them (105 dims against
+  v4's 27) and charges their cost by default; the Ant columns compare different tasks.
 - SB3 zoo (1M): DLR-RM/rl-baselines3-zoo `benchmark.md` (commit 0088472b8cb6): one trained
   agent per entry (the zoo calls it "not a quantitative benchmark"), 1M env steps at the zoo's
   hyperparameters on gym v3 tasks, then its deterministic policy over ~150k steps: mean ± std
