@@ -172,8 +172,14 @@ def last_eval(run_dir: Path) -> tuple[float, float]:
     return float(rows[-1]["return_mean"]), float(rows[-1].get("return_std") or "nan")
 
 
-# Algorithms that are a setting of another recipe: NPG is recipes/trpo.py with --algo npg.
-RECIPE_OF: dict[str, tuple[str, dict[str, Any]]] = {"npg": ("trpo", {"algo": "npg"})}
+# Algorithms that are a setting of another recipe, at their own defaults (the recipes'
+# docstrings): NPG is recipes/trpo.py with --algo npg, DDPG td3.py with --algo ddpg at
+# Tianshou's lr 1e-3, REDQ sac.py with --algo redq at Tianshou's REDQ settings.
+RECIPE_OF: dict[str, tuple[str, dict[str, Any]]] = {
+    "npg": ("trpo", {"algo": "npg"}),
+    "ddpg": ("td3", {"algo": "ddpg", "actor_lr": 1e-3, "critic_lr": 1e-3}),
+    "redq": ("sac", {"algo": "redq", "num_critics": 10, "utd_ratio": 20.0, "policy_delay": 20}),
+}
 
 
 def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
@@ -196,7 +202,7 @@ def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     }
     missing = [k for k in settings if k not in types]
     if missing:
-        raise TypeError(f"recipes/{spec.algo}.py Config lacks the fields {missing}")
+        raise TypeError(f"recipes/{recipe}.py Config lacks the fields {missing}")
     # Same conditions as SB3: one thread, no TensorBoard/progress bar, no checkpoints at all
     # (checkpoint_every=0: not even the final one, which would copy a replay buffer to disk).
     optional = {"threads": 1, "tensorboard": False, "progress": False, "resume": False}
@@ -204,11 +210,11 @@ def run_tdrl(spec: RunSpec, run_dir: Path) -> dict[str, float]:
     settings |= {k: v for k, v in optional.items() if k in types}
     if spec.learning_starts is not None:
         if "init_random_frames" not in types:
-            raise TypeError(f"recipes/{spec.algo}.py has no init_random_frames (learning starts)")
+            raise TypeError(f"recipes/{recipe}.py has no init_random_frames (learning starts)")
         settings["init_random_frames"] = spec.learning_starts
     for name, text in spec.tdrl_set:
         if name not in types:
-            raise TypeError(f"recipes/{spec.algo}.py Config has no field {name!r}")
+            raise TypeError(f"recipes/{recipe}.py Config has no field {name!r}")
         settings[name] = _convert(text, defaults[name])
     start = time.perf_counter()
     module.main(configure(module.Config, **settings))

@@ -22,7 +22,8 @@ through its own :class:`Suite` (algorithms, tasks, SB3 runs, page, files):
 
 tdrl: ``recipes/<recipe>.py``'s ``main(Config(...))`` with the recipe's own defaults except the
 task, the seed, the budget and the run folder (``--workdir``, outside the repository); NPG is
-``recipes/trpo.py`` with ``algo="npg"``; TD3 and DDPG run rl-zoo3's settings, as the SB3 cells
+``recipes/trpo.py`` with ``algo="npg"``, DDPG ``td3.py`` with ``algo="ddpg"``, REDQ and DroQ
+``sac.py`` with ``algo="redq"``; TD3 and DDPG run rl-zoo3's settings, as the SB3 cells
 do (``SHORT_BUDGET_DETERMINISTIC``: the recipes' defaults are for 1M steps). The curve is the run's
 ``eval.csv``.
 
@@ -105,11 +106,13 @@ class Algo:
 # ones of the SB3 cells beside them (``_DETERMINISTIC`` below): learning from 10k steps on, lr
 # 1e-3, 400x300 nets; the rest (batch 256, noise 0.1, tau, gamma, TD3's delay and target noise)
 # is the same in both already, so the two libraries' cells differ only in their code. Stated in
-# recipes/td3.py and ddpg.py.
+# recipes/td3.py (DDPG: its --algo ddpg).
 SHORT_BUDGET_DETERMINISTIC = (
     ("init_random_frames", 10_000), ("actor_lr", 1e-3), ("critic_lr", 1e-3),
     ("hidden_sizes", (400, 300)),
 )  # fmt: skip
+
+REDQ_LOOP = (("algo", "redq"), ("utd_ratio", 20.0), ("policy_delay", 20))
 
 ALGOS: dict[str, Algo] = {
     "ppo": Algo("ppo", (), ON_POLICY_STEPS, "PPO"),
@@ -133,14 +136,18 @@ ALGOS: dict[str, Algo] = {
                            ("policy_delay", 3), ("adam_beta1", 0.5), ("alpha_lr", 1e-3),
                            ("init_random_frames", 5_000)), OFF_POLICY_STEPS, "CrossQ"),  # fmt: skip
     "td3": Algo("td3", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "TD3"),
-    "ddpg": Algo("ddpg", SHORT_BUDGET_DETERMINISTIC, OFF_POLICY_STEPS, "DDPG"),
-    # checkpoints every 3k steps (the recipe's 100k would be only the last): a REDQ cell takes
-    # ~3 h of a core (600k gradient steps), so a cut cell resumes while its run folder is there
-    "redq": Algo("redq", (("checkpoint_every", 3_000),), REDQ_STEPS, None),
-    # redq.py as DroQ (Hiraoka et al. 2022): REDQ's loop with 2 critics of dropout 0.01 and
-    # LayerNorm; compared with REDQ at the same 30k budget
-    "droq": Algo("redq", (("num_qvalue_nets", 2), ("critic_dropout", 0.01),
-                          ("critic_layer_norm", True), ("checkpoint_every", 3_000)),
+    "ddpg": Algo("td3", (("algo", "ddpg"), *SHORT_BUDGET_DETERMINISTIC), OFF_POLICY_STEPS,
+                 "DDPG"),  # fmt: skip
+    # sac.py --algo redq at Tianshou's REDQ settings (10 critics, 20 critic steps per env step,
+    # the actor every 20th), checkpoints every 3k steps (the recipe's 100k would be only the
+    # last): a REDQ cell takes ~3 h of a core (600k gradient steps), so a cut cell resumes while
+    # its run folder is there
+    "redq": Algo("sac", (*REDQ_LOOP, ("num_critics", 10), ("checkpoint_every", 3_000)),
+                 REDQ_STEPS, None),  # fmt: skip
+    # DroQ (Hiraoka et al. 2022): REDQ's loop with 2 critics of dropout 0.01 and LayerNorm;
+    # compared with REDQ at the same 30k budget
+    "droq": Algo("sac", (*REDQ_LOOP, ("num_critics", 2), ("critic_dropout", 0.01),
+                         ("critic_layer_norm", True), ("checkpoint_every", 3_000)),
                  REDQ_STEPS, None),  # fmt: skip
 }
 
@@ -545,6 +552,11 @@ RETIRED: dict[str, tuple[Any, ...] | None] = {
 }  # fmt: skip
 
 
+# Fields renamed, with their names now: REDQ's own recipe became sac.py --algo redq, whose
+# actor step is every --policy-delay-th and whose ensemble is --num-critics.
+RENAMED = {"actor_delay": "policy_delay", "num_qvalue_nets": "num_critics"}
+
+
 def retired(name: str, value: Any) -> bool:
     """Whether a recorded setting whose field is gone now was retired at ``value``."""
     if name not in RETIRED:
@@ -574,7 +586,9 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
 
         now = finite(flat_dict(tdrl_config(cell, Path("."), suite)))
         now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
-        recorded = {k: v for k, v in recorded.items() if k not in PLACE_SETTINGS}
+        recorded = {
+            RENAMED.get(k, k): v for k, v in recorded.items() if k not in PLACE_SETTINGS
+        }
     now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
     changed = [
         f"{name}: {recorded[name]!r} then, {value!r} now"

@@ -98,7 +98,7 @@ CUDA_SECTIONS = ("ppo", "sac", "dqn", "td3")
 
 
 # The recipes' gradient steps, as the recipes write them in their loops (recipes/ppo.py,
-# recipes/sac.py, recipes/redq.py, recipes/td3.py, recipes/dqn.py), so tdrl is timed on the
+# recipes/sac.py (REDQ: its --algo redq), recipes/td3.py, recipes/dqn.py), so tdrl is timed on the
 # same work its recipes do: each update step a function, through trainers.compiled_step with the
 # options of the row being timed (--compile adds the compiled and captured rows).
 CAPTURE: dict[str, Any] = {}  # compiled_step's options while a "tdrl compiled" row runs
@@ -1204,15 +1204,15 @@ section_iql = steps_section(
 # --- REDQ: gradient steps on HalfCheetah shapes -----------------------------------------------
 # N = 10 critics, targets from a random M = 2 of them, batch 256, 256x256 MLPs, Adam 3e-4, auto
 # alpha (Chen et al. 2021's settings), on the SAC section's data. Each library as its REDQ is run:
-# tdrl (recipes/redq.py) and Tianshou (examples/mujoco/mujoco_redq.py) step the actor and alpha
-# on every 20th gradient step only (tdrl's actor_every, Tianshou's actor_delay); TorchRL's
+# tdrl (recipes/sac.py --algo redq) and Tianshou (examples/mujoco/mujoco_redq.py) step the actor and alpha
+# on every 20th gradient step only (tdrl's policy_delay, Tianshou's actor_delay); TorchRL's
 # REDQLoss computes the actor and alpha losses on every step (its sota-implementations/redq sums
 # them into one backward), so its steps do more. SB3 has no REDQ.
 REDQ_MEMBERS, REDQ_SUBSET, REDQ_ACTOR_EVERY, REDQ_LR = 10, 2, 20, 3e-4
 
 
 def redq_tdrl(data: dict[str, torch.Tensor], steps: int) -> float:
-    """recipes/redq.py's gradient step (the actor every 20th)."""
+    """recipes/sac.py --algo redq's gradient step (the actor every 20th)."""
     from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor, mlp
     from tdrl.objectives import REDQLoss, SoftUpdate
 
@@ -1456,7 +1456,7 @@ def _deterministic_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], f
         if algo == "td3":  # recipes/td3.py: the twin critics as one batched ensemble
             critic = EnsembleCritic(EnsembleMLP(SAC_OBS + SAC_ACT, 1, DET_HIDDEN, num_members=2))
             loss = TD3Loss(actor, critic, policy_noise=0.2, noise_clip=0.5).to(DEVICE)
-        else:  # recipes/ddpg.py
+        else:  # recipes/td3.py --algo ddpg
             critic = StateActionCritic(mlp(SAC_OBS + SAC_ACT, 1, DET_HIDDEN, activation=nn.ReLU))
             loss = DDPGLoss(actor, critic).to(DEVICE)
         optimizer = adam((actor.parameters(), DET_LR), (critic.parameters(), DET_LR))

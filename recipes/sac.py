@@ -1,7 +1,10 @@
 """Soft actor-critic (Haarnoja et al. 2018, arXiv 1801.01290, 1812.05905) on MuJoCo; TQC
 (Kuznetsov et al. 2020, arXiv 2005.04269): critics of return quantiles whose pooled target drops
 the largest atoms (--algo tqc); CrossQ (Bhatt et al. 2024, arXiv 1902.05605): no target networks,
-batch-renormalized networks, the critic run on (s, a) and (s', a') as one batch (--algo crossq).
+batch-renormalized networks, the critic run on (s, a) and (s', a') as one batch (--algo crossq);
+REDQ (Chen et al. 2021, arXiv 2101.05982): an ensemble of N critics, a random subset of M in each
+target, the actor on their mean, many gradient steps per env step (--algo redq); DroQ (Hiraoka et
+al. 2022, arXiv 2110.02034): REDQ's loop with 2 critics of dropout and LayerNorm.
 
 Defaults are Tianshou's MuJoCo SAC benchmark (examples/mujoco/mujoco_sac.py): lr 1e-3 for actor
 and critics, automatic entropy tuning (target -|A|, alpha lr 3e-4, alpha starting at 1), tau
@@ -11,13 +14,19 @@ step, a 1M buffer. The critics are one batched ensemble, and one Adam holds a gr
 hyperparams/tqc.yml) is the third line: 2 critics of 25 quantiles, 2 dropped per critic, lr 3e-4.
 CrossQ at sb3-contrib's (the zoo's crossq.yml) is the fourth: 2048x2048 critics, the actor every
 third step, Adam betas (0.5, 0.999) (for alpha too; sb3-contrib's alpha keeps 0.9), lr 1e-3
-everywhere, 5k random steps, batch renorm warmed up over 100k batches.
+everywhere, 5k random steps, batch renorm warmed up over 100k batches. REDQ at Tianshou's MuJoCo
+REDQ benchmark (examples/mujoco/mujoco_redq.py) is the fifth: 10 critics, 2 in each target, 20
+critic steps per env step, the actor every 20th; DroQ at the paper's MuJoCo settings the sixth
+(dropout 0.01).
 
     python recipes/sac.py --env-id HalfCheetah-v5 --total-frames 1000000
     python recipes/sac.py --env-id Pendulum-v1 --total-frames 20000 --init-random-frames 1000
     python recipes/sac.py --algo tqc --actor-lr 3e-4 --critic-lr 3e-4 --env-id Hopper-v5
     python recipes/sac.py --algo crossq --critic-hidden-sizes 2048 2048 --policy-delay 3 \
         --adam-beta1 0.5 --alpha-lr 1e-3 --init-random-frames 5000 --env-id Hopper-v5
+    python recipes/sac.py --algo redq --num-critics 10 --utd-ratio 20 --policy-delay 20
+    python recipes/sac.py --algo redq --utd-ratio 20 --policy-delay 20 --critic-dropout 0.01 \
+        --critic-layer-norm
     python recipes/sac.py --residual --hidden-sizes 128 --critic-hidden-sizes 512 512
 
 The last is SimBa's SAC (Lee et al. 2024, arXiv 2410.09754): a 128-wide actor of one residual
@@ -47,9 +56,10 @@ class Config:
     entropy: config.EntropyConfig = config.EntropyConfig()
     goals: config.GoalConfig = config.GoalConfig()
     aug: config.AugmentConfig = config.AugmentConfig()
-    algo: Literal["sac", "tqc", "crossq"] = "sac"
-    """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target) or
-    crossq (no target networks; batch-renormalized actor and critics)."""
+    algo: Literal["sac", "tqc", "crossq", "redq"] = "sac"
+    """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target),
+    crossq (no target networks; batch-renormalized actor and critics) or redq (the target's
+    minimum over a random subset of the critics, the actor on their mean)."""
     critic_hidden_sizes: tuple[int, ...] = ()
     """the critics' hidden widths (empty: --hidden-sizes)."""
     policy_delay: int = 1
@@ -63,6 +73,12 @@ class Config:
     (all equal); their norms are LayerNorms, batch renorm for crossq."""
     num_critics: int = 2
     """critics in the ensemble."""
+    sub_sample_len: int = 2
+    """redq: critics in each target's minimum (M)."""
+    critic_dropout: float = 0.0
+    """dropout rate after each hidden layer of the critics (DroQ: 0.01)."""
+    critic_layer_norm: bool = False
+    """LayerNorm after each hidden layer (and its dropout) of the critics (DroQ)."""
     num_quantiles: int = 25
     """tqc: return quantiles per critic."""
     top_quantiles_to_drop: int = 2
@@ -71,11 +87,12 @@ class Config:
 
 
 def main(cfg: Config) -> dict[str, float]:
-    """Train SAC, TQC or CrossQ; returns the final deterministic evaluation and the counters."""
+    """Train SAC, TQC, CrossQ or REDQ; returns the final deterministic evaluation and the
+    counters."""
     # the library loads here, after the command line: --help answers without it
     from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
-    from tdrl.objectives import CrossQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
+    from tdrl.objectives import CrossQLoss, REDQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
 
     if cfg.algo == "crossq" and (cfg.run.compile or cfg.run.cudagraphs):
         # batch renorm's warm-up is a step count in Python: a compiled step would recompile
@@ -97,7 +114,8 @@ def main(cfg: Config) -> dict[str, float]:
     critic = q_ensemble(
         inputs.spec, env.action_spec, cfg.critic_hidden_sizes or cfg.ac.hidden_sizes,
         cfg.num_critics, num_outputs=cfg.num_quantiles if tqc else 1, batch_renorm=renorm,
-        residual=cfg.residual, observation_key=inputs.key,
+        residual=cfg.residual, dropout=cfg.critic_dropout, layer_norm=cfg.critic_layer_norm,
+        observation_key=inputs.key,
     )  # fmt: skip
     actor, critic = inputs.attach(actor), inputs.attach(critic, own=True)
 
@@ -106,6 +124,9 @@ def main(cfg: Config) -> dict[str, float]:
     if tqc:
         loss = TQCLoss(actor, critic, top_quantiles_to_drop=cfg.top_quantiles_to_drop,
                        gamma=cfg.ac.gamma, **entropy).to(device)  # fmt: skip
+    elif cfg.algo == "redq":
+        loss = REDQLoss(actor, critic, num_qvalue_nets=cfg.num_critics, gamma=cfg.ac.gamma,
+                        sub_sample_len=cfg.sub_sample_len, **entropy).to(device)  # fmt: skip
     else:
         algo = CrossQLoss if cfg.algo == "crossq" else SACLoss
         loss = algo(actor, critic, num_qvalue_nets=cfg.num_critics, gamma=cfg.ac.gamma,
@@ -148,6 +169,7 @@ def main(cfg: Config) -> dict[str, float]:
     # 5. the loop: store each batch, then the gradient steps due at the update ratio
     state = {"loss": loss, "optimizer": optimizer, "buffer": buffer}
     title = {"crossq": "CrossQ"}.get(cfg.algo, cfg.algo.upper())
+    title = "DroQ" if cfg.algo == "redq" and cfg.critic_dropout else title
     with trainers.Run.from_config(cfg, title, state, eval_env=eval_env, policy=policy) as run:
         for batch in run.resume(collector):
             buffer.extend(transitions(batch))

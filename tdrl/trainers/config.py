@@ -38,7 +38,7 @@ T = TypeVar("T")
 _POSITIVE = {
     "total_frames", "num_envs", "eval_episodes", "eval_envs", "threads", "frames_per_batch",
     "batch_size", "buffer_size", "epochs", "minibatch_size", "critic_steps", "n_steps",
-    "cg_iters", "policy_delay", "actor_delay", "num_qvalue_nets", "sub_sample_len",
+    "cg_iters", "policy_delay", "sub_sample_len",
     "target_update_interval", "recurrent_size", "seq_len", "slice_len", "num_workers",
     "steps_per_batch", "expert_episodes", "disc_steps", "disc_batch_size", "critic_minibatch_size",
     "frame_stack", "steps", "num_critics", "num_quantiles", "policy_iterations", "aux_epochs",

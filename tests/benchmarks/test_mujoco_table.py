@@ -189,14 +189,21 @@ def test_a_line_run_with_other_settings_is_reported_stale_by_name(
     assert mt.settings_drift(line, mt.MUJOCO) == ([], [])  # log_dir is the place, not a setting
     line["settings"]["actor_lr"] = 3e-4  # the recipe's 1M default, not the table's preset
     del line["settings"]["critic_lr"]
-    line["settings"]["noise"] = 0.2  # a field since removed or renamed
-    line["settings"]["algo"] = "dqn"  # retired at the value the recipe always has now
+    line["settings"]["sigma"] = 0.2  # a field since removed
+    line["settings"]["noisy"] = False  # retired at the value the recipe always has now
     changed, unrecorded = mt.settings_drift(line, mt.MUJOCO)
-    assert changed == ["actor_lr: 0.0003 then, 0.001 now", "noise: 0.2 then, gone now"]
+    assert changed == ["actor_lr: 0.0003 then, 0.001 now", "sigma: 0.2 then, gone now"]
     assert unrecorded == ["critic_lr"]
-    line["settings"]["algo"] = "c51"  # retired, but the run used what is gone
-    assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "algo: 'c51' then, gone now"
-    del line["settings"]["noise"], line["settings"]["algo"]
+    line["settings"]["noisy"] = True  # retired, but the run used what is gone
+    assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "noisy: True then, gone now"
+    del line["settings"]["sigma"], line["settings"]["noisy"]
+    # a renamed field is compared under its name now: TD3's actor step every 2nd, as recorded
+    line["settings"]["actor_delay"] = line["settings"].pop("policy_delay")
+    assert mt.settings_drift(line, mt.MUJOCO)[0] == ["actor_lr: 0.0003 then, 0.001 now"]
+    line["settings"]["actor_delay"] = 3
+    assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "policy_delay: 3 then, 2 now"
+    del line["settings"]["actor_delay"]
+    line["settings"]["policy_delay"] = 2
     sb3 = mt.Cell("SB3", "sac", "Hopper-v5", 0, 100_000, 10_000, 10)
     sb3_line = fake_line(sb3, [1.0])
     zoo = json.loads(json.dumps(mt.zoo_hyperparameters("sac", "Hopper-v5")))

@@ -33,14 +33,20 @@ TINY = {
     "rainbow": {"total_frames": 512, "init_random_frames": 256, "frames_per_batch": 64},
     "sac": {"env_id": "Pendulum-v1", "total_frames": 300, "init_random_frames": 100},
     "td3": {"env_id": "Pendulum-v1", "total_frames": 300, "init_random_frames": 100},
-    "ddpg": {"env_id": "Pendulum-v1", "total_frames": 300, "init_random_frames": 100},
+    "ddpg": {
+        "env_id": "Pendulum-v1",
+        "total_frames": 300,
+        "init_random_frames": 100,
+        "algo": "ddpg",
+    },
     "redq": {
         "env_id": "Pendulum-v1",
         "total_frames": 300,
         "init_random_frames": 100,
+        "algo": "redq",
         "utd_ratio": 2.0,
-        "actor_delay": 2,
-        "num_qvalue_nets": 4,
+        "policy_delay": 2,
+        "num_critics": 4,
     },
     "discrete_sac": {"total_frames": 500, "init_random_frames": 100, "utd_ratio": 0.5},
     "drqn": {
@@ -55,8 +61,12 @@ TINY = {
 }
 
 
+# the algorithms that are another recipe's --algo
+RECIPES = {"ddpg": "td3", "redq": "sac"}
+
+
 def config(name: str, tmp_path: Path, **overrides: object) -> tuple[object, object]:
-    module = importlib.import_module(name)
+    module = importlib.import_module(RECIPES.get(name, name))
     fields = set(flat_dict(module.Config()))
     values = {k: v for k, v in COMMON.items() if k in fields}
     values |= {"batch_size": 16, "log_dir": str(tmp_path / name)} | TINY[name] | overrides
@@ -115,7 +125,7 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
         ("sac", {"algo": "tqc", "num_quantiles": 5, "num_critics": 3}),
-        ("redq", {"num_qvalue_nets": 2, "critic_dropout": 0.01, "critic_layer_norm": True}),
+        ("redq", {"num_critics": 2, "critic_dropout": 0.01, "critic_layer_norm": True}),  # DroQ
         ("sac", {"residual": True, "critic_hidden_sizes": (16, 16)}),  # SimBa's layout
         ("td3", {"residual": True}),
         # update steps through torch.compile (the critic-only step too: policy_delay 2)
@@ -123,7 +133,7 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         pytest.param("td3", {"compile": True}, marks=VARIANT),
         pytest.param("dqn", {"compile": True, "prioritized": True}, marks=VARIANT),
         pytest.param("ddpg", {"compile": True}, marks=VARIANT),
-        pytest.param("redq", {"compile": True}, marks=VARIANT),  # actor_delay 2: both steps
+        pytest.param("redq", {"compile": True}, marks=VARIANT),  # policy_delay 2: both steps
         pytest.param("discrete_sac", {"compile": True, "auto_alpha": True}, marks=VARIANT),
         pytest.param(  # priorities and new noise outside the compiled step
             "rainbow", {"compile": True, "noisy": True, "prioritized": True}, marks=VARIANT
@@ -141,6 +151,22 @@ def test_crossq_refuses_compiled_steps(tmp_path):
     module, cfg = config("sac", tmp_path, algo="crossq", compile=True)
     with pytest.raises(ValueError, match="--algo crossq does not take --compile"):
         module.main(cfg)
+
+
+def test_ddpg_refuses_the_residual_critics_it_does_not_build(tmp_path):
+    module, cfg = config("ddpg", tmp_path, residual=True)
+    with pytest.raises(ValueError, match="--residual builds TD3's residual critics"):
+        module.main(cfg)
+    assert not (tmp_path / "ddpg").exists()
+
+
+def test_redq_reads_a_dict_observation_with_an_image_entry(tmp_path):
+    # sac.py --algo redq builds its networks as SAC does: a CNN encoder in the actor and one
+    # shared by the critic ensemble (copied into its target)
+    register_test_envs()
+    module, cfg = config("redq", tmp_path, env_id="tdrl-test/ReachDict-v0", checkpoint_every=0)
+    result = module.main(cfg)
+    assert result["frames"] == cfg.run.total_frames and math.isfinite(result["loss_qvalue"])
 
 
 def test_drqn_refuses_cudagraphs_naming_its_host_reads(tmp_path):
