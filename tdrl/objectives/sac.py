@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from tensordict import TensorDictBase
@@ -20,6 +20,19 @@ from tdrl.objectives.offpolicy import (
     rsample_and_log_prob,
     target_entropy_of,
 )
+
+
+class EntropyOptions(TypedDict, total=False):
+    """The entropy coefficient's options of :class:`SACLoss` (and the discount), which
+    :class:`~tdrl.objectives.TQCLoss` takes too; their defaults are SACLoss's."""
+
+    alpha_init: float
+    min_alpha: float | None
+    max_alpha: float | None
+    fixed_alpha: bool
+    target_entropy: str | float
+    action_dim: int | None
+    gamma: float
 
 
 class SACLoss(OffPolicyLoss):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -12,7 +12,7 @@ from torch import nn
 from tdrl.modules.ensembles import EnsembleCritic
 from tdrl.objectives.distributional import quantile_target
 from tdrl.objectives.offpolicy import _critic_inputs, frozen
-from tdrl.objectives.sac import SACLoss
+from tdrl.objectives.sac import EntropyOptions, SACLoss
 from tdrl.ops.distributional import quantile_huber_loss
 
 
@@ -42,8 +42,9 @@ class TQCLoss(SACLoss):
         top_quantiles_to_drop: ``d``, atoms dropped per critic from the pooled target
             (sb3-contrib's ``top_quantiles_to_drop_per_net``), ``0 <= d < M``.
         kappa: the Huber threshold of the quantile loss.
-        alpha_init, fixed_alpha, target_entropy, action_dim, min_alpha, max_alpha, gamma:
-            as :class:`~tdrl.objectives.SACLoss`.
+        **options: :class:`~tdrl.objectives.SACLoss`'s entropy options and discount
+            (:class:`~tdrl.objectives.sac.EntropyOptions`: ``alpha_init``, ``fixed_alpha``,
+            ``target_entropy``, ``action_dim``, ``min_alpha``, ``max_alpha``, ``gamma``).
 
     Returns ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``, ``entropy`` and
     ``td_error``, as SAC.
@@ -59,13 +60,7 @@ class TQCLoss(SACLoss):
         *,
         top_quantiles_to_drop: int = 2,
         kappa: float = 1.0,
-        alpha_init: float = 1.0,
-        min_alpha: float | None = None,
-        max_alpha: float | None = None,
-        fixed_alpha: bool = False,
-        target_entropy: str | float = "auto",
-        action_dim: int | None = None,
-        gamma: float = 0.99,
+        **options: Unpack[EntropyOptions],
     ) -> None:
         if not isinstance(qvalue_network, EnsembleCritic):
             raise TypeError(
@@ -88,11 +83,8 @@ class TQCLoss(SACLoss):
         if not (isinstance(kappa, (int, float)) and kappa >= 0 and kappa < float("inf")):
             raise ValueError(f"TQCLoss: kappa must be finite and >= 0, got {kappa!r}")
         super().__init__(
-            actor_network, qvalue_network, num_qvalue_nets=qvalue_network.num_members,
-            alpha_init=alpha_init, min_alpha=min_alpha, max_alpha=max_alpha,
-            fixed_alpha=fixed_alpha, target_entropy=target_entropy, action_dim=action_dim,
-            gamma=gamma,
-        )  # fmt: skip
+            actor_network, qvalue_network, num_qvalue_nets=qvalue_network.num_members, **options
+        )
         self.num_quantiles = num_quantiles
         self.top_quantiles_to_drop = drop
         self.kappa = float(kappa)

@@ -147,17 +147,23 @@ def test_recipe_options_run(name, options, tmp_path, device):
     assert result["frames"] == cfg.run.total_frames and math.isfinite(result["eval_return_mean"])
 
 
-def test_crossq_refuses_compiled_steps(tmp_path):
-    module, cfg = config("sac", tmp_path, algo="crossq", compile=True)
-    with pytest.raises(ValueError, match="--algo crossq does not take --compile"):
+@pytest.mark.parametrize(
+    ("name", "flags", "message"),
+    [
+        ("sac", {"algo": "crossq", "compile": True}, "--algo crossq does not take --compile"),
+        ("ddpg", {"residual": True}, "--residual builds TD3's residual critics"),
+        (
+            "drqn",
+            {"device": "auto", "cudagraphs": True},
+            "--cudagraphs: drqn.py cannot be captured: its LSTM cuts",
+        ),
+    ],
+)
+def test_a_setting_the_recipe_cannot_run_is_refused_by_name(name, flags, message, tmp_path):
+    module, cfg = config(name, tmp_path, **flags)
+    with pytest.raises(ValueError, match=message):
         module.main(cfg)
-
-
-def test_ddpg_refuses_the_residual_critics_it_does_not_build(tmp_path):
-    module, cfg = config("ddpg", tmp_path, residual=True)
-    with pytest.raises(ValueError, match="--residual builds TD3's residual critics"):
-        module.main(cfg)
-    assert not (tmp_path / "ddpg").exists()
+    assert not (tmp_path / name).exists()  # refused before the run folder is made
 
 
 def test_redq_reads_a_dict_observation_with_an_image_entry(tmp_path):
@@ -167,12 +173,6 @@ def test_redq_reads_a_dict_observation_with_an_image_entry(tmp_path):
     module, cfg = config("redq", tmp_path, env_id="tdrl-test/ReachDict-v0", checkpoint_every=0)
     result = module.main(cfg)
     assert result["frames"] == cfg.run.total_frames and math.isfinite(result["loss_qvalue"])
-
-
-def test_drqn_refuses_cudagraphs_naming_its_host_reads(tmp_path):
-    module, cfg = config("drqn", tmp_path, device="auto", cudagraphs=True)
-    with pytest.raises(ValueError, match="--cudagraphs: drqn.py cannot be captured: its LSTM cuts"):
-        module.main(cfg)
 
 
 def test_rainbow_noisy_std_sets_every_noisy_layers_sigma():
