@@ -1204,10 +1204,10 @@ section_iql = steps_section(
 # --- REDQ: gradient steps on HalfCheetah shapes -----------------------------------------------
 # N = 10 critics, targets from a random M = 2 of them, batch 256, 256x256 MLPs, Adam 3e-4, auto
 # alpha (Chen et al. 2021's settings), on the SAC section's data. Each library as its REDQ is run:
-# tdrl (recipes/sac.py --algo redq) and Tianshou (examples/mujoco/mujoco_redq.py) step the actor and alpha
-# on every 20th gradient step only (tdrl's policy_delay, Tianshou's actor_delay); TorchRL's
-# REDQLoss computes the actor and alpha losses on every step (its sota-implementations/redq sums
-# them into one backward), so its steps do more. SB3 has no REDQ.
+# tdrl (recipes/sac.py --algo redq) and Tianshou (examples/mujoco/mujoco_redq.py) step the actor
+# and alpha on every 20th gradient step only (tdrl's policy_delay, Tianshou's actor_delay);
+# TorchRL's REDQLoss computes the actor and alpha losses on every step (its
+# sota-implementations/redq sums them into one backward), so its steps do more. SB3 has no REDQ.
 REDQ_MEMBERS, REDQ_SUBSET, REDQ_ACTOR_EVERY, REDQ_LR = 10, 2, 20, 3e-4
 
 
