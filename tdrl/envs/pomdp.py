@@ -3,7 +3,8 @@
 rl-baselines3-zoo defines ``CartPoleNoVel-v1`` (cart position and pole angle only) and
 ``PendulumNoVel-v1`` (cos and sin of the angle, no angular velocity) to test recurrent policies:
 a memoryless policy cannot recover the hidden velocities, a recurrent one can. tdrl registers
-those two and the MuJoCo locomotion tasks with their joint velocities removed
+those two, ``AcrobotNoVel-v1`` (the cos and sin of both joint angles, no angular velocities: a
+swing-up like Pendulum's, with discrete torques) and the MuJoCo locomotion tasks with their joint velocities removed
 (``HopperNoVel-v5``, ...): gymnasium's v5 observation is ``qpos`` (less the excluded root
 coordinates), then ``qvel``, then extras (Ant's contact forces), and the ``qvel`` slice goes.
 Importing ``tdrl.envs`` registers them, so ``make_vec_env("HopperNoVel-v5", ...)`` works.
@@ -21,7 +22,7 @@ __all__ = ["NOVEL_TASKS", "HideVelocity", "register_novel_tasks", "velocity_free
 # base id -> (registered id). MuJoCo tasks whose v5 observation is [qpos, qvel, extras].
 _MUJOCO_LOCOMOTION = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5")
 # Classic control: the observation entries that are not velocities.
-_CLASSIC = {"CartPole-v1": [0, 2], "Pendulum-v1": [0, 1]}
+_CLASSIC = {"CartPole-v1": [0, 2], "Pendulum-v1": [0, 1], "Acrobot-v1": [0, 1, 2, 3]}
 
 NOVEL_TASKS: dict[str, str] = {
     base.replace("-v", "NoVel-v"): base for base in (*_CLASSIC, *_MUJOCO_LOCOMOTION)

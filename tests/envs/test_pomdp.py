@@ -8,11 +8,13 @@ import pytest
 
 from tdrl.envs import NOVEL_TASKS, make_vec_env
 
-# Expected kept sizes: CartPole x, theta; Pendulum cos, sin; MuJoCo qpos less root coordinates
+# Expected kept sizes: CartPole x, theta; Pendulum cos, sin; Acrobot cos and sin of both angles;
+# MuJoCo qpos less root coordinates
 # (+ Ant-v5's 78 contact-force entries).
 SIZES = {
     "CartPoleNoVel-v1": 2,
     "PendulumNoVel-v1": 2,
+    "AcrobotNoVel-v1": 4,
     "HopperNoVel-v5": 5,
     "HalfCheetahNoVel-v5": 8,
     "Walker2dNoVel-v5": 8,
@@ -35,6 +37,8 @@ def test_novel_observation_is_the_base_without_velocities(novel_id):
     np.testing.assert_array_equal(part, full[keep])
     if novel_id == "CartPoleNoVel-v1":
         assert list(keep) == [0, 2]  # x and theta; x_dot and theta_dot hidden
+    if novel_id == "AcrobotNoVel-v1":  # the two angular velocities are the last entries
+        assert list(keep) == [0, 1, 2, 3] and base.observation_space.shape == (6,)
     if novel_id == "HopperNoVel-v5":
         sim = base.unwrapped
         np.testing.assert_allclose(part, sim.data.qpos[1:])  # positions only
