@@ -552,9 +552,10 @@ RETIRED: dict[str, tuple[Any, ...] | None] = {
 }  # fmt: skip
 
 
-# Fields renamed, with their names now: REDQ's own recipe became sac.py --algo redq, whose
-# actor step is every --policy-delay-th and whose ensemble is --num-critics.
-RENAMED = {"actor_delay": "policy_delay", "num_qvalue_nets": "num_critics"}
+# Fields renamed, by algorithm, with their names now: REDQ's own recipe became sac.py --algo
+# redq, whose actor step is every --policy-delay-th and whose ensemble is --num-critics.
+_REDQ_RENAMED = {"actor_delay": "policy_delay", "num_qvalue_nets": "num_critics"}
+RENAMED: dict[str, dict[str, str]] = {"redq": _REDQ_RENAMED, "droq": _REDQ_RENAMED}
 
 
 def retired(name: str, value: Any) -> bool:
@@ -586,8 +587,9 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
 
         now = finite(flat_dict(tdrl_config(cell, Path("."), suite)))
         now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
+        renamed = RENAMED.get(cell.algorithm, {})
         recorded = {
-            RENAMED.get(k, k): v for k, v in recorded.items() if k not in PLACE_SETTINGS
+            renamed.get(k, k): v for k, v in recorded.items() if k not in PLACE_SETTINGS
         }
     now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
     changed = [

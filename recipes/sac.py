@@ -59,7 +59,8 @@ class Config:
     algo: Literal["sac", "tqc", "crossq", "redq"] = "sac"
     """sac (a clipped double-Q target), tqc (quantile critics, a truncated pooled target),
     crossq (no target networks; batch-renormalized actor and critics) or redq (the target's
-    minimum over a random subset of the critics, the actor on their mean)."""
+    minimum over a random subset of the critics, the actor on their mean; REDQ's own settings
+    add --num-critics 10 --utd-ratio 20 --policy-delay 20)."""
     critic_hidden_sizes: tuple[int, ...] = ()
     """the critics' hidden widths (empty: --hidden-sizes)."""
     policy_delay: int = 1

@@ -40,7 +40,8 @@ class Config:
     td3: config.TD3Config = config.TD3Config()
     goals: config.GoalConfig = config.GoalConfig()
     algo: Literal["td3", "ddpg"] = "td3"
-    """td3 (twin critics, delayed actor, smoothed target) or ddpg (one critic, none of those)."""
+    """td3 (twin critics, delayed actor, smoothed target) or ddpg (one critic, none of those:
+    --policy-delay, --policy-noise and --noise-clip are ignored)."""
     noise: Literal["gaussian", "ou"] = "gaussian"
     """exploration noise: Gaussian or Ornstein-Uhlenbeck (restarted at every episode start)."""
     exploration_noise: float = 0.1

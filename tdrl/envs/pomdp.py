@@ -4,9 +4,10 @@ rl-baselines3-zoo defines ``CartPoleNoVel-v1`` (cart position and pole angle onl
 ``PendulumNoVel-v1`` (cos and sin of the angle, no angular velocity) to test recurrent policies:
 a memoryless policy cannot recover the hidden velocities, a recurrent one can. tdrl registers
 those two, ``AcrobotNoVel-v1`` (the cos and sin of both joint angles, no angular velocities: a
-swing-up like Pendulum's, with discrete torques) and the MuJoCo locomotion tasks with their joint velocities removed
-(``HopperNoVel-v5``, ...): gymnasium's v5 observation is ``qpos`` (less the excluded root
-coordinates), then ``qvel``, then extras (Ant's contact forces), and the ``qvel`` slice goes.
+swing-up like Pendulum's, with discrete torques) and the MuJoCo locomotion tasks with their
+joint velocities removed (``HopperNoVel-v5``, ...): gymnasium's v5 observation is ``qpos``
+(less the excluded root coordinates), then ``qvel``, then extras (Ant's contact forces), and the
+``qvel`` slice goes.
 Importing ``tdrl.envs`` registers them, so ``make_vec_env("HopperNoVel-v5", ...)`` works.
 """
 

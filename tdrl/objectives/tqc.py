@@ -62,6 +62,12 @@ class TQCLoss(SACLoss):
         kappa: float = 1.0,
         **options: Unpack[EntropyOptions],
     ) -> None:
+        unknown = sorted(set(options) - set(EntropyOptions.__annotations__))
+        if unknown:  # SACLoss's loss_function and delay_qvalue have no meaning here
+            raise TypeError(
+                f"TQCLoss got unexpected options {unknown}; besides its own it takes SACLoss's "
+                f"{sorted(EntropyOptions.__annotations__)}"
+            )
         if not isinstance(qvalue_network, EnsembleCritic):
             raise TypeError(
                 "TQCLoss: qvalue_network must be an EnsembleCritic of N critics with M quantile "

@@ -337,6 +337,9 @@ class RunConfig:
 # runs had: a resume compares a saved config that lacks one against this value.
 FIELDS_ADDED: dict[str, Any] = {
     "layout_seed": -1, "rnd_first_visit": False, "icm_first_visit": False,
+    # sac.py's REDQ options and td3.py's --algo and --noise (DDPG joined it)
+    "sub_sample_len": 2, "critic_dropout": 0.0, "critic_layer_norm": False, "algo": "td3",
+    "noise": "gaussian",
 }  # fmt: skip
 
 RESUME_MAY_CHANGE = frozenset({

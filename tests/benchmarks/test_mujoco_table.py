@@ -197,13 +197,22 @@ def test_a_line_run_with_other_settings_is_reported_stale_by_name(
     line["settings"]["noisy"] = True  # retired, but the run used what is gone
     assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "noisy: True then, gone now"
     del line["settings"]["sigma"], line["settings"]["noisy"]
-    # a renamed field is compared under its name now: TD3's actor step every 2nd, as recorded
-    line["settings"]["actor_delay"] = line["settings"].pop("policy_delay")
-    assert mt.settings_drift(line, mt.MUJOCO)[0] == ["actor_lr: 0.0003 then, 0.001 now"]
-    line["settings"]["actor_delay"] = 3
-    assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "policy_delay: 3 then, 2 now"
+    # a field renamed for one algorithm is compared under its name now on that algorithm's
+    # lines: REDQ's (its own recipe's actor_delay and num_qvalue_nets, sac.py's names now)
+    redq = mt.Cell("tdrl", "redq", "Hopper-v5", 0, 30_000, 10_000, 10)
+    redq_line = fake_line(redq, [1.0])
+    redq_line["settings"] = json.loads(
+        json.dumps(mt.finite(flat_dict(mt.tdrl_config(redq, tmp_path, mt.MUJOCO))))
+    )
+    for old, new in (("actor_delay", "policy_delay"), ("num_qvalue_nets", "num_critics")):
+        redq_line["settings"][old] = redq_line["settings"].pop(new)
+    assert mt.settings_drift(redq_line, mt.MUJOCO)[0] == []
+    redq_line["settings"]["num_qvalue_nets"] = 5
+    assert mt.settings_drift(redq_line, mt.MUJOCO)[0] == ["num_critics: 5 then, 10 now"]
+    # on another algorithm's line the old name is a field that is gone
+    line["settings"]["actor_delay"] = 2
+    assert mt.settings_drift(line, mt.MUJOCO)[0][-1] == "actor_delay: 2 then, gone now"
     del line["settings"]["actor_delay"]
-    line["settings"]["policy_delay"] = 2
     sb3 = mt.Cell("SB3", "sac", "Hopper-v5", 0, 100_000, 10_000, 10)
     sb3_line = fake_line(sb3, [1.0])
     zoo = json.loads(json.dumps(mt.zoo_hyperparameters("sac", "Hopper-v5")))

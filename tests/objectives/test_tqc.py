@@ -167,3 +167,9 @@ def test_bad_settings_are_named(specs):
 
     with pytest.raises(TypeError, match="must be an EnsembleCritic"):
         TQCLoss(actor, StateActionCritic(mlp(4, 5, (8,))))
+    # SACLoss's other options would be taken and ignored (TQC's loss is the quantile Huber, its
+    # targets always delayed): they are named instead
+    critic = q_ensemble(*specs, (8,), 2, num_outputs=M)
+    with pytest.raises(TypeError, match=r"unexpected options \['delay_qvalue', 'loss_function'\]"):
+        TQCLoss(actor, critic, loss_function="smooth_l1", delay_qvalue=False)
+    assert TQCLoss(actor, critic, alpha_init=0.5, gamma=0.9).gamma == 0.9  # the entropy options

@@ -7,6 +7,7 @@ The ``slow`` tests are learning runs: DQN solves CartPole-v1, SAC solves Pendulu
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
 from pathlib import Path
@@ -166,13 +167,48 @@ def test_a_setting_the_recipe_cannot_run_is_refused_by_name(name, flags, message
     assert not (tmp_path / name).exists()  # refused before the run folder is made
 
 
+@pytest.mark.parametrize(
+    ("name", "loss_name", "options"),
+    [
+        ("td3", "TD3Loss", {}),
+        ("ddpg", "DDPGLoss", {}),
+        ("sac", "SACLoss", {}),
+        ("redq", "REDQLoss", {"sub_sample_len": 3}),
+    ],
+)
+def test_algo_builds_its_own_loss(name, loss_name, options, tmp_path, monkeypatch):
+    # a family recipe's --algo picks the loss (the tiny runs above would pass on any of them):
+    # the real loss class, recording what it was built with
+    import tdrl.objectives
+
+    built: list[dict[str, object]] = []
+    real = getattr(tdrl.objectives, loss_name)
+
+    class Recorded(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tdrl.objectives, loss_name, Recorded)
+    module, cfg = config(name, tmp_path, checkpoint_every=0, total_frames=150, **options)
+    module.main(cfg)
+    assert len(built) == 1
+    if name == "redq":  # REDQ's ensemble and subset reach the loss
+        assert (built[0]["num_qvalue_nets"], built[0]["sub_sample_len"]) == (4, 3)
+
+
 def test_redq_reads_a_dict_observation_with_an_image_entry(tmp_path):
     # sac.py --algo redq builds its networks as SAC does: a CNN encoder in the actor and one
-    # shared by the critic ensemble (copied into its target)
+    # shared by the critic ensemble, copied into its target
     register_test_envs()
-    module, cfg = config("redq", tmp_path, env_id="tdrl-test/ReachDict-v0", checkpoint_every=0)
+    module, cfg = config("redq", tmp_path, env_id="tdrl-test/ReachDict-v0")
     result = module.main(cfg)
     assert result["frames"] == cfg.run.total_frames and math.isfinite(result["loss_qvalue"])
+    weights = torch.load(
+        latest_checkpoint(Path(cfg.run.log_dir)) / "checkpoint.pt", weights_only=True
+    )["loss"]
+    owners = {k.split(".")[0] for k in weights if ".encoder.encoders.0." in k}
+    assert {"actor_network", "qvalue_network", "target_qvalue_network"} <= owners, owners
 
 
 def test_rainbow_noisy_std_sets_every_noisy_layers_sigma():
@@ -376,6 +412,28 @@ def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
             ValueError, match=f"target_entropy must be 'auto' or a finite number, got '{bad}'"
         ):
             configure(cfg, target_entropy=bad).entropy.entropy_target()
+
+
+@pytest.mark.parametrize(
+    ("name", "added"),
+    [
+        ("sac", ["sub_sample_len", "critic_dropout", "critic_layer_norm"]),
+        ("td3", ["algo", "noise"]),
+    ],
+)
+def test_a_checkpoint_written_before_the_family_options_resumes(name, added, tmp_path):
+    # sac.py gained REDQ's options and td3.py DDPG's: a run saved before them ran with their
+    # defaults, so its settings still match; another value than the default is a difference
+    from tdrl.trainers.run import RunFolderError, check_same_run
+
+    module, cfg = config(name, tmp_path)
+    now = {"recipe": name, "config": json.loads(json.dumps(flat_dict(cfg)))}
+    old = {"recipe": name, "config": {k: v for k, v in now["config"].items() if k not in added}}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    assert check_same_run(tmp_path, now) == []
+    changed = {**now["config"], added[0]: {"sac": 3, "td3": "ddpg"}[name]}
+    with pytest.raises(RunFolderError, match=f"{added[0]} "):
+        check_same_run(tmp_path, {"recipe": name, "config": changed})
 
 
 def test_td3_and_td3bc_take_the_same_td3_flags():
