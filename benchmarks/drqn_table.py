@@ -1,14 +1,17 @@
-"""DRQN on CartPoleNoVel-v1 before and after R2D2's replay, seed by seed, into a result store.
+"""DRQN on velocity-free tasks (CartPoleNoVel-v1, AcrobotNoVel-v1) before and after R2D2's
+replay, seed by seed, into a result store.
 
 "after" is ``recipes/drqn.py`` at its defaults (padded slices, 3-step targets, value rescaling,
 prioritized sequences, 0.25 gradient steps per env step); "before" the settings the recipe had
 without them (slices inside one episode, 1-step targets, uniform replay, 0.125). Each run is
 one JSON line of ``docs/benchmarks/drqn_table.jsonl`` (its evaluation curve: 10 greedy episodes
-every 5k steps); ``--render`` writes ``drqn_table.md``: the first evaluation at or above 475
-(CartPole's "solved"), the best and the final return. The defaults were chosen on seeds 50 and
-51; the table's seeds are others.
+every 5k steps); ``--render`` writes ``drqn_table.md``: the first evaluation at or above the
+task's "solved" threshold (gymnasium's reward_threshold of the base task: CartPole 475, Acrobot
+-100), the best and the final return. The defaults were chosen on CartPoleNoVel seeds 50 and 51;
+the table's seeds are others.
 
     python benchmarks/drqn_table.py --variants after before --seeds 0 1 2 100 101 102
+    python benchmarks/drqn_table.py --env-id AcrobotNoVel-v1 --seeds 0 1 2 100 101 102
     python benchmarks/drqn_table.py --render
 """
 
@@ -26,7 +29,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TABLE = ROOT / "docs" / "benchmarks" / "drqn_table.jsonl"
-SOLVED = 475.0
+TASKS = ("CartPoleNoVel-v1", "AcrobotNoVel-v1")
+
+
+def solved_threshold(env_id: str) -> float:
+    """ "Solved" on a velocity-free task: gymnasium's reward_threshold of its base task."""
+    import gymnasium as gym
+
+    from tdrl.envs import NOVEL_TASKS
+
+    return float(gym.spec(NOVEL_TASKS[env_id]).reward_threshold)  # type: ignore[arg-type]
+
+
 VARIANTS: dict[str, dict[str, Any]] = {
     "after": {},
     "before": dict(pad=False, n_steps=1, prioritized=False, value_rescaling=False, utd_ratio=0.125),
@@ -52,7 +66,8 @@ def run(variant: str, seed: int, env_id: str, frames: int) -> dict[str, Any]:
                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     versions = {p: version(p) for p in ("torch", "tensordict", "torchrl", "gymnasium")}
     steps, returns = [int(r["step"]) for r in rows], [r["return_mean"] for r in rows]
-    solved = next((s for s, r in zip(steps, returns, strict=True) if r >= SOLVED), None)
+    threshold = solved_threshold(env_id)
+    solved = next((s for s, r in zip(steps, returns, strict=True) if r >= threshold), None)
     return {"variant": variant, "env_id": env_id, "seed": seed, "frames": frames,
             "solved_at": solved, "final": returns[-1], "best": max(returns), "wall_s": wall,
             "curve": {"steps": steps, "returns": returns}, "commit": commit,
@@ -72,19 +87,24 @@ def markdown(lines: list[dict[str, Any]]) -> str:
         head = f"| {line['env_id']} | {line['variant']} | {line['seed']} | {solved} | "
         rows.append(head + f"{line['best']:.1f} | {line['final']:.1f} | {line['wall_s']:.0f} |")
     summary = []
-    for variant in VARIANTS:
-        runs = [r for r in lines if r["variant"] == variant]
-        if runs:
-            solved = sum(r["solved_at"] is not None for r in runs)
-            finals = [r["final"] for r in runs]
-            summary.append(f"- {variant}: {solved} of {len(runs)} seeds solved; final "
-                           f"{statistics.mean(finals):.1f} (mean), best of each "
-                           f"{statistics.mean(r['best'] for r in runs):.1f} (mean)")  # fmt: skip
+    for env_id in sorted({r["env_id"] for r in lines}):
+        for variant in VARIANTS:
+            runs = [r for r in lines if r["variant"] == variant and r["env_id"] == env_id]
+            if runs:
+                solved = sum(r["solved_at"] is not None for r in runs)
+                final = statistics.mean(r["final"] for r in runs)
+                best = statistics.mean(r["best"] for r in runs)
+                summary.append(
+                    f"- {env_id}, {variant}: {solved} of {len(runs)} seeds solved; final "
+                    f"{final:.1f} (mean), best of each {best:.1f} (mean)"
+                )
     page = [
-        "# DRQN on CartPoleNoVel-v1", "",
+        "# DRQN on velocity-free tasks", "",
         "Written by `python benchmarks/drqn_table.py --render` from `drqn_table.jsonl`. Solved:",
-        "the first greedy evaluation (10 episodes, every 5k env steps) at or above 475. The",
-        "recipe's defaults were chosen on seeds 50 and 51; these are other seeds.", "",
+        "the first greedy evaluation (10 episodes, every 5k env steps) at or above the task's",
+        "threshold (CartPoleNoVel-v1: 475; AcrobotNoVel-v1: -100, gymnasium's reward_threshold",
+        "of Acrobot-v1). The recipe's defaults were chosen on CartPoleNoVel seeds 50 and 51, and",
+        "looked at on seeds 52-55 of both tasks; these are other seeds.", "",
         *summary, "",
         "| task | settings | seed | solved at (env steps) | best | final | wall s |",
         "|---|---|---|---|---|---|---|",
@@ -97,7 +117,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["after"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 100, 101, 102])
-    parser.add_argument("--env-id", default="CartPoleNoVel-v1")
+    parser.add_argument("--env-id", default="CartPoleNoVel-v1", choices=TASKS)
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
