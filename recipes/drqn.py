@@ -19,6 +19,7 @@ and 51; docs/algorithms/drqn.md has the runs on other seeds. --no-pad --n-steps 
 --no-prioritized --no-value-rescaling --utd-ratio 0.125 are the settings before R2D2's parts.
 
     python recipes/drqn.py                                  # CartPoleNoVel-v1
+    python recipes/drqn.py --env-id AcrobotNoVel-v1         # a swing-up without velocities
     python recipes/drqn.py --env-id CartPole-v1 --total-frames 60000
 """
 
