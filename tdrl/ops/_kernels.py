@@ -71,33 +71,39 @@ def _step(rows: KernelRows, i: int, t: int) -> tuple[float, float, float, float,
 
 @numba.njit(inline="always")
 def _gae_forward(
-    rows: KernelRows, i: int, lmbda: float, advantage: np.ndarray, value_target: np.ndarray
+    rows: KernelRows, i: int, lmbda: float, delta: np.ndarray, coeff: np.ndarray
 ) -> tuple[float, bool]:
-    """Row ``i``'s TD errors into ``advantage`` and its recursion coefficients into
-    ``value_target`` (scratch, overwritten by the backward pass); ``(checksum, flags_ok)``."""
+    """Row ``i``'s TD errors into ``delta`` and its recursion coefficients (0 at a done step)
+    into ``coeff``, both float64 scratch rows; ``(checksum, flags_ok)``."""
     chk = 0.0
     flags_ok = True
     for t in range(rows.reward.shape[1]):
         r, v, nv, g, done, masked, ok = _step(rows, i, t)
         flags_ok &= ok
         chk += r + v + nv
-        advantage[i, t] = 0.0 if masked else r + g * nv - v
-        value_target[i, t] = 0.0 if done else g * lmbda
+        delta[t] = 0.0 if masked else r + g * nv - v
+        coeff[t] = 0.0 if done else g * lmbda
     return chk, flags_ok
 
 
 @numba.njit(inline="always")
-def _gae_back(
-    value: np.ndarray, advantage: np.ndarray, value_target: np.ndarray, i: int, t: int, acc: float
-) -> float:
-    """One step of ``A_t = delta_t + c_t A_{t+1}`` (``A_t = delta_t`` at a cut, whatever
-    ``A_{t+1}`` holds), the advantage and the target written."""
-    delta = advantage[i, t]
-    c = value_target[i, t]
-    acc = delta if c == 0.0 else delta + c * acc
-    advantage[i, t] = acc
-    value_target[i, t] = acc + value[i, t]
+def _gae_back(delta: np.ndarray, coeff: np.ndarray, t: int, acc: float) -> float:
+    """One step of ``A_t = delta_t + c_t A_{t+1}`` in place (``A_t = delta_t`` at a cut,
+    whatever ``A_{t+1}`` holds)."""
+    c = coeff[t]
+    acc = delta[t] if c == 0.0 else delta[t] + c * acc
+    delta[t] = acc
     return acc
+
+
+@numba.njit(inline="always")
+def _gae_write(
+    value: np.ndarray, i: int, adv: np.ndarray, advantage: np.ndarray, value_target: np.ndarray
+) -> None:
+    """Row ``i``'s advantage and value target (``A + V``) from its float64 scratch row."""
+    for t in range(adv.shape[0]):
+        advantage[i, t] = adv[t]
+        value_target[i, t] = adv[t] + value[i, t]
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
@@ -105,31 +111,39 @@ def gae_kernel(
     rows: KernelRows, lmbda: float, advantage: np.ndarray, value_target: np.ndarray
 ) -> tuple[float, bool]:
     # The backward recursion is a chain of dependent multiply-adds: one row at a time it runs at
-    # the chain's latency. Four rows side by side keep four independent chains in flight (the
-    # forward passes of the four first, so that their rows are still in cache).
+    # the chain's latency. Four rows side by side keep four independent chains in flight. The
+    # chains read and write float64 scratch rows (in L1): the float32 conversions stay in the
+    # forward and write-out passes, which LLVM vectorizes.
     n, t_len = rows.reward.shape
     value = rows.value
+    delta = np.empty((4, t_len))
+    coeff = np.empty((4, t_len))
     chk = 0.0
     flags_ok = True
     blocked = n - n % 4
     for i in range(0, blocked, 4):
         for k in range(4):
-            c, ok = _gae_forward(rows, i + k, lmbda, advantage, value_target)
+            c, ok = _gae_forward(rows, i + k, lmbda, delta[k], coeff[k])
             chk += c
             flags_ok &= ok
+        d0, d1, d2, d3 = delta[0], delta[1], delta[2], delta[3]
+        c0, c1, c2, c3 = coeff[0], coeff[1], coeff[2], coeff[3]
         a0 = a1 = a2 = a3 = 0.0
         for t in range(t_len - 1, -1, -1):
-            a0 = _gae_back(value, advantage, value_target, i, t, a0)
-            a1 = _gae_back(value, advantage, value_target, i + 1, t, a1)
-            a2 = _gae_back(value, advantage, value_target, i + 2, t, a2)
-            a3 = _gae_back(value, advantage, value_target, i + 3, t, a3)
+            a0 = _gae_back(d0, c0, t, a0)
+            a1 = _gae_back(d1, c1, t, a1)
+            a2 = _gae_back(d2, c2, t, a2)
+            a3 = _gae_back(d3, c3, t, a3)
+        for k in range(4):
+            _gae_write(value, i + k, delta[k], advantage, value_target)
     for i in range(blocked, n):
-        c, ok = _gae_forward(rows, i, lmbda, advantage, value_target)
+        c, ok = _gae_forward(rows, i, lmbda, delta[0], coeff[0])
         chk += c
         flags_ok &= ok
         acc = 0.0
         for t in range(t_len - 1, -1, -1):
-            acc = _gae_back(value, advantage, value_target, i, t, acc)
+            acc = _gae_back(delta[0], coeff[0], t, acc)
+        _gae_write(value, i, delta[0], advantage, value_target)
     return chk, flags_ok
 
 
