@@ -2,9 +2,10 @@
 
 All arrays are ``[N, T]`` with time last and contiguous, as TorchRL's ``[*B, T, 1]`` tensors are
 in memory, so each row is processed in cache: a forward pass that LLVM vectorizes (TD errors,
-flag checks, a NaN checksum), then the short serial backward recursion. Every kernel takes the
-inputs they share as one :class:`KernelRows` (built by ``Rows.kernel_rows``) and reads a step
-through :func:`_step`, so the flag algebra and the truncation policy are written once. Flags
+flag checks, a NaN checksum) into float64 scratch rows, the short serial backward recursion
+there (GAE and TD(lambda): four rows side by side), then the results written out. Every kernel
+takes the inputs they share as one :class:`KernelRows` (built by ``Rows.kernel_rows``) and reads
+a step through :func:`_step`, so the flag algebra and the truncation policy are written once. Flags
 come as given (``terminated`` plus ``done`` and/or ``truncated``; ``has_done``/``has_trunc`` say
 which are real, a missing one is any placeholder array) so that deriving and checking them costs
 no extra pass. Arithmetic runs in float64, stored in the output dtype.
@@ -70,6 +71,33 @@ def _step(rows: KernelRows, i: int, t: int) -> tuple[float, float, float, float,
 
 
 @numba.njit(inline="always")
+def _scan_block(offset: np.ndarray, coeff: np.ndarray, rows: int) -> None:
+    """``x_t = a_t + c_t x_{t+1}`` backwards over the first ``rows`` (4 or 1) scratch rows, in
+    place of ``offset`` (``x_t = a_t`` where ``c_t`` is 0, a cut: whatever ``x_{t+1}`` holds,
+    a NaN or an infinity included, nothing crosses it).
+
+    The recursion is a chain of dependent multiply-adds: one row at a time it runs at the
+    chain's latency, so four rows run side by side (four chains in flight). The scratch rows
+    are float64 and small (in L1): the serial part converts nothing."""
+    if rows == 4:
+        a0, a1, a2, a3 = offset[0], offset[1], offset[2], offset[3]
+        c0, c1, c2, c3 = coeff[0], coeff[1], coeff[2], coeff[3]
+        x0 = x1 = x2 = x3 = 0.0
+        for t in range(offset.shape[1] - 1, -1, -1):
+            x0 = a0[t] if c0[t] == 0.0 else a0[t] + c0[t] * x0
+            x1 = a1[t] if c1[t] == 0.0 else a1[t] + c1[t] * x1
+            x2 = a2[t] if c2[t] == 0.0 else a2[t] + c2[t] * x2
+            x3 = a3[t] if c3[t] == 0.0 else a3[t] + c3[t] * x3
+            a0[t], a1[t], a2[t], a3[t] = x0, x1, x2, x3
+    else:
+        a, c = offset[0], coeff[0]
+        x = 0.0
+        for t in range(offset.shape[1] - 1, -1, -1):
+            x = a[t] if c[t] == 0.0 else a[t] + c[t] * x
+            a[t] = x
+
+
+@numba.njit(inline="always")
 def _gae_forward(
     rows: KernelRows, i: int, lmbda: float, delta: np.ndarray, coeff: np.ndarray
 ) -> tuple[float, bool]:
@@ -87,88 +115,72 @@ def _gae_forward(
 
 
 @numba.njit(inline="always")
-def _gae_back(delta: np.ndarray, coeff: np.ndarray, t: int, acc: float) -> float:
-    """One step of ``A_t = delta_t + c_t A_{t+1}`` in place (``A_t = delta_t`` at a cut,
-    whatever ``A_{t+1}`` holds)."""
-    c = coeff[t]
-    acc = delta[t] if c == 0.0 else delta[t] + c * acc
-    delta[t] = acc
-    return acc
+def _td_lambda_forward(
+    rows: KernelRows, i: int, lmbda: float, offset: np.ndarray, coeff: np.ndarray
+) -> tuple[float, bool]:
+    """Row ``i`` as ``G_t = a_t + c_t G_{t+1}`` into float64 scratch rows: ``a_t = r + g (1 -
+    l_t) V'`` and ``c_t = g l_t`` with ``l_t`` lambda inside a segment and 0 at a cut (done or
+    the last step); a masked step returns ``V`` (``a_t = V``, ``c_t = 0``)."""
+    t_len = rows.reward.shape[1]
+    chk = 0.0
+    flags_ok = True
+    for t in range(t_len):
+        r, v, nv, g, done, masked, ok = _step(rows, i, t)
+        flags_ok &= ok
+        chk += r + (v if masked else nv)
+        cont = 0.0 if (done or t == t_len - 1) else lmbda
+        offset[t] = v if masked else r + g * (1.0 - cont) * nv
+        coeff[t] = 0.0 if masked else g * cont
+    return chk, flags_ok
 
 
 @numba.njit(inline="always")
-def _gae_write(
-    value: np.ndarray, i: int, adv: np.ndarray, advantage: np.ndarray, value_target: np.ndarray
-) -> None:
-    """Row ``i``'s advantage and value target (``A + V``) from its float64 scratch row."""
-    for t in range(adv.shape[0]):
-        advantage[i, t] = adv[t]
-        value_target[i, t] = adv[t] + value[i, t]
+def _scan_rows(
+    rows: KernelRows, lmbda: float, gae: bool, first: np.ndarray, second: np.ndarray
+) -> tuple[float, bool]:
+    """GAE (``first`` = A, ``second`` = A + V) or TD(lambda) (``first`` = G): per block of four
+    rows (then one at a time), the vectorized forward passes into float64 scratch, the
+    backward scan there, and a vectorized pass writing the results."""
+    n, t_len = rows.reward.shape
+    value = rows.value
+    offset = np.empty((4, t_len))
+    coeff = np.empty((4, t_len))
+    chk = 0.0
+    flags_ok = True
+    i = 0
+    while i < n:
+        block = 4 if i + 4 <= n else 1
+        for k in range(block):
+            if gae:
+                c, ok = _gae_forward(rows, i + k, lmbda, offset[k], coeff[k])
+            else:
+                c, ok = _td_lambda_forward(rows, i + k, lmbda, offset[k], coeff[k])
+            chk += c
+            flags_ok &= ok
+        _scan_block(offset, coeff, block)
+        for k in range(block):
+            for t in range(t_len):
+                first[i + k, t] = offset[k, t]
+            if gae:
+                for t in range(t_len):
+                    second[i + k, t] = offset[k, t] + value[i + k, t]
+        i += block
+    return chk, flags_ok
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def gae_kernel(
     rows: KernelRows, lmbda: float, advantage: np.ndarray, value_target: np.ndarray
 ) -> tuple[float, bool]:
-    # The backward recursion is a chain of dependent multiply-adds: one row at a time it runs at
-    # the chain's latency. Four rows side by side keep four independent chains in flight. The
-    # chains read and write float64 scratch rows (in L1): the float32 conversions stay in the
-    # forward and write-out passes, which LLVM vectorizes.
-    n, t_len = rows.reward.shape
-    value = rows.value
-    delta = np.empty((4, t_len))
-    coeff = np.empty((4, t_len))
-    chk = 0.0
-    flags_ok = True
-    blocked = n - n % 4
-    for i in range(0, blocked, 4):
-        for k in range(4):
-            c, ok = _gae_forward(rows, i + k, lmbda, delta[k], coeff[k])
-            chk += c
-            flags_ok &= ok
-        d0, d1, d2, d3 = delta[0], delta[1], delta[2], delta[3]
-        c0, c1, c2, c3 = coeff[0], coeff[1], coeff[2], coeff[3]
-        a0 = a1 = a2 = a3 = 0.0
-        for t in range(t_len - 1, -1, -1):
-            a0 = _gae_back(d0, c0, t, a0)
-            a1 = _gae_back(d1, c1, t, a1)
-            a2 = _gae_back(d2, c2, t, a2)
-            a3 = _gae_back(d3, c3, t, a3)
-        for k in range(4):
-            _gae_write(value, i + k, delta[k], advantage, value_target)
-    for i in range(blocked, n):
-        c, ok = _gae_forward(rows, i, lmbda, delta[0], coeff[0])
-        chk += c
-        flags_ok &= ok
-        acc = 0.0
-        for t in range(t_len - 1, -1, -1):
-            acc = _gae_back(delta[0], coeff[0], t, acc)
-        _gae_write(value, i, delta[0], advantage, value_target)
-    return chk, flags_ok
+    return _scan_rows(rows, lmbda, True, advantage, value_target)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def td_lambda_kernel(
     rows: KernelRows, lmbda: float, value_target: np.ndarray
 ) -> tuple[float, bool]:
-    n, t_len = rows.reward.shape
-    chk = 0.0
-    flags_ok = True
-    for i in range(n):
-        ret = 0.0
-        for t in range(t_len - 1, -1, -1):
-            r, v, nv, g, done, masked, ok = _step(rows, i, t)
-            flags_ok &= ok
-            if masked:
-                ret = v
-                chk += r + ret
-            else:
-                chk += r + nv
-                # G_t = r + g m V' at a cut, else r + g ((1 - lambda) V' + lambda G_{t+1})
-                cont = 0.0 if (done or t == t_len - 1) else lmbda
-                ret = r + g * ((1.0 - cont) * nv + cont * ret)
-            value_target[i, t] = ret
-    return chk, flags_ok
+    # G_t = r + g m V' at a cut, else r + g ((1 - lambda) V' + lambda G_{t+1})
+    return _scan_rows(rows, lmbda, False, value_target, value_target)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)

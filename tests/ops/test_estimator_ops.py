@@ -267,19 +267,25 @@ def test_per_step_gamma():
 
 
 @pytest.mark.parametrize("truncation", POLICIES)
-def test_gae_kernel_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation):
-    # 7 rows: the kernel takes rows in blocks of four (rows 0-3 side by side) and the other
-    # three one at a time; every row against the definition, with its own per-step discounts
+def test_kernels_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation):
+    # 7 rows: the GAE and TD(lambda) kernels take rows in blocks of four (rows 0-3 side by
+    # side) and the other three one at a time; every row against the definition, with its own
+    # per-step discounts
     r, v, nv, term, trunc, _ = (x[:7] for x in make_batch(FLAGS, rows=2, seed=3))
     gamma = torch.rand_like(r, generator=torch.Generator().manual_seed(4)) * 0.5 + 0.5
-    adv, target = gae(r, v, nv, term, truncated=trunc, gamma=gamma, lmbda=0.8,
-                      truncation=truncation, backend="numba")  # fmt: skip
+    kw = dict(truncated=trunc, gamma=gamma, lmbda=0.8, truncation=truncation, backend="numba")
+    adv, target = gae(r, v, nv, term, **kw)
+    ret = td_lambda_return(r, nv, term, value=v, **kw)
     rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc)]
+    close = dict(rtol=1e-12, atol=1e-12)
     for i in range(7):
-        want_adv, want_target = gae_ref(*rows_i(rows, i), gamma=gamma[i, :, 0].numpy(),
-                                        lmbda=0.8, truncation=truncation)  # fmt: skip
-        np.testing.assert_allclose(adv[i, :, 0].numpy(), want_adv, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(target[i, :, 0].numpy(), want_target, rtol=1e-12, atol=1e-12)
+        g = gamma[i, :, 0].numpy()
+        want_adv, want_target = gae_ref(*rows_i(rows, i), gamma=g, lmbda=0.8,
+                                        truncation=truncation)  # fmt: skip
+        np.testing.assert_allclose(adv[i, :, 0].numpy(), want_adv, **close)
+        np.testing.assert_allclose(target[i, :, 0].numpy(), want_target, **close)
+        want = td_lambda_ref(*rows_i(rows, i), gamma=g, lmbda=0.8, truncation=truncation)
+        np.testing.assert_allclose(ret[i, :, 0].numpy(), want, **close)
 
 
 def rows_i(rows, i):
