@@ -1186,14 +1186,17 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   before every epoch) did not do better on seeds 50 and 51: peaks 2393.3 and 1756.0 on Ant-v5,
   3557.6 and 2544.7 on `tdrl/AntNoContact-v5`; the defaults stay. These Ant runs are not table
   cells.
-- TRPO Walker2d has seeds 0-5. On seeds 0-2 tdrl's mean final and mean best were below SB3's
-  (final 3995.6 against 4460.8, 0.90x; best 4173.9 against 4740.1, 0.88x). Seeds 3-5, run
-  after and not used for tuning, at the same settings (two cells at a time): tdrl final 4966.9,
-  5110.2, 4395.9, SB3 3337.2, 4111.4, 1155.0. Over seeds 0-5: final 4409.9 against 3664.3
-  (1.20x), best 4502.6 against 4529.1 (0.99x). Tuning seeds 50-52 (1M steps, this
-  evaluation, not table cells): the recipe's defaults end at 4565.0, 4947.3 and 4516.0 (mean
-  4676.1); SB3's critic regime (`--critic-minibatch-size 128`, 160 critic steps a batch
-  instead of 20) at 4250.6, 5567.0 and 3806.1 (mean 4541.2); the defaults stay.
+- TRPO Walker2d has seeds 0-5: it was the one row where tdrl's mean final and mean best were
+  below SB3's on seeds 0-2 (final 3995.6 against 4460.8, 0.90x; best 4173.9 against 4740.1,
+  0.88x), so it alone got seeds 3-5, run after and not used for tuning, at the same settings
+  but other load (two cells at a time, so its wall ratio mixes two conditions): tdrl final
+  4966.9, 5110.2, 4395.9, SB3 3337.2, 4111.4, 1155.0 (SB3's seed 5 fell from a best of 4482.6
+  to 1155.0 at the end). Over seeds 0-5: final 4409.9 against 3664.3 (1.20x; without SB3's
+  seed 5, 4412.8 against 4166.2, 1.06x), best 4502.6 against 4529.1 (0.99x). Tuning seeds
+  50-52 (1M steps, this evaluation, not table cells): the recipe's defaults end at 4565.0,
+  4947.3 and 4516.0 (mean 4676.1); SB3's critic regime (`--critic-minibatch-size 128`, 160
+  critic steps a batch instead of 20) at 4250.6, 5567.0 and 3806.1 (mean 4541.2); the defaults
+  stay.
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
   side by side (together 0%, 0%, 2%), so each library's runs met other load on the machine.
 """

@@ -78,7 +78,8 @@ def _scan_block(offset: np.ndarray, coeff: np.ndarray, rows: int) -> None:
 
     The recursion is a chain of dependent multiply-adds: one row at a time it runs at the
     chain's latency, so four rows run side by side (four chains in flight). The scratch rows
-    are float64 and small (in L1): the serial part converts nothing."""
+    are float64 and in cache (2 x 4 rows, 64 KiB each at T = 2048): the serial part converts
+    nothing."""
     if rows == 4:
         a0, a1, a2, a3 = offset[0], offset[1], offset[2], offset[3]
         c0, c1, c2, c3 = coeff[0], coeff[1], coeff[2], coeff[3]
@@ -130,7 +131,7 @@ def _td_lambda_forward(
         chk += r + (v if masked else nv)
         cont = 0.0 if (done or t == t_len - 1) else lmbda
         offset[t] = v if masked else r + g * (1.0 - cont) * nv
-        coeff[t] = 0.0 if masked else g * cont
+        coeff[t] = 0.0 if (masked or cont == 0.0) else g * cont
     return chk, flags_ok
 
 

@@ -266,25 +266,32 @@ def test_per_step_gamma():
             np.testing.assert_allclose(got[i, :, 0].numpy(), want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", [1, 4, 5, 7])
 @pytest.mark.parametrize("truncation", POLICIES)
-def test_kernels_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation):
-    # 7 rows: the GAE and TD(lambda) kernels take rows in blocks of four (rows 0-3 side by
-    # side) and the other three one at a time; every row against the definition, with its own
-    # per-step discounts
-    r, v, nv, term, trunc, _ = (x[:7] for x in make_batch(FLAGS, rows=2, seed=3))
-    gamma = torch.rand_like(r, generator=torch.Generator().manual_seed(4)) * 0.5 + 0.5
+def test_kernels_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation, n):
+    # The GAE and TD(lambda) kernels take rows in blocks of four, side by side, and the rest one
+    # at a time: every row against the definition, with its own per-step discounts (some 0),
+    # done passed beside truncated, and values that do not chain (a value read where a next
+    # value belongs shows; "mask" keeps them chained, which its reference assumes)
+    r, v, nv, term, trunc, _ = (x[:n] for x in make_batch(FLAGS, rows=2, seed=3))
+    g = torch.Generator().manual_seed(4)
+    if truncation != "mask":
+        v = v + torch.randn(v.shape, generator=g, dtype=v.dtype)
+    gamma = torch.rand(r.shape, generator=g, dtype=r.dtype) * 0.5 + 0.5
+    gamma[:, 2::7] = 0.0
     kw = dict(truncated=trunc, gamma=gamma, lmbda=0.8, truncation=truncation, backend="numba")
-    adv, target = gae(r, v, nv, term, **kw)
-    ret = td_lambda_return(r, nv, term, value=v, **kw)
+    done = term | trunc
+    adv, target = gae(r, v, nv, term, done, **kw)
+    ret = td_lambda_return(r, nv, term, done, value=v, **kw)
     rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc)]
     close = dict(rtol=1e-12, atol=1e-12)
-    for i in range(7):
-        g = gamma[i, :, 0].numpy()
-        want_adv, want_target = gae_ref(*rows_i(rows, i), gamma=g, lmbda=0.8,
+    for i in range(n):
+        gi = gamma[i, :, 0].numpy()
+        want_adv, want_target = gae_ref(*rows_i(rows, i), gamma=gi, lmbda=0.8,
                                         truncation=truncation)  # fmt: skip
         np.testing.assert_allclose(adv[i, :, 0].numpy(), want_adv, **close)
         np.testing.assert_allclose(target[i, :, 0].numpy(), want_target, **close)
-        want = td_lambda_ref(*rows_i(rows, i), gamma=g, lmbda=0.8, truncation=truncation)
+        want = td_lambda_ref(*rows_i(rows, i), gamma=gi, lmbda=0.8, truncation=truncation)
         np.testing.assert_allclose(ret[i, :, 0].numpy(), want, **close)
 
 
