@@ -3,7 +3,7 @@
 All arrays are ``[N, T]`` with time last and contiguous, as TorchRL's ``[*B, T, 1]`` tensors are
 in memory, so each row is processed in cache: a forward pass that LLVM vectorizes (TD errors,
 flag checks, a NaN checksum) into float64 scratch rows, the short serial backward recursion
-there (GAE and TD(lambda): four rows side by side), then the results written out. Every kernel
+there (four rows side by side), then the results written out. Every kernel
 takes the inputs they share as one :class:`KernelRows` (built by ``Rows.kernel_rows``) and reads
 a step through :func:`_step`, so the flag algebra and the truncation policy are written once. Flags
 come as given (``terminated`` plus ``done`` and/or ``truncated``; ``has_done``/``has_trunc`` say
@@ -17,7 +17,6 @@ the caller to find and name the input at fault.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numba
@@ -136,44 +135,113 @@ def _td_lambda_forward(
 
 
 @numba.njit(inline="always")
-def _scan_rows(
-    rows: KernelRows, lmbda: float, gae: bool, first: np.ndarray, second: np.ndarray
+def _vtrace_forward(
+    rows: KernelRows,
+    i: int,
+    lmbda: float,
+    ratio: np.ndarray,
+    rho_thresh: float,
+    c_thresh: float,
+    offset: np.ndarray,
+    coeff: np.ndarray,
+    delta: np.ndarray,
+    pg_weight: np.ndarray,
+    next_value: np.ndarray,
 ) -> tuple[float, bool]:
-    """GAE (``first`` = A, ``second`` = A + V) or TD(lambda) (``first`` = G): per block of four
-    rows (then one at a time), the vectorized forward passes into float64 scratch, the
-    backward scan there, and a vectorized pass writing the results."""
+    """Row ``i`` as ``vs_t - V_t = delta_t + c_t (vs_{t+1} - V_{t+1})`` into float64 scratch
+    rows: ``delta_t = rho_bar_t (r + g V' - V)`` (0 at a masked step) into ``offset`` (scanned)
+    and ``delta``, ``c_t = g lambda min(rho_t, c_bar)`` (0 at a cut), and for the advantage
+    ``rho_bar_t g`` (0 at a cut) and ``V'_t``."""
+    t_len = rows.reward.shape[1]
+    chk = 0.0
+    flags_ok = True
+    for t in range(t_len):
+        r, v, nv, g, done, masked, ok = _step(rows, i, t)
+        flags_ok &= ok
+        rho = ratio[i, t]
+        chk += r + v + rho + nv
+        rho_bar = min(rho, rho_thresh)
+        cut = done | (t == t_len - 1)
+        d = 0.0 if masked else rho_bar * (r + g * nv - v)
+        offset[t] = d
+        delta[t] = d
+        coeff[t] = 0.0 if cut else g * lmbda * min(rho, c_thresh)
+        pg_weight[t] = 0.0 if cut else rho_bar * g
+        next_value[t] = nv
+    return chk, flags_ok
+
+
+GAE, TD_LAMBDA, VTRACE = 0, 1, 2  # what _scan_rows computes
+
+
+@numba.njit(inline="always")
+def _scan_rows(
+    rows: KernelRows,
+    lmbda: float,
+    kind: int,
+    first: np.ndarray,
+    second: np.ndarray,
+    ratio: np.ndarray,
+    rho_thresh: float,
+    c_thresh: float,
+) -> tuple[float, bool]:
+    """Per block of four rows (then one at a time): the vectorized forward passes into float64
+    scratch, the backward scan there, and the vectorized passes writing the results. GAE:
+    ``first`` = A, ``second`` = A + V; TD(lambda): ``first`` = G; V-trace: ``first`` = the
+    advantage ``rho_bar_t (r + g vs_{t+1} - V)`` (``V'_t`` for ``vs_{t+1}`` at a cut), ``second``
+    = vs. ``ratio`` (``rho = exp(log_rho)``) and the thresholds are V-trace's (placeholders
+    otherwise)."""
     n, t_len = rows.reward.shape
     value = rows.value
     offset = np.empty((4, t_len))
     coeff = np.empty((4, t_len))
+    # V-trace's further rows: delta, the advantage's weight rho_bar g, V'
+    extra = np.empty((3, 4, t_len if kind == VTRACE else 0))
     chk = 0.0
     flags_ok = True
     i = 0
     while i < n:
         block = 4 if i + 4 <= n else 1
         for k in range(block):
-            if gae:
+            if kind == GAE:
                 c, ok = _gae_forward(rows, i + k, lmbda, offset[k], coeff[k])
-            else:
+            elif kind == TD_LAMBDA:
                 c, ok = _td_lambda_forward(rows, i + k, lmbda, offset[k], coeff[k])
+            else:
+                c, ok = _vtrace_forward(rows, i + k, lmbda, ratio, rho_thresh, c_thresh,
+                                        offset[k], coeff[k], extra[0, k], extra[1, k],
+                                        extra[2, k])  # fmt: skip
             chk += c
             flags_ok &= ok
         _scan_block(offset, coeff, block)
         for k in range(block):
-            for t in range(t_len):
-                first[i + k, t] = offset[k, t]
-            if gae:
+            x = offset[k]
+            if kind == VTRACE:
                 for t in range(t_len):
-                    second[i + k, t] = offset[k, t] + value[i + k, t]
+                    x[t] += value[i + k, t]  # vs
+                    second[i + k, t] = x[t]
+                delta, weight, next_value = extra[0, k], extra[1, k], extra[2, k]
+                for t in range(t_len - 1):
+                    first[i + k, t] = delta[t] + weight[t] * (x[t + 1] - next_value[t])
+                first[i + k, t_len - 1] = delta[t_len - 1]  # a cut: its weight is 0
+            else:
+                for t in range(t_len):
+                    first[i + k, t] = x[t]
+                if kind == GAE:
+                    for t in range(t_len):
+                        second[i + k, t] = x[t] + value[i + k, t]
         i += block
     return chk, flags_ok
+
+
+_NO_RATIO = np.zeros((0, 0))
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def gae_kernel(
     rows: KernelRows, lmbda: float, advantage: np.ndarray, value_target: np.ndarray
 ) -> tuple[float, bool]:
-    return _scan_rows(rows, lmbda, True, advantage, value_target)
+    return _scan_rows(rows, lmbda, GAE, advantage, value_target, _NO_RATIO, 0.0, 0.0)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
@@ -181,47 +249,19 @@ def td_lambda_kernel(
     rows: KernelRows, lmbda: float, value_target: np.ndarray
 ) -> tuple[float, bool]:
     # G_t = r + g m V' at a cut, else r + g ((1 - lambda) V' + lambda G_{t+1})
-    return _scan_rows(rows, lmbda, False, value_target, value_target)
+    return _scan_rows(rows, lmbda, TD_LAMBDA, value_target, value_target, _NO_RATIO, 0.0, 0.0)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def vtrace_kernel(
     rows: KernelRows,
-    log_rho: np.ndarray,
+    ratio: np.ndarray,
     lmbda: float,
     rho_thresh: float,
     c_thresh: float,
     advantage: np.ndarray,
     value_target: np.ndarray,
 ) -> tuple[float, bool]:
-    n, t_len = rows.reward.shape
-    chk = 0.0
-    flags_ok = True
-    pg_weight = np.empty(t_len)  # rho_bar gamma k: weight of (vs_{t+1} - V'_t) in the advantage
-    nv_row = np.empty(t_len)
-    for i in range(n):
-        # Forward pass (no recursion): rho-weighted TD errors, scratch in the outputs.
-        for t in range(t_len):
-            r, v, nv, g, done, masked, ok = _step(rows, i, t)
-            flags_ok &= ok
-            lr = log_rho[i, t]
-            chk += r + v + lr + nv
-            rho = math.exp(lr)
-            rho_bar = min(rho, rho_thresh)
-            cut = done | (t == t_len - 1)
-            advantage[i, t] = 0.0 if masked else rho_bar * (r + g * nv - v)
-            value_target[i, t] = 0.0 if cut else g * lmbda * min(rho, c_thresh)
-            pg_weight[t] = 0.0 if cut else rho_bar * g
-            nv_row[t] = nv
-        # Backward pass: vs_t - V_t = delta_t + c_t (vs_{t+1} - V_{t+1}).
-        acc = 0.0
-        vs_next = 0.0
-        for t in range(t_len - 1, -1, -1):
-            delta = advantage[i, t]
-            c = value_target[i, t]
-            acc = delta if c == 0.0 else delta + c * acc
-            vs = rows.value[i, t] + acc
-            advantage[i, t] = delta + pg_weight[t] * (vs_next - nv_row[t])
-            value_target[i, t] = vs
-            vs_next = vs
-    return chk, flags_ok
+    # ratio: the importance ratios rho = exp(log_rho) (a NaN log_rho gives a NaN ratio, which
+    # the checksum catches; -inf gives 0, a legal ratio)
+    return _scan_rows(rows, lmbda, VTRACE, advantage, value_target, ratio, rho_thresh, c_thresh)

@@ -269,11 +269,11 @@ def test_per_step_gamma():
 @pytest.mark.parametrize("n", [1, 4, 5, 7])
 @pytest.mark.parametrize("truncation", POLICIES)
 def test_kernels_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation, n):
-    # The GAE and TD(lambda) kernels take rows in blocks of four, side by side, and the rest one
-    # at a time: every row against the definition, with its own per-step discounts (some 0),
-    # done passed beside truncated, and values that do not chain (a value read where a next
-    # value belongs shows; "mask" keeps them chained, which its reference assumes)
-    r, v, nv, term, trunc, _ = (x[:n] for x in make_batch(FLAGS, rows=2, seed=3))
+    # The GAE, TD(lambda) and V-trace kernels take rows in blocks of four, side by side, and the
+    # rest one at a time: every row against the definition, with its own per-step discounts
+    # (some 0), done passed beside truncated, and values that do not chain (a value read where
+    # a next value belongs shows; "mask" keeps them chained, which its reference assumes)
+    r, v, nv, term, trunc, log_rho = (x[:n] for x in make_batch(FLAGS, rows=2, seed=3))
     g = torch.Generator().manual_seed(4)
     if truncation != "mask":
         v = v + torch.randn(v.shape, generator=g, dtype=v.dtype)
@@ -283,6 +283,8 @@ def test_kernels_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation, 
     done = term | trunc
     adv, target = gae(r, v, nv, term, done, **kw)
     ret = td_lambda_return(r, nv, term, done, value=v, **kw)
+    del kw["lmbda"]
+    vt_adv, vs = vtrace(r, v, nv, log_rho, term, done, rho_thresh=1.2, c_thresh=0.9, **kw)
     rows = [x[..., 0].numpy() for x in (r, v, nv, term, trunc)]
     close = dict(rtol=1e-12, atol=1e-12)
     for i in range(n):
@@ -293,6 +295,12 @@ def test_kernels_with_a_per_step_gamma_on_blocked_and_leftover_rows(truncation, 
         np.testing.assert_allclose(target[i, :, 0].numpy(), want_target, **close)
         want = td_lambda_ref(*rows_i(rows, i), gamma=gi, lmbda=0.8, truncation=truncation)
         np.testing.assert_allclose(ret[i, :, 0].numpy(), want, **close)
+        r_i, v_i, nv_i, term_i, trunc_i = rows_i(rows, i)
+        want_adv, want_vs = vtrace_ref(r_i, v_i, nv_i, log_rho[i, :, 0].numpy(), term_i, trunc_i,
+                                       gamma=gi, rho_thresh=1.2, c_thresh=0.9,
+                                       truncation=truncation)  # fmt: skip
+        np.testing.assert_allclose(vt_adv[i, :, 0].numpy(), want_adv, **close)
+        np.testing.assert_allclose(vs[i, :, 0].numpy(), want_vs, **close)
 
 
 def rows_i(rows, i):
