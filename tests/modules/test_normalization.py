@@ -162,7 +162,9 @@ def test_value_target_scaling_keeps_advantages_in_reward_units_and_scales_target
         torch.testing.assert_close(out["next", "state_value"], next_value)
         targets.append((adv + value_r).reshape(-1).double())
         std = float(torch.cat(targets).var(unbiased=False).sqrt())
-        torch.testing.assert_close(float(scaling.std), std)
+        # float32 targets on both sides (the kernel's rounded from float64, these from float32
+        # sums): float32's tolerance
+        torch.testing.assert_close(float(scaling.std), std, rtol=1.3e-6, atol=0.0)
     restored = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=critic))
     restored.load_state_dict(scaling.state_dict())
     torch.testing.assert_close(restored.return_stats.var, scaling.return_stats.var)
