@@ -1198,7 +1198,7 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   critic steps a batch instead of 20) at 4250.6, 5567.0 and 3806.1 (mean 4541.2); the defaults
   stay.
 - CrossQ Hopper has seeds 0-4: behind SB3's on seeds 0-2 (mean final 0.90x), it alone got
-  seeds 3 and 4 (seed 5 was cut for time), two cells at a time: tdrl 3123.3 and 3310.2, SB3
+  seeds 3 and 4 (seed 5 was cut for time), two cells at a time: tdrl 3123.2 and 3309.9, SB3
   3282.2 and 3047.6. Over seeds 0-4 the mean final is 0.95x SB3's (2939.7 against 3095.7; seed
   0's 1949.9 the one far behind) and the mean best 1.02x (3268.7 against 3197.2).
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
