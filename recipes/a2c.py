@@ -9,7 +9,10 @@ MLPs, initial log-std -0.5, observation normalization, raw advantages. The criti
 value targets divided by the running std of the returns, the advantages staying in reward units,
 as Tianshou's ``return_scaling`` does (ValueTargetScaling; --no-scale-value-targets turns it
 off). --scale-rewards (the rewards divided by that std, so the advantages too) is another thing.
-Differences from Tianshou: a short default budget.
+Differences from Tianshou: a short default budget, and each change of that std rescales the
+critic's output layer so its values in reward units stay put (PopArt's output preservation, van
+Hasselt et al. 2016; --no-preserve-value-outputs is Tianshou's procedure, whose std ran away on
+Hopper-v5: see ValueTargetScaling).
 
     python recipes/a2c.py                                   # Hopper-v5, short budget
     python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3
@@ -44,6 +47,10 @@ class Config:
     scale_value_targets: bool = True
     """the critic learns its value targets divided by the running std of the returns, the
     advantages staying in reward units (Tianshou's return_scaling; ValueTargetScaling)."""
+    preserve_value_outputs: bool = True
+    """with --scale-value-targets: each change of scale rescales the critic's output layer, so
+    its values in reward units stay put (PopArt's output preservation); off is Tianshou's
+    procedure, whose scale can run away."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -75,7 +82,8 @@ def main(cfg: Config) -> dict[str, float]:
         gamma=cfg.onpolicy.gamma, lmbda=cfg.adv.lmbda, value_network=nets.critic
     )
     if cfg.scale_value_targets:
-        estimator = ValueTargetScaling(estimator)  # its statistics go in the checkpoints
+        # its statistics go in the checkpoints
+        estimator = ValueTargetScaling(estimator, preserve_outputs=cfg.preserve_value_outputs)
     estimator.to(device)
     # --intrinsic-coeff: RND's or ICM's reward, critic and non-episodic estimator (or None)
     bonus = cfg.explore.build(env.observation_spec, env.action_spec, nets, lmbda=cfg.adv.lmbda,

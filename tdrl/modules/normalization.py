@@ -236,19 +236,37 @@ class ValueTargetScaling(TensorDictModuleBase):
        compares it with values in the same units;
     3. folds the unscaled value targets into the statistics (the ``std`` of the next call).
 
+    With ``preserve_outputs`` (the default), step 3 comes before step 2, as in PopArt's
+    "preserving outputs precisely" (van Hasselt et al. 2016, arXiv 1602.07714): the critic's
+    final linear layer is multiplied by ``std_old / std_new``, so the values it predicts in
+    reward units do not move when the scale does, and the targets are divided by ``std_new``.
+    Without it (Tianshou's exact procedure) nothing anchors the scale: a value target is
+    mostly its bootstrapped ``V' * std``, so a larger ``std`` makes larger targets, whose drifting
+    mean widens the running variance again. In tdrl's A2C on Hopper-v5 (seed 0) the std of the
+    returns so reached 1.1e4 by 60k env steps, with episode returns near 200; the advantages,
+    in the thousands, then drove the policy to fall at once.
+
     Wrapping sets ``estimator.value_network`` to the critic with its output scaled (the critic
-    itself is unchanged: the loss calls it directly). The statistics are buffers, saved with
-    ``state_dict`` and checkpoints.
+    itself is unchanged but for that rescaling: the loss calls it directly). The statistics are
+    buffers, saved with ``state_dict`` and checkpoints.
 
     Args:
         estimator: one of tdrl's value estimators (GAE, TD(λ), ...) with a ``value_network``.
         epsilon: added to the variance (Tianshou: 1e-8).
+        preserve_outputs: rescale the critic's final ``nn.Linear`` (one output) with each change
+            of scale; ``False`` is Tianshou's ``return_scaling``.
 
     Shapes:
         as ``estimator``.
     """
 
-    def __init__(self, estimator: TensorDictModuleBase, *, epsilon: float = 1e-8) -> None:
+    def __init__(
+        self,
+        estimator: TensorDictModuleBase,
+        *,
+        epsilon: float = 1e-8,
+        preserve_outputs: bool = True,
+    ) -> None:
         super().__init__()
         if type(estimator).__module__.split(".")[0] != "tdrl":
             raise TypeError(
@@ -267,6 +285,10 @@ class ValueTargetScaling(TensorDictModuleBase):
         self.estimator = estimator
         self.epsilon = epsilon
         self.return_stats = RunningObservationNorm((), clip=None, epsilon=epsilon)
+        # a tuple, not a submodule: the layer's parameters stay the critic's alone
+        self._output_layer: tuple[torch.nn.Linear, ...] = (
+            (_value_head(critic),) if preserve_outputs else ()
+        )
         keys = estimator.tensor_keys  # type: ignore[attr-defined]
         self._value_key: NestedKey = keys.value
         self._target_key: NestedKey = keys.value_target
@@ -287,11 +309,18 @@ class ValueTargetScaling(TensorDictModuleBase):
 
     @torch.no_grad()
     def forward(self, tensordict: TensorDictBase, **kwargs: object) -> TensorDictBase:
-        std = self.std  # the scale of this call: the statistics change only at its end
+        std = self.std  # the scale the estimator reads the critic with
         self.estimator(tensordict, **kwargs)
         target = tensordict.get(self._target_key)
         # first: a non-finite target raises here, before the batch is rewritten
         self.return_stats.update(target.reshape(-1))
+        for layer in self._output_layer:  # the new scale, the critic's outputs kept
+            std_new = self.std
+            ratio = std / std_new
+            for param in (layer.weight, layer.bias):
+                if param is not None:
+                    param.mul_(ratio.to(device=param.device, dtype=param.dtype))
+            std = std_new
         scale = std.to(device=target.device, dtype=target.dtype)
         tensordict.set(self._target_key, target / scale)
         for key in (self._value_key, next_key(self._value_key)):
@@ -299,6 +328,19 @@ class ValueTargetScaling(TensorDictModuleBase):
             if value is not None:
                 tensordict.set(key, value / scale)
         return tensordict
+
+
+def _value_head(critic: TensorDictModuleBase) -> torch.nn.Linear:
+    """The critic's last ``nn.Linear``, which must have one output (the value)."""
+    layers = [m for m in critic.modules() if isinstance(m, torch.nn.Linear)]
+    if not layers or layers[-1].out_features != 1:
+        found = f"out_features={layers[-1].out_features}" if layers else "no nn.Linear"
+        raise ValueError(
+            "ValueTargetScaling(preserve_outputs=True) rescales the critic's final nn.Linear, "
+            f"which must have one output (the value); found {found}. Pass "
+            "preserve_outputs=False to scale the targets only"
+        )
+    return layers[-1]
 
 
 class _ScaledOutput:

@@ -139,7 +139,9 @@ def test_value_target_scaling_keeps_advantages_in_reward_units_and_scales_target
 
     torch.manual_seed(0)
     critic = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["state_value"])
-    scaling = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=critic), epsilon=0.0)
+    scaling = ValueTargetScaling(
+        GAE(gamma=0.9, lmbda=0.8, value_network=critic), epsilon=0.0, preserve_outputs=False
+    )
     seen = torch.tensor([0.0, 10.0, -4.0], dtype=torch.float64)
     scaling.return_stats.update(seen)  # var 32.89: std 5.73
     std = float(seen.var(unbiased=False).sqrt())
@@ -176,3 +178,47 @@ def test_value_target_scaling_keeps_advantages_in_reward_units_and_scales_target
 
     with pytest.raises(TypeError, match="torchrl.*GAE"):
         ValueTargetScaling(TorchRLGAE(gamma=0.9, lmbda=0.8, value_network=critic))
+
+
+def test_value_target_scaling_preserving_outputs_keeps_the_critics_values_in_reward_units() -> None:
+    from tensordict.nn import TensorDictModule
+
+    from tdrl.estimators import GAE
+    from tdrl.modules import ValueTargetScaling
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    critic = TensorDictModule(net, ["observation"], ["state_value"])
+    scaling = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=critic), epsilon=0.0)
+    assert not any(k.startswith("_output") for k in scaling.state_dict())  # the critic's own
+    seen = torch.tensor([0.0, 10.0, -4.0], dtype=torch.float64)
+    scaling.return_stats.update(seen)
+    std = float(seen.var(unbiased=False).sqrt())
+    targets = [seen]
+    hidden = net[0].weight.clone()
+    for seed in (1, 2):
+        batch = _scaling_batch(seed)
+        obs, next_obs = batch["observation"], batch["next", "observation"]
+        with torch.no_grad():
+            value_r, next_value_r = net(obs) * std, net(next_obs) * std  # in reward units
+        out = scaling(batch)
+        adv = _gae_by_sum(
+            batch["next", "reward"], value_r, next_value_r, batch["next", "terminated"].float(),
+            batch["next", "done"], 0.9, 0.8,
+        )  # fmt: skip
+        targets.append((adv + value_r).reshape(-1).double())
+        new_std = float(torch.cat(targets).var(unbiased=False).sqrt())
+        assert abs(new_std / std - 1) > 0.05  # the scale moved
+        torch.testing.assert_close(float(scaling.std), new_std, rtol=1.3e-6, atol=0.0)
+        torch.testing.assert_close(out["advantage"], adv)  # reward units
+        # the targets and the written values in the new scale, which the critic now outputs
+        torch.testing.assert_close(out["value_target"], (adv + value_r) / new_std)
+        with torch.no_grad():
+            torch.testing.assert_close(net(obs) * new_std, value_r)  # its values kept
+            torch.testing.assert_close(out["state_value"], net(obs))
+            torch.testing.assert_close(out["next", "state_value"], net(next_obs))
+        std = new_std
+    torch.testing.assert_close(net[0].weight, hidden)  # only the output layer rescales
+    two_heads = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["state_value"])
+    with pytest.raises(ValueError, match="one output.*out_features=2.*preserve_outputs=False"):
+        ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=two_heads))

@@ -375,9 +375,16 @@ def test_a2c_value_target_scaling_changes_the_critic_loss_and_resumes_exactly(tm
     a2c.main(straight)
     plain = configure(straight, scale_value_targets=False, log_dir=str(tmp_path / "p"))
     a2c.main(plain)
-    scaled_rows, plain_rows = (read_csv(tmp_path / d / "train.csv") for d in ("straight", "p"))
-    # the first batch's scale is 1; from the second on, the targets are divided by the std
-    assert scaled_rows[0]["loss_critic"] == plain_rows[0]["loss_critic"]
+    tianshou = configure(straight, preserve_value_outputs=False, log_dir=str(tmp_path / "t"))
+    a2c.main(tianshou)
+    scaled_rows, plain_rows, tianshou_rows = (
+        read_csv(tmp_path / d / "train.csv") for d in ("straight", "p", "t")
+    )
+    # Tianshou's order: the first batch's scale is 1, from the second on the targets are divided
+    # by the std; preserving outputs, the first batch is divided by its own targets' std already
+    assert tianshou_rows[0]["loss_critic"] == plain_rows[0]["loss_critic"]
+    assert scaled_rows[0]["loss_critic"] < plain_rows[0]["loss_critic"]
+    assert tianshou_rows[-1]["loss_critic"] < plain_rows[-1]["loss_critic"]
     assert scaled_rows[-1]["loss_critic"] < plain_rows[-1]["loss_critic"]
     first = configure(straight, log_dir=str(tmp_path / "resumed"), stop_after_frames=192)
     a2c.main(first)
