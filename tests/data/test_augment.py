@@ -49,15 +49,15 @@ def test_random_shift_draws_offsets_per_sample_and_per_entry():
     )  # fmt: skip
     RandomShift(pad, generator=0)(batch)
     offsets = {}
+    crops = {
+        (r, c): padded_crop(image[0], r, c, pad)
+        for r in range(2 * pad + 1)
+        for c in range(2 * pad + 1)
+    }
     for key in ("observation", ("next", "observation")):
-        found = []
+        found, shifted = [], batch[key]
         for b in range(n):  # recover each sample's offset by trying all of them
-            hits = [
-                (r, c)
-                for r in range(2 * pad + 1)
-                for c in range(2 * pad + 1)
-                if torch.equal(batch[key][b], padded_crop(image[0], r, c, pad))
-            ]
+            hits = [offset for offset, crop in crops.items() if torch.equal(shifted[b], crop)]
             assert len(hits) == 1  # a crop of the padded image, at exactly one offset
             found.append(hits[0])
         offsets[key] = found
