@@ -238,13 +238,13 @@ class ValueTargetScaling(TensorDictModuleBase):
 
     With ``preserve_outputs`` (the default), step 3 comes before step 2, as in PopArt's
     "preserving outputs precisely" (van Hasselt et al. 2016, arXiv 1602.07714): the critic's
-    final linear layer is multiplied by ``std_old / std_new``, so the values it predicts in
+    value head (its one ``nn.Linear`` with a single output, which must produce the value with
+    nothing after it) is multiplied by ``std_old / std_new``, so the values it predicts in
     reward units do not move when the scale does, and the targets are divided by ``std_new``.
-    Without it (Tianshou's exact procedure) nothing anchors the scale: a value target is
-    mostly its bootstrapped ``V' * std``, so a larger ``std`` makes larger targets, whose drifting
-    mean widens the running variance again. In tdrl's A2C on Hopper-v5 (seed 0) the std of the
-    returns so reached 1.1e4 by 60k env steps, with episode returns near 200; the advantages,
-    in the thousands, then drove the policy to fall at once.
+    Without it (Tianshou's exact procedure) nothing anchors the scale: a value target is mostly
+    its bootstrapped ``V' * std``, so a larger ``std`` makes larger targets, whose drifting mean
+    widens the running variance again, and the advantages grow with it (the A2C page has a
+    measured case).
 
     Wrapping sets ``estimator.value_network`` to the critic with its output scaled (the critic
     itself is unchanged but for that rescaling: the loss calls it directly). The statistics are
@@ -253,8 +253,8 @@ class ValueTargetScaling(TensorDictModuleBase):
     Args:
         estimator: one of tdrl's value estimators (GAE, TD(λ), ...) with a ``value_network``.
         epsilon: added to the variance (Tianshou: 1e-8).
-        preserve_outputs: rescale the critic's final ``nn.Linear`` (one output) with each change
-            of scale; ``False`` is Tianshou's ``return_scaling``.
+        preserve_outputs: rescale the critic's value head with each change of scale; ``False``
+            is Tianshou's ``return_scaling``.
 
     Shapes:
         as ``estimator``.
@@ -331,16 +331,22 @@ class ValueTargetScaling(TensorDictModuleBase):
 
 
 def _value_head(critic: TensorDictModuleBase) -> torch.nn.Linear:
-    """The critic's last ``nn.Linear``, which must have one output (the value)."""
-    layers = [m for m in critic.modules() if isinstance(m, torch.nn.Linear)]
-    if not layers or layers[-1].out_features != 1:
-        found = f"out_features={layers[-1].out_features}" if layers else "no nn.Linear"
-        raise ValueError(
-            "ValueTargetScaling(preserve_outputs=True) rescales the critic's final nn.Linear, "
-            f"which must have one output (the value); found {found}. Pass "
-            "preserve_outputs=False to scale the targets only"
+    """The critic's value head: its one ``nn.Linear`` with a single output and plain parameters
+    (an image encoder's layers have wider outputs)."""
+    heads = [m for m in critic.modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1]
+    if len(heads) != 1 or "weight" not in heads[0]._parameters:
+        found = (
+            f"{len(heads)} nn.Linear layers with one output"
+            if len(heads) != 1
+            else "a value head whose weight is parametrized"
         )
-    return layers[-1]
+        raise ValueError(
+            "ValueTargetScaling(preserve_outputs=True) rescales the critic's value head, its one "
+            f"nn.Linear with a single output and plain parameters; found {found}. Pass "
+            "preserve_outputs=False (a recipe's --no-preserve-value-outputs) to scale the "
+            "targets only"
+        )
+    return heads[0]
 
 
 class _ScaledOutput:

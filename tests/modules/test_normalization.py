@@ -220,5 +220,11 @@ def test_value_target_scaling_preserving_outputs_keeps_the_critics_values_in_rew
         std = new_std
     torch.testing.assert_close(net[0].weight, hidden)  # only the output layer rescales
     two_heads = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["state_value"])
-    with pytest.raises(ValueError, match="one output.*out_features=2.*preserve_outputs=False"):
+    with pytest.raises(ValueError, match="single output.*found 0 nn.Linear.*preserve_outputs"):
         ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=two_heads))
+    # an image encoder registered after the head: its wide layers are not the value head
+    encoded = torch.nn.Module()
+    encoded.net, encoded.encoder = torch.nn.Linear(4, 1), torch.nn.Linear(16, 4)
+    wrapped = TensorDictModule(encoded, ["observation"], ["state_value"])
+    head = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=wrapped))._output_layer
+    assert head == (encoded.net,)

@@ -151,6 +151,7 @@ def _losses(path: Path) -> list[dict[str, float]]:
         ("ppo", "tdrl/BitFlipping5-v0"),  # a dict observation: its entries concatenated
         ("ppo", "tdrl-test/DotDict-v0"),  # a frame and a vector: the shared CNN encoder's weights
         ("ppg", "tdrl-test/DotDict-v0"),  # an encoder each, the auxiliary head on the actor's
+        ("a2c", "tdrl-test/DotDict-v0"),  # the critic's value head rescaled, not its encoder's
         pytest.param("ppo_lstm", "tdrl/BitFlipping5-v0", marks=pytest.mark.variants),
     ],
 )
