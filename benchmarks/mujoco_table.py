@@ -1151,8 +1151,9 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
 - Lines of settings that are not the recipes' defaults are kept, with their settings, in
   `mujoco_table_superseded.jsonl`: PPO without reward scaling (on Ant its mean final was 1874.6,
   against 1180.6 with it), TRPO and NPG without return scaling, A2C with `--scale-rewards`, A2C
-  without value-target scaling and A2C with its learning rate decayed to 0 over the 1M steps
-  (before the 3M horizon of Tianshou's schedule), TD3 at the recipe's 1M defaults and with
+  without value-target scaling, A2C with its learning rate decayed to 0 over the 1M steps
+  (before the 3M horizon of Tianshou's schedule), A2C with Tianshou's value-target scaling
+  (before the critic's outputs were preserved), TD3 at the recipe's 1M defaults and with
   256x256 nets.
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
@@ -1201,6 +1202,15 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   seeds 3 and 4 (seed 5 was cut for time), two cells at a time: tdrl 3123.2 and 3309.9, SB3
   3282.2 and 3047.6. Over seeds 0-4 the mean final is 0.95x SB3's (2939.7 against 3095.7; seed
   0's 1949.9 the one far behind) and the mean best 1.02x (3268.7 against 3197.2).
+- A2C's rows were rerun when its value-target scaling began to preserve the critic's outputs
+  (PopArt's rescaling of the value head, `--preserve-value-outputs`): in Tianshou's procedure,
+  which the earlier lines ran, the std of the returns fed on itself (seed 0 on Hopper: 5.6e3 at
+  1M steps, episode returns near 200) and Hopper's seed 0 ended at 0.4. Before -> after, peak of
+  the mean curve and mean final ± std over seeds (the earlier lines are in the superseded file):
+  Hopper (seeds 0-5) 931.4 -> 786.3, 898.5 ± 814.7 -> 757.7 ± 289.7 (lowest final 0.4 ->
+  461.7); HalfCheetah (0-2) 2179.4 -> 2641.4, 2147.4 ± 764.0 -> 2521.7 ± 1437.7; Walker2d (0-2)
+  1232.7 -> 1055.0, 833.9 ± 580.6 -> 646.4 ± 277.3; Ant (0-2) 2992.0 -> 2888.7, 2807.1 ±
+  923.1 -> 2888.7 ± 285.5. Every change is within the spread over seeds; the collapse is gone.
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
   side by side (together 0%, 0%, 2%), so each library's runs met other load on the machine.
 """
