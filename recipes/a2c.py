@@ -12,7 +12,7 @@ off). --scale-rewards (the rewards divided by that std, so the advantages too) i
 Differences from Tianshou: a short default budget, and each change of that std rescales the
 critic's output layer so its values in reward units stay put (PopArt's output preservation, van
 Hasselt et al. 2016; --no-preserve-value-outputs is Tianshou's procedure, whose std ran away on
-Hopper-v5: see ValueTargetScaling).
+Hopper-v5: docs/algorithms/a2c.md).
 
     python recipes/a2c.py                                   # Hopper-v5, short budget
     python recipes/a2c.py --env-id CartPole-v1 --lr 1e-3

@@ -285,10 +285,8 @@ class ValueTargetScaling(TensorDictModuleBase):
         self.estimator = estimator
         self.epsilon = epsilon
         self.return_stats = RunningObservationNorm((), clip=None, epsilon=epsilon)
-        # a tuple, not a submodule: the layer's parameters stay the critic's alone
-        self._output_layer: tuple[torch.nn.Linear, ...] = (
-            (_value_head(critic),) if preserve_outputs else ()
-        )
+        # Not a submodule (as the estimators hold their value network): the critic owns it.
+        self.__dict__["_value_head"] = _value_head(critic) if preserve_outputs else None
         keys = estimator.tensor_keys  # type: ignore[attr-defined]
         self._value_key: NestedKey = keys.value
         self._target_key: NestedKey = keys.value_target
@@ -314,10 +312,11 @@ class ValueTargetScaling(TensorDictModuleBase):
         target = tensordict.get(self._target_key)
         # first: a non-finite target raises here, before the batch is rewritten
         self.return_stats.update(target.reshape(-1))
-        for layer in self._output_layer:  # the new scale, the critic's outputs kept
+        head: torch.nn.Linear | None = self._value_head
+        if head is not None:  # the new scale, the critic's outputs kept
             std_new = self.std
             ratio = std / std_new
-            for param in (layer.weight, layer.bias):
+            for param in (head.weight, head.bias):
                 if param is not None:
                     param.mul_(ratio.to(device=param.device, dtype=param.dtype))
             std = std_new
@@ -334,7 +333,7 @@ def _value_head(critic: TensorDictModuleBase) -> torch.nn.Linear:
     """The critic's value head: its one ``nn.Linear`` with a single output and plain parameters
     (an image encoder's layers have wider outputs)."""
     heads = [m for m in critic.modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1]
-    if len(heads) != 1 or "weight" not in heads[0]._parameters:
+    if len(heads) != 1 or torch.nn.utils.parametrize.is_parametrized(heads[0]):
         found = (
             f"{len(heads)} nn.Linear layers with one output"
             if len(heads) != 1

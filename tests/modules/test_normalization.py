@@ -190,7 +190,7 @@ def test_value_target_scaling_preserving_outputs_keeps_the_critics_values_in_rew
     net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     critic = TensorDictModule(net, ["observation"], ["state_value"])
     scaling = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=critic), epsilon=0.0)
-    assert not any(k.startswith("_output") for k in scaling.state_dict())  # the critic's own
+    assert not any(k.startswith("_value_head") for k in scaling.state_dict())  # the critic's own
     seen = torch.tensor([0.0, 10.0, -4.0], dtype=torch.float64)
     scaling.return_stats.update(seen)
     std = float(seen.var(unbiased=False).sqrt())
@@ -222,9 +222,13 @@ def test_value_target_scaling_preserving_outputs_keeps_the_critics_values_in_rew
     two_heads = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["state_value"])
     with pytest.raises(ValueError, match="single output.*found 0 nn.Linear.*preserve_outputs"):
         ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=two_heads))
+    normed = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(3, 1))
+    with pytest.raises(ValueError, match="whose weight is parametrized"):
+        ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=TensorDictModule(
+            normed, ["observation"], ["state_value"])))  # fmt: skip
     # an image encoder registered after the head: its wide layers are not the value head
     encoded = torch.nn.Module()
     encoded.net, encoded.encoder = torch.nn.Linear(4, 1), torch.nn.Linear(16, 4)
     wrapped = TensorDictModule(encoded, ["observation"], ["state_value"])
-    head = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=wrapped))._output_layer
-    assert head == (encoded.net,)
+    head = ValueTargetScaling(GAE(gamma=0.9, lmbda=0.8, value_network=wrapped))._value_head
+    assert head is encoded.net
