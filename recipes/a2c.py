@@ -84,33 +84,31 @@ def main(cfg: Config) -> dict[str, float]:
     if cfg.scale_value_targets:
         # its statistics go in the checkpoints
         estimator = ValueTargetScaling(estimator, preserve_outputs=cfg.preserve_value_outputs)
-    estimator.to(device)
+    scaling = estimator.to(device)
     # --intrinsic-coeff: RND's or ICM's reward, critic and non-episodic estimator (or None)
     bonus = cfg.explore.build(env.observation_spec, env.action_spec, nets, lmbda=cfg.adv.lmbda,
                               critic_coeff=cfg.adv.critic_coeff, device=device)  # fmt: skip
-    params = [*loss.parameters(), *(p for part in bonus or () for p in part.parameters())]
+    # with a bonus: the loss adds its models' and critic's, the advantage mixes in its own
+    objective, estimator = bonus.attach(loss, estimator) if bonus else (loss, estimator)
     optimizer = torch.optim.RMSprop(
-        dict.fromkeys(params), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
+        objective.parameters(), lr=cfg.onpolicy.lr, alpha=0.99, eps=1e-5, foreach=True
     )
     scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
     scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
     state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     if cfg.scale_value_targets:
-        state["value_target_scaling"] = estimator
+        state["value_target_scaling"] = scaling
     if bonus is not None:
-        state["bonus"], state["intrinsic_critic"] = bonus.module, bonus.critic_loss
+        state.update(bonus.state())
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
     seq_len = cfg.net.sequence_length  # --recurrent: the rollout as whole sequences
-    in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
-    # 4. the full-batch step (and the bonus's model losses), compiled (--compile) and/or
+    # 4. the full-batch step (with a bonus, its model losses too), compiled (--compile) and/or
     #    captured in a CUDA graph (--cudagraphs)
     def learn(minibatch: TensorDictBase) -> TensorDictBase:
-        out = loss(minibatch)
-        if bonus is not None:  # the bonus's model losses, the intrinsic critic's
-            out.update(bonus.losses(minibatch))
+        out = objective(minibatch)
         trainers.optimizer_step(total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm)
         return out.detach()
 
@@ -124,11 +122,11 @@ def main(cfg: Config) -> dict[str, float]:
             if bonus is not None:  # ("next", "intrinsic_reward"), before the estimators
                 bonus.module.intrinsic_reward(batch)
             with torch.no_grad():
-                estimator(batch)
-                if bonus is not None:  # the intrinsic advantage, mixed into "advantage"
-                    bonus.mix(batch, cfg.explore.extrinsic_coeff, cfg.explore.intrinsic_coeff)
+                estimator(batch)  # with a bonus: the intrinsic advantage mixed in
             with set_recurrent_mode(seq_len is not None):
-                for minibatch in minibatches(batch, None, in_keys=in_keys, seq_len=seq_len):
+                for minibatch in minibatches(
+                    batch, None, in_keys=objective.in_keys, seq_len=seq_len
+                ):
                     run.record(update(minibatch))  # each train row: the mean of its steps
                     run.updates += 1
             scheduler.step()

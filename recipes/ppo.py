@@ -98,28 +98,26 @@ def main(cfg: Config) -> dict[str, float]:
     # --intrinsic-coeff: RND's or ICM's reward, critic and non-episodic estimator (or None)
     bonus = cfg.explore.build(env.observation_spec, env.action_spec, nets, lmbda=cfg.adv.lmbda,
                               critic_coeff=cfg.adv.critic_coeff, device=device)  # fmt: skip
-    params = [*loss.parameters(), *(p for part in bonus or () for p in part.parameters())]
+    # with a bonus: the loss adds its models' and critic's, the advantage mixes in its own
+    objective, estimator = bonus.attach(loss, estimator) if bonus else (loss, estimator)
     optimizer = torch.optim.Adam(
-        dict.fromkeys(params), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True
+        objective.parameters(), lr=cfg.onpolicy.lr, eps=cfg.adam_eps, fused=True
     )
     scheduler = cfg.onpolicy.lr_schedule(optimizer, cfg.run.total_frames)
     scaler = cfg.onpolicy.reward_scaler(device)  # --scale-rewards: the critic learns scaled returns
     state = nets.state(optimizer=optimizer, scheduler=scheduler, reward_scaler=scaler)
     if bonus is not None:
-        state["bonus"], state["intrinsic_critic"] = bonus.module, bonus.critic_loss
+        state.update(bonus.state())
     collector = trainers.make_collector(
         cfg.run, env, nets.acting, cfg.onpolicy.frames_per_batch, workers=cfg.workers
     )
     # --recompute-advantage: the estimator runs again before every epoch
     passes = [1] * cfg.ppo.epochs if cfg.ppo.recompute_advantage else [cfg.ppo.epochs]
     seq_len = cfg.net.sequence_length  # --recurrent: minibatches of whole sequences
-    in_keys = list(dict.fromkeys([*loss.in_keys, *(bonus.in_keys if bonus else [])]))
 
     # 4. the minibatch step, compiled (--compile) and/or captured in a CUDA graph (--cudagraphs)
     def learn(minibatch: TensorDictBase) -> TensorDictBase:
-        out = loss(minibatch)
-        if bonus is not None:  # the bonus's model losses, the intrinsic critic's
-            out.update(bonus.losses(minibatch))
+        out = objective(minibatch)
         trainers.optimizer_step(total_loss(out), optimizer, max_grad_norm=cfg.adv.max_grad_norm)
         return out.detach()
 
@@ -139,12 +137,10 @@ def main(cfg: Config) -> dict[str, float]:
                 bonus.module.intrinsic_reward(batch)
             for epochs in passes:
                 with torch.no_grad():
-                    estimator(batch)
-                    if bonus is not None:  # the intrinsic advantage, mixed into "advantage"
-                        bonus.mix(batch, cfg.explore.extrinsic_coeff, cfg.explore.intrinsic_coeff)
+                    estimator(batch)  # with a bonus: the intrinsic advantage mixed in
                 with set_recurrent_mode(seq_len is not None):
                     for minibatch in minibatches(
-                        batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=in_keys,
+                        batch, cfg.ppo.minibatch_size, epochs=epochs, in_keys=objective.in_keys,
                         seq_len=seq_len,
                     ):  # fmt: skip
                         run.record(update(minibatch))  # each train row: the mean of its steps

@@ -10,6 +10,7 @@ from tdrl.objectives.bcq import (
     DiscreteBCQLoss,
     imitation_mask,
 )
+from tdrl.objectives.bonus import MixedAdvantage, WithBonus
 from tdrl.objectives.common import total_loss
 from tdrl.objectives.cql import CQLLoss, DiscreteCQLLoss, conservative_gap
 from tdrl.objectives.crossq import CrossQLoss
@@ -69,6 +70,7 @@ __all__ = [
     "IQLLoss",
     "IntrinsicValueLoss",
     "IQNLoss",
+    "MixedAdvantage",
     "ModuleEnsemble",
     "NPGLoss",
     "PPGAuxLoss",
@@ -84,6 +86,7 @@ __all__ = [
     "TD3Loss",
     "TQCLoss",
     "TRPOLoss",
+    "WithBonus",
     "as_ensemble",
     "conjugate_gradient",
     "conservative_gap",

@@ -82,3 +82,56 @@ class IntrinsicBonus(TensorDictModuleBase):
                 if ends[i, t]:
                     seen.clear()
         return torch.tensor(new, device=obs.device).unsqueeze(-1)
+
+
+class WithBonus(TensorDictModuleBase):
+    """A policy loss and an exploration bonus's losses as one objective: the policy's
+    ``loss_*`` entries, then the bonus's model losses (``bonus``: an :class:`IntrinsicBonus`) and
+    its intrinsic critic's ``loss_intrinsic_value`` (``critic_loss``), read from the same
+    minibatch. Its parameters are all three modules' (shared ones once), for one optimizer."""
+
+    def __init__(
+        self, loss: TensorDictModuleBase, bonus: IntrinsicBonus, critic_loss: TensorDictModuleBase
+    ) -> None:
+        super().__init__()
+        self.loss, self.bonus, self.critic_loss = loss, bonus, critic_loss
+        self.in_keys = list(dict.fromkeys([*loss.in_keys, *bonus.in_keys, *critic_loss.in_keys]))
+        self.out_keys = list(
+            dict.fromkeys([*loss.out_keys, *bonus.out_keys, *critic_loss.out_keys])
+        )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        out = self.loss(tensordict)
+        out.update(self.bonus(tensordict))
+        return out.update(self.critic_loss(tensordict))
+
+
+class MixedAdvantage(TensorDictModuleBase):
+    """An advantage estimator with an exploration bonus's mixed in (RND's two value heads, one
+    policy; Burda et al. 2018): ``advantage = extrinsic * A + intrinsic * A_int``, where
+    ``estimator`` writes ``A`` and ``intrinsic_estimator`` writes ``A_int``
+    (``"intrinsic_advantage"``) from the rollout's ``("next", "intrinsic_reward")``, which must
+    be there already."""
+
+    def __init__(
+        self,
+        estimator: TensorDictModuleBase,
+        intrinsic_estimator: TensorDictModuleBase,
+        extrinsic: float,
+        intrinsic: float,
+    ) -> None:
+        super().__init__()
+        self.estimator, self.intrinsic_estimator = estimator, intrinsic_estimator
+        self.extrinsic, self.intrinsic = float(extrinsic), float(intrinsic)
+        self.in_keys = list(dict.fromkeys([*estimator.in_keys, *intrinsic_estimator.in_keys]))
+        self.out_keys = list(dict.fromkeys([*estimator.out_keys, *intrinsic_estimator.out_keys]))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        require(tensordict, K.NEXT_INTRINSIC_REWARD, type(self).__name__)
+        self.estimator(tensordict)
+        self.intrinsic_estimator(tensordict)
+        mixed = self.extrinsic * tensordict.get(K.ADVANTAGE) + self.intrinsic * tensordict.get(
+            K.INTRINSIC_ADVANTAGE
+        )
+        tensordict.set(K.ADVANTAGE, mixed)
+        return tensordict

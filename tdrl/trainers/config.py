@@ -964,27 +964,23 @@ class IntrinsicParts(NamedTuple):
     module: Any  # tdrl.objectives.RNDLoss or ICMLoss: the intrinsic reward and its models' loss
     critic_loss: Any  # tdrl.objectives.IntrinsicValueLoss
     estimator: Any  # GAE on the intrinsic keys: the non-episodic intrinsic advantage
+    extrinsic_coeff: float = 1.0
+    intrinsic_coeff: float = 1.0
 
-    def mix(self, batch: TensorDictBase, extrinsic: float, intrinsic: float) -> None:
-        """The intrinsic advantage of ``batch`` (a whole rollout), mixed into its advantage:
-        ``extrinsic * A + intrinsic * A_int`` (RND's two value heads, one policy)."""
-        from tdrl import keys
+    def attach(self, loss: Any, estimator: Any) -> tuple[Any, Any]:
+        """The policy's loss and estimator with the bonus's beside them: the loss plus the
+        bonus's model losses and ``loss_intrinsic_value`` (:class:`~tdrl.objectives.WithBonus`),
+        and the advantage with the intrinsic one mixed in (``extrinsic_coeff * A +
+        intrinsic_coeff * A_int``, :class:`~tdrl.objectives.MixedAdvantage`)."""
+        from tdrl.objectives import MixedAdvantage, WithBonus
 
-        self.estimator(batch)
-        mixed = extrinsic * batch.get(keys.ADVANTAGE) + intrinsic * batch.get(
-            keys.INTRINSIC_ADVANTAGE
-        )
-        batch.set(keys.ADVANTAGE, mixed)
+        mixed = MixedAdvantage(estimator, self.estimator, self.extrinsic_coeff,
+                               self.intrinsic_coeff)  # fmt: skip
+        return WithBonus(loss, self.module, self.critic_loss), mixed
 
-    @property
-    def in_keys(self) -> list[Any]:
-        """What :meth:`losses` reads from a minibatch."""
-        return [*self.module.in_keys, *self.critic_loss.in_keys]
-
-    def losses(self, minibatch: TensorDictBase) -> TensorDictBase:
-        """The bonus's model losses and ``loss_intrinsic_value`` of a minibatch, to add to the
-        policy's."""
-        return self.module(minibatch).update(self.critic_loss(minibatch))
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the bonus: its models (and first-visit sets), its critic."""
+        return {"bonus": self.module, "intrinsic_critic": self.critic_loss}
 
 
 @configclass
@@ -1142,7 +1138,8 @@ class IntrinsicConfig:
             advantage=keys.INTRINSIC_ADVANTAGE, value_target=keys.INTRINSIC_VALUE_TARGET,
         )  # fmt: skip
         critic_loss = IntrinsicValueLoss(critic, coeff=critic_coeff)
-        return IntrinsicParts(module.to(device), critic_loss.to(device), estimator.to(device))
+        return IntrinsicParts(module.to(device), critic_loss.to(device), estimator.to(device),
+                              self.extrinsic_coeff, self.intrinsic_coeff)  # fmt: skip
 
 
 @configclass

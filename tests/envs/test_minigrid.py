@@ -37,7 +37,9 @@ def test_the_view_is_minigrids_image_channels_first_within_its_index_bounds():
 
 @pytest.mark.parametrize("bonus", ["rnd", "icm"])
 def test_the_exploration_bonuses_take_the_view(bonus):
+    from tdrl.estimators import GAE
     from tdrl.keys import NEXT_INTRINSIC_REWARD
+    from tdrl.objectives import A2CLoss
     from tdrl.trainers.config import IntrinsicConfig, NetworkConfig
 
     with make_vec_env(f"tdrl/{TASK}", 2, seed=0) as env:
@@ -51,9 +53,14 @@ def test_the_exploration_bonuses_take_the_view(bonus):
     assert (
         reward.shape == (2, 16, 1) and bool(torch.isfinite(reward).all()) and reward.abs().sum() > 0
     )
+    loss = A2CLoss(nets.actor, nets.critic)
+    objective, estimator = parts.attach(
+        loss, GAE(gamma=0.99, lmbda=0.95, value_network=nets.critic)
+    )
     with torch.no_grad():
-        parts.estimator(batch)  # the intrinsic value targets
-    out = parts.losses(batch.reshape(-1))
+        estimator(batch)  # both advantages, mixed, and the intrinsic value targets
+    out = objective(batch.reshape(-1))
+    assert {*loss.out_keys, "loss_intrinsic_value"} <= set(out.keys())
     assert all(torch.isfinite(v) for v in out.values())
 
 

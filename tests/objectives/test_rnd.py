@@ -16,7 +16,7 @@ from torch import nn
 from tdrl import keys as K
 from tdrl.estimators import GAE
 from tdrl.modules import ValueCritic
-from tdrl.objectives import IntrinsicValueLoss, RNDLoss, total_loss
+from tdrl.objectives import IntrinsicValueLoss, MixedAdvantage, RNDLoss, total_loss
 
 N, T, OBS, FEAT = 2, 5, 3, 4
 
@@ -162,12 +162,15 @@ def test_the_intrinsic_advantage_runs_across_an_episode_end_and_the_extrinsic_st
     batch["next", "state_value"] = values[:, 1:]
     batch[K.INTRINSIC_VALUE] = values[:, :T] * 2
     batch["next", K.INTRINSIC_VALUE] = values[:, 1:] * 2
-    GAE(gamma=gamma, lmbda=lam)(batch)
-    GAE(gamma=gamma, lmbda=lam).set_keys(
+    extrinsic = GAE(gamma=gamma, lmbda=lam)
+    intrinsic = GAE(gamma=gamma, lmbda=lam).set_keys(
         reward=K.INTRINSIC_REWARD, value=K.INTRINSIC_VALUE, done=K.INTRINSIC_DONE,
         terminated=K.INTRINSIC_TERMINATED, truncated=K.INTRINSIC_TRUNCATED,
         advantage=K.INTRINSIC_ADVANTAGE, value_target=K.INTRINSIC_VALUE_TARGET,
-    )(batch)  # fmt: skip
+    )  # fmt: skip
+    mixed = MixedAdvantage(extrinsic, intrinsic, extrinsic=2.0, intrinsic=0.5)(batch.clone())
+    extrinsic(batch)
+    intrinsic(batch)
     ext_r, int_r = batch["next", "reward"], batch["next", "intrinsic_reward"]
     i = 0  # env 0 ends an episode (terminated) at t = 2
     for t in range(T):
@@ -184,6 +187,43 @@ def test_the_intrinsic_advantage_runs_across_an_episode_end_and_the_extrinsic_st
         )  # every step to the batch end
         assert float(batch["advantage"][i, t]) == pytest.approx(ext, rel=1e-4, abs=1e-5)
         assert float(batch[K.INTRINSIC_ADVANTAGE][i, t]) == pytest.approx(intr, rel=1e-4, abs=1e-5)
+        # the policy's advantage with the bonus's mixed in (CleanRL's RND: 2 and 1)
+        got = float(mixed["advantage"][i, t])
+        assert got == pytest.approx(2.0 * ext + 0.5 * intr, rel=1e-4, abs=1e-5)
+    with pytest.raises(KeyError, match="intrinsic_reward"):  # the bonus has not scored it yet
+        MixedAdvantage(extrinsic, intrinsic, 1.0, 1.0)(rollout())
+
+
+def test_with_bonus_adds_the_bonus_and_its_critic_to_the_loss_and_shares_parameters_once():
+    from torchrl.data import Bounded, Composite, Unbounded
+
+    from tdrl.modules import actor_critic
+    from tdrl.objectives import A2CLoss, WithBonus
+
+    torch.manual_seed(0)
+    obs_spec = Composite(observation=Unbounded((OBS,)))
+    actor, critic, _ = actor_critic(obs_spec, Bounded(-1.0, 1.0, (2,)), hidden_sizes=(8,))
+    loss, rnd = A2CLoss(actor, critic), make_rnd()
+    own = ValueCritic(critic.net, out_key=K.INTRINSIC_VALUE)  # the critic's body, shared
+    objective = WithBonus(loss, rnd, IntrinsicValueLoss(own, coeff=0.5))
+    batch = rollout()
+    batch["action"] = torch.rand(N, T, 2) * 2 - 1
+    batch["action_log_prob"] = torch.zeros(N, T)
+    batch["advantage"] = torch.randn(N, T, 1)
+    batch["value_target"] = torch.randn(N, T, 1)
+    batch[K.INTRINSIC_VALUE_TARGET] = torch.randn(N, T, 1)
+    flat = batch.reshape(-1)
+    out = objective(flat)
+    want = {**loss(flat).to_dict(), **rnd(flat).to_dict(), **objective.critic_loss(flat).to_dict()}
+    assert set(out.keys()) == set(want) and "loss_intrinsic_value" in want
+    for key in ("loss_objective", "loss_critic", "loss_intrinsic_value"):
+        assert float(out[key].detach()) == pytest.approx(float(want[key].detach()), rel=1e-6)
+    assert set(objective.in_keys) >= {*loss.in_keys, *rnd.in_keys, K.INTRINSIC_VALUE_TARGET}
+    params = list(objective.parameters())
+    assert len(params) == len({id(p) for p in params})  # the shared critic body once
+    assert {id(p) for p in params} == {
+        id(p) for m in (loss, rnd, objective.critic_loss) for p in m.parameters()
+    }
 
 
 def test_training_moves_the_predictor_and_never_the_target():
