@@ -165,9 +165,7 @@ def _vtrace_forward(
     rows: KernelRows,
     i: int,
     lmbda: float,
-    ratio: np.ndarray,
-    rho_thresh: float,
-    c_thresh: float,
+    clipped: tuple[np.ndarray, float, float],
     offset: np.ndarray,
     coeff: np.ndarray,
     delta: np.ndarray,
@@ -178,7 +176,9 @@ def _vtrace_forward(
     """Row ``i`` as ``vs_t - V_t = delta_t + c_t (vs_{t+1} - V_{t+1})`` into float64 scratch
     rows: ``delta_t = rho_bar_t (r + g V' - V)`` (0 at a masked step) into ``offset`` (scanned)
     and ``delta``, ``c_t = g lambda min(rho_t, c_bar)`` (0 at a cut), and for the advantage
-    ``rho_bar_t g`` (0 at a cut) and ``V'_t``."""
+    ``rho_bar_t g`` (0 at a cut) and ``V'_t``. ``clipped``: the ratios ``rho`` and the
+    thresholds ``rho_bar`` and ``c_bar``."""
+    ratio, rho_thresh, c_thresh = clipped
     t_len = rows.reward.shape[1]
     chk = 0.0
     flags_ok = True
@@ -207,21 +207,19 @@ def _forward(
     i: int,
     kind: int,
     lmbda: float,
-    ratio: np.ndarray,
-    rho_thresh: float,
-    c_thresh: float,
-    offset: np.ndarray,
-    coeff: np.ndarray,
-    extra: np.ndarray,
+    clipped: tuple[np.ndarray, float, float],
+    scratch: tuple[np.ndarray, np.ndarray, np.ndarray],
     layout: tuple[bool, bool, bool, int],
 ) -> tuple[float, bool]:
-    """Row ``i``'s forward pass of ``kind`` into the scratch rows (``extra``: V-trace's three)."""
+    """Row ``i``'s forward pass of ``kind`` into the scratch rows ``(offset, coeff, extra)``
+    (``extra``: V-trace's three, and its ``clipped`` ratios)."""
+    offset, coeff, extra = scratch
     if kind == GAE:
         return _gae_forward(rows, i, lmbda, offset, coeff, layout)
     if kind == TD_LAMBDA:
         return _td_lambda_forward(rows, i, lmbda, offset, coeff, layout)
-    return _vtrace_forward(rows, i, lmbda, ratio, rho_thresh, c_thresh, offset, coeff,
-                           extra[0], extra[1], extra[2], layout)  # fmt: skip
+    return _vtrace_forward(rows, i, lmbda, clipped, offset, coeff, extra[0], extra[1], extra[2],
+                           layout)  # fmt: skip
 
 
 @numba.njit(inline="always")
@@ -249,6 +247,7 @@ def _scan_rows(
     extra = np.empty((3, 4, t_len if kind == VTRACE else 0))
     chk = 0.0
     flags_ok = True
+    clipped = (ratio, rho_thresh, c_thresh)
     collector_layout = (
         rows.has_done and rows.has_trunc and not rows.per_step_gamma and rows.policy == BOOTSTRAP
     )
@@ -256,12 +255,11 @@ def _scan_rows(
     while i < n:
         block = 4 if i + 4 <= n else 1
         for k in range(block):
+            scratch = (offset[k], coeff[k], extra[:, k])
             if collector_layout:  # the same pass, specialized on the constant layout
-                c, ok = _forward(rows, i + k, kind, lmbda, ratio, rho_thresh, c_thresh,
-                                 offset[k], coeff[k], extra[:, k], COLLECTOR_LAYOUT)  # fmt: skip
+                c, ok = _forward(rows, i + k, kind, lmbda, clipped, scratch, COLLECTOR_LAYOUT)
             else:
-                c, ok = _forward(rows, i + k, kind, lmbda, ratio, rho_thresh, c_thresh,
-                                 offset[k], coeff[k], extra[:, k], _layout(rows))  # fmt: skip
+                c, ok = _forward(rows, i + k, kind, lmbda, clipped, scratch, _layout(rows))
             chk += c
             flags_ok &= ok
         _scan_block(offset, coeff, block)
