@@ -4,12 +4,15 @@ non-episodic flags, and the episodic first-visit restriction with its checkpoint
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
 
 from tdrl import keys as K
-from tdrl.keyed import require
+from tdrl.keyed import next_key, require
 from tdrl.modules.normalization import RewardScaling
 
 
@@ -109,9 +112,11 @@ class WithBonus(TensorDictModuleBase):
 class MixedAdvantage(TensorDictModuleBase):
     """An advantage estimator with an exploration bonus's mixed in (RND's two value heads, one
     policy; Burda et al. 2018): ``advantage = extrinsic * A + intrinsic * A_int``, where
-    ``estimator`` writes ``A`` and ``intrinsic_estimator`` writes ``A_int``
-    (``"intrinsic_advantage"``) from the rollout's ``("next", "intrinsic_reward")``, which must
-    be there already."""
+    ``estimator`` writes ``A`` and ``intrinsic_estimator`` writes ``A_int``, each under its own
+    ``tensor_keys.advantage`` (tdrl's and TorchRL's estimators have them; a wrapper such as
+    :class:`~tdrl.modules.ValueTargetScaling` lends its estimator's), from the rollout's
+    intrinsic reward (``("next", intrinsic_estimator.tensor_keys.reward)``), which the bonus must
+    have written first. The result replaces ``A``."""
 
     def __init__(
         self,
@@ -123,15 +128,38 @@ class MixedAdvantage(TensorDictModuleBase):
         super().__init__()
         self.estimator, self.intrinsic_estimator = estimator, intrinsic_estimator
         self.extrinsic, self.intrinsic = float(extrinsic), float(intrinsic)
+        outer, inner = _tensor_keys(estimator), _tensor_keys(intrinsic_estimator)
+        self.advantage_key: NestedKey = outer.advantage
+        self.intrinsic_advantage_key: NestedKey = inner.advantage
+        self.intrinsic_reward_key = next_key(inner.reward)
+        if self.advantage_key == self.intrinsic_advantage_key:
+            raise ValueError(
+                f"MixedAdvantage: both estimators write the advantage to "
+                f"{self.advantage_key!r}; give the intrinsic one its own key (set_keys)"
+            )
         self.in_keys = list(dict.fromkeys([*estimator.in_keys, *intrinsic_estimator.in_keys]))
         self.out_keys = list(dict.fromkeys([*estimator.out_keys, *intrinsic_estimator.out_keys]))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        require(tensordict, K.NEXT_INTRINSIC_REWARD, type(self).__name__)
+        require(tensordict, self.intrinsic_reward_key, type(self).__name__,
+                "the bonus writes it first (its intrinsic_reward(rollout))")  # fmt: skip
         self.estimator(tensordict)
         self.intrinsic_estimator(tensordict)
-        mixed = self.extrinsic * tensordict.get(K.ADVANTAGE) + self.intrinsic * tensordict.get(
-            K.INTRINSIC_ADVANTAGE
+        mixed = self.extrinsic * tensordict.get(self.advantage_key) + self.intrinsic * (
+            tensordict.get(self.intrinsic_advantage_key)
         )
-        tensordict.set(K.ADVANTAGE, mixed)
+        tensordict.set(self.advantage_key, mixed)
         return tensordict
+
+
+def _tensor_keys(estimator: TensorDictModuleBase) -> Any:
+    """An estimator's ``tensor_keys``, or its wrapped estimator's (``.estimator``)."""
+    keys = getattr(estimator, "tensor_keys", None)
+    if keys is None:
+        keys = getattr(getattr(estimator, "estimator", None), "tensor_keys", None)
+    if keys is None:
+        raise TypeError(
+            f"MixedAdvantage: {type(estimator).__name__} has no tensor_keys (advantage and "
+            "reward keys): pass a tdrl or TorchRL value estimator"
+        )
+    return keys

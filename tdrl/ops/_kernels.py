@@ -208,7 +208,7 @@ def _forward(
     kind: int,
     lmbda: float,
     clipped: tuple[np.ndarray, float, float],
-    scratch: tuple[np.ndarray, np.ndarray, np.ndarray],
+    scratch: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]],
     layout: tuple[bool, bool, bool, int],
 ) -> tuple[float, bool]:
     """Row ``i``'s forward pass of ``kind`` into the scratch rows ``(offset, coeff, extra)``
@@ -218,7 +218,8 @@ def _forward(
         return _gae_forward(rows, i, lmbda, offset, coeff, layout)
     if kind == TD_LAMBDA:
         return _td_lambda_forward(rows, i, lmbda, offset, coeff, layout)
-    return _vtrace_forward(rows, i, lmbda, clipped, offset, coeff, extra[0], extra[1], extra[2],
+    delta, pg_weight, next_value = extra
+    return _vtrace_forward(rows, i, lmbda, clipped, offset, coeff, delta, pg_weight, next_value,
                            layout)  # fmt: skip
 
 
@@ -255,7 +256,8 @@ def _scan_rows(
     while i < n:
         block = 4 if i + 4 <= n else 1
         for k in range(block):
-            scratch = (offset[k], coeff[k], extra[:, k])
+            # V-trace's three further rows one by one: each a contiguous row, as offset's
+            scratch = (offset[k], coeff[k], (extra[0, k], extra[1, k], extra[2, k]))
             if collector_layout:  # the same pass, specialized on the constant layout
                 c, ok = _forward(rows, i + k, kind, lmbda, clipped, scratch, COLLECTOR_LAYOUT)
             else:

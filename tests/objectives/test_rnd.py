@@ -190,8 +190,16 @@ def test_the_intrinsic_advantage_runs_across_an_episode_end_and_the_extrinsic_st
         # the policy's advantage with the bonus's mixed in (CleanRL's RND: 2 and 1)
         got = float(mixed["advantage"][i, t])
         assert got == pytest.approx(2.0 * ext + 0.5 * intr, rel=1e-4, abs=1e-5)
-    with pytest.raises(KeyError, match="intrinsic_reward"):  # the bonus has not scored it yet
-        MixedAdvantage(extrinsic, intrinsic, 1.0, 1.0)(rollout())
+    with pytest.raises(KeyError, match="intrinsic_reward.*the bonus writes it first"):
+        MixedAdvantage(extrinsic, intrinsic, 1.0, 1.0)(rollout())  # not scored yet
+    # an estimator's renamed advantage is the one mixed, and two estimators on one key refused
+    renamed = GAE(gamma=gamma, lmbda=lam).set_keys(advantage="adv")
+    again = MixedAdvantage(renamed, intrinsic, extrinsic=2.0, intrinsic=0.5)(batch.clone())
+    torch.testing.assert_close(again["adv"], mixed["advantage"])
+    with pytest.raises(ValueError, match="both estimators write the advantage to 'advantage'"):
+        MixedAdvantage(extrinsic, GAE(gamma=gamma, lmbda=lam), 1.0, 1.0)
+    with pytest.raises(TypeError, match="Linear has no tensor_keys"):
+        MixedAdvantage(nn.Linear(1, 1), intrinsic, 1.0, 1.0)  # type: ignore[arg-type]
 
 
 def test_with_bonus_adds_the_bonus_and_its_critic_to_the_loss_and_shares_parameters_once():
