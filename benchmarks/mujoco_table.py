@@ -1117,8 +1117,8 @@ HEADER = """\
 Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl` (one line per
 finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load).
 The cells: the on-policy algorithms on four tasks at 1M steps, SAC, TD3 and DDPG on Hopper and
-HalfCheetah at 100k, REDQ on Hopper at 30k, 3 seeds each, and SB3's PPO, TRPO, SAC, TD3 and DDPG
-on the same cells. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is `trpo.py --algo
+HalfCheetah at 100k, REDQ and DroQ on Hopper at 30k, 3 seeds each, and SB3's PPO, TRPO, SAC, TD3
+and DDPG on the same cells. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is `trpo.py --algo
 npg`), except TD3 and DDPG at 100k steps, which run the SB3 cells' settings:
 `--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3 --hidden-sizes 400 300` (their
 defaults, Tianshou's for 1M steps, spend 25k of the budget on random steps; see
@@ -1169,6 +1169,16 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   with other work on the machine (the wall column). REDQ has no SB3 class and no published 30k
   figure; against tdrl's SAC cells (update ratio 1) at their 30k evaluation (341, 306, 680: mean
   442), REDQ's 1004.9 at 30k env steps is 2.3x, the sample efficiency its ratio of 20 is for.
+- DroQ (`--algos droq`: REDQ's cells with 2 critics of dropout 0.01 and LayerNorm, the rest of
+  the settings the same: Tianshou's REDQ learning rate 1e-3, 10k random steps, target entropy
+  -3) ends at 30k at 3033.4, 637.3 and 573.0 (seeds 0-2): the mean, 1414.5, is 1.41x REDQ's
+  1004.9, but it is seed 0's; seeds 1 and 2 end below REDQ's lowest seed (957.4), and at 20k
+  all three (264.6, 285.5, 233.8) are below REDQ's (958.3, 507.0, 852.2). Its three cells ran
+  together, three processes on the 2 cores with other work beside them: 6217 s each, against
+  REDQ's 16871 (2.7x), one tenth of the critic work a step. The authors' code
+  (TakuyaHiraoka/Dropout-Q-Functions-for-Doubly-Efficient-Reinforcement-Learning, REDQ's
+  codebase) runs both at lr 3e-4, 5k random steps and MBPO's target entropy (Hopper: -1); those
+  settings were not run here.
 - Against Tianshou's published 1M figures (its metric is the peak column's: best against
   best), tdrl's PPO, TRPO and NPG are at or above on Hopper, HalfCheetah and Walker2d and
   below on Ant: PPO 1245.6 against 3258.4 (0.38x), TRPO 2322.2 against 2866.7 (0.81x), NPG
