@@ -1118,8 +1118,8 @@ Written by `python benchmarks/mujoco_table.py --render` from `mujoco_table.jsonl
 finished cell: library, algorithm, task, seed, budget, curve, settings, commit, machine load).
 The cells: the on-policy algorithms on four tasks at 1M steps, SAC, TD3 and DDPG on Hopper and
 HalfCheetah at 100k, REDQ and DroQ on Hopper at 30k, 3 seeds each, and SB3's PPO, TRPO, SAC, TD3
-and DDPG on the same cells. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is `trpo.py --algo
-npg`), except TD3 and DDPG at 100k steps, which run the SB3 cells' settings:
+and DDPG on the same cells. tdrl: the recipe's own defaults (`recipes/<algo>.py`; NPG is
+`trpo.py --algo npg`), except TD3 and DDPG at 100k steps, which run the SB3 cells' settings:
 `--init-random-frames 10000 --actor-lr 1e-3 --critic-lr 1e-3 --hidden-sizes 400 300` (their
 defaults, Tianshou's for 1M steps, spend 25k of the budget on random steps; see
 `recipes/td3.py`); SB3 (TRPO: sb3-contrib): rl-baselines3-zoo 2.9.2's hyperparameters for the
