@@ -1175,7 +1175,7 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   1004.9, but it is seed 0's; seeds 1 and 2 end below REDQ's lowest seed (957.4), and at 20k
   all three (264.6, 285.5, 233.8) are below REDQ's (958.3, 507.0, 852.2). Its three cells ran
   together, three processes on the 2 cores with other work beside them: 6217 s each, against
-  REDQ's 16871 (2.7x), one tenth of the critic work a step. The authors' code
+  REDQ's 16871 (2.7x), 2 critics against 10. The authors' code
   (TakuyaHiraoka/Dropout-Q-Functions-for-Doubly-Efficient-Reinforcement-Learning, REDQ's
   codebase) runs both at lr 3e-4, 5k random steps and MBPO's target entropy (Hopper: -1); those
   settings were not run here.
