@@ -178,7 +178,7 @@ class StreamStorage:
             x = td.get(_spell(k))
             shape = (self.length, self.num_streams, *x.shape[batch_dims:])
             if self.path is None:
-                leaf = torch.zeros(shape, dtype=x.dtype, device=self.device)
+                leaf = _lazy_zeros(shape, x.dtype, self.device)
             else:
                 self.path.mkdir(parents=True, exist_ok=True)
                 # A plain tensor view of the file-backed one: the same memory, torch's type.
@@ -344,6 +344,22 @@ class StreamStorage:
                 raise TypeError(
                     f"key {_spell(k)!r}: dtype {x.dtype} differs from the storage's {leaf.dtype}"
                 )
+
+
+def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Zeros of ``shape``: on the CPU in numpy's zeroed (``calloc``) memory, for a large block
+    fresh pages that the OS typically maps as they are first written, so a large buffer commits
+    memory as it fills, as SB3's numpy buffers do, where ``torch.zeros`` writes every byte at
+    allocation (a 1M-step Atari buffer is ~7 GB). Other devices, and dtypes numpy lacks
+    (bfloat16): ``torch.zeros``."""
+    if device.type == "cpu":
+        try:
+            np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        except TypeError:  # no numpy twin
+            np_dtype = None
+        if np_dtype is not None:
+            return torch.from_numpy(np.zeros(shape, dtype=np_dtype))
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 def _refuse_non_tensors(td: TensorDictBase) -> None:

@@ -343,3 +343,21 @@ def test_an_empty_batch_is_checked_like_any_other():
     with pytest.raises((TypeError, ValueError), match="'observation'"):
         rb.extend(wide)
     assert len(rb) == 4
+
+
+def test_storage_starts_as_zeros_in_every_dtype():
+    # the storage comes from numpy's zeroed memory where numpy has the dtype, torch's otherwise
+    batch = TensorDict(
+        {
+            "observation": torch.ones(8, 17),
+            "half": torch.ones(8, 2, dtype=torch.bfloat16),  # no numpy twin: torch.zeros
+            "next": {"done": torch.ones(8, 1, dtype=torch.bool)},
+        },
+        batch_size=[8],
+    )
+    rb = ReplayBuffer(1_000, num_streams=8)
+    rb.extend(batch)
+    for key, value in (("observation", 1.0), ("half", 1.0), (("next", "done"), True)):
+        leaf = rb.storage[key]
+        assert bool((leaf[0] == value).all()) and not bool(leaf[1:].any()), key
+        assert leaf.dtype == batch[key].dtype
