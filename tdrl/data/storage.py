@@ -354,11 +354,9 @@ def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     (bfloat16): ``torch.zeros``."""
     if device.type == "cpu":
         try:
-            np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+            return torch.from_numpy(np.zeros(shape, torch.empty((), dtype=dtype).numpy().dtype))
         except TypeError:  # no numpy twin
-            np_dtype = None
-        if np_dtype is not None:
-            return torch.from_numpy(np.zeros(shape, dtype=np_dtype))
+            pass
     return torch.zeros(shape, dtype=dtype, device=device)
 
 
