@@ -255,16 +255,30 @@ class ValueEstimator(TensorDictModuleBase):
         given, or ``gamma ** steps_to_next_obs`` per step for n-step batches."""
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
         # An error about gamma then names what it came from: the batch's steps or the argument.
-        self._gamma_source: NestedKey = (
-            "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
-        )
+        # (Plain attributes go in __dict__: nn.Module's __setattr__ costs more than the rest.)
+        state = self.__dict__
+        state["_gamma_source"] = "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
+        buffer = self._buffers["gamma"]
+        assert buffer is not None
         work = working_dtype(reward.dtype)  # float32 for half (bf16 would round 0.999 to 1)
-        if steps is None and self.gamma.numel() == 1 and not self.gamma.requires_grad:
+        if steps is None and buffer.numel() == 1 and not buffer.requires_grad:
             # A number, rounded to the working dtype: the ops take it as it is (a one-element
-            # tensor would be range-checked and read back on every call).
-            value = float(self.gamma)
-            return float(np.float32(value)) if work == torch.float32 else value
-        gamma = self.gamma.to(work)
+            # tensor would be range-checked and read back on every call). Read once per
+            # (buffer, in-place version, dtype): a rollout's estimator reads the same each call.
+            version = buffer._version
+            cached = state.get("_gamma_number")
+            if (
+                cached is not None
+                and cached[0] is buffer  # the object itself: a replaced buffer is read anew
+                and cached[1] == version
+                and cached[2] is work
+            ):
+                return cached[3]
+            value = float(buffer)
+            value = float(np.float32(value)) if work == torch.float32 else value
+            state["_gamma_number"] = (buffer, version, work, value)
+            return value
+        gamma = buffer.to(work)
         if steps is None:  # a gamma tensor per step, as given
             return gamma
         if steps.numel() != reward.numel():
@@ -316,10 +330,12 @@ class ValueEstimator(TensorDictModuleBase):
             raise ValueError(f"expected a batch with a time dim, got {tensordict.batch_size}")
         if params is not None:
             params = params.detach()
-        with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
-            advantage, value_target = self._estimate(
-                tensordict, params, target_params, self._time_dim(tensordict, time_dim)
-            )
+        dim = self._time_dim(tensordict, time_dim)
+        if self.differentiable or not torch.is_grad_enabled():  # the mode is already right
+            advantage, value_target = self._estimate(tensordict, params, target_params, dim)
+        else:
+            with torch.no_grad():
+                advantage, value_target = self._estimate(tensordict, params, target_params, dim)
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, value_target)
         return tensordict

@@ -8,6 +8,7 @@ TorchRL's ``[*B, T, 1]`` batches already have in memory), and maps results back 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import torch
@@ -121,6 +122,22 @@ def to_rows(x: Tensor, time_dim: int) -> Tensor:
     if _time_last(x.shape, time_dim):
         return x.reshape(-1, x.shape[time_dim])
     return x.movedim(time_dim, -1).reshape(-1, x.shape[time_dim])
+
+
+def time_last(shape: torch.Size, time_dim: int) -> bool:
+    """Whether :func:`to_rows` of a tensor of ``shape`` is one reshape (see :func:`_time_last`)."""
+    return _time_last(shape, time_dim)
+
+
+def row_view(shape: torch.Size, time_dim: int, last: bool) -> Callable[[Tensor], Tensor]:
+    """:func:`to_rows` for tensors of ``shape`` (``last``: :func:`time_last` of it), with the
+    layout worked out once (an op views six inputs of one shape on every call)."""
+    steps = shape[time_dim]
+    if last:
+        n = math.prod(shape) // steps if steps else 0
+        # sizes as separate ints: torch parses them faster than a tuple or a Size
+        return lambda x: x.reshape(n, steps)
+    return lambda x: x.movedim(time_dim, -1).reshape(-1, steps)
 
 
 def from_rows(x: Tensor, shape: torch.Size, time_dim: int) -> Tensor:

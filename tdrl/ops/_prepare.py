@@ -22,6 +22,8 @@ from tdrl.ops._common import (
     nan_bits,
     normalize_time_dim,
     raise_nan,
+    row_view,
+    time_last,
     to_rows,
     use_numba,
     working_dtype,
@@ -52,6 +54,7 @@ class Rows:
     backend: str  # as asked: "triton" raises where the kernel fails, "auto" falls back
     validate: bool
     dtype: torch.dtype  # the caller's: results are cast back to it
+    time_last: bool = False  # only size-1 dims follow time: a result goes back in one reshape
 
     @property
     def mask(self) -> bool:
@@ -59,8 +62,11 @@ class Rows:
 
     def back(self, x: Tensor) -> Tensor:
         """``[N, T]`` -> the caller's ``[*B, T, *F]`` (a result in the caller's dtype)."""
-        out = from_rows(x, self.shape, self.time_dim)
-        return out.to(self.dtype) if out.is_floating_point() else out
+        # (a Size unpacked: torch parses separate ints faster)
+        out = x.reshape(*self.shape) if self.time_last else from_rows(x, self.shape, self.time_dim)
+        if out.dtype is self.dtype or not out.is_floating_point():
+            return out
+        return out.to(self.dtype)
 
     # --- numba path ---------------------------------------------------------------------
     def kernel_rows(self) -> KernelRows:
@@ -242,13 +248,15 @@ def prepare(
             "backend='triton' needs CUDA float32/float64 tensors, no gradient and an importable, "
             "working Triton; use backend='torch' (or 'auto')"
         )
+    last = time_last(shape, tdim)
+    view = row_view(shape, tdim, last)
     return Rows(
-        reward=to_rows(reward, tdim),
-        value=None if value is None else to_rows(value, tdim),
-        next_value=to_rows(next_value, tdim),
-        terminated=to_rows(terminated, tdim),
-        done=None if done is None else to_rows(done, tdim),
-        truncated=None if truncated is None else to_rows(truncated, tdim),
+        reward=view(reward),
+        value=None if value is None else view(value),
+        next_value=view(next_value),
+        terminated=view(terminated),
+        done=None if done is None else view(done),
+        truncated=None if truncated is None else view(truncated),
         gamma=gamma,
         shape=shape,
         time_dim=tdim,
@@ -258,6 +266,7 @@ def prepare(
         backend=backend,
         validate=validate,
         dtype=dtype,
+        time_last=last,
     )
 
 

@@ -344,3 +344,23 @@ def test_a_gamma_that_needs_a_gradient_gets_one():
     target[0, 0, 0].backward()
     assert gamma.grad is not None
     torch.testing.assert_close(gamma.grad, torch.tensor(1 + 2 * 0.99, dtype=torch.float64))
+
+
+def test_a_gamma_changed_between_calls_is_the_one_used():
+    # The scalar gamma is read once and kept while the buffer is unchanged: every way of
+    # changing it (in place, load_state_dict, a new tensor, another dtype of batch) is seen.
+    # Three steps of reward 1, terminated at the last: G_0 = 1 + g + g^2.
+    def first_target(est, dtype=torch.float64):
+        return float(est(one_episode(3, dtype, done=False))["value_target"][0, 0, 0])
+
+    est = E.TD1Estimator(gamma=0.5)
+    assert first_target(est) == 1 + 0.5 + 0.25
+    est.gamma.fill_(0.9)
+    assert first_target(est) == pytest.approx(1 + 0.9 + 0.81, abs=1e-12)
+    est.load_state_dict({"gamma": torch.tensor(0.8, dtype=torch.float64)})
+    assert first_target(est) == pytest.approx(1 + 0.8 + 0.64, abs=1e-12)
+    est.gamma = torch.tensor(0.7, dtype=torch.float64)
+    assert first_target(est) == pytest.approx(1 + 0.7 + 0.49, abs=1e-12)
+    g32 = float(torch.tensor(0.7, dtype=torch.float32))  # a float32 batch: gamma rounded
+    assert first_target(est, torch.float32) == pytest.approx(1 + g32 + g32 * g32, rel=1e-6)
+    assert first_target(est) == pytest.approx(1 + 0.7 + 0.49, abs=1e-12)  # float64 again
