@@ -256,28 +256,17 @@ class ValueEstimator(TensorDictModuleBase):
         steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
         # An error about gamma then names what it came from: the batch's steps or the argument.
         # (Plain attributes go in __dict__: nn.Module's __setattr__ costs more than the rest.)
-        state = self.__dict__
-        state["_gamma_source"] = "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
+        source = "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
+        self.__dict__["_gamma_source"] = source
         buffer = self._buffers["gamma"]
         assert buffer is not None
         work = working_dtype(reward.dtype)  # float32 for half (bf16 would round 0.999 to 1)
         if steps is None and buffer.numel() == 1 and not buffer.requires_grad:
             # A number, rounded to the working dtype: the ops take it as it is (a one-element
-            # tensor would be range-checked and read back on every call). Read once per
-            # (buffer, in-place version, dtype): a rollout's estimator reads the same each call.
-            version = buffer._version
-            cached = state.get("_gamma_number")
-            if (
-                cached is not None
-                and cached[0] is buffer  # the object itself: a replaced buffer is read anew
-                and cached[1] == version
-                and cached[2] is work
-            ):
-                return cached[3]
+            # tensor would be range-checked and read back on every call). Read on every call:
+            # writes through .data or numpy change it without a version bump.
             value = float(buffer)
-            value = float(np.float32(value)) if work == torch.float32 else value
-            state["_gamma_number"] = (buffer, version, work, value)
-            return value
+            return float(np.float32(value)) if work == torch.float32 else value
         gamma = buffer.to(work)
         if steps is None:  # a gamma tensor per step, as given
             return gamma

@@ -347,8 +347,9 @@ def test_a_gamma_that_needs_a_gradient_gets_one():
 
 
 def test_a_gamma_changed_between_calls_is_the_one_used():
-    # The scalar gamma is read once and kept while the buffer is unchanged: every way of
-    # changing it (in place, load_state_dict, a new tensor, another dtype of batch) is seen.
+    # Every way of changing the scalar gamma between calls is seen: in place, through .data
+    # or numpy (no version bump: a value kept by version would go stale), load_state_dict, a
+    # new tensor, and a batch of another dtype.
     # Three steps of reward 1, terminated at the last: G_0 = 1 + g + g^2.
     def first_target(est, dtype=torch.float64):
         return float(est(one_episode(3, dtype, done=False))["value_target"][0, 0, 0])
@@ -357,6 +358,10 @@ def test_a_gamma_changed_between_calls_is_the_one_used():
     assert first_target(est) == 1 + 0.5 + 0.25
     est.gamma.fill_(0.9)
     assert first_target(est) == pytest.approx(1 + 0.9 + 0.81, abs=1e-12)
+    est.gamma.data.fill_(0.6)
+    assert first_target(est) == pytest.approx(1 + 0.6 + 0.36, abs=1e-12)
+    est.gamma.numpy()[...] = 0.4
+    assert first_target(est) == pytest.approx(1 + 0.4 + 0.16, abs=1e-12)
     est.load_state_dict({"gamma": torch.tensor(0.8, dtype=torch.float64)})
     assert first_target(est) == pytest.approx(1 + 0.8 + 0.64, abs=1e-12)
     est.gamma = torch.tensor(0.7, dtype=torch.float64)
