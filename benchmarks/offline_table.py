@@ -102,6 +102,9 @@ TITLES = {"bc": "BC", "td3bc": "TD3+BC", "cql": "CQL", "iql": "IQL", "bcq": "BCQ
 ALGOS = {name: mt.Algo("offline", (("algo", name),), STEPS, None) for name in TITLES}
 PACKAGES = ("gymnasium", "mujoco", "minari")
 MEDIUM_FRACTION = 0.3  # D4RL: "about a third" of the expert's return
+# The version --make-datasets writes, by task: Hopper's v0 came from source runs of an earlier
+# tdrl (their folders are gone); v1 from the source runs made again (the docstring has both).
+DATASET_VERSION = {"Hopper-v5": 1}
 RANDOM_EPISODES = 100
 
 # Kostrikov et al. 2021 (IQL, arXiv 2110.06169), Table 1: D4RL v2 datasets, normalized score
@@ -175,9 +178,9 @@ def random_return(env_id: str, episodes: int = RANDOM_EPISODES, seed: int = 0) -
         env.close()
 
 
-def make_datasets(env_id: str) -> dict[str, str]:
-    """Train the source runs and write the four datasets of ``env_id`` that do not exist yet;
-    returns kind -> dataset id."""
+def make_datasets(env_id: str, steps: int = 100_000) -> dict[str, str]:
+    """Train the source runs and write the four datasets of ``env_id`` that do not exist yet
+    (``steps`` each, but the replay); returns kind -> dataset id."""
     from recipes import make_dataset as md
 
     root = Path(os.environ["MINARI_DATASETS_PATH"])
@@ -188,21 +191,22 @@ def make_datasets(env_id: str) -> dict[str, str]:
     print(f"{env_id}: references random {ref_min:.1f}, expert {ref_max:.1f}, medium run's "
           f"last evaluation {last_eval(medium):.1f}", flush=True)  # fmt: skip
     task = env_id.split("-")[0].lower()
-    expert_algo = sources(env_id)["expert"][0]
+    # (a run folder's config.json tells make_dataset.py its recipe and networks)
     kinds: dict[str, dict[str, Any]] = {
-        "expert": dict(kind="policy", run=str(expert), algo=expert_algo, deterministic=True),
-        "medium": dict(kind="policy", run=str(medium), algo="sac"),
+        "expert": dict(kind="policy", run=str(expert), deterministic=True),
+        "medium": dict(kind="policy", run=str(medium)),
         "medium-replay": dict(kind="replay", run=str(medium)),
         "random": dict(kind="random"),
     }
     made = {}
     for kind, fields in kinds.items():
-        dataset_id = made[kind] = f"tdrl/{task}-{kind}-v0"
+        version = DATASET_VERSION.get(env_id, 0)
+        dataset_id = made[kind] = f"tdrl/{task}-{kind}-v{version}"
         if (root / dataset_id).exists():
             print(f"exists, skipped: {dataset_id}")
             continue
         md.main(md.Config(
-            **fields, env_id=env_id, steps=100_000, seed=0, dataset_id=dataset_id,
+            **fields, env_id=env_id, steps=steps, seed=0, dataset_id=dataset_id,
             ref_min_score=ref_min, ref_max_score=ref_max,
         ))  # fmt: skip
     return made

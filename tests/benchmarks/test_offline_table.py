@@ -146,3 +146,44 @@ def test_a_dataset_without_references_is_refused(datasets: Path) -> None:
     cell = mt.Cell("tdrl", "bc", BARE, 0, 40, 20, 10)
     with pytest.raises(ValueError, match="stores no reference returns"):
         ot.run_cell(cell, datasets / "bare")
+
+
+@pytest.mark.table
+def test_make_datasets_writes_the_four_kinds_from_its_source_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the driver's dataset step end to end on source runs of a few hundred steps: the expert
+    # and medium policies recorded from their run folders, the medium run's replay, random
+    import minari
+
+    from tdrl.trainers import read_csv
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    monkeypatch.setattr(ot, "WORKDIR", tmp_path)
+    common = {"env_id": "Hopper-v5", "seed": 0, "threads": 1, "progress": False}
+    tiny_sources = {
+        "expert": ("ppo", common | dict(total_frames=256, frames_per_batch=128, num_envs=2)),
+        "medium": ("sac", common | dict(total_frames=300, init_random_frames=100,
+                                        checkpoint_every=300, eval_every=100, eval_episodes=1)),
+    }  # fmt: skip
+    monkeypatch.setattr(ot, "sources", lambda env_id: tiny_sources)
+    monkeypatch.setattr(ot, "RANDOM_EPISODES", 5)
+    made = ot.make_datasets("Hopper-v5", steps=64)
+    version = ot.DATASET_VERSION["Hopper-v5"]
+    assert made == {k: f"tdrl/hopper-{k}-v{version}" for k in
+                    ("expert", "medium", "medium-replay", "random")}  # fmt: skip
+    # the medium run stops at its first evaluation >= 0.3 x the expert's return: its replay
+    # holds the steps up to there
+    medium = read_csv(tmp_path / "sources" / "medium-Hopper-v5" / "eval.csv")
+    assert (
+        medium[-1]["return_mean"]
+        >= ot.MEDIUM_FRACTION * ot.last_eval(tmp_path / "sources" / "expert-Hopper-v5")
+        or medium[-1]["step"] == 300
+    )
+    for kind, dataset_id in made.items():
+        dataset = minari.load_dataset(dataset_id)
+        steps = int(medium[-1]["step"]) if kind == "medium-replay" else 64
+        assert dataset.total_steps == steps, kind
+        ref_min, ref_max = ot.references(dataset)
+        assert ref_max == pytest.approx(ot.last_eval(tmp_path / "sources" / "expert-Hopper-v5"))
+        assert ref_min < ref_max
