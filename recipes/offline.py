@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # The algorithms whose authors normalize states by the dataset's statistics (TD3+BC: Fujimoto &
 # Gu 2021, sec. 5).
 NORMALIZED_BY_AUTHORS = ("td3bc",)
+# The algorithms whose authors scale MuJoCo rewards by 1000 over the dataset's spread of episode
+# returns (IQL: Kostrikov et al. 2021, appendix, and their code).
+REWARDS_SCALED_BY_AUTHORS = ("iql",)
 TITLES = {"bc": "BC", "td3bc": "TD3+BC", "iql": "IQL", "cql": "CQL", "crr": "CRR", "bcq": "BCQ"}
 
 
@@ -62,6 +65,9 @@ class Config:
     normalize_states: Literal["auto", "on", "off"] = "auto"
     """normalize observations by the dataset's mean and std + 1e-3, the evaluation policy
     applying the same transform to the env's; auto: as the algorithm's authors (on for td3bc)."""
+    scale_rewards: Literal["auto", "on", "off"] = "auto"
+    """multiply the rewards by 1000 / (highest - lowest episode return of the dataset); auto: as
+    the algorithm's authors (on for iql)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -74,16 +80,20 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.trainers.offline import load_dataset_for
 
     # 1. envs (evaluation only) and the dataset as a replay buffer, checked against the env's
-    #    spaces, its actions clipped into the box, and normalized where asked
+    #    spaces, its actions clipped into the box, states normalized and rewards scaled where
+    #    asked
     env, eval_env = trainers.make_envs(cfg.run, actions="continuous")
     env.close()
     device = cfg.run.torch_device
     normalize = cfg.normalize_states == "on" or (
         cfg.normalize_states == "auto" and cfg.algo in NORMALIZED_BY_AUTHORS
     )
+    scale = cfg.scale_rewards == "on" or (
+        cfg.scale_rewards == "auto" and cfg.algo in REWARDS_SCALED_BY_AUTHORS
+    )
     buffer, obs_norm = load_dataset_for(cfg.dataset, eval_env, normalize=normalize,
-                                        generator=cfg.run.seed, device=device,
-                                        env_name=cfg.run.env_id)  # fmt: skip
+                                        scale_rewards=scale, generator=cfg.run.seed,
+                                        device=device, env_name=cfg.run.env_id)  # fmt: skip
     obs_spec, act_spec = eval_env.observation_spec, eval_env.action_spec
 
     # 2. networks: the actor of the algorithm's family, then (all but BC) a critic ensemble

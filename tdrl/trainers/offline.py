@@ -38,6 +38,7 @@ __all__ = [
     "dataset_digest",
     "load_dataset_for",
     "normalize_dataset_observations",
+    "scale_dataset_rewards",
 ]
 
 # Entries a loop may rewrite in place after loading (normalize_dataset_observations), which
@@ -152,6 +153,38 @@ def normalize_dataset_observations(
     return norm
 
 
+@torch.no_grad()
+def scale_dataset_rewards(buffer: ReplayBuffer, *, scale: float = 1000.0) -> float:
+    """Multiply a dataset's rewards, in place, by ``scale / (R_max - R_min)``, the highest and
+    lowest return of its episodes (IQL's standardization of MuJoCo locomotion rewards:
+    Kostrikov et al. 2021, arXiv 2110.06169, appendix; 1000 in the authors' code), and return
+    the factor. An episode is a run of steps up to a ``("next", "done")`` step, or to the end
+    of the stored steps of its stream. Call it once, right after loading."""
+    storage = buffer.stream_storage
+    if storage is None or storage.size == 0:
+        raise ValueError("scale_dataset_rewards: the buffer is empty")
+    data = buffer.storage[: storage.size]  # [L, S] views of the written positions
+    reward, done = data.get(keys.NEXT_REWARD), data.get(keys.NEXT_DONE)
+    steps, streams = reward.shape[:2]
+    # stream by stream in time order: episode ids that rise after every done step
+    ends = done.reshape(steps, streams).t().to(torch.int64)  # [S, L]
+    ids = ends.cumsum(1) - ends  # the done step closes its own episode
+    ids = ids + torch.arange(streams, device=ids.device).unsqueeze(1) * (steps + 1)
+    _, ids = torch.unique(ids.flatten(), return_inverse=True)
+    flat = reward.reshape(steps, streams).t().flatten().double()
+    returns = torch.zeros(int(ids.max()) + 1, dtype=torch.float64, device=flat.device)
+    returns.index_add_(0, ids, flat)
+    spread = float(returns.max() - returns.min())
+    if not spread > 0 or not math.isfinite(spread):
+        raise ValueError(
+            f"scale_dataset_rewards: the {returns.numel()} episode returns span {spread} (highest "
+            "minus lowest): nothing to scale by"
+        )
+    factor = scale / spread
+    reward.mul_(factor)
+    return factor
+
+
 def clip_dataset_actions(buffer: ReplayBuffer, action_spec: TensorSpec) -> int:
     """Clip a dataset's ``"action"`` entries into the action box, in place; returns how many
     values changed. A dataset recorded from a Gaussian policy may hold its unclipped samples,
@@ -173,6 +206,7 @@ def load_dataset_for(
     env: Any,
     *,
     normalize: bool = False,
+    scale_rewards: bool = False,
     generator: int | None = None,
     device: torch.device | str = "cpu",
     env_name: str = "the env",
@@ -182,7 +216,8 @@ def load_dataset_for(
     env's (an error names the entry and both shapes), its actions clipped into the env's box
     (:func:`clip_dataset_actions`, the count printed), and with ``normalize`` its observations
     normalized (:func:`normalize_dataset_observations`: the transform is returned, for the
-    evaluation policy; else None). ``env_name`` names the env in errors."""
+    evaluation policy; else None); with ``scale_rewards`` its rewards scaled by
+    :func:`scale_dataset_rewards` (the factor printed). ``env_name`` names the env in errors."""
     from tdrl.data import load_minari
 
     buffer = load_minari(dataset, generator=generator, device=device)
@@ -196,4 +231,7 @@ def load_dataset_for(
             )
     if clipped := clip_dataset_actions(buffer, act_spec):  # a policy's unclipped samples
         print(f"dataset {dataset!r}: {clipped} action values clipped into the action box")
+    if scale_rewards:
+        factor = scale_dataset_rewards(buffer)
+        print(f"dataset {dataset!r}: rewards scaled by {factor:.4g} (1000 / return spread)")
     return buffer, normalize_dataset_observations(buffer) if normalize else None

@@ -81,3 +81,36 @@ def test_clip_dataset_actions_puts_a_policys_samples_into_the_box():
     stored = buffer.storage[:3]["action"].reshape(3, 3)
     torch.testing.assert_close(stored, action.clamp(-1.0, 1.0))
     assert clip_dataset_actions(buffer, spec) == 0
+
+
+def test_scale_dataset_rewards_is_iqls_return_spread_scaling():
+    from tdrl.trainers.offline import scale_dataset_rewards
+
+    # two streams of 6 steps: stream 0 holds episodes [0, 2] (done at step 2) and [3, 5] (cut
+    # at the end of the stored steps); stream 1 episodes [0, 0], [1, 4] and [5, 5]
+    reward = torch.tensor([[1.0, 2.0, 3.0, -1.0, 0.5, 0.5], [4.0, 1.0, 1.0, 1.0, 1.0, -2.0]])
+    done = torch.zeros(2, 6, dtype=torch.bool)
+    done[0, 2] = done[1, 0] = done[1, 4] = True
+    false = torch.zeros(2, 6, 1, dtype=torch.bool)
+    td = TensorDict(
+        {
+            "observation": torch.zeros(2, 6, 3),
+            "action": torch.zeros(2, 6, 1),
+            "next": {"observation": torch.zeros(2, 6, 3), "reward": reward.unsqueeze(-1),
+                     "terminated": done.unsqueeze(-1), "truncated": false,
+                     "done": done.unsqueeze(-1)},
+        },
+        batch_size=[2, 6],
+    )  # fmt: skip
+    rb = ReplayBuffer(20, num_streams=2, generator=0)  # 4 steps a stream never written
+    rb.extend(td)
+    returns = [1.0 + 2.0 + 3.0, -1.0 + 0.5 + 0.5, 4.0, 1.0 + 1.0 + 1.0 + 1.0, -2.0]
+    factor = scale_dataset_rewards(rb)
+    assert factor == pytest.approx(1000.0 / (max(returns) - min(returns)))  # 1000 / 8
+    stored = rb.storage[:6]["next", "reward"].reshape(6, 2).t()
+    torch.testing.assert_close(stored, reward * factor)
+    assert bool((rb.storage[6:]["next", "reward"] == 0).all())  # unwritten rows untouched
+    # one episode, or all of one return: nothing to scale by
+    flat = _dataset(torch.zeros(5, 2), torch.zeros(5, 2), capacity=5)
+    with pytest.raises(ValueError, match="1 episode returns span 0.0"):
+        scale_dataset_rewards(flat)
