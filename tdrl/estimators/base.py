@@ -185,13 +185,13 @@ class ValueEstimator(TensorDictModuleBase):
         keeps it: pass the step-mode module.)"""
         key, nkey = self.tensor_keys.value, next_key(self.tensor_keys.value)
         net = self.value_network
-        if net is None or (
-            self.skip_existing
-            and tensordict.get(key, None) is not None
-            and tensordict.get(nkey, None) is not None
-        ):
-            why = "value_network=None reads values from the batch"
-            return self._get(tensordict, key, why), self._get(tensordict, nkey, why)
+        if net is None or self.skip_existing:
+            value, next_value = tensordict.get(key, None), tensordict.get(nkey, None)
+            if value is not None and next_value is not None:
+                return value, next_value
+            if net is None:  # raise, naming the missing key and the batch's keys
+                why = "value_network=None reads values from the batch"
+                return self._get(tensordict, key, why), self._get(tensordict, nkey, why)
         # (the context costs far more than the check: entered only where TorchRL's is on)
         with set_recurrent_mode(False) if recurrent_mode() else nullcontext():
             value, next_value = self._network_values(tensordict, net, params, target_params)

@@ -369,3 +369,42 @@ def test_a_gamma_changed_between_calls_is_the_one_used():
     g32 = float(torch.tensor(0.7, dtype=torch.float32))  # a float32 batch: gamma rounded
     assert first_target(est, torch.float32) == pytest.approx(1 + g32 + g32 * g32, rel=1e-6)
     assert first_target(est) == pytest.approx(1 + 0.7 + 0.49, abs=1e-12)  # float64 again
+
+
+def test_skip_existing_reads_stored_values_and_calls_the_network_only_without_them():
+    # TorchRL's skip_existing: values already in the batch are used as they are (the network
+    # is not called); a batch without them (or with only one of the two) gets the network's.
+    calls = []
+
+    class Counted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 1)
+
+        def forward(self, x):
+            calls.append(x.shape)
+            return self.linear(x)
+
+    net = TensorDictModule(Counted(), in_keys=["observation"], out_keys=["state_value"])
+    est = E.GAE(gamma=0.9, lmbda=0.8, value_network=net, skip_existing=True)
+    td = make_td()
+    stored = torch.randn(td.shape[0], td.shape[1], 1)
+    td["state_value"], td["next", "state_value"] = stored, stored + 1
+    want = gae(
+        td["next", "reward"],
+        stored,
+        stored + 1,
+        td["next", "terminated"],
+        td["next", "done"],
+        truncated=td["next", "truncated"],
+        gamma=0.9,
+        lmbda=0.8,
+    )
+    out = est(td)
+    assert calls == []
+    torch.testing.assert_close(out["advantage"], want.advantage)
+    del td["next", "state_value"]  # only one of the two: the network computes both
+    est(td)
+    assert len(calls) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(td["state_value"], net(td.select("observation"))["state_value"])
