@@ -44,7 +44,7 @@ Evaluation, the same for all: ``tdrl.collectors.evaluate``, deterministic (each 
 deterministic action: the squashed mean), 10 episodes on a separate env of 5 copies reset with
 seed + 10,000 every time, every ``eval_every`` gradient steps and at the end.
 
-Hopper-v5's datasets as made here (commit bf58452): the expert run is the PPO run of
+Hopper-v5's v0 datasets as made here (commit bf58452): the expert run is the PPO run of
 ``docs/benchmarks/gail_Hopper-v5.txt`` (the same command; stopped at 561,152 steps, final
 evaluation 3312.3 = ref_max); random: 17.2 (ref_min). The medium run (SAC seed 0) stopped at
 44k steps: its evaluation jumped from 504 at 43k to 1829 at 44k (55% of the expert; with
@@ -52,6 +52,12 @@ evaluations every 5k it jumped from 593 at 65k to 2846 at 70k, hence the 1k). Da
 100k steps, 96 complete episodes of 3311.2 +- 3.0; medium 100k steps, 220 complete episodes of
 1092.8 +- 652.9 (score 32.6: a third of the expert, as D4RL's); medium-replay 44k steps, 720
 episodes; random 100k steps, 4475 complete episodes of 17.7 +- 17.7. 335 s for the medium run.
+Hopper-v5's v1 datasets (commit d32c27e, the same command; v0's source runs are gone): the
+expert stopped at 260,096 steps (evaluation 3461.8 = ref_max; 1563 s at nice 10 beside two
+table cells); random 17.2. The medium run overshot: its evaluation went from 969 (28% of the
+expert) at 47k steps to 2356 (68%) at 48k, so v1's medium data score 69.9 (121 complete
+episodes of 2426.0 +- 704.9), twice D4RL's medium, and its medium-replay holds 48k steps (724
+episodes); expert 96 complete episodes of 3466.5 +- 18.8.
 HalfCheetah-v5's (commit 7f84b7d): the expert is PPO seed 0
 at 1M steps (the recipe's defaults of 8eb6ebc; final evaluation 7060.8 = ref_max, 1915 s at
 nice 10); random: -268.7 (ref_min); the medium SAC run stopped at 24k steps (evaluation 1509 at
@@ -517,7 +523,11 @@ its sota-implementations' offline settings; Tianshou: `CQL` with its
 `examples/offline/d4rl_cql.py` settings (no IQL there). Evaluation, every library: 10
 deterministic episodes on a separate env every `eval_every` gradient steps and at the end, one
 torch thread per run, one run at a time. Lines of settings that are not the recipe's defaults
-(TD3+BC without its state normalization) are kept in `offline_table_superseded.jsonl`.
+(TD3+BC without its state normalization; IQL without its authors' reward scaling, the recipe's
+default before `--scale-rewards`: every IQL line on the v0 datasets) are kept in
+`offline_table_superseded.jsonl`. Hopper's v1 datasets were made again with the same command
+(v0's source runs are gone); v1's medium data score 69.9, twice D4RL's medium (the medium
+run's evaluation jumped from 28% to 68% of the expert's within 1k steps).
 
 - score: D4RL's normalized return, `100 * (return - random) / (expert - random)` with the
   dataset's stored references (random: 100 uniform random episodes; expert: the expert run's
