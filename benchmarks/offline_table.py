@@ -52,9 +52,9 @@ evaluations every 5k it jumped from 593 at 65k to 2846 at 70k, hence the 1k). Da
 100k steps, 96 complete episodes of 3311.2 +- 3.0; medium 100k steps, 220 complete episodes of
 1092.8 +- 652.9 (score 32.6: a third of the expert, as D4RL's); medium-replay 44k steps, 720
 episodes; random 100k steps, 4475 complete episodes of 17.7 +- 17.7. 335 s for the medium run.
-Hopper-v5's v1 datasets (commit d32c27e, the same command; v0's source runs are gone): the
-expert stopped at 260,096 steps (evaluation 3461.8 = ref_max; 1563 s at nice 10 beside two
-table cells); random 17.2. The medium run overshot: its evaluation went from 969 (28% of the
+Hopper-v5's v1 datasets (commit d32c27e, the same command, new source runs): the expert
+stopped at 260,096 steps (evaluation 3461.8 = ref_max; 1563 s at nice 10 beside two other
+runs); random 17.2. The medium run overshot: its evaluation went from 969 (28% of the
 expert) at 47k steps to 2356 (68%) at 48k, so v1's medium data score 69.9 (121 complete
 episodes of 2426.0 +- 704.9), twice D4RL's medium, and its medium-replay holds 48k steps (724
 episodes); expert 96 complete episodes of 3466.5 +- 18.8.
@@ -72,9 +72,9 @@ another benchmark on the second of 2 cores, 1-minute load 2.3-4): tdrl BC 524, T
 Hence the 10k budget here and 5k for CQL.
 
     python benchmarks/offline_table.py --make-datasets Hopper-v5
-    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v0 \
+    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v1 \
         --algos bc td3bc iql bcq crr --libraries tdrl torchrl --seeds 0 1 2 --jobs 1
-    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v0 --algos cql \
+    python benchmarks/offline_table.py --datasets tdrl/hopper-medium-replay-v1 --algos cql \
         --seeds 0 --steps 5000 --eval-every 1000 --jobs 1
     python benchmarks/offline_table.py --render     # offline_table.md
 """
@@ -100,7 +100,7 @@ WORKDIR = Path("/tmp/tdrl_offline_table")
 os.environ.setdefault("MINARI_DATASETS_PATH", str(WORKDIR / "minari"))
 STEPS, EVAL_EVERY = 10_000, 1_000  # what two shared CPU cores afford; the papers: 1M
 DATASETS = (
-    "tdrl/hopper-medium-replay-v0", "tdrl/hopper-medium-v0", "tdrl/halfcheetah-medium-v0"
+    "tdrl/hopper-medium-replay-v1", "tdrl/hopper-medium-v1", "tdrl/halfcheetah-medium-v0"
 )  # fmt: skip
 LIBRARIES = ("tdrl", "torchrl", "tianshou")
 PEERS = {"torchrl": ("cql", "iql"), "tianshou": ("cql",)}
@@ -109,7 +109,7 @@ ALGOS = {name: mt.Algo("offline", (("algo", name),), STEPS, None) for name in TI
 PACKAGES = ("gymnasium", "mujoco", "minari")
 MEDIUM_FRACTION = 0.3  # D4RL: "about a third" of the expert's return
 # The version --make-datasets writes, by task: Hopper's v0 came from source runs of an earlier
-# tdrl (their folders are gone); v1 from the source runs made again (the docstring has both).
+# tdrl, v1 from source runs made again (the docstring has both).
 DATASET_VERSION = {"Hopper-v5": 1}
 RANDOM_EPISODES = 100
 
@@ -525,9 +525,9 @@ deterministic episodes on a separate env every `eval_every` gradient steps and a
 torch thread per run, one run at a time. Lines of settings that are not the recipe's defaults
 (TD3+BC without its state normalization; IQL without its authors' reward scaling, the recipe's
 default before `--scale-rewards`: every IQL line on the v0 datasets) are kept in
-`offline_table_superseded.jsonl`. Hopper's v1 datasets were made again with the same command
-(v0's source runs are gone); v1's medium data score 69.9, twice D4RL's medium (the medium
-run's evaluation jumped from 28% to 68% of the expert's within 1k steps).
+`offline_table_superseded.jsonl`. Hopper's v1 datasets were made with the same command from new
+source runs; v1's medium data score 69.9, twice D4RL's medium (the medium run's evaluation
+jumped from 28% to 68% of the expert's within 1k steps).
 
 - score: D4RL's normalized return, `100 * (return - random) / (expert - random)` with the
   dataset's stored references (random: 100 uniform random episodes; expert: the expert run's

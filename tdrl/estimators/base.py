@@ -258,8 +258,7 @@ class ValueEstimator(TensorDictModuleBase):
         # (Plain attributes go in __dict__: nn.Module's __setattr__ costs more than the rest.)
         source = "gamma" if steps is None else self.tensor_keys.steps_to_next_obs
         self.__dict__["_gamma_source"] = source
-        buffer = self._buffers["gamma"]
-        assert buffer is not None
+        buffer = self.gamma  # a buffer, or a parameter a user put in its place
         work = working_dtype(reward.dtype)  # float32 for half (bf16 would round 0.999 to 1)
         if steps is None and buffer.numel() == 1 and not buffer.requires_grad:
             # A number, rounded to the working dtype: the ops take it as it is (a one-element

@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 # Entries a loop may rewrite in place after loading (normalize_dataset_observations), which
-# dataset_digest leaves out so that it names the dataset as loaded.
+# dataset_digest leaves out so that it names the dataset as loaded. (Scaled rewards are hashed
+# as scaled: the scaling is a setting a resume compares anyway.)
 _REWRITTEN = (keys.OBSERVATION, keys.NEXT_OBSERVATION)
 
 
@@ -158,30 +159,32 @@ def scale_dataset_rewards(buffer: ReplayBuffer, *, scale: float = 1000.0) -> flo
     """Multiply a dataset's rewards, in place, by ``scale / (R_max - R_min)``, the highest and
     lowest return of its episodes (IQL's standardization of MuJoCo locomotion rewards:
     Kostrikov et al. 2021, arXiv 2110.06169, appendix; 1000 in the authors' code), and return
-    the factor. An episode is a run of steps up to a ``("next", "done")`` step, or to the end
-    of the stored steps of its stream. Call it once, right after loading."""
+    the factor. An episode is a run of steps, oldest first in each stream, up to a ``("next",
+    "done")`` step, or to the newest stored step of its stream. Meant for locomotion data (the
+    authors shift AntMaze's sparse rewards instead). Call it once, right after loading."""
     storage = buffer.stream_storage
     if storage is None or storage.size == 0:
         raise ValueError("scale_dataset_rewards: the buffer is empty")
-    data = buffer.storage[: storage.size]  # [L, S] views of the written positions
-    reward, done = data.get(keys.NEXT_REWARD), data.get(keys.NEXT_DONE)
-    steps, streams = reward.shape[:2]
-    # stream by stream in time order: episode ids that rise after every done step
-    ends = done.reshape(steps, streams).t().to(torch.int64)  # [S, L]
-    ids = ends.cumsum(1) - ends  # the done step closes its own episode
+    # [L, S] views in time order (a wrapped ring's oldest step first), then [S, L]
+    order = (torch.arange(storage.size) + storage.oldest()) % storage.length
+    reward = buffer.storage.get(keys.NEXT_REWARD)
+    done = buffer.storage.get(keys.NEXT_DONE)[order]
+    steps, streams = storage.size, storage.num_streams
+    ends = done.reshape(steps, streams).t().to(torch.int64)
+    ids = ends.cumsum(1) - ends  # episode ids that rise after each done step, which closes its own
     ids = ids + torch.arange(streams, device=ids.device).unsqueeze(1) * (steps + 1)
     _, ids = torch.unique(ids.flatten(), return_inverse=True)
-    flat = reward.reshape(steps, streams).t().flatten().double()
+    flat = reward[order].reshape(steps, streams).t().flatten().double()
     returns = torch.zeros(int(ids.max()) + 1, dtype=torch.float64, device=flat.device)
     returns.index_add_(0, ids, flat)
     spread = float(returns.max() - returns.min())
     if not spread > 0 or not math.isfinite(spread):
         raise ValueError(
             f"scale_dataset_rewards: the {returns.numel()} episode returns span {spread} (highest "
-            "minus lowest): nothing to scale by"
+            "minus lowest): nothing to scale by (recipes/offline.py: --scale-rewards off)"
         )
     factor = scale / spread
-    reward.mul_(factor)
+    reward[: storage.size].mul_(factor)  # every stored step, wherever the ring put it
     return factor
 
 

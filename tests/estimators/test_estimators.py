@@ -349,7 +349,7 @@ def test_a_gamma_that_needs_a_gradient_gets_one():
 def test_a_gamma_changed_between_calls_is_the_one_used():
     # Every way of changing the scalar gamma between calls is seen: in place, through .data
     # or numpy (no version bump: a value kept by version would go stale), load_state_dict, a
-    # new tensor, and a batch of another dtype.
+    # parameter in the buffer's place, a new buffer, and a batch of another dtype.
     # Three steps of reward 1, terminated at the last: G_0 = 1 + g + g^2.
     def first_target(est, dtype=torch.float64):
         return float(est(one_episode(3, dtype, done=False))["value_target"][0, 0, 0])
@@ -364,7 +364,10 @@ def test_a_gamma_changed_between_calls_is_the_one_used():
     assert first_target(est) == pytest.approx(1 + 0.4 + 0.16, abs=1e-12)
     est.load_state_dict({"gamma": torch.tensor(0.8, dtype=torch.float64)})
     assert first_target(est) == pytest.approx(1 + 0.8 + 0.64, abs=1e-12)
-    est.gamma = torch.tensor(0.7, dtype=torch.float64)
+    est.gamma = nn.Parameter(torch.tensor(0.3, dtype=torch.float64), requires_grad=False)
+    assert first_target(est) == pytest.approx(1 + 0.3 + 0.09, abs=1e-12)  # a parameter now
+    del est.gamma
+    est.register_buffer("gamma", torch.tensor(0.7, dtype=torch.float64))
     assert first_target(est) == pytest.approx(1 + 0.7 + 0.49, abs=1e-12)
     g32 = float(torch.tensor(0.7, dtype=torch.float32))  # a float32 batch: gamma rounded
     assert first_target(est, torch.float32) == pytest.approx(1 + g32 + g32 * g32, rel=1e-6)

@@ -1,4 +1,5 @@
-"""The offline loop's helpers: the dataset's state normalization."""
+"""The offline loop's helpers: the dataset's state normalization, action clipping and
+reward scaling."""
 
 import numpy as np
 import pytest
@@ -83,34 +84,50 @@ def test_clip_dataset_actions_puts_a_policys_samples_into_the_box():
     assert clip_dataset_actions(buffer, spec) == 0
 
 
+def _steps(reward: torch.Tensor, done: torch.Tensor) -> TensorDict:
+    """Steps of ``reward`` and ``done`` (``[S, T]`` or ``[T]``) with the other entries zero."""
+    flag = done.unsqueeze(-1)
+    false = torch.zeros_like(flag)
+    return TensorDict(
+        {
+            "observation": torch.zeros(*reward.shape, 3),
+            "action": torch.zeros(*reward.shape, 1),
+            "next": {"observation": torch.zeros(*reward.shape, 3), "reward": reward.unsqueeze(-1),
+                     "terminated": flag, "truncated": false, "done": flag},
+        },
+        batch_size=reward.shape,
+    )  # fmt: skip
+
+
 def test_scale_dataset_rewards_is_iqls_return_spread_scaling():
     from tdrl.trainers.offline import scale_dataset_rewards
 
     # two streams of 6 steps: stream 0 holds episodes [0, 2] (done at step 2) and [3, 5] (cut
-    # at the end of the stored steps); stream 1 episodes [0, 0], [1, 4] and [5, 5]
-    reward = torch.tensor([[1.0, 2.0, 3.0, -1.0, 0.5, 0.5], [4.0, 1.0, 1.0, 1.0, 1.0, -2.0]])
+    # at the end of the stored steps); stream 1 episodes [0, 0], [1, 4] and [5, 5]. The
+    # rewards make the wrong segmentations give other spreads: a done step opening the next
+    # episode (31), one stream's last episode running on into the next stream's first (38).
+    reward = torch.tensor([[1.0, 2.0, 30.0, -10.0, 0.5, 0.5], [4.0, 1.0, 1.0, 1.0, 1.0, -2.0]])
     done = torch.zeros(2, 6, dtype=torch.bool)
     done[0, 2] = done[1, 0] = done[1, 4] = True
-    false = torch.zeros(2, 6, 1, dtype=torch.bool)
-    td = TensorDict(
-        {
-            "observation": torch.zeros(2, 6, 3),
-            "action": torch.zeros(2, 6, 1),
-            "next": {"observation": torch.zeros(2, 6, 3), "reward": reward.unsqueeze(-1),
-                     "terminated": done.unsqueeze(-1), "truncated": false,
-                     "done": done.unsqueeze(-1)},
-        },
-        batch_size=[2, 6],
-    )  # fmt: skip
     rb = ReplayBuffer(20, num_streams=2, generator=0)  # 4 steps a stream never written
-    rb.extend(td)
-    returns = [1.0 + 2.0 + 3.0, -1.0 + 0.5 + 0.5, 4.0, 1.0 + 1.0 + 1.0 + 1.0, -2.0]
+    rb.extend(_steps(reward, done))
+    returns = [1.0 + 2.0 + 30.0, -10.0 + 0.5 + 0.5, 4.0, 1.0 + 1.0 + 1.0 + 1.0, -2.0]
     factor = scale_dataset_rewards(rb)
-    assert factor == pytest.approx(1000.0 / (max(returns) - min(returns)))  # 1000 / 8
+    assert factor == pytest.approx(1000.0 / (max(returns) - min(returns)))  # 1000 / 42
     stored = rb.storage[:6]["next", "reward"].reshape(6, 2).t()
     torch.testing.assert_close(stored, reward * factor)
     assert bool((rb.storage[6:]["next", "reward"] == 0).all())  # unwritten rows untouched
-    # one episode, or all of one return: nothing to scale by
+
+    # a wrapped ring: 6 steps into 4 places keep [1 (done), 10, 20, 30] in time order, the
+    # episodes [1] and [10, 20, 30] (in storage order [20, 30, 1] and [10]: a spread of 41)
+    ring = ReplayBuffer(4, num_streams=1, generator=0)
+    ring.extend(_steps(torch.tensor([1.0, 1.0, 1.0, 10.0, 20.0, 30.0]),
+                       torch.tensor([False, False, True, False, False, False])))  # fmt: skip
+    assert scale_dataset_rewards(ring) == pytest.approx(1000.0 / 59.0)
+    kept = ring.storage[:4]["next", "reward"].flatten().sort().values
+    torch.testing.assert_close(kept, torch.tensor([1.0, 10.0, 20.0, 30.0]) * 1000.0 / 59.0)
+
+    # one episode, or all of one return: nothing to scale by, and the error says what to do
     flat = _dataset(torch.zeros(5, 2), torch.zeros(5, 2), capacity=5)
-    with pytest.raises(ValueError, match="1 episode returns span 0.0"):
+    with pytest.raises(ValueError, match="1 episode returns span 0.0.*--scale-rewards off"):
         scale_dataset_rewards(flat)
