@@ -167,7 +167,7 @@ class StreamStorage:
     # --- allocation ------------------------------------------------------------------------
     def allocate(self, td: TensorDictBase, batch_dims: int) -> None:
         """Create one ``[L, S, *F]`` tensor per leaf of ``td`` (nested keys included)."""
-        _refuse_non_tensors(td)
+        _tensor_leaves(td)  # refuses non-tensor entries, naming the key
         keys = [_path(k) for k in td.keys(include_nested=True, leaves_only=True)]
         for k in keys:
             if not isinstance(td.get(_spell(k)), Tensor):
@@ -294,7 +294,7 @@ class StreamStorage:
     def write_checked(self, td: TensorDictBase) -> int:
         """:meth:`write` with every leaf checked and copied by torch (the plain twin)."""
         T = self.steps_of(td)
-        self.check(td)  # an empty batch too: a wrong one is refused whatever its length
+        values = self.check(td)  # an empty batch too: a wrong one is refused whatever its length
         if T == 0:
             return 0
         L, S = self.length, self.num_streams
@@ -302,37 +302,40 @@ class StreamStorage:
         start = (self.cursor + skip) % L
         n = T - skip
         first = min(n, L - start)
-        for k, leaf in zip(self.keys, self.leaves, strict=True):
-            x = td.get(_spell(k))
+        rollout = td.batch_dims == 2
+        for x, leaf in zip(values, self.leaves, strict=True):
             # -> [T, S, *F] time-major like the storage
-            if td.batch_dims == 2:
+            if rollout:
                 x = x.transpose(0, 1)
             else:  # [S] one step per stream, or [T] steps of the single stream
                 x = x.unsqueeze(0) if S > 1 else x.unsqueeze(1)
-            x = x[skip:].detach()  # stored data, not a graph (and as the fast copies store it)
-            leaf[start : start + first].copy_(x[:first], non_blocking=True)
-            if first < n:  # wrap-around: the second of at most two copies
+            if skip:
+                x = x[skip:]
+            if x.requires_grad:  # stored data, not a graph (and as the fast copies store it)
+                x = x.detach()
+            if first == n:  # (each op counts: this is the per-step add of the plain path)
+                leaf[start : start + n].copy_(x, non_blocking=True)
+            else:  # wrap-around: two copies
+                leaf[start : start + first].copy_(x[:first], non_blocking=True)
                 leaf[: n - first].copy_(x[first:], non_blocking=True)
         self.cursor = (self.cursor + T) % self.length
         self.size = min(self.size + T, self.length)
         return T
 
-    def check(self, td: TensorDictBase) -> None:
-        """Raise an error naming the key, shape or dtype where ``td`` differs from the storage."""
-        _refuse_non_tensors(td)
-        keys = {_path(k) for k in td.keys(include_nested=True, leaves_only=True)}
+    def check(self, td: TensorDictBase) -> list[Tensor]:
+        """Raise an error naming the key, shape or dtype where ``td`` differs from the storage;
+        returns its leaves in the storage's order."""
+        found = _tensor_leaves(td)
         stored = set(self.keys)
-        if keys != stored:
-            missing = sorted(map(_spell, stored - keys), key=str)
-            extra = sorted(map(_spell, keys - stored), key=str)
+        if found.keys() != stored:
+            missing = sorted(map(_spell, stored - found.keys()), key=str)
+            extra = sorted(map(_spell, found.keys() - stored), key=str)
             raise KeyError(
                 f"batch keys differ from the storage's: missing {missing}, extra {extra}"
             )
         bdims = td.batch_dims
-        for k, leaf in zip(self.keys, self.leaves, strict=True):
-            x = td.get(_spell(k))
-            if not isinstance(x, Tensor):
-                raise TypeError(f"key {_spell(k)!r}: expected a tensor, got {type(x).__name__}")
+        values = [found[k] for k in self.keys]
+        for k, leaf, x in zip(self.keys, self.leaves, values, strict=True):
             if x.is_meta:
                 raise ValueError(f"key {_spell(k)!r}: a meta tensor has no data to store")
             if x.shape[bdims:] != leaf.shape[2:]:
@@ -344,6 +347,7 @@ class StreamStorage:
                 raise TypeError(
                     f"key {_spell(k)!r}: dtype {x.dtype} differs from the storage's {leaf.dtype}"
                 )
+        return values
 
 
 def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -360,16 +364,20 @@ def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     return torch.zeros(shape, dtype=dtype, device=device)
 
 
-def _refuse_non_tensors(td: TensorDictBase) -> None:
-    """Non-tensor entries (strings, objects) are left out of ``keys(leaves_only=True)``: storing
-    the rest would drop them without a word, so they are an error naming the key."""
-    for key in td.keys(include_nested=True, leaves_only=False):
-        value = td.get(key)
+def _tensor_leaves(td: TensorDictBase) -> dict[tuple[str, ...], Tensor]:
+    """Every tensor leaf of ``td`` by path, in one pass over its entries. Non-tensor entries
+    (strings, objects) are left out of ``keys(leaves_only=True)``: storing the rest would drop
+    them without a word, so they are an error naming the key."""
+    leaves = {}
+    for key, value in td.items(include_nested=True, leaves_only=False):
         if is_non_tensor(value) or not isinstance(value, (Tensor, TensorDictBase)):
             raise TypeError(
                 f"key {key!r}: a {type(value).__name__} entry cannot be stored (only tensors; "
                 "keep non-tensor data out of the batch)"
             )
+        if isinstance(value, Tensor):
+            leaves[_path(key)] = value
+    return leaves
 
 
 def _assemble_unchecked(
