@@ -116,8 +116,7 @@ def _chronological(buffer: ReplayBuffer) -> TensorDict:
     if storage is None or storage.size == 0:
         raise ValueError("the replay buffer is empty: nothing to save")
     data = buffer.storage  # [L, S] views
-    order = (torch.arange(storage.size) + storage.oldest()) % storage.length
-    return data[order].transpose(0, 1)
+    return data[storage.time_order()].transpose(0, 1)
 
 
 @contextmanager

@@ -167,15 +167,11 @@ class StreamStorage:
     # --- allocation ------------------------------------------------------------------------
     def allocate(self, td: TensorDictBase, batch_dims: int) -> None:
         """Create one ``[L, S, *F]`` tensor per leaf of ``td`` (nested keys included)."""
-        _tensor_leaves(td)  # refuses non-tensor entries, naming the key
-        keys = [_path(k) for k in td.keys(include_nested=True, leaves_only=True)]
-        for k in keys:
-            if not isinstance(td.get(_spell(k)), Tensor):
-                raise TypeError(f"key {_spell(k)!r}: only tensor leaves can be stored")
-        self.keys = sorted(keys)
+        found = _tensor_leaves(td)  # refuses non-tensor entries, naming the key
+        self.keys = sorted(found)
         self.leaves, self.flat = [], []
         for i, k in enumerate(self.keys):
-            x = td.get(_spell(k))
+            x = found[k]
             shape = (self.length, self.num_streams, *x.shape[batch_dims:])
             if self.path is None:
                 leaf = _lazy_zeros(shape, x.dtype, self.device)
@@ -221,6 +217,11 @@ class StreamStorage:
     def oldest(self) -> int:
         """Time position of the oldest stored step."""
         return self.cursor if self.size == self.length else 0
+
+    def time_order(self) -> Tensor:
+        """The time positions of the stored steps, oldest first (``[size]``: a wrapped ring
+        starts at the cursor)."""
+        return (torch.arange(self.size) + self.oldest()) % self.length
 
     def window(self, index: Tensor, offsets: Tensor) -> Tensor:
         """Flat indices of the steps ``offsets`` after each item of ``index`` in its own stream

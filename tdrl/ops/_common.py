@@ -110,23 +110,11 @@ def effective_flags(
     return terminated, done
 
 
-def _time_last(shape: torch.Size, time_dim: int) -> bool:
+def time_last(shape: torch.Size, time_dim: int) -> bool:
     """Whether only size-1 dims follow the time dim (TorchRL's ``[*B, T, 1]``): then moving time
     last changes no element order, and one reshape does it (the ops' small-batch overhead is
     mostly such view calls)."""
     return len(shape) == time_dim + 1 or math.prod(shape[time_dim + 1 :]) == 1
-
-
-def to_rows(x: Tensor, time_dim: int) -> Tensor:
-    """``[*B, T, *F]`` -> ``[N, T]`` with time last (a view for TorchRL's ``[*B, T, 1]``)."""
-    if _time_last(x.shape, time_dim):
-        return x.reshape(-1, x.shape[time_dim])
-    return x.movedim(time_dim, -1).reshape(-1, x.shape[time_dim])
-
-
-def time_last(shape: torch.Size, time_dim: int) -> bool:
-    """Whether :func:`to_rows` of a tensor of ``shape`` is one reshape (see :func:`_time_last`)."""
-    return _time_last(shape, time_dim)
 
 
 def row_view(shape: torch.Size, time_dim: int, last: bool) -> Callable[[Tensor], Tensor]:
@@ -140,10 +128,16 @@ def row_view(shape: torch.Size, time_dim: int, last: bool) -> Callable[[Tensor],
     return lambda x: x.movedim(time_dim, -1).reshape(-1, steps)
 
 
-def from_rows(x: Tensor, shape: torch.Size, time_dim: int) -> Tensor:
-    """Inverse of :func:`to_rows` for a tensor of the original ``shape``."""
-    if _time_last(shape, time_dim):
-        return x.reshape(shape)
+def to_rows(x: Tensor, time_dim: int) -> Tensor:
+    """``[*B, T, *F]`` -> ``[N, T]`` with time last (a view for TorchRL's ``[*B, T, 1]``)."""
+    return row_view(x.shape, time_dim, time_last(x.shape, time_dim))(x)
+
+
+def from_rows(x: Tensor, shape: torch.Size, time_dim: int, last: bool | None = None) -> Tensor:
+    """Inverse of :func:`to_rows` for a tensor of the original ``shape`` (``last``:
+    :func:`time_last` of it, when the caller has it already)."""
+    if time_last(shape, time_dim) if last is None else last:
+        return x.reshape(*shape)  # a Size unpacked: torch parses separate ints faster
     moved = list(shape)
     moved.append(moved.pop(time_dim))
     return x.reshape(moved).movedim(-1, time_dim)

@@ -62,8 +62,7 @@ class Rows:
 
     def back(self, x: Tensor) -> Tensor:
         """``[N, T]`` -> the caller's ``[*B, T, *F]`` (a result in the caller's dtype)."""
-        # (a Size unpacked: torch parses separate ints faster)
-        out = x.reshape(*self.shape) if self.time_last else from_rows(x, self.shape, self.time_dim)
+        out = from_rows(x, self.shape, self.time_dim, self.time_last)
         if out.dtype is self.dtype or not out.is_floating_point():
             return out
         return out.to(self.dtype)

@@ -166,7 +166,7 @@ def scale_dataset_rewards(buffer: ReplayBuffer, *, scale: float = 1000.0) -> flo
     if storage is None or storage.size == 0:
         raise ValueError("scale_dataset_rewards: the buffer is empty")
     # [L, S] views in time order (a wrapped ring's oldest step first), then [S, L]
-    order = (torch.arange(storage.size) + storage.oldest()) % storage.length
+    order = storage.time_order()
     reward = buffer.storage.get(keys.NEXT_REWARD)
     done = buffer.storage.get(keys.NEXT_DONE)[order]
     steps, streams = storage.size, storage.num_streams
