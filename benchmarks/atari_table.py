@@ -102,7 +102,6 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
     arguments = mt.sb3_ppo_decayed(kwargs)
     model = PPO("CnnPolicy", env, seed=cell.seed, device="cpu", verbose=0, **arguments)
     settings = {
-        "class": "stable_baselines3.PPO",
         "source": "rl-baselines3-zoo hyperparams/ppo.yml atari (lin_2.5e-4, lin_0.1)",
         "hyperparameters": kwargs,
         "policy": "CnnPolicy: NatureCNN features (shared), 4 stacked frames",

@@ -115,7 +115,7 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
                                   verbose=0, **her, **kwargs)  # fmt: skip
     source = "sac.yml FetchReach" if sac else "dqn.yml CartPole-v1, gamma 0.98 (HER paper)"
     settings = {
-        "class": f"stable_baselines3.{model.__class__.__name__}" + (" + HER" if her else ""),
+        "class": mt.sb3_class(model) + (" + HER" if her else ""),
         "source": f"rl-baselines3-zoo hyperparams/{source}",
         "hyperparameters": kwargs,
         "policy": "MultiInputPolicy",

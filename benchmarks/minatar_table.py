@@ -182,7 +182,6 @@ def run_sb3_ppo(cell: mt.Cell) -> dict[str, Any]:
     model = PPO("CnnPolicy", envs[0], seed=cell.seed, device="cpu", verbose=0,
                 policy_kwargs=policy_kwargs, **arguments)  # fmt: skip
     settings = {
-        "class": "stable_baselines3.PPO",
         "source": "rl-baselines3-zoo hyperparams/ppo.yml atari (lin_2.5e-4, lin_0.1), no frame "
         "stack",
         "hyperparameters": kwargs,
@@ -211,7 +210,6 @@ def run_sb3(cell: mt.Cell, folder: Path) -> dict[str, Any]:
         policy_kwargs=policy_kwargs | {"normalize_images": False}, **kwargs,
     )  # fmt: skip
     settings = {
-        "class": "stable_baselines3.DQN",
         "source": "Young & Tian 2019 (arXiv 1903.03176); Adam, gradient norm 10",
         "hyperparameters": kwargs,
         "policy": "CnnPolicy: tdrl.modules.MinAtarCNN(C, None) features, net_arch []",

@@ -728,13 +728,19 @@ def print_evaluation(curve: dict[str, list[float]]) -> None:
     print(f"{int(step)} steps: return {mean:.1f} +- {std:.1f}, {wall:.0f} s", flush=True)
 
 
+def sb3_class(model: Any) -> str:
+    """The model's class as its package exports it, e.g. ``"sb3_contrib.TQC"``."""
+    return f"{type(model).__module__.split('.')[0]}.{type(model).__name__}"
+
+
 def train_sb3(
     cell: Cell, model: Any, envs: tuple[Any, Any], start: float, settings: dict[str, Any],
     packages: Iterable[str], *, deterministic: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """``model.learn`` for the cell's budget with the table's evaluations on ``envs[1]``
     (``deterministic``, else sampled actions), then both envs closed; the line's results
-    (``settings`` gain the evaluation envs' count, ``versions`` SB3's and ``packages``')."""
+    (``settings`` gain the model's class unless they name it, and the evaluation envs' count;
+    ``versions`` SB3's and ``packages``')."""
     from tdrl.trainers.run import EVAL_SEED_OFFSET
 
     env, eval_env = envs
@@ -752,7 +758,7 @@ def train_sb3(
         "env_steps": int(model.num_timesteps),
         "wall_s": wall,
         "curve": curve,
-        "settings": settings | {"eval_envs": eval_env.num_envs},
+        "settings": {"class": sb3_class(model)} | settings | {"eval_envs": eval_env.num_envs},
         "versions": versions("torch", "stable_baselines3", *packages),
     }
 
@@ -787,7 +793,6 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     algo_class = getattr(importlib.import_module(package), str(name))
     model = algo_class("MlpPolicy", env, seed=cell.seed, device="cpu", verbose=0, **kwargs)
     settings = {
-        "class": f"{package}.{name}",
         "source": f"rl_zoo3 2.9.2 hyperparams/{cell.algorithm}.yml "
         f"{task_name(cell.task)}-v4 (v2 for Reacher and the pendulums)",
         "hyperparameters": zoo,
