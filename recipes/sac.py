@@ -85,16 +85,25 @@ class Config:
     top_quantiles_to_drop: int = 2
     """tqc: the largest pooled target atoms dropped per critic (the paper: 5 on Hopper, 0 on
     HalfCheetah, 2 elsewhere)."""
+    update_order: Literal["joint", "critics_first"] = "joint"
+    """joint: one backward of the summed losses and one optimizer step, the actor's loss on the
+    critics before their step (TorchRL's losses); critics_first: the critics stepped, then the
+    actor and alpha on the updated critics (SB3 and sb3-contrib)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
     """Train SAC, TQC, CrossQ or REDQ; returns the final deterministic evaluation and the
     counters."""
     # the library loads here, after the command line: --help answers without it
+    from tensordict import TensorDict
+
+    from tdrl import keys
     from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
     from tdrl.objectives import CrossQLoss, REDQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
 
+    if cfg.update_order == "critics_first" and cfg.algo not in ("sac", "tqc"):
+        raise ValueError(f"--update-order critics_first takes --algo sac or tqc, not {cfg.algo}")
     if cfg.algo == "crossq" and (cfg.run.compile or cfg.run.cudagraphs):
         # batch renorm's warm-up is a step count in Python: a compiled step would recompile
         # at every count, a captured one keep the count it was captured at
@@ -159,12 +168,26 @@ def main(cfg: Config) -> dict[str, float]:
             target.step()
         return out.detach()
 
+    def critics_first_step(sample: TensorDictBase) -> TensorDictBase:
+        alpha = loss.alpha  # the targets' and the actor's, read before any step (as SB3)
+        loss_qvalue, td_error = loss.qvalue_loss(sample, alpha)
+        trainers.optimizer_step(loss_qvalue, optimizer)
+        loss_actor, log_prob = loss.actor_loss(sample, alpha)
+        loss_alpha = loss.alpha_loss(log_prob, sample)
+        trainers.optimizer_step(loss_actor + loss_alpha, optimizer)
+        if target is not None:
+            target.step()
+        out = {keys.LOSS_QVALUE: loss_qvalue, keys.LOSS_ACTOR: loss_actor, keys.ALPHA: alpha,
+               keys.LOSS_ALPHA: loss_alpha, keys.ENTROPY: -log_prob.mean()}  # fmt: skip
+        return TensorDict(out).detach()
+
     def critic_step(sample: TensorDictBase) -> None:
         trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
         if target is not None:
             target.step()
 
-    update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
+    step = critics_first_step if cfg.update_order == "critics_first" else full_step
+    update = trainers.compiled_step(step, optimizer, **cfg.run.compile_options())
     critic_update = trainers.compiled_step(critic_step, optimizer, **cfg.run.compile_options())
 
     # 5. the loop: store each batch, then the gradient steps due at the update ratio

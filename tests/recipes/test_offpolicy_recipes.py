@@ -126,6 +126,7 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("discrete_sac", {"auto_alpha": True}),
         ("sac", {"target_entropy": "-0.3"}),
         ("sac", {"algo": "tqc", "num_quantiles": 5, "num_critics": 3}),
+        ("sac", {"algo": "tqc", "num_quantiles": 5, "update_order": "critics_first"}),
         ("redq", {"num_critics": 2, "critic_dropout": 0.01, "critic_layer_norm": True}),  # DroQ
         ("sac", {"residual": True, "critic_hidden_sizes": (16, 16)}),  # SimBa's layout
         ("td3", {"residual": True}),
@@ -153,6 +154,11 @@ def test_recipe_options_run(name, options, tmp_path, device):
     [
         ("sac", {"algo": "crossq", "compile": True}, "--algo crossq does not take --compile"),
         ("ddpg", {"residual": True}, "--residual builds TD3's residual critics"),
+        (
+            "redq",
+            {"update_order": "critics_first"},
+            "--update-order critics_first takes --algo sac or tqc, not redq",
+        ),
         (
             "drqn",
             {"device": "auto", "cudagraphs": True},
@@ -195,6 +201,30 @@ def test_algo_builds_its_own_loss(name, loss_name, options, tmp_path, monkeypatc
     assert len(built) == 1
     if name == "redq":  # REDQ's ensemble and subset reach the loss
         assert (built[0]["num_qvalue_nets"], built[0]["sub_sample_len"]) == (4, 3)
+
+
+@pytest.mark.parametrize("algo", ["sac", "tqc"])
+def test_critics_first_steps_the_actor_on_the_updated_critics(algo, tmp_path):
+    # One gradient step from the same start: the critics' and alpha's gradients do not depend
+    # on the order (the actor's loss sends nothing to the critics, the critics' nothing to
+    # alpha), the actor's does: its loss reads the critics before their step (joint) or after.
+    # Adam's first moment after one step is (1 - beta1) g: the gradients themselves.
+    saved = {}
+    for order in ("joint", "critics_first"):
+        _, cfg = config("sac", tmp_path / order, algo=algo, update_order=order, total_frames=100,
+                        checkpoint_every=100, eval_episodes=1)  # fmt: skip
+        result = importlib.import_module("sac").main(cfg)
+        assert result["updates"] == 1
+        checkpoint = latest_checkpoint(Path(cfg.run.log_dir)) / "checkpoint.pt"
+        saved[order] = torch.load(checkpoint, weights_only=True)["optimizer"]
+    joint, first = saved["joint"], saved["critics_first"]
+    groups = [group["params"] for group in joint["param_groups"]]  # actor, critics, alpha
+    assert [group["params"] for group in first["param_groups"]] == groups
+    moments = [[joint["state"][i]["exp_avg"] for i in group] for group in groups]
+    others = [[first["state"][i]["exp_avg"] for i in group] for group in groups]
+    assert not all(map(torch.equal, moments[0], others[0]))  # the actor's gradient differs
+    for group, other in zip(moments[1:], others[1:], strict=True):  # critics, alpha: equal
+        assert all(map(torch.equal, group, other))
 
 
 def test_redq_reads_a_dict_observation_with_an_image_entry(tmp_path):
