@@ -102,8 +102,8 @@ def main(cfg: Config) -> dict[str, float]:
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
     from tdrl.objectives import CrossQLoss, REDQLoss, SACLoss, SoftUpdate, TQCLoss, total_loss
 
-    if cfg.update_order == "critics_first" and cfg.algo not in ("sac", "tqc"):
-        raise ValueError(f"--update-order critics_first takes --algo sac or tqc, not {cfg.algo}")
+    if cfg.update_order == "critics_first" and cfg.algo == "redq":
+        raise ValueError("--update-order critics_first takes --algo sac, tqc or crossq, not redq")
     if cfg.algo == "crossq" and (cfg.run.compile or cfg.run.cudagraphs):
         # batch renorm's warm-up is a step count in Python: a compiled step would recompile
         # at every count, a captured one keep the count it was captured at

@@ -157,7 +157,7 @@ def test_recipe_options_run(name, options, tmp_path, device):
         (
             "redq",
             {"update_order": "critics_first"},
-            "--update-order critics_first takes --algo sac or tqc, not redq",
+            "--update-order critics_first takes --algo sac, tqc or crossq, not redq",
         ),
         (
             "drqn",
@@ -203,7 +203,7 @@ def test_algo_builds_its_own_loss(name, loss_name, options, tmp_path, monkeypatc
         assert (built[0]["num_qvalue_nets"], built[0]["sub_sample_len"]) == (4, 3)
 
 
-@pytest.mark.parametrize("algo", ["sac", "tqc"])
+@pytest.mark.parametrize("algo", ["sac", "tqc", "crossq"])
 def test_critics_first_steps_the_actor_on_the_updated_critics(algo, tmp_path):
     # One gradient step from the same start: the critics' and alpha's gradients do not depend
     # on the order (the actor's loss sends nothing to the critics, the critics' nothing to
