@@ -583,7 +583,7 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
         now = finite(now or {})
         recorded = recorded.get("hyperparameters", {})
     else:
-        from tdrl.trainers.config import flat_dict
+        from tdrl.trainers.config import FIELDS_ADDED, flat_dict
 
         now = finite(flat_dict(tdrl_config(cell, Path("."), suite)))
         now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
@@ -591,6 +591,10 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
         recorded = {
             renamed.get(k, k): v for k, v in recorded.items() if k not in PLACE_SETTINGS
         }
+        # a field added since, with the value the runs before it had (what a resume assumes),
+        # and a missing algo the row's own: each ran its own recipe then
+        added = FIELDS_ADDED | {"algo": cell.algorithm}
+        recorded = {k: v for k, v in added.items() if k in now} | recorded
     now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
     changed = [
         f"{name}: {recorded[name]!r} then, {value!r} now"

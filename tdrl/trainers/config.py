@@ -329,19 +329,27 @@ class RunConfig:
     log: LogConfig = LogConfig()
 
 
-# Settings a --resume may change without --resume-allow-changes: where and how the run is kept,
-# logged, evaluated and computed, and its budget (a schedule over the budget, such as
-# --lr-decay or PER's beta, stretches to the new one from the checkpoint on). Every other field
-# changes what is learned and must match the checkpoint's.
 # Fields added to the configs after checkpoints were written without them, with the value those
 # runs had: a resume compares a saved config that lacks one against this value.
 FIELDS_ADDED: dict[str, Any] = {
     "layout_seed": -1, "rnd_first_visit": False, "icm_first_visit": False,
-    # sac.py's REDQ options and td3.py's --algo and --noise (DDPG joined it)
-    "sub_sample_len": 2, "critic_dropout": 0.0, "critic_layer_norm": False, "algo": "td3",
-    "noise": "gaussian",
+    # sac.py's REDQ options and td3.py's --noise (DDPG joined it)
+    "sub_sample_len": 2, "critic_dropout": 0.0, "critic_layer_norm": False, "noise": "gaussian",
+    "update_order": "joint",  # sac.py --update-order
 }  # fmt: skip
 
+
+def added_field(name: str, recipe: str | None) -> Any:
+    """The value field ``name`` had in a run saved before it existed (None: not an added field):
+    :data:`FIELDS_ADDED`'s, and for ``algo`` the recipe's own algorithm (td3.py and sac.py ran
+    TD3 and SAC before they took DDPG, TQC, CrossQ and REDQ as ``--algo``)."""
+    return recipe if name == "algo" else FIELDS_ADDED.get(name)
+
+
+# Settings a --resume may change without --resume-allow-changes: where and how the run is kept,
+# logged, evaluated and computed, and its budget (a schedule over the budget, such as
+# --lr-decay or PER's beta, stretches to the new one from the checkpoint on). Every other field
+# changes what is learned and must match the checkpoint's.
 RESUME_MAY_CHANGE = frozenset({
     "resume", "resume_allow_changes", "log_dir", "total_frames", "stop_after_frames",
     "stop_at_return", "eval_every", "eval_episodes", "eval_envs", "eval_deterministic", "log_every",

@@ -48,11 +48,11 @@ from tdrl.trainers.checkpoint import (
     write_checkpoint_dir,
 )
 from tdrl.trainers.config import (
-    FIELDS_ADDED,
     RESUME_MAY_CHANGE,
     RunConfig,
     RunFolderError,
     WorkersConfig,
+    added_field,
     flat_dict,
 )
 from tdrl.trainers.lock import lock_run_folder
@@ -459,9 +459,10 @@ def check_same_run(
     """Compare what wrote checkpoint ``folder`` (its ``run.json``: recipe, config by flat
     names, dataset) with ``identity``, this process's; returns the differences. Fields in
     :data:`tdrl.trainers.config.RESUME_MAY_CHANGE` may differ; a field the saved config lacks
-    counts as its value in :data:`~tdrl.trainers.config.FIELDS_ADDED`. Any other difference (or a
-    checkpoint without ``run.json``) is a :class:`RunFolderError` that names every differing
-    field with its checkpoint and current values; with ``allow_changes`` a warning instead."""
+    counts as the value runs had before it was added (:func:`~tdrl.trainers.config.added_field`).
+    Any other difference (or a checkpoint without ``run.json``) is a :class:`RunFolderError` that
+    names every differing field with its checkpoint and current values; with ``allow_changes`` a
+    warning instead."""
     try:
         saved = json.loads((folder / RUN_FILE).read_text())
     except FileNotFoundError:
@@ -489,7 +490,8 @@ def check_same_run(
             old, new = saved.get(group) or {}, now.get(group) or {}
             for name in sorted(set(old) | set(new)):
                 # a config saved before a field was added ran with that field's old value
-                was = old.get(name, FIELDS_ADDED.get(name) if group == "config" else None)
+                added = added_field(name, saved.get("recipe")) if group == "config" else None
+                was = old.get(name, added)
                 if was != new.get(name) and name not in RESUME_MAY_CHANGE:
                     differences.append(f"{prefix}{name} {_shown(was)} -> {_shown(new.get(name))}")
         if not differences:

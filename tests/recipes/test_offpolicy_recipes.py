@@ -447,13 +447,14 @@ def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
 @pytest.mark.parametrize(
     ("name", "added"),
     [
-        ("sac", ["sub_sample_len", "critic_dropout", "critic_layer_norm"]),
+        ("sac", ["sub_sample_len", "critic_dropout", "critic_layer_norm", "update_order", "algo"]),
         ("td3", ["algo", "noise"]),
     ],
 )
 def test_a_checkpoint_written_before_the_family_options_resumes(name, added, tmp_path):
-    # sac.py gained REDQ's options and td3.py DDPG's: a run saved before them ran with their
-    # defaults, so its settings still match; another value than the default is a difference
+    # sac.py gained REDQ's options (and --algo) and td3.py DDPG's: a run saved before them ran
+    # with their defaults, so its settings still match; another value than the default is a
+    # difference
     from tdrl.trainers.run import RunFolderError, check_same_run
 
     module, cfg = config(name, tmp_path)
