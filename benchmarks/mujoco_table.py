@@ -570,7 +570,8 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
     """How a line's recorded settings stand against what its cell would run now: ``(changed,
     unrecorded)``, the settings recorded with another value (a recipe default, a preset or a
     zoo entry changed since: the line is stale) and those it holds no record of (a field added
-    since, whose default may or may not be what the run did). The cell key holds no settings,
+    since that ``FIELDS_ADDED`` does not list, whose default may or may not be what the run
+    did; a listed one counts as the value runs had before it). The cell key holds no settings,
     so this is what tells a stale line from a done cell. SB3 lines: the hyperparameters of
     ``suite.sb3_settings``."""
     cell = Cell(**{name: line[name] for name in CELL_FIELDS})
@@ -592,8 +593,10 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
             renamed.get(k, k): v for k, v in recorded.items() if k not in PLACE_SETTINGS
         }
         # a field added since, with the value the runs before it had (what a resume assumes),
-        # and a missing algo the row's own: each ran its own recipe then
-        added = FIELDS_ADDED | {"algo": cell.algorithm}
+        # and a missing algo the row's own (its preset's, else its name): each ran its own
+        # recipe then
+        own = dict(suite.algos[cell.algorithm].preset).get("algo", cell.algorithm)
+        added = FIELDS_ADDED | {"algo": own}
         recorded = {k: v for k, v in added.items() if k in now} | recorded
     now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
     changed = [

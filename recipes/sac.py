@@ -95,8 +95,6 @@ def main(cfg: Config) -> dict[str, float]:
     """Train SAC, TQC, CrossQ or REDQ; returns the final deterministic evaluation and the
     counters."""
     # the library loads here, after the command line: --help answers without it
-    from tensordict import TensorDict
-
     from tdrl import keys
     from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
@@ -159,8 +157,9 @@ def main(cfg: Config) -> dict[str, float]:
         cfg.run, env, policy, workers=cfg.workers, init_random_frames=cfg.replay.init_random_frames
     )
 
-    # 4. the update steps: the whole loss every policy_delay-th (the others: the critics
-    #    alone), compiled (--compile) and/or captured in a CUDA graph (--cudagraphs)
+    # 4. the update steps: the whole loss every policy_delay-th (one step, or the critics' and
+    #    then the actor's and alpha's: --update-order), the others the critics alone, compiled
+    #    (--compile) and/or captured in a CUDA graph (--cudagraphs)
     def full_step(sample: TensorDictBase) -> TensorDictBase:
         out = loss(sample)
         trainers.optimizer_step(total_loss(out), optimizer)
@@ -177,9 +176,10 @@ def main(cfg: Config) -> dict[str, float]:
         trainers.optimizer_step(loss_actor + loss_alpha, optimizer)
         if target is not None:
             target.step()
-        out = {keys.LOSS_QVALUE: loss_qvalue, keys.LOSS_ACTOR: loss_actor, keys.ALPHA: alpha,
-               keys.LOSS_ALPHA: loss_alpha, keys.ENTROPY: -log_prob.mean()}  # fmt: skip
-        return TensorDict(out).detach()
+        out = {keys.LOSS_ACTOR: loss_actor, keys.LOSS_QVALUE: loss_qvalue,
+               loss.tensor_keys.priority: td_error, keys.LOSS_ALPHA: loss_alpha,
+               keys.ALPHA: alpha, keys.ENTROPY: -log_prob.mean()}  # fmt: skip
+        return loss._output(out).detach()  # the entries the whole loss's forward returns
 
     def critic_step(sample: TensorDictBase) -> None:
         trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)

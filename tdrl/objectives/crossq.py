@@ -31,9 +31,11 @@ class CrossQLoss(SACLoss):
                         a~ ~ pi(.|s) on the actor's batch statistics, Q_e on its running ones
         loss_alpha    = SAC's
 
-    as sb3-contrib's ``CrossQ.train``, but for two things: the losses are summed for one
-    backward, so the actor's loss reads the critic before this step's critic update (sb3-contrib
-    steps the critic first), and the critic loss is SAC's ``sum_e mean_B`` (sb3-contrib's is half
+    as sb3-contrib's ``CrossQ.train``, but for two things: :meth:`forward` sums the losses for
+    one backward, so the actor's loss reads the critic before this step's critic update
+    (sb3-contrib steps the critic first: call :meth:`qvalue_loss`, step, then
+    :meth:`actor_loss` and :meth:`alpha_loss`, as ``recipes/sac.py --update-order
+    critics_first``), and the critic loss is SAC's ``sum_e mean_B`` (sb3-contrib's is half
     of it, which Adam's scale-free steps barely notice). There is no target network and so
     nothing for :class:`~tdrl.objectives.SoftUpdate` to move; the paper's delayed actor (every
     third step) is the loop's: call :meth:`qvalue_loss` alone on the other steps. The batch

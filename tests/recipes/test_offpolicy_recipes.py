@@ -136,6 +136,9 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         pytest.param("dqn", {"compile": True, "prioritized": True}, marks=VARIANT),
         pytest.param("ddpg", {"compile": True}, marks=VARIANT),
         pytest.param("redq", {"compile": True}, marks=VARIANT),  # policy_delay 2: both steps
+        pytest.param(  # the critics' step, then the actor's and alpha's, in one compiled step
+            "sac", {"algo": "tqc", "update_order": "critics_first", "compile": True}, marks=VARIANT
+        ),
         pytest.param("discrete_sac", {"compile": True, "auto_alpha": True}, marks=VARIANT),
         pytest.param(  # priorities and new noise outside the compiled step
             "rainbow", {"compile": True, "noisy": True, "prioritized": True}, marks=VARIANT
@@ -222,6 +225,8 @@ def test_critics_first_steps_the_actor_on_the_updated_critics(algo, tmp_path):
     assert [group["params"] for group in first["param_groups"]] == groups
     moments = [[joint["state"][i]["exp_avg"] for i in group] for group in groups]
     others = [[first["state"][i]["exp_avg"] for i in group] for group in groups]
+    for state in (joint["state"], first["state"]):  # every parameter stepped once
+        assert {float(entry["step"]) for entry in state.values()} == {1.0}
     assert not all(map(torch.equal, moments[0], others[0]))  # the actor's gradient differs
     for group, other in zip(moments[1:], others[1:], strict=True):  # critics, alpha: equal
         assert all(map(torch.equal, group, other))
