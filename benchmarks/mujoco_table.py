@@ -121,11 +121,12 @@ ALGOS: dict[str, Algo] = {
     "npg": Algo("trpo", (("algo", "npg"),), ON_POLICY_STEPS, None),
     "trpo": Algo("trpo", (("algo", "trpo"),), ON_POLICY_STEPS, "TRPO"),
     "sac": Algo("sac", (), OFF_POLICY_STEPS, "SAC"),
-    # sac.py --algo tqc at sb3-contrib's learning rate (the recipe's own is SAC's 1e-3); the
-    # rest of sb3-contrib's TQC defaults (2 critics of 25 quantiles, 2 dropped, batch 256, tau,
-    # gamma, 256x256) and the zoo's 10k random steps are the recipe's already
-    "tqc": Algo("sac", (("algo", "tqc"), ("actor_lr", 3e-4), ("critic_lr", 3e-4)),
-                OFF_POLICY_STEPS, "TQC"),  # fmt: skip
+    # sac.py --algo tqc at sb3-contrib's learning rate (the recipe's own is SAC's 1e-3) and
+    # update order (the critics stepped, then actor and alpha on the updated critics); the rest
+    # of sb3-contrib's TQC defaults (2 critics of 25 quantiles, 2 dropped, batch 256, tau, gamma,
+    # 256x256) and the zoo's 10k random steps are the recipe's already
+    "tqc": Algo("sac", (("algo", "tqc"), ("actor_lr", 3e-4), ("critic_lr", 3e-4),
+                        ("update_order", "critics_first")), OFF_POLICY_STEPS, "TQC"),  # fmt: skip
     # sac.py --algo crossq at the zoo's crossq.yml settings (lr 1e-3 for all three parts, as
     # sb3-contrib's entropy coefficient, Adam betas 0.5/0.999 (sb3-contrib's alpha: 0.9), the
     # actor every 3rd step, 5k random steps, batch renorm momentum 0.01 warmed up 100k batches),
