@@ -1225,6 +1225,12 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   seeds 3 and 4 (seed 5 was cut for time), two cells at a time: tdrl 3123.2 and 3309.9, SB3
   3282.2 and 3047.6. Over seeds 0-4 the mean final is 0.95x SB3's (2939.7 against 3095.7; seed
   0's 1949.9 the one far behind) and the mean best 1.02x (3268.7 against 3197.2).
+- TQC's cells step as sb3-contrib's (`--update-order critics_first`: the critics, then actor and
+  alpha on the updated critics). HalfCheetah seeds 0-4 were rerun so (seeds 2-4 three cells on
+  two cores): final 4752.7 against sb3-contrib's 4870.1 (0.98x), above on seeds 1-3; with the
+  joint step, now in the superseded file, 4620.0 (0.95x), above on one seed. Tuning seeds 50
+  and 51 (not cells): 4365.5 and 4957.1 critics-first, 3184.4 and 5035.9 joint. The Hopper
+  lines ran the joint step and are stale until rerun.
 - A2C's rows were rerun when its value-target scaling began to preserve the critic's outputs
   (PopArt's rescaling of the value head, `--preserve-value-outputs`): in Tianshou's procedure,
   which the earlier lines ran, the std of the returns fed on itself (seed 0 on Hopper: 5.6e3 at
