@@ -95,6 +95,8 @@ def main(cfg: Config) -> dict[str, float]:
     """Train SAC, TQC, CrossQ or REDQ; returns the final deterministic evaluation and the
     counters."""
     # the library loads here, after the command line: --help answers without it
+    from tensordict import TensorDict
+
     from tdrl import keys
     from tdrl.data import make_replay_buffer, transitions
     from tdrl.modules import q_ensemble, tanh_gaussian_actor
@@ -179,7 +181,7 @@ def main(cfg: Config) -> dict[str, float]:
         out = {keys.LOSS_ACTOR: loss_actor, keys.LOSS_QVALUE: loss_qvalue,
                loss.tensor_keys.priority: td_error, keys.LOSS_ALPHA: loss_alpha,
                keys.ALPHA: alpha, keys.ENTROPY: -log_prob.mean()}  # fmt: skip
-        return loss._output(out).detach()  # the entries the whole loss's forward returns
+        return TensorDict(out).detach()  # the entries the whole loss's forward returns
 
     def critic_step(sample: TensorDictBase) -> None:
         trainers.optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
