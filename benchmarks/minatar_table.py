@@ -231,7 +231,11 @@ epsilon 1 -> 0.1 over 100k steps, target copy every 1000 updates, 5k random step
 step), the same Q network (MinAtarCNN: 16 3x3 filters, 128 hidden units; SB3's features extractor
 is tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q) and `recipes/rainbow.py`
 (Rainbow: `--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no
-Rainbow there). PPO, both libraries: rl-baselines3-zoo's Atari PPO without the frame stack (8 envs
+Rainbow there). On equal weights and batches tdrl's DQN update is SB3's (`benchmarks/parity_dqn.py`,
+output in `parity_dqn.txt`: 30 Breakout updates with target copies, losses equal to 9 digits,
+weights within 1.5e-8), so the DQN rows' gaps (Breakout 0.85x, SpaceInvaders 1.18x, 3 seeds) lie
+in the seeds and the libraries' random streams, not in the update. PPO, both libraries:
+rl-baselines3-zoo's Atari PPO without the frame stack (8 envs
 x 128 steps, 4 epochs of minibatch 256, lr 2.5e-4 and clip 0.1 decayed linearly, vf_coef 0.5,
 ent_coef 0.01, Adam eps 1e-5, advantages normalized), the MinAtarCNN under both heads (SB3's
 shared features extractor, net_arch []); tdrl: `recipes/ppo.py`. PPG (tdrl, `recipes/ppg.py`):
