@@ -57,8 +57,9 @@ CQL and IQL sections (offline): the SAC section's shapes and data, each library'
 TQC and CrossQ sections: the SAC section's shapes and data at the MuJoCo table's settings
 (sb3-contrib's: TQC 2 critics of 25 quantiles, 2 dropped each, lr 3e-4; CrossQ batch renorm
 before every linear layer, 256x256 critics, no targets, the actor every 3rd step, Adam betas
-(0.5, 0.999)), tdrl recipes/sac.py's step against sb3-contrib's ``train`` and TorchRL's losses,
-3 interleaved rounds, median (the "SB3" row is sb3-contrib).
+(0.5, 0.999)), tdrl recipes/sac.py's step (TQC's critics first, as the table runs it) against
+sb3-contrib's ``train`` and TorchRL's losses, 3 interleaved rounds, median (the "SB3" row is
+sb3-contrib).
 
 TD3 and DDPG sections: the SAC section's shapes and data at the MuJoCo table's TD3 and DDPG
 settings (rl-zoo3's: 400x300 MLPs, lr 1e-3; TD3's actor and targets every 2nd critic step), each
@@ -159,16 +160,39 @@ def recipe_actor_critic_step(
     *,
     actor_every: int = 1,
     targets_with_actor: bool = False,
+    critics_first: bool = False,
 ) -> Callable[[Any, int], None]:
+    """recipes/sac.py's gradient steps: the whole loss every ``actor_every``-th step (one backward
+    of the summed losses, or with ``critics_first`` the critics' step and then the actor's and
+    alpha's, as its ``--update-order critics_first``), the critics alone between."""
+    from tensordict import TensorDict
+
+    from tdrl import keys
     from tdrl.objectives import total_loss
     from tdrl.trainers import compiled_step, optimizer_step
 
-    def full_step(sample: Any) -> Any:
+    def joint_step(sample: Any) -> Any:
         out = loss(sample)
         optimizer_step(total_loss(out), optimizer)
         if target is not None:  # CrossQ has none
             target.step()
         return out.detach()
+
+    def critics_first_step(sample: Any) -> Any:
+        alpha = loss.alpha
+        loss_qvalue, td_error = loss.qvalue_loss(sample, alpha)
+        optimizer_step(loss_qvalue, optimizer)
+        loss_actor, log_prob = loss.actor_loss(sample, alpha)
+        loss_alpha = loss.alpha_loss(log_prob, sample)
+        optimizer_step(loss_actor + loss_alpha, optimizer)
+        if target is not None:
+            target.step()
+        out = {keys.LOSS_ACTOR: loss_actor, keys.LOSS_QVALUE: loss_qvalue,
+               loss.tensor_keys.priority: td_error, keys.LOSS_ALPHA: loss_alpha,
+               keys.ALPHA: alpha, keys.ENTROPY: -log_prob.mean()}  # fmt: skip
+        return TensorDict(out).detach()
+
+    full_step = critics_first_step if critics_first else joint_step
 
     def critic_step(sample: Any) -> None:
         optimizer_step(loss.qvalue_loss(sample)[0], optimizer)
@@ -1293,7 +1317,8 @@ section_redq = steps_section(
 # quantiles, the top 2 per critic dropped, lr 3e-4, 256x256 MLPs, Polyak targets; CrossQ with batch
 # renorm before every linear layer of the actor and the 256x256 critics (the table's width), no
 # targets, the actor every 3rd step, lr 1e-3, Adam betas (0.5, 0.999). The SAC section's data.
-# tdrl runs recipes/sac.py's step (one fused Adam), sb3-contrib ``TQC.train`` / ``CrossQ.train``,
+# tdrl runs recipes/sac.py's step (one fused Adam; TQC critics first, as the table runs it,
+# CrossQ in one joint step), sb3-contrib ``TQC.train`` / ``CrossQ.train``,
 # TorchRL its ``TQCLoss`` / ``CrossQLoss`` in its sota loop (one backward of the summed losses).
 TQC_QUANTILES, TQC_DROP, TQC_LR = 25, 2, 3e-4
 CROSSQ_DELAY, CROSSQ_LR = 3, 1e-3
@@ -1325,7 +1350,9 @@ def _sac_family_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], floa
         optimizer = adam((actor.parameters(), lr), (critic.parameters(), lr),
                          ([loss.log_alpha], lr), betas=betas or (0.9, 0.999))  # fmt: skip
         delay = CROSSQ_DELAY if algo == "crossq" else 1
-        step = recipe_actor_critic_step(loss, optimizer, target, actor_every=delay)
+        step = recipe_actor_critic_step(
+            loss, optimizer, target, actor_every=delay, critics_first=algo == "tqc"
+        )  # the update orders of the table's presets
         return _timed_steps(step, _replay(data), SAC_BATCH, steps)
 
     return bench
@@ -1416,7 +1443,8 @@ CROSSQ_PEERS = peers(
 )
 section_tqc = steps_section(
     f"TQC gradient steps: batch {SAC_BATCH}, 256x256 MLPs, obs {SAC_OBS}, act {SAC_ACT}, 2 "
-    f"critics of {TQC_QUANTILES} quantiles, {TQC_DROP} dropped each, {{steps}} steps, 1 thread",
+    f"critics of {TQC_QUANTILES} quantiles, {TQC_DROP} dropped each, tdrl critics first, "
+    "{steps} steps, 1 thread",
     TQC_PEERS, sac_data, 200,
 )  # fmt: skip
 section_crossq = steps_section(
