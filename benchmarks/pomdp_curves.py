@@ -28,7 +28,7 @@ from tdrl.trainers.plotting import save_png  # noqa: E402
 
 VARIANTS = {"PPO-LSTM": dict(recurrent="lstm", seq_len=16), "PPO (MLP)": {}}
 # the recipe's advantage and reward handling when docs/benchmarks/pomdp_*.png were made (its
-# MuJoCo defaults became raw advantages of scaled rewards on 2026-11-25)
+# MuJoCo defaults became raw advantages of scaled rewards later)
 BEFORE = dict(normalize_advantage=True, scale_rewards=False)
 
 

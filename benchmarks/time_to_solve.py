@@ -235,8 +235,8 @@ TIANSHOU: dict[tuple[str, str], dict[str, Any]] = {
     ),
 }  # fmt: skip
 
-# ppo.py's advantage and reward handling before its MuJoCo defaults changed (2026-11-25: raw
-# advantages of scaled rewards): every PPO entry here was measured with these.
+# ppo.py's advantage and reward handling before its MuJoCo defaults became raw advantages of
+# scaled rewards: every PPO entry here was measured with these.
 PPO_V1: dict[str, Any] = dict(normalize_advantage=True, scale_rewards=False)
 
 # tdrl's tuned settings: recipe fields (each one a command-line flag of the recipe).

@@ -27,7 +27,7 @@ the next observations to pick the bootstrap action, and clips nothing).
 Optimizer: tdrl's loops step torch's fused Adam (``fused=True``, and a ``foreach`` gradient
 clip); the peers run their own defaults (TorchRL's loops here, as in its sota-implementations,
 SB3 and Tianshou: torch's single-tensor Adam on the CPU), so part of each ratio is that choice,
-which each peer could make too. A review (2026-11-27) measured an Adam step on the PPO section's
+which each peer could make too. A review measured an Adam step on the PPO section's
 parameters at 847 us default, 463 us foreach, 164 us fused, and the PPO section's peers faster
 with fused Adam by 20% (TorchRL) and 10% (SB3), interleaved under load. ``--fused-peers`` adds a
 row per peer ("SB3 fused", ...) running the peer's own code with torch's Adam defaulting to
