@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -49,16 +49,19 @@ def transitions(env: Any, count: int, seed: int) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(np.stack(v)) for k, v in rows.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--task", default="MinAtar/Breakout-v1")
-    parser.add_argument("--updates", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--target-every", type=int, default=10, help="updates between copies")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
+class Step(NamedTuple):
+    """One update of both libraries: their losses and the largest weight difference after it."""
 
+    loss_tdrl: float
+    loss_sb3: float
+    max_weight_difference: float
+
+
+def compare(
+    task: str, updates: int, batch_size: int, target_every: int
+) -> tuple[list[Step], float]:
+    """Both libraries' DQN from tdrl's initial weights, stepped on the same ``updates`` batches
+    of ``batch_size`` random transitions of ``task``; ``(steps, largest weight)``."""
     import gymnasium as gym
     from stable_baselines3 import DQN
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
@@ -69,22 +72,21 @@ def main() -> None:
     from tdrl import keys, trainers
     from tdrl.objectives import HardUpdate
 
-    minatar = args.task.startswith("MinAtar/")
-    published = dict(mtab.PUBLISHED)
-    values = dict(published, target_update_interval=args.target_every, double_dqn=False)
+    minatar = task.startswith("MinAtar/")
+    values = dict(mtab.PUBLISHED, target_update_interval=target_every, double_dqn=False)
     if not minatar:
         values["hidden_sizes"] = (256, 256)
-    cfg = trainers.configure(dqn.Config, env_id=args.task, **values)
+    cfg = trainers.configure(dqn.Config, env_id=task, **values)
     env, _ = trainers.make_envs(cfg.run, actions="discrete")
     inputs = cfg.goals.inputs(env.observation_spec, images=True)
     qnet, loss = dqn.q_network_and_loss(cfg, inputs, env.action_spec)
     target = HardUpdate(loss, value_network_update_interval=cfg.q.target_update_interval)
     optimizer = trainers.adam((qnet.parameters(), cfg.q.lr))
 
-    sb3_env = gym.make(args.task)
+    sb3_env = gym.make(task)
     kwargs = mtab.sb3_settings("dqn", "MinAtar/Breakout-v1")
     assert kwargs is not None
-    kwargs["target_update_interval"] = args.target_every
+    kwargs["target_update_interval"] = target_every
     if minatar:
         policy = "CnnPolicy"
         policy_kwargs = dict(features_extractor_class=mtab.minatar_features(), net_arch=[],
@@ -92,24 +94,20 @@ def main() -> None:
     else:
         policy, policy_kwargs = "MlpPolicy", dict(net_arch=[256, 256])
     model = DQN(policy, sb3_env, seed=0, device="cpu", policy_kwargs=policy_kwargs, **kwargs)
-    model._setup_learn(total_timesteps=10 * args.updates)
+    model._setup_learn(total_timesteps=10 * updates)
     ours, theirs = list(qnet.parameters()), list(model.q_net.parameters())
     shapes = [tuple(p.shape) for p in ours], [tuple(p.shape) for p in theirs]
     if shapes[0] != shapes[1]:
-        raise SystemExit(f"the networks differ: tdrl {shapes[0]}, SB3 {shapes[1]}")
+        raise ValueError(f"the networks differ: tdrl {shapes[0]}, SB3 {shapes[1]}")
     with torch.no_grad():
         for mine, peer in zip(ours, theirs, strict=True):
             peer.copy_(mine)
     model.q_net_target.load_state_dict(model.q_net.state_dict())
 
-    data = transitions(sb3_env, args.updates * args.batch_size, seed=1)
-    weights, terminal = sum(p.numel() for p in ours), int(data["term"].sum())
-    print(f"{args.task}: {len(ours)} parameter tensors, {weights} weights; {args.updates} "
-          f"updates of {args.batch_size} random transitions ({terminal} terminal); target "
-          f"copied every {args.target_every}")  # fmt: skip
-    worst = 0.0
-    for update in range(args.updates):
-        rows = slice(update * args.batch_size, (update + 1) * args.batch_size)
+    data = transitions(sb3_env, updates * batch_size, seed=1)
+    steps = []
+    for update in range(updates):
+        rows = slice(update * batch_size, (update + 1) * batch_size)
         obs, action, reward = data["obs"][rows], data["action"][rows], data["reward"][rows]
         nxt, term = data["next"][rows], data["term"][rows]
         batch = TensorDict({
@@ -117,7 +115,7 @@ def main() -> None:
             "next": {"observation": nxt, "reward": reward[:, None].float(),
                      "terminated": term[:, None], "truncated": torch.zeros_like(term[:, None]),
                      "done": term[:, None]},
-        }, [args.batch_size])  # fmt: skip
+        }, [batch_size])  # fmt: skip
         out = loss(batch)
         trainers.optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm)
         target.step(update + 1)
@@ -127,16 +125,31 @@ def main() -> None:
             reward[:, None].float(), None,
         )  # fmt: skip
         model.replay_buffer.sample = lambda *_, s=samples, **__: s  # type: ignore[union-attr]
-        model.train(gradient_steps=1, batch_size=args.batch_size)
+        model.train(gradient_steps=1, batch_size=batch_size)
         model.num_timesteps += 1
         model._on_step()  # SB3's target copy: every target_update_interval calls
-        theirs_loss = model.logger.name_to_value["train/loss"]
         diff = max((a - b).abs().max().item() for a, b in zip(ours, theirs, strict=True))
-        worst = max(worst, diff)
-        if update < 3 or update % 10 == 9 or update == args.updates - 1:
-            print(f"  update {update + 1:3d}: loss tdrl {out[keys.LOSS].item():.9f}  SB3 "
-                  f"{theirs_loss:.9f}  max |weight difference| {diff:.2e}")  # fmt: skip
-    scale = max(p.abs().max().item() for p in ours)
+        steps.append(Step(out[keys.LOSS].item(), model.logger.name_to_value["train/loss"], diff))
+    return steps, max(p.abs().max().item() for p in ours)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default="MinAtar/Breakout-v1")
+    parser.add_argument("--updates", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--target-every", type=int, default=10, help="updates between copies")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    steps, scale = compare(args.task, args.updates, args.batch_size, args.target_every)
+    print(f"{args.task}: {args.updates} updates of {args.batch_size} random transitions; "
+          f"target copied every {args.target_every}")  # fmt: skip
+    for update, step in enumerate(steps, 1):
+        if update <= 3 or update % 10 == 0 or update == len(steps):
+            print(f"  update {update:3d}: loss tdrl {step.loss_tdrl:.9f}  SB3 {step.loss_sb3:.9f}"
+                  f"  max |weight difference| {step.max_weight_difference:.2e}")  # fmt: skip
+    worst = max(step.max_weight_difference for step in steps)
     print(f"largest weight difference over the run: {worst:.2e} (largest weight {scale:.3f})")
 
 

@@ -6,7 +6,6 @@ check that the script drives the real recipes (budget, seed, eval protocol, fina
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -15,12 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.bench_scripts import load
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("learning", ROOT / "benchmarks" / "learning.py")
-assert _spec is not None and _spec.loader is not None
-learning = importlib.util.module_from_spec(_spec)
-sys.modules["learning"] = learning  # dataclasses resolve the module by name
-_spec.loader.exec_module(learning)
+learning = load("learning")
 RunSpec = learning.RunSpec
 
 

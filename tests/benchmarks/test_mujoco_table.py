@@ -8,12 +8,10 @@ steps on Hopper-v5 with 2-episode evaluations.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,15 +21,10 @@ import pytest
 
 from tdrl.trainers import configure
 from tdrl.trainers.config import flat_dict
+from tests.bench_scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "mujoco_table", ROOT / "benchmarks" / "mujoco_table.py"
-)
-assert _spec is not None and _spec.loader is not None
-mt = importlib.util.module_from_spec(_spec)
-sys.modules["mujoco_table"] = mt  # dataclasses resolve the module by name
-_spec.loader.exec_module(mt)
+mt = load("mujoco_table")
 
 
 def cell(library: str = "tdrl", algorithm: str = "ppo", task: str = "Hopper-v5", **kw: Any) -> Any:

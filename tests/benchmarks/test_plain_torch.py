@@ -4,20 +4,15 @@ refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "plain_torch", ROOT / "benchmarks" / "plain_torch.py"
-)
-assert _spec is not None and _spec.loader is not None
-plain_torch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plain_torch)
+from tests.bench_scripts import load
+
+plain_torch = load("plain_torch")
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *flags: str) -> None:

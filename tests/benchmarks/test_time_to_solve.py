@@ -3,23 +3,14 @@ says what SB3 does, and a run that cannot solve within its budget counts as unso
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 from tdrl.trainers.config import flat_dict
+from tests.bench_scripts import load
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "time_to_solve", ROOT / "benchmarks" / "time_to_solve.py"
-)
-assert _spec is not None and _spec.loader is not None
-tts = importlib.util.module_from_spec(_spec)
-sys.modules["time_to_solve"] = tts
-_spec.loader.exec_module(tts)
+tts = load("time_to_solve")
 
 PAIRS = [(algo, task) for algo, tasks in tts.TASKS.items() for task in tasks]
 # SB3 and sb3-contrib have no C51, IQN, Rainbow or FQF.

@@ -3,19 +3,12 @@ fused, undone afterwards, and a fused row for every peer of every section."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("updates_bench", ROOT / "benchmarks" / "updates.py")
-assert _spec is not None and _spec.loader is not None
-updates = importlib.util.module_from_spec(_spec)
-sys.modules["updates_bench"] = updates
-_spec.loader.exec_module(updates)
+from tests.bench_scripts import load
+
+updates = load("updates", "updates_bench")
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
