@@ -233,8 +233,9 @@ is tdrl's module). tdrl: `recipes/dqn.py` (DQN without double Q) and `recipes/ra
 (Rainbow: `--algo c51 --noisy --dueling --prioritized --n-steps 3 --double-dqn`); SB3: `DQN` (no
 Rainbow there). On equal weights and batches tdrl's DQN update is SB3's (`benchmarks/parity_dqn.py`,
 output in `parity_dqn.txt`: 30 Breakout updates with target copies, losses equal to 9 digits,
-weights within 1.5e-8), so the DQN rows' gaps (Breakout 0.85x, SpaceInvaders 1.18x, 3 seeds) lie
-in the seeds and the libraries' random streams, not in the update. PPO, both libraries:
+weights within 1.5e-8): the DQN rows' gaps (Breakout 0.85x, SpaceInvaders 1.18x, 3 seeds) are not
+in the update; collection, exploration and evaluation were compared by reading SB3's code, not
+step by step. PPO, both libraries:
 rl-baselines3-zoo's Atari PPO without the frame stack (8 envs
 x 128 steps, 4 epochs of minibatch 256, lr 2.5e-4 and clip 0.1 decayed linearly, vf_coef 0.5,
 ent_coef 0.01, Adam eps 1e-5, advantages normalized), the MinAtarCNN under both heads (SB3's

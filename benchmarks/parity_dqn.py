@@ -14,8 +14,11 @@ update. ``--task CartPole-v1`` runs the rl-baselines3-zoo CartPole network (256x
     python benchmarks/parity_dqn.py                       # MinAtar/Breakout-v1, 30 updates
     python benchmarks/parity_dqn.py --task CartPole-v1 --updates 50
 
-Float32 on the CPU, one thread: the two run the same operations in the same order, so the
-differences are rounding (a few 1e-9 on weights of order 1e-2) unless the update differs.
+Float32 on the CPU, one thread: the same maths in the same order, through other kernels (tdrl's
+fused Adam and its own gradient clip, SB3's single-tensor Adam and ``clip_grad_norm_``), so the
+weights differ by rounding (about one float32 ulp of the largest weights, up to a few 1e-8 here)
+unless the update differs. ``--max-grad-norm`` sets both libraries' clip (the table's 10 rarely
+binds on these losses; a small one makes every update clip).
 """
 
 from __future__ import annotations
@@ -58,10 +61,11 @@ class Step(NamedTuple):
 
 
 def compare(
-    task: str, updates: int, batch_size: int, target_every: int
+    task: str, updates: int, batch_size: int, target_every: int, max_grad_norm: float = 10.0
 ) -> tuple[list[Step], float]:
     """Both libraries' DQN from tdrl's initial weights, stepped on the same ``updates`` batches
-    of ``batch_size`` random transitions of ``task``; ``(steps, largest weight)``."""
+    of ``batch_size`` random transitions of ``task``, gradients clipped at ``max_grad_norm``;
+    ``(steps, largest weight)``."""
     import gymnasium as gym
     from stable_baselines3 import DQN
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
@@ -73,7 +77,8 @@ def compare(
     from tdrl.objectives import HardUpdate
 
     minatar = task.startswith("MinAtar/")
-    values = dict(mtab.PUBLISHED, target_update_interval=target_every, double_dqn=False)
+    values = dict(mtab.PUBLISHED, target_update_interval=target_every, double_dqn=False,
+                  max_grad_norm=max_grad_norm)  # fmt: skip
     if not minatar:
         values["hidden_sizes"] = (256, 256)
     cfg = trainers.configure(dqn.Config, env_id=task, **values)
@@ -84,9 +89,9 @@ def compare(
     optimizer = trainers.adam((qnet.parameters(), cfg.q.lr))
 
     sb3_env = gym.make(task)
-    kwargs = mtab.sb3_settings("dqn", "MinAtar/Breakout-v1")
+    kwargs = mtab.sb3_settings("dqn", task)
     assert kwargs is not None
-    kwargs["target_update_interval"] = target_every
+    kwargs |= dict(target_update_interval=target_every, max_grad_norm=max_grad_norm)
     if minatar:
         policy = "CnnPolicy"
         policy_kwargs = dict(features_extractor_class=mtab.minatar_features(), net_arch=[],
@@ -139,12 +144,16 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--target-every", type=int, default=10, help="updates between copies")
+    parser.add_argument("--max-grad-norm", type=float, default=10.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    steps, scale = compare(args.task, args.updates, args.batch_size, args.target_every)
+    steps, scale = compare(
+        args.task, args.updates, args.batch_size, args.target_every, args.max_grad_norm
+    )
     print(f"{args.task}: {args.updates} updates of {args.batch_size} random transitions; "
-          f"target copied every {args.target_every}")  # fmt: skip
+          f"target copied every {args.target_every}; gradient norm clipped at "
+          f"{args.max_grad_norm:g}")  # fmt: skip
     for update, step in enumerate(steps, 1):
         if update <= 3 or update % 10 == 0 or update == len(steps):
             print(f"  update {update:3d}: loss tdrl {step.loss_tdrl:.9f}  SB3 {step.loss_sb3:.9f}"

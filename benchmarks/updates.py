@@ -27,9 +27,9 @@ the next observations to pick the bootstrap action, and clips nothing).
 Optimizer: tdrl's loops step torch's fused Adam (``fused=True``, and a ``foreach`` gradient
 clip); the peers run their own defaults (TorchRL's loops here, as in its sota-implementations,
 SB3 and Tianshou: torch's single-tensor Adam on the CPU), so part of each ratio is that choice,
-which each peer could make too. A review measured an Adam step on the PPO section's
-parameters at 847 us default, 463 us foreach, 164 us fused, and the PPO section's peers faster
-with fused Adam by 20% (TorchRL) and 10% (SB3), interleaved under load. ``--fused-peers`` adds a
+which each peer could make too. An Adam step on the PPO section's parameters took 847 us
+default, 463 us foreach and 164 us fused, and the PPO section's peers ran faster with fused Adam
+by 20% (TorchRL) and 10% (SB3), interleaved under load. ``--fused-peers`` adds a
 row per peer ("SB3 fused", ...) running the peer's own code with torch's Adam defaulting to
 ``fused=True`` (``fused_adam_default``: every ``torch.optim.Adam`` the peer builds, its entropy
 coefficient's included), so each ratio can be read with the optimizer's share taken out; the
