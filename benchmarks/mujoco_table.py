@@ -1229,8 +1229,10 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   alpha on the updated critics). HalfCheetah seeds 0-4 were rerun so (seeds 2-4 three cells on
   two cores): final 4752.7 against sb3-contrib's 4870.1 (0.98x), above on seeds 1-3; with the
   joint step, now in the superseded file, 4620.0 (0.95x), above on one seed. Tuning seeds 50
-  and 51 (not cells): 4365.5 and 4957.1 critics-first, 3184.4 and 5035.9 joint. The Hopper
-  lines ran the joint step and are stale until rerun.
+  and 51 (not cells): 4365.5 and 4957.1 critics-first, 3184.4 and 5035.9 joint. Hopper seeds 0-2
+  were rerun so too (seed 2 with three processes on two cores): final 960.3, 2189.2 and 2715.2,
+  mean 1954.9 against sb3-contrib's 1334.0 (1.47x); the joint step's lines, now in the superseded
+  file, ended at 1700.3 (1.27x).
 - A2C's rows were rerun when its value-target scaling began to preserve the critic's outputs
   (PopArt's rescaling of the value head, `--preserve-value-outputs`): in Tianshou's procedure,
   which the earlier lines ran, the std of the returns fed on itself (seed 0 on Hopper: 5.6e3 at
