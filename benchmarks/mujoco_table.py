@@ -1224,7 +1224,10 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
 - CrossQ Hopper has seeds 0-4: behind SB3's on seeds 0-2 (mean final 0.90x), it alone got
   seeds 3 and 4 (seed 5 was cut for time), two cells at a time: tdrl 3123.2 and 3309.9, SB3
   3282.2 and 3047.6. Over seeds 0-4 the mean final is 0.95x SB3's (2939.7 against 3095.7; seed
-  0's 1949.9 the one far behind) and the mean best 1.02x (3268.7 against 3197.2).
+  0's 1949.9 the one far behind) and the mean best 1.02x (3268.7 against 3197.2). sb3-contrib
+  steps the critic first; tdrl's cells take one joint step, which did better on tuning seeds 50
+  and 51 (not cells): final 3233.4 and 3178.7 joint, 569.3 and 1385.1 critics first (best 579.1
+  and 3256.6).
 - TQC's cells step as sb3-contrib's (`--update-order critics_first`: the critics, then actor and
   alpha on the updated critics). HalfCheetah seeds 0-4 were rerun so (seeds 2-4 three cells on
   two cores): final 4752.7 against sb3-contrib's 4870.1 (0.98x), above on seeds 1-3; with the
