@@ -116,10 +116,10 @@ def compare(
         obs, action, reward = data["obs"][rows], data["action"][rows], data["reward"][rows]
         nxt, term = data["next"][rows], data["term"][rows]
         batch = TensorDict({
-            "observation": obs, "action": action[:, None],
-            "next": {"observation": nxt, "reward": reward[:, None].float(),
-                     "terminated": term[:, None], "truncated": torch.zeros_like(term[:, None]),
-                     "done": term[:, None]},
+            keys.OBSERVATION: obs, keys.ACTION: action[:, None],
+            keys.NEXT: {keys.OBSERVATION: nxt, keys.REWARD: reward[:, None].float(),
+                        keys.TERMINATED: term[:, None], keys.DONE: term[:, None],
+                        keys.TRUNCATED: torch.zeros_like(term[:, None])},
         }, [batch_size])  # fmt: skip
         out = loss(batch)
         trainers.optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm)
