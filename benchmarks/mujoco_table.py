@@ -52,11 +52,18 @@ SB3's A2C cells, which the table does not hold, run with the on-policy line: add
 ``--libraries tdrl`` to leave them out)
     python benchmarks/mujoco_table.py --tasks Hopper-v5 --seeds 0 1 2 3 4 --dry-run
     python benchmarks/mujoco_table.py --render    # mujoco_table.md and mujoco_<task>.png
+
+Tuning runs (not cells of the table): ``--set FIELD=VALUE`` changes a recipe field on top of the
+algorithm's preset, for tdrl cells written to a ``--table`` and ``--workdir`` of their own (the
+line records the change under ``overrides``), e.g. on seeds the table does not use:
+    python benchmarks/mujoco_table.py --algos a2c --tasks Hopper-v5 --seeds 50 51 \
+        --libraries tdrl --set eval_deterministic=False --table /tmp/tune.jsonl --workdir /tmp/tune
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import datetime
 import fcntl
@@ -523,17 +530,40 @@ def resumable(folder: Path, cell: Cell) -> bool:
     return same and latest_checkpoint(folder) is not None
 
 
-def tdrl_config(cell: Cell, folder: Path, suite: Suite) -> Any:
+def tdrl_config(
+    cell: Cell, folder: Path, suite: Suite, overrides: dict[str, Any] | None = None
+) -> Any:
     """The recipe Config a tdrl cell runs: the recipe's defaults, the algorithm's preset, the
-    cell's task, seed, budget and evaluation protocol, its run folder in ``folder``."""
+    cell's task, seed, budget and evaluation protocol, its run folder in ``folder``;
+    ``overrides`` (``--set``, tuning runs): recipe fields changed on top of the preset."""
     algo = suite.algos[cell.algorithm]
     module = importlib.import_module(f"recipes.{algo.recipe}")
     from tdrl.trainers import configure
 
-    return configure(module.Config, **dict(algo.preset) | dict(
+    cell_fields = dict(
         env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
         eval_every=cell.eval_every, eval_episodes=cell.eval_episodes,
-    ))  # fmt: skip
+    )  # fmt: skip
+    clash = sorted(set(overrides or {}) & set(cell_fields))
+    if clash:
+        raise ValueError(f"--set {clash}: a cell's own fields; use --tasks, --seeds, --steps, ...")
+    return configure(module.Config, **dict(algo.preset) | dict(overrides or {}) | cell_fields)
+
+
+def parse_sets(items: Iterable[str]) -> dict[str, Any]:
+    """``--set FIELD=VALUE`` items as recipe fields: VALUE read as a Python literal (numbers,
+    booleans, tuples, quoted strings), else as a plain string."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        overrides[name.strip().replace("-", "_")] = value
+    return overrides
 
 
 # Settings that say where a run was, not how it ran.
@@ -634,7 +664,14 @@ def report_drift(lines: Iterable[dict[str, Any]], suite: Suite) -> int:
     return stale
 
 
-def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) -> dict[str, Any]:
+def run_tdrl(
+    cell: Cell,
+    folder: Path,
+    suite: Suite,
+    *,
+    resume: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The recipe's ``main`` with its own defaults but the algorithm's preset, the cell's task,
     seed, budget and evaluation protocol, its run folder in ``folder``; the curve is its
     ``eval.csv``.
@@ -648,7 +685,7 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
     from tdrl.trainers.config import flat_dict
 
     module = importlib.import_module(f"recipes.{suite.algos[cell.algorithm].recipe}")
-    cfg = tdrl_config(cell, folder, suite)
+    cfg = tdrl_config(cell, folder, suite, overrides)
     resumed: dict[str, Any] = {}
     if resume:
         import torch
@@ -703,6 +740,7 @@ def run_tdrl(cell: Cell, folder: Path, suite: Suite, *, resume: bool = False) ->
         "wall_s": wall,
         "curve": curve,
         "settings": flat_dict(configure(cfg, resume=False)),
+        **({"overrides": overrides} if overrides else {}),
         "versions": versions("torch", "tensordict", "torchrl", *suite.packages),
         **({"resumed": resumed} if resumed else {}),
     }
@@ -824,7 +862,13 @@ def finite(value: Any) -> Any:
 
 
 def run_cell(
-    cell: Cell, folder: Path, suite: Suite, *, jobs: int = 1, running: int = 1
+    cell: Cell,
+    folder: Path,
+    suite: Suite,
+    *,
+    jobs: int = 1,
+    running: int = 1,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``cell`` of ``suite`` in this process (one torch thread); returns its line, also
     written to ``folder/result.json`` (atomically)."""
@@ -835,7 +879,9 @@ def run_cell(
     before = machine()
     code = git_commit()  # the code the run starts with (HEAD may move while it runs)
     if cell.library == "tdrl":
-        result = run_tdrl(cell, folder, suite, resume=resumable(folder, cell))
+        result = run_tdrl(
+            cell, folder, suite, resume=resumable(folder, cell), overrides=overrides
+        )
     else:
         result = suite.run_sb3(cell, folder)
     after = machine()
@@ -860,8 +906,9 @@ def child(payload: str, suite: Suite) -> None:
     """``--child``: run one cell (the JSON of its fields plus the folder and the job counts)."""
     raw = json.loads(payload)
     folder, jobs, running = Path(raw.pop("folder")), raw.pop("jobs"), raw.pop("running")
+    overrides = raw.pop("overrides", None)
     sys.path.insert(0, str(ROOT))
-    line = run_cell(Cell(**raw), folder, suite, jobs=jobs, running=running)
+    line = run_cell(Cell(**raw), folder, suite, jobs=jobs, running=running, overrides=overrides)
     print(f"final return {line['final_return']:.1f}, {line['wall_s']:.0f} s")
 
 
@@ -871,11 +918,19 @@ Launch = Callable[[Cell, Path, int, int], dict[str, Any]]
 
 
 def launch_subprocess(
-    cell: Cell, folder: Path, jobs: int, running: int, *, script: str | Path = __file__
+    cell: Cell,
+    folder: Path,
+    jobs: int,
+    running: int,
+    *,
+    script: str | Path = __file__,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``cell`` in a fresh Python, ``script --child`` (the driver of its suite; log:
     ``folder/log.txt``); returns its line."""
     payload = dataclasses.asdict(cell) | {"folder": str(folder), "jobs": jobs, "running": running}
+    if overrides:
+        payload["overrides"] = overrides
     return run_child(script, payload, folder, RESULT, cwd=ROOT)
 
 
@@ -1569,6 +1624,11 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
     parser.add_argument(
         "--workdir", type=Path, default=suite.workdir, help="run folders (outside the repository)"
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+        help="tuning runs: a recipe field changed on top of the algorithm's preset (repeatable; "
+        "tdrl cells only, into a --table and --workdir of their own, never the table's)",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="list the cells left to run")
     parser.add_argument("--render", action="store_true", help="only write the .md and PNGs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -1585,6 +1645,9 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
         suite, args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
     )  # fmt: skip
+    overrides = parse_sets(args.sets)
+    if overrides:
+        check_tuning(overrides, cells, args, suite)
     keys = {cell.key for cell in cells}
     report_drift([line for line in read_lines(args.table) if line_key(line) in keys], suite)
     if args.dry_run:
@@ -1592,11 +1655,31 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
         todo = [cell for cell in cells if cell.key not in done]
         print("\n".join(map(str, todo)) + f"\n{len(todo)} of {len(cells)} cells to run")
         return 0
-    launch = functools.partial(launch_subprocess, script=suite.script)
+    launch = functools.partial(launch_subprocess, script=suite.script, overrides=overrides)
     failures = run_cells(cells, args.table, args.workdir, args.jobs, launch)
     if failures:
         print(f"{failures} cell(s) failed; the same command runs them again")
     return 1 if failures else 0
+
+
+def check_tuning(
+    overrides: dict[str, Any], cells: list[Cell], args: argparse.Namespace, suite: Suite
+) -> None:
+    """``--set`` runs are tuning runs: tdrl cells only, their lines and run folders apart from
+    the table's (a line of other settings there would be stale, and a folder of the table's
+    cell would be resumed or cleared), every field one the recipe has (a ``TypeError`` naming
+    it, before anything runs)."""
+    if any(cell.library != "tdrl" for cell in cells):
+        raise SystemExit("--set changes tdrl's recipe fields: add --libraries tdrl")
+    if args.table.resolve() == suite.table.resolve():
+        raise SystemExit("--set: tuning lines stay out of the table; give --table another file")
+    if args.workdir.resolve() == suite.workdir.resolve():
+        raise SystemExit("--set: give --workdir a folder of its own (not the table's cells')")
+    for cell in cells:
+        try:
+            tdrl_config(cell, args.workdir, suite, overrides)
+        except (TypeError, ValueError) as error:
+            raise SystemExit(f"--set: {error}") from None
 
 
 if __name__ == "__main__":

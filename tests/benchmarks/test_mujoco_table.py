@@ -170,6 +170,49 @@ def test_dry_run_lists_only_the_cells_left(tmp_path: Path, capsys: pytest.Captur
     assert len(listed) == 3 and str(done) not in listed and "3 of 4 cells to run" in out
 
 
+def test_set_changes_recipe_fields_on_top_of_the_preset(tmp_path: Path) -> None:
+    overrides = mt.parse_sets(
+        ["update_order=joint", "hidden-sizes=(64, 64)", "eval_deterministic=False", "lr=1e-3"]
+    )
+    assert overrides == {
+        "update_order": "joint", "hidden_sizes": (64, 64), "eval_deterministic": False,
+        "lr": 1e-3,
+    }  # fmt: skip
+    tqc = mt.Cell("tdrl", "tqc", "Hopper-v5", 50, 100_000, 10_000, 10)
+    preset = flat_dict(mt.tdrl_config(tqc, tmp_path, mt.MUJOCO))
+    tuned = flat_dict(mt.tdrl_config(tqc, tmp_path, mt.MUJOCO, {"update_order": "joint"}))
+    assert preset["update_order"] == "critics_first" and tuned["update_order"] == "joint"
+    assert {k for k in preset if preset[k] != tuned[k]} == {"update_order"}
+    with pytest.raises(ValueError, match="seed"):  # the cell's own fields come from the cell
+        mt.tdrl_config(tqc, tmp_path, mt.MUJOCO, {"seed": 3})
+    with pytest.raises(ValueError, match="FIELD=VALUE"):
+        mt.parse_sets(["update_order"])
+
+
+def test_set_runs_stay_out_of_the_table_and_reach_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--algos", "tqc", "--tasks", "Hopper-v5", "--seeds", "50", "--dry-run"]
+    own = ["--table", str(tmp_path / "tune.jsonl"), "--workdir", str(tmp_path / "runs")]
+    with pytest.raises(SystemExit, match="--libraries tdrl"):  # SB3's cells have no such field
+        mt.main([*args, *own, "--set", "update_order=joint"])
+    with pytest.raises(SystemExit, match="tuning lines stay out of the table"):
+        mt.main([*args, "--libraries", "tdrl", "--set", "update_order=joint"])
+    with pytest.raises(SystemExit, match=r"no field\(s\) \['update_ordre'\]"):
+        mt.main([*args, *own, "--libraries", "tdrl", "--set", "update_ordre=joint"])
+    assert mt.main([*args, *own, "--libraries", "tdrl", "--set", "update_order=joint"]) == 0
+    # the launcher's payload carries the fields, and the child hands them to the run
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(mt, "run_child", lambda script, payload, *a, **k: sent.append(payload))
+    tqc = mt.Cell("tdrl", "tqc", "Hopper-v5", 50, 100_000, 10_000, 10)
+    mt.launch_subprocess(tqc, tmp_path, 1, 1, overrides={"update_order": "joint"})
+    received: list[Any] = []
+    monkeypatch.setattr(mt, "run_cell", lambda c, f, s, **k: received.append((c, k)) or {
+        "final_return": 0.0, "wall_s": 0.0})  # fmt: skip
+    mt.child(json.dumps(sent[0]), mt.MUJOCO)
+    assert received == [(tqc, {"jobs": 1, "running": 1, "overrides": {"update_order": "joint"}})]
+
+
 def test_a_field_added_since_counts_as_the_value_runs_had_before_it(tmp_path: Path) -> None:
     # A line written before sac.py took --update-order ran the joint step, and one written
     # before it took --algo ran its own row's algorithm: neither is "not recorded". The SAC line
