@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,12 @@ def evaluate(
     """Runs ``policy`` until exactly ``n_episodes`` episodes have ended; returns their statistics.
 
     The env is reset first (with ``seed``, or continuing its random streams), so give evaluation
-    its own env rather than the one a collector is using. Env i contributes its first
+    its own env rather than the one a collector is using. The policy's random draws (a sampled
+    evaluation, ``deterministic=False``) come from torch's global generator seeded with ``seed``
+    inside a fork of it: the same seed gives the same actions to the same policy, and the
+    training run's random stream is where it was before (a run trains the same whichever way
+    it evaluates; without ``seed`` the draws continue the global stream in the fork). Env i
+    contributes its first
     ``n_episodes // num_envs`` episodes, plus one for ``i < n_episodes % num_envs``; extra episodes
     are ignored, so short episodes are not over-represented (Stable-Baselines3's
     ``evaluate_policy`` does the same).
@@ -62,7 +69,7 @@ def evaluate(
     episode_return = np.zeros(n)
     episode_length = np.zeros(n, dtype=np.int64)
     mode = InteractionType.DETERMINISTIC if deterministic else InteractionType.RANDOM
-    with torch.no_grad(), set_interaction_type(mode):
+    with torch.no_grad(), set_interaction_type(mode), _own_random_stream(seed):
         runner.set_observation(env.reset_arrays(seed), reset=True)
         while quota.any():
             if policy is not None:
@@ -86,6 +93,20 @@ def evaluate(
     return _summary(returns, lengths)
 
 
+@contextlib.contextmanager
+def _own_random_stream(seed: int | None) -> Iterator[None]:
+    """torch's global generator (and the current CUDA device's, once CUDA is in use) forked for
+    the block, and seeded with ``seed`` when one is given: draws inside leave the caller's
+    stream where it was."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        if seed is not None:
+            torch.random.default_generator.manual_seed(seed)
+            if devices:
+                torch.cuda.manual_seed(seed)
+        yield
+
+
 def evaluate_multiagent(
     env: MultiAgentVecEnv,
     policy: Any,
@@ -94,8 +115,9 @@ def evaluate_multiagent(
     *,
     seed: int | None = None,
 ) -> dict[str, float]:
-    """Exactly ``n_episodes`` episodes (env i plays its share, as ``tdrl.collectors.evaluate``);
-    returns the mean over agents of each agent's return, averaged over the episodes."""
+    """Exactly ``n_episodes`` episodes (env i plays its share, and the policy draws from its own
+    random stream, as ``tdrl.collectors.evaluate``); returns the mean over agents of each agent's
+    return, averaged over the episodes."""
     check_counts("evaluate", n_episodes=n_episodes)
     n = env.num_envs
     quota = np.full(n, n_episodes // n, dtype=np.int64)
@@ -108,7 +130,7 @@ def evaluate_multiagent(
     episode_length = torch.zeros(n, dtype=torch.int64)
     mode = InteractionType.DETERMINISTIC if deterministic else InteractionType.RANDOM
     device = _device(policy)
-    with torch.no_grad(), set_interaction_type(mode):
+    with torch.no_grad(), set_interaction_type(mode), _own_random_stream(seed):
         current = env.reset(seed)
         while quota.any():
             if policy is None:

@@ -254,6 +254,21 @@ def test_evaluate_with_policy_is_deterministic_by_default():
     assert a == b and a["n_episodes"] == 3
 
 
+def test_a_sampled_evaluation_repeats_with_its_seed_and_leaves_the_training_stream_alone():
+    actor = _torchrl_actor()
+    with make_vec_env("Hopper-v5", 2, seed=0) as env:
+        torch.manual_seed(3)
+        before = torch.get_rng_state()
+        a = evaluate(env, actor, n_episodes=3, seed=5, deterministic=False)
+        assert torch.equal(torch.get_rng_state(), before)  # the training run draws on as before
+        torch.manual_seed(4)  # another training stream: the evaluation's draws are its seed's
+        b = evaluate(env, actor, n_episodes=3, seed=5, deterministic=False)
+        c = evaluate(env, actor, n_episodes=3, seed=6, deterministic=False)
+        greedy = evaluate(env, actor, n_episodes=3, seed=5)
+    assert a == b and a != c  # the seed picks the draws
+    assert a["return_mean"] != greedy["return_mean"]  # and they are draws, not the mode
+
+
 def test_collect_random_recipe_runs_in_process():
     from recipes.collect_random import Config, main
 

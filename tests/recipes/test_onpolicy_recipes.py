@@ -176,6 +176,18 @@ def test_resume_continues_exactly(name: str, env_id: str, tmp_path: Path, device
     assert any("episode_return" in row for row in expected[3:])
 
 
+def test_a_run_trains_the_same_whichever_way_it_evaluates(tmp_path: Path) -> None:
+    # A sampled evaluation draws its actions from a stream of its own, seeded per evaluation:
+    # the training rows match a run that evaluates the mode, step by step.
+    common = dict(env_id="Hopper-v5", total_frames=640, eval_every=128)
+    a2c.main(tiny("a2c", tmp_path / "mode", **common))
+    a2c.main(tiny("a2c", tmp_path / "sampled", **common, eval_deterministic=False))
+    assert _losses(tmp_path / "sampled" / "train.csv") == _losses(tmp_path / "mode" / "train.csv")
+    evaluations = [read_csv(tmp_path / run / "eval.csv") for run in ("mode", "sampled")]
+    assert len(evaluations[0]) == len(evaluations[1]) >= 4
+    assert [r["return_mean"] for r in evaluations[0]] != [r["return_mean"] for r in evaluations[1]]
+
+
 def test_recurrent_sequence_length_must_divide_the_rollout(tmp_path: Path) -> None:
     cfg = tiny("ppo_lstm", tmp_path, env_id="CartPoleNoVel-v1", seq_len=5)  # 32 steps per env
     with pytest.raises(ValueError, match=r"seq_len=5 does not divide the rollout's 32 steps"):
