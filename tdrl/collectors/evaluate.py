@@ -33,10 +33,9 @@ def evaluate(
     inside a fork of it: the same seed gives the same actions to the same policy, and the
     training run's random stream is where it was before (a run trains the same whichever way
     it evaluates; without ``seed`` the draws continue the global stream in the fork). Env i
-    contributes its first
-    ``n_episodes // num_envs`` episodes, plus one for ``i < n_episodes % num_envs``; extra episodes
-    are ignored, so short episodes are not over-represented (Stable-Baselines3's
-    ``evaluate_policy`` does the same).
+    contributes its first ``n_episodes // num_envs`` episodes, plus one for
+    ``i < n_episodes % num_envs``; extra episodes are ignored, so short episodes are not
+    over-represented (Stable-Baselines3's ``evaluate_policy`` does the same).
 
     Args:
         env: a ``VecEnv``.
