@@ -515,19 +515,28 @@ def curve_summary(curve: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-def resumable(folder: Path, cell: Cell) -> bool:
-    """Whether ``folder`` holds a checkpoint of ``cell``'s tdrl run, cut before its end (the
-    driver or the machine was stopped): :func:`run_tdrl` then resumes it (``--resume``)."""
+def resumable(folder: Path, cell: Cell, overrides: dict[str, Any] | None = None) -> bool:
+    """Whether ``folder`` holds a checkpoint of ``cell``'s tdrl run with the same ``--set``
+    fields, cut before its end (the driver or the machine was stopped): :func:`run_tdrl` then
+    resumes it (``--resume``)."""
     from tdrl.trainers import latest_checkpoint
 
     started = folder / STARTED
     if cell.library != "tdrl" or not started.is_file() or (folder / RESULT).exists():
         return False
     try:
-        same = json.loads(started.read_text())["cell"] == dataclasses.asdict(cell)
+        record = json.loads(started.read_text())
+        same = record["cell"] == dataclasses.asdict(cell)
     except (json.JSONDecodeError, KeyError, TypeError):
         return False
+    same = same and (record.get("overrides") or {}) == json_form(overrides or {})
     return same and latest_checkpoint(folder) is not None
+
+
+def json_form(value: Any) -> Any:
+    """``value`` as a JSON round trip gives it back (tuples become lists), to compare a recorded
+    value with one given here."""
+    return json.loads(json.dumps(value))
 
 
 def tdrl_config(
@@ -539,6 +548,7 @@ def tdrl_config(
     algo = suite.algos[cell.algorithm]
     module = importlib.import_module(f"recipes.{algo.recipe}")
     from tdrl.trainers import configure
+    from tdrl.trainers.config import flat_dict
 
     cell_fields = dict(
         env_id=cell.task, seed=cell.seed, total_frames=cell.steps, log_dir=str(folder),
@@ -547,7 +557,49 @@ def tdrl_config(
     clash = sorted(set(overrides or {}) & set(cell_fields))
     if clash:
         raise ValueError(f"--set {clash}: a cell's own fields; use --tasks, --seeds, --steps, ...")
-    return configure(module.Config, **dict(algo.preset) | dict(overrides or {}) | cell_fields)
+    cfg = configure(module.Config, **dict(algo.preset) | cell_fields)
+    if not overrides:
+        return cfg
+    return configure(cfg, **typed_overrides(overrides, flat_dict(cfg)))
+
+
+def typed_overrides(overrides: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """``--set`` values in the types of the fields they replace (``base``: the preset's flat
+    values): booleans from ``True``/``true``, floats from numbers or ``inf``/``nan``, tuples
+    from sequences (a JSON payload turns them into lists); anything else a ``ValueError`` naming
+    the field. Where a run is (``log_dir``, ``resume``...) is not a setting: refused. Names
+    the config lacks pass through, for ``configure`` to refuse."""
+    typed: dict[str, Any] = {}
+    for name, value in overrides.items():
+        if name in PLACE_SETTINGS or name.startswith("resume"):
+            raise ValueError(f"--set {name}: says where a run is, not how it runs")
+        default = base.get(name)
+        text = value.strip().lower() if isinstance(value, str) else None
+        if name not in base or default is None:
+            typed[name] = value
+        elif isinstance(default, bool):
+            if not isinstance(value, bool) and text not in ("true", "false"):
+                raise ValueError(f"--set {name}={value!r}: expected True or False")
+            typed[name] = value if isinstance(value, bool) else text == "true"
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value % 1:
+                raise ValueError(f"--set {name}={value!r}: expected an integer")
+            typed[name] = int(value)
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not (
+                isinstance(value, (int, float)) or text in ("inf", "-inf", "nan")
+            ):
+                raise ValueError(f"--set {name}={value!r}: expected a number")
+            typed[name] = float(value)
+        elif isinstance(default, tuple):
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"--set {name}={value!r}: expected a tuple, e.g. (64, 64)")
+            typed[name] = tuple(value)
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise ValueError(f"--set {name}={value!r}: expected a string")
+        else:
+            typed[name] = value
+    return typed
 
 
 def parse_sets(items: Iterable[str]) -> dict[str, Any]:
@@ -617,7 +669,7 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
     else:
         from tdrl.trainers.config import FIELDS_ADDED, flat_dict
 
-        now = finite(flat_dict(tdrl_config(cell, Path("."), suite)))
+        now = finite(flat_dict(tdrl_config(cell, Path("."), suite, line.get("overrides"))))
         now = {name: value for name, value in now.items() if name not in PLACE_SETTINGS}
         renamed = RENAMED.get(cell.algorithm, {})
         recorded = {
@@ -714,6 +766,7 @@ def run_tdrl(
         (folder / STARTED).write_text(
             json.dumps({
                 "cell": dataclasses.asdict(cell),
+                "overrides": overrides or {},
                 "commit": git_commit()["commit"],
                 "date": machine()["time"],
             })
@@ -880,7 +933,7 @@ def run_cell(
     code = git_commit()  # the code the run starts with (HEAD may move while it runs)
     if cell.library == "tdrl":
         result = run_tdrl(
-            cell, folder, suite, resume=resumable(folder, cell), overrides=overrides
+            cell, folder, suite, resume=resumable(folder, cell, overrides), overrides=overrides
         )
     else:
         result = suite.run_sb3(cell, folder)
@@ -995,6 +1048,8 @@ def run_cells(
     workdir: Path,
     jobs: int = 1,
     launch: Launch = launch_subprocess,
+    *,
+    overrides: dict[str, Any] | None = None,
 ) -> int:
     """Run the cells that are not in ``table`` yet, ``jobs`` at a time; returns the failures.
 
@@ -1014,7 +1069,8 @@ def run_cells(
         saved = cell.folder(workdir) / RESULT
         if saved.exists():
             line = json.loads(saved.read_text())
-            if line_key(line) == cell.key and same_code(line.get("commit")):
+            same_set = (line.get("overrides") or {}) == json_form(overrides or {})
+            if line_key(line) == cell.key and same_code(line.get("commit")) and same_set:
                 append_line(table, line)
                 done.add(cell.key)
                 print(f"recovered from {saved}: {cell}")
@@ -1036,7 +1092,7 @@ def run_cells(
             run_one(cell, folder)
 
     def run_one(cell: Cell, folder: Path) -> None:
-        if not resumable(folder, cell):  # a tdrl run cut after a checkpoint goes on from it
+        if not resumable(folder, cell, overrides):  # a cut tdrl run goes on from a checkpoint
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
         with lock:
@@ -1222,7 +1278,8 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   without value-target scaling, A2C with its learning rate decayed to 0 over the 1M steps
   (before the 3M horizon of Tianshou's schedule), A2C with Tianshou's value-target scaling
   (before the critic's outputs were preserved), TD3 at the recipe's 1M defaults and with
-  256x256 nets.
+  256x256 nets. Runs that are not cells (tuning seeds, another evaluation protocol: `--set`,
+  which the line records under `overrides`) are kept in `mujoco_tuning.jsonl`.
 - NPG is TRPO without the line search (the same KL-scaled natural-gradient step, `max_kl`
   0.01), so where TRPO's line search never shrinks a step the two runs compute the same thing.
   In the TRPO runs' train.csv (977 logged rows a run, `step_size`), it shrank none on Ant
@@ -1290,7 +1347,10 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   and 51 (not cells): 4365.5 and 4957.1 critics-first, 3184.4 and 5035.9 joint. Hopper seeds 0-2
   were rerun so too (seed 2 with three processes on two cores): final 960.3, 2189.2 and 2715.2,
   mean 1954.9 against sb3-contrib's 1334.0 (1.47x); the joint step's lines, now in the superseded
-  file, ended at 1700.3 (1.27x).
+  file, ended at 1700.3 (1.27x). The TQC paper drops no atom on HalfCheetah (its d = 0; the zoo
+  keeps sb3-contrib's 2): on tuning seeds 50 and 51 (`--set top_quantiles_to_drop=0`, lines in
+  `mujoco_tuning.jsonl`) it ended at 4629.3 and 4197.9 against 4365.5 and 4957.1 with 2, so
+  the preset keeps 2.
 - A2C's rows were rerun when its value-target scaling began to preserve the critic's outputs
   (PopArt's rescaling of the value head, `--preserve-value-outputs`): in Tianshou's procedure,
   which the earlier lines ran, the std of the returns fed on itself (seed 0 on Hopper: 5.6e3 at
@@ -1637,6 +1697,12 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
         child(args.child, suite)
         return 0
     sys.path.insert(0, str(ROOT))  # the recipes: their defaults, against the lines' settings
+    try:
+        overrides = parse_sets(args.sets)
+    except ValueError as error:
+        parser.error(str(error))
+    if overrides and args.render:
+        parser.error("--set runs tuning cells; --render draws the table's page")
     if args.render:
         md, pngs = render(args.table, suite)
         print(f"wrote {md}" + "".join(f"\nwrote {png}" for png in pngs))
@@ -1645,10 +1711,16 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
         suite, args.algos, args.tasks, args.seeds, args.libraries, steps=args.steps,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes,
     )  # fmt: skip
-    overrides = parse_sets(args.sets)
     if overrides:
         check_tuning(overrides, cells, args, suite)
     keys = {cell.key for cell in cells}
+    other = [line.get("overrides") or {} for line in read_lines(args.table)]
+    other = [x for x in other if x != json_form(overrides)]
+    if other:  # a table's cells are keyed without settings: one --set (or none) a table
+        raise SystemExit(
+            f"{args.table} holds lines run with --set {other[0]} (this command: "
+            f"{overrides or 'none'}); give --table a file of its own"
+        )
     report_drift([line for line in read_lines(args.table) if line_key(line) in keys], suite)
     if args.dry_run:
         done = {line_key(line) for line in read_lines(args.table)}
@@ -1656,7 +1728,7 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
         print("\n".join(map(str, todo)) + f"\n{len(todo)} of {len(cells)} cells to run")
         return 0
     launch = functools.partial(launch_subprocess, script=suite.script, overrides=overrides)
-    failures = run_cells(cells, args.table, args.workdir, args.jobs, launch)
+    failures = run_cells(cells, args.table, args.workdir, args.jobs, launch, overrides=overrides)
     if failures:
         print(f"{failures} cell(s) failed; the same command runs them again")
     return 1 if failures else 0
@@ -1671,8 +1743,11 @@ def check_tuning(
     it, before anything runs)."""
     if any(cell.library != "tdrl" for cell in cells):
         raise SystemExit("--set changes tdrl's recipe fields: add --libraries tdrl")
-    if args.table.resolve() == suite.table.resolve():
-        raise SystemExit("--set: tuning lines stay out of the table; give --table another file")
+    if args.table.resolve().parent == suite.table.resolve().parent:  # its page and PNGs too
+        raise SystemExit(
+            f"--set: tuning lines stay out of the table's folder ({suite.table.parent}); give "
+            "--table a file elsewhere"
+        )
     if args.workdir.resolve() == suite.workdir.resolve():
         raise SystemExit("--set: give --workdir a folder of its own (not the table's cells')")
     for cell in cells:

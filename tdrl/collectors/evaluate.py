@@ -29,10 +29,11 @@ def evaluate(
 
     The env is reset first (with ``seed``, or continuing its random streams), so give evaluation
     its own env rather than the one a collector is using. The policy's random draws (a sampled
-    evaluation, ``deterministic=False``) come from torch's global generator seeded with ``seed``
-    inside a fork of it: the same seed gives the same actions to the same policy, and the
-    training run's random stream is where it was before (a run trains the same whichever way
-    it evaluates; without ``seed`` the draws continue the global stream in the fork). Env i
+    evaluation, ``deterministic=False``) come from torch's global generators (CPU, and CUDA's
+    once in use) seeded with ``seed`` inside a fork of them: the same seed gives the same
+    actions to the same policy, and torch's streams are where they were before (a run trains
+    the same whichever way it evaluates; without ``seed`` the draws continue the global streams
+    in the fork). Env i
     contributes its first ``n_episodes // num_envs`` episodes, plus one for
     ``i < n_episodes % num_envs``; extra episodes are ignored, so short episodes are not
     over-represented (Stable-Baselines3's ``evaluate_policy`` does the same).
@@ -94,15 +95,16 @@ def evaluate(
 
 @contextlib.contextmanager
 def _own_random_stream(seed: int | None) -> Iterator[None]:
-    """torch's global generator (and the current CUDA device's, once CUDA is in use) forked for
+    """torch's global CPU generator (and every CUDA device's, once CUDA is in use) forked for
     the block, and seeded with ``seed`` when one is given: draws inside leave the caller's
-    stream where it was."""
-    devices = [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
+    streams where they were. (NumPy's and Python's generators are not forked: tdrl's policies
+    do not draw from them.)"""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         if seed is not None:
             torch.random.default_generator.manual_seed(seed)
             if devices:
-                torch.cuda.manual_seed(seed)
+                torch.cuda.manual_seed_all(seed)
         yield
 
 

@@ -170,47 +170,99 @@ def test_dry_run_lists_only_the_cells_left(tmp_path: Path, capsys: pytest.Captur
     assert len(listed) == 3 and str(done) not in listed and "3 of 4 cells to run" in out
 
 
-def test_set_changes_recipe_fields_on_top_of_the_preset(tmp_path: Path) -> None:
-    overrides = mt.parse_sets(
-        ["update_order=joint", "hidden-sizes=(64, 64)", "eval_deterministic=False", "lr=1e-3"]
-    )
-    assert overrides == {
-        "update_order": "joint", "hidden_sizes": (64, 64), "eval_deterministic": False,
-        "lr": 1e-3,
-    }  # fmt: skip
+def test_set_changes_recipe_fields_on_top_of_the_preset_in_their_types(tmp_path: Path) -> None:
+    sets = ["update_order=joint", "hidden-sizes=(64, 64)", "eval_deterministic=false",
+            "actor_lr=1e-3", "stop_at_return=inf", "batch_size=128.0"]  # fmt: skip
+    overrides = mt.parse_sets(sets)
+    assert overrides["hidden_sizes"] == (64, 64) and overrides["eval_deterministic"] == "false"
     tqc = mt.Cell("tdrl", "tqc", "Hopper-v5", 50, 100_000, 10_000, 10)
     preset = flat_dict(mt.tdrl_config(tqc, tmp_path, mt.MUJOCO))
-    tuned = flat_dict(mt.tdrl_config(tqc, tmp_path, mt.MUJOCO, {"update_order": "joint"}))
+    # as the child gets them: through JSON, tuples as lists
+    tuned = flat_dict(mt.tdrl_config(tqc, tmp_path, mt.MUJOCO, mt.json_form(overrides)))
     assert preset["update_order"] == "critics_first" and tuned["update_order"] == "joint"
-    assert {k for k in preset if preset[k] != tuned[k]} == {"update_order"}
-    with pytest.raises(ValueError, match="seed"):  # the cell's own fields come from the cell
-        mt.tdrl_config(tqc, tmp_path, mt.MUJOCO, {"seed": 3})
+    assert tuned["hidden_sizes"] == (64, 64) and tuned["eval_deterministic"] is False
+    assert tuned["stop_at_return"] == math.inf and tuned["batch_size"] == 128
+    assert type(tuned["batch_size"]) is int and type(tuned["actor_lr"]) is float
+    changed = {k for k in preset if preset[k] != tuned[k]}
+    # (stop_at_return's default is inf already: the string "inf" read as that float)
+    assert changed == {"update_order", "hidden_sizes", "eval_deterministic", "actor_lr",
+                       "batch_size"}  # fmt: skip
+    for bad, match in [
+        ({"seed": 3}, "a cell's own fields"),  # the cell's own fields come from the cell
+        ({"resume": True}, "where a run is"),
+        ({"eval_deterministic": "yes"}, "expected True or False"),
+        ({"batch_size": 1.5}, "expected an integer"),
+        ({"actor_lr": True}, "expected a number"),
+        ({"hidden_sizes": 64}, "expected a tuple"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            mt.tdrl_config(tqc, tmp_path, mt.MUJOCO, bad)
     with pytest.raises(ValueError, match="FIELD=VALUE"):
         mt.parse_sets(["update_order"])
 
 
-def test_set_runs_stay_out_of_the_table_and_reach_the_child(
+def test_set_runs_stay_out_of_the_table_and_reach_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = ["--algos", "tqc", "--tasks", "Hopper-v5", "--seeds", "50", "--dry-run"]
     own = ["--table", str(tmp_path / "tune.jsonl"), "--workdir", str(tmp_path / "runs")]
+    joint = ["--set", "update_order=joint"]
     with pytest.raises(SystemExit, match="--libraries tdrl"):  # SB3's cells have no such field
-        mt.main([*args, *own, "--set", "update_order=joint"])
-    with pytest.raises(SystemExit, match="tuning lines stay out of the table"):
-        mt.main([*args, "--libraries", "tdrl", "--set", "update_order=joint"])
+        mt.main([*args, *own, *joint])
+    beside = str(mt.MUJOCO.table.parent / "tune.jsonl")  # --render would redraw the page's PNGs
+    with pytest.raises(SystemExit, match="stay out of the table's folder"):
+        mt.main([*args, "--libraries", "tdrl", *joint, "--table", beside, "--workdir", "/tmp/x"])
+    with pytest.raises(SystemExit, match="a folder of its own"):
+        mt.main([*args, "--libraries", "tdrl", *joint, "--table", str(tmp_path / "t.jsonl")])
     with pytest.raises(SystemExit, match=r"no field\(s\) \['update_ordre'\]"):
         mt.main([*args, *own, "--libraries", "tdrl", "--set", "update_ordre=joint"])
-    assert mt.main([*args, *own, "--libraries", "tdrl", "--set", "update_order=joint"]) == 0
-    # the launcher's payload carries the fields, and the child hands them to the run
+    assert mt.main([*args, *own, "--libraries", "tdrl", *joint]) == 0
+    # one setting a table: its lines are keyed by the cell alone
+    tqc = mt.Cell("tdrl", "tqc", "Hopper-v5", 50, 100_000, 10_000, 10)
+    mt.append_line(tmp_path / "tune.jsonl", fake_line(tqc, [1.0]) | {"overrides": {"lr": 1e-3}})
+    for other in (joint, []):
+        with pytest.raises(SystemExit, match=r"holds lines run with --set \{'lr': 0.001\}"):
+            mt.main([*args, *own, "--libraries", "tdrl", *other])
+    # the launcher's payload carries the fields, the child and run_cell hand them to the run
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(mt, "run_child", lambda script, payload, *a, **k: sent.append(payload))
-    tqc = mt.Cell("tdrl", "tqc", "Hopper-v5", 50, 100_000, 10_000, 10)
     mt.launch_subprocess(tqc, tmp_path, 1, 1, overrides={"update_order": "joint"})
     received: list[Any] = []
-    monkeypatch.setattr(mt, "run_cell", lambda c, f, s, **k: received.append((c, k)) or {
-        "final_return": 0.0, "wall_s": 0.0})  # fmt: skip
-    mt.child(json.dumps(sent[0]), mt.MUJOCO)
-    assert received == [(tqc, {"jobs": 1, "running": 1, "overrides": {"update_order": "joint"}})]
+
+    def run_tdrl(c: Any, folder: Path, suite: Any, **kw: Any) -> dict[str, Any]:
+        received.append((c, kw))
+        return {"final_return": 0.0, "wall_s": 0.0}
+
+    monkeypatch.setattr(mt, "run_tdrl", run_tdrl)
+    mt.child(json.dumps(sent[0] | {"folder": str(tmp_path / "cell")}), mt.MUJOCO)
+    assert received == [(tqc, {"resume": False, "overrides": {"update_order": "joint"}})]
+
+
+def test_a_set_run_resumes_and_recovers_only_its_own_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tdrl.trainers
+
+    c, joint = cell(algorithm="tqc"), {"update_order": "joint"}
+    folder = c.folder(tmp_path / "work")
+    folder.mkdir(parents=True)
+    record = {"cell": dataclasses.asdict(c), "commit": "0" * 40, "overrides": joint}
+    (folder / mt.STARTED).write_text(json.dumps(record))
+    monkeypatch.setattr(tdrl.trainers, "latest_checkpoint", lambda root: root)  # one is there
+    assert mt.resumable(folder, c, joint)
+    assert not mt.resumable(folder, c, {"update_order": "critics_first"})
+    assert not mt.resumable(folder, c)  # the preset: the folder is cleared, not resumed
+    # a finished run's result of another setting is not this command's line
+    (folder / mt.RESULT).write_text(json.dumps(fake_line(c, [3.0]) | {
+        "commit": mt.git_commit()["commit"], "overrides": joint}))  # fmt: skip
+    launch = FakeLaunch()
+    mt.run_cells([c], tmp_path / "other.jsonl", tmp_path / "work", launch=launch, overrides={})
+    assert launch.calls == [c]
+    (folder / mt.RESULT).write_text(json.dumps(fake_line(c, [3.0]) | {
+        "commit": mt.git_commit()["commit"], "overrides": joint}))  # fmt: skip
+    again = FakeLaunch()
+    mt.run_cells([c], tmp_path / "same.jsonl", tmp_path / "work", launch=again, overrides=joint)
+    assert again.calls == [] and mt.read_lines(tmp_path / "same.jsonl")[0]["final_return"] == 3.0
 
 
 def test_a_field_added_since_counts_as_the_value_runs_had_before_it(tmp_path: Path) -> None:
