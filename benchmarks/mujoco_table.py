@@ -1362,6 +1362,16 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   923.1 -> 2888.7 ± 285.5. Every change is within the spread over seeds; the collapse is gone.
   Walker2d then got seeds 3-5 with the new default (final 426.0, 488.2, 404.5; best 471.9,
   2142.3, 1040.0): over seeds 0-5 its peak of the mean curve is 735.6, 0.67x Tianshou's 1091.6.
+- A2C against Tianshou's published peaks: its table was measured while its policies evaluated by
+  sampling their actions (thu-ml/tianshou#353; the mode came with #354, April 2021), this
+  table evaluates the mode. That is not the gap: the same training runs evaluated both ways
+  (a sampled evaluation draws from a random stream of its own, so the train rows are equal),
+  seeds 0-5 at 95002ea (lines in `mujoco_tuning.jsonl`), peak of the mean curve on Hopper 686.8
+  with the mode and 685.2 sampled, on Walker2d 1189.5 and 889.0 (mean final 630.0 and 482.8,
+  899.2 and 814.5). Those runs are also a second draw of the table's seeds (the table's lines
+  ran at older commits): Hopper 686.8 against the table's 786.3, Walker2d 1189.5 (1.09x
+  Tianshou's 1091.6) against 735.6. Between draws of the same six seeds the row moves more
+  than it differs from Tianshou's; the table keeps the lines it has.
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
   side by side (together 0%, 0%, 2%), so each library's runs met other load on the machine.
 """
