@@ -529,14 +529,19 @@ def resumable(folder: Path, cell: Cell, overrides: dict[str, Any] | None = None)
         same = record["cell"] == dataclasses.asdict(cell)
     except (json.JSONDecodeError, KeyError, TypeError):
         return False
-    same = same and (record.get("overrides") or {}) == json_form(overrides or {})
-    return same and latest_checkpoint(folder) is not None
+    return same and same_overrides(record, overrides) and latest_checkpoint(folder) is not None
 
 
 def json_form(value: Any) -> Any:
     """``value`` as a JSON round trip gives it back (tuples become lists), to compare a recorded
     value with one given here."""
     return json.loads(json.dumps(value))
+
+
+def same_overrides(record: Mapping[str, Any], overrides: dict[str, Any] | None) -> bool:
+    """Whether a line's (or a started run's) recorded ``--set`` fields are ``overrides`` (none
+    recorded: none given)."""
+    return (record.get("overrides") or {}) == json_form(overrides or {})
 
 
 def tdrl_config(
@@ -1069,8 +1074,8 @@ def run_cells(
         saved = cell.folder(workdir) / RESULT
         if saved.exists():
             line = json.loads(saved.read_text())
-            same_set = (line.get("overrides") or {}) == json_form(overrides or {})
-            if line_key(line) == cell.key and same_code(line.get("commit")) and same_set:
+            same = line_key(line) == cell.key and same_overrides(line, overrides)
+            if same and same_code(line.get("commit")):
                 append_line(table, line)
                 done.add(cell.key)
                 print(f"recovered from {saved}: {cell}")
@@ -1724,16 +1729,16 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
     if overrides:
         check_tuning(overrides, cells, args, suite)
     keys = {cell.key for cell in cells}
-    other = [line.get("overrides") or {} for line in read_lines(args.table)]
-    other = [x for x in other if x != json_form(overrides)]
+    lines = read_lines(args.table)
+    other = [line.get("overrides") or {} for line in lines if not same_overrides(line, overrides)]
     if other:  # a table's cells are keyed without settings: one --set (or none) a table
         raise SystemExit(
             f"{args.table} holds lines run with --set {other[0]} (this command: "
             f"{overrides or 'none'}); give --table a file of its own"
         )
-    report_drift([line for line in read_lines(args.table) if line_key(line) in keys], suite)
+    report_drift([line for line in lines if line_key(line) in keys], suite)
     if args.dry_run:
-        done = {line_key(line) for line in read_lines(args.table)}
+        done = {line_key(line) for line in lines}
         todo = [cell for cell in cells if cell.key not in done]
         print("\n".join(map(str, todo)) + f"\n{len(todo)} of {len(cells)} cells to run")
         return 0
@@ -1749,8 +1754,8 @@ def check_tuning(
 ) -> None:
     """``--set`` runs are tuning runs: tdrl cells only, their lines and run folders apart from
     the table's (a line of other settings there would be stale, and a folder of the table's
-    cell would be resumed or cleared), every field one the recipe has (a ``TypeError`` naming
-    it, before anything runs)."""
+    cell would be resumed or cleared), every field one the recipe has, in its type (else an
+    exit naming it, before anything runs)."""
     if any(cell.library != "tdrl" for cell in cells):
         raise SystemExit("--set changes tdrl's recipe fields: add --libraries tdrl")
     if args.table.resolve().parent == suite.table.resolve().parent:  # its page and PNGs too
