@@ -54,6 +54,11 @@ class Config:
     """iql: inverse temperature of the advantage weights."""
     cql_weight: float = 5.0
     """cql: weight of the conservative term."""
+    cql_bc_steps: int = 0
+    """cql: the first gradient steps whose actor loss is maximum likelihood of the data's
+    actions with the entropy term (the authors' warm-up)."""
+    cql_deterministic_backup: bool = False
+    """cql: leave the entropy term out of the critics' target (the authors' default)."""
     crr_mode: Literal["binary", "exp"] = "binary"
     """crr: the advantage filter."""
     crr_advantage: Literal["mean", "max"] = "mean"
@@ -126,6 +131,7 @@ def main(cfg: Config) -> dict[str, float]:
         loss = objectives.CQLLoss(
             actor, critic, weight=cfg.cql_weight, alpha_init=cfg.entropy.alpha_init,
             target_entropy=cfg.entropy.target_entropy, gamma=gamma,
+            deterministic_backup=cfg.cql_deterministic_backup,
         )  # fmt: skip
     elif cfg.algo == "bcq":  # and a VAE of the data's actions, which the policy samples
         vae = modules.bcq_vae(obs_spec, act_spec, hidden)
@@ -183,6 +189,8 @@ def main(cfg: Config) -> dict[str, float]:
         for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
             for _ in range(steps):
                 run.updates += 1
+                if cfg.algo == "cql":  # the actor's warm-up, then SAC's objective
+                    loss.behavior_cloning = run.updates <= cfg.cql_bc_steps
                 sample = buffer.sample(cfg.batch_size)
                 if run.updates % every == 0:
                     run.record(update(sample))

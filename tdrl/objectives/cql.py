@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 
 from tdrl.keys import LOSS, LOSS_ALPHA_PRIME, LOSS_QVALUE, NEXT
 from tdrl.objectives.dqn import DQNLoss
-from tdrl.objectives.offpolicy import critic_values
+from tdrl.objectives.offpolicy import critic_values, rsample_and_log_prob
 from tdrl.objectives.sac import SACLoss
 
 __all__ = ["CQLLoss", "DiscreteCQLLoss", "conservative_gap"]
@@ -44,6 +44,17 @@ class CQLLoss(SACLoss):
         gap_e       = conservative_gap over num_random uniform actions, and num_random policy
                       actions at s and at s' (each weighed by its density, log pi detached)
 
+    While :attr:`behavior_cloning` is set, the actor learns the authors' warm-up objective
+    instead of SAC's (``policy_eval_start`` in their code, ``bc_steps`` in CORL's): maximum
+    likelihood of the data's actions with SAC's entropy term,
+
+    ::
+
+        loss_actor  = mean_B w (alpha log pi(a~|s) - log pi(a_data|s)),  a~ ~ pi(.|s)
+
+    the critics and ``alpha`` learning as without it. A training loop sets it for its first
+    steps (``recipes/offline.py --cql-bc-steps``).
+
     With ``with_lagrange`` the multiplier ``alpha' = exp(log_alpha_prime)`` (clamped to [0, 1e6])
     is learned by ``loss_alpha_prime = -weight * alpha' * mean_e mean_B w (gap_e -
     target_action_gap)``: the mean over critics, the authors' ``(-min_qf1_loss -
@@ -62,6 +73,8 @@ class CQLLoss(SACLoss):
         action_low, action_high: the action box the uniform actions are drawn from (float or
             ``[A]``); default: the actor's ``action_low`` / ``action_high`` (tdrl's actors
             have them); an actor without them needs these, else a ValueError.
+        behavior_cloning: the actor's objective is the warm-up's above (an attribute the loop
+            may change between steps).
         deterministic_backup: leave SAC's entropy term ``- alpha log pi(a'|s')`` out of the
             Bellman target, as the authors' script does by default (``--deterministic_backup
             True`` in ``d4rl/examples/cql_mujoco_new.py``) and TorchRL's ``CQLLoss``. tdrl
@@ -85,10 +98,12 @@ class CQLLoss(SACLoss):
         action_low: float | torch.Tensor | None = None,
         action_high: float | torch.Tensor | None = None,
         deterministic_backup: bool = False,
+        behavior_cloning: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(actor_network, qvalue_network, **kwargs)
         self.deterministic_backup = bool(deterministic_backup)
+        self.behavior_cloning = bool(behavior_cloning)
         low = getattr(actor_network, "action_low", None) if action_low is None else action_low
         high = getattr(actor_network, "action_high", None) if action_high is None else action_high
         if low is None or high is None:
@@ -133,6 +148,24 @@ class CQLLoss(SACLoss):
         if self.deterministic_backup:
             alpha = torch.zeros_like(self.alpha if alpha is None else alpha)
         return super().value_target(batch, alpha)
+
+    def actor_loss(
+        self, batch: TensorDictBase, alpha: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss_actor, log_prob [B] detached)``: SAC's, or the warm-up's while
+        :attr:`behavior_cloning` is set."""
+        if not self.behavior_cloning:
+            return super().actor_loss(batch, alpha)
+        alpha = self.alpha if alpha is None else alpha
+        states = batch.select(*self.actor_network.in_keys, strict=False)
+        dist = self.actor_network.get_dist(states)
+        action, log_prob = rsample_and_log_prob(dist)
+        data_log_prob = dist.log_prob(self._get(batch, self.tensor_keys.action))
+        if data_log_prob.shape == action.shape:  # a per-dimension log-prob
+            data_log_prob = data_log_prob.sum(-1)
+        self.target_entropy(action)
+        per_sample = alpha * log_prob - data_log_prob
+        return self._mean(per_sample, self._weights(batch)), log_prob.detach()
 
     def _policy_q(
         self, td: TensorDictBase, at: TensorDictBase

@@ -216,6 +216,55 @@ def test_cql_deterministic_backup_drops_the_entropy_term_of_the_target():
     assert bool((y_soft != y_hard)[1:].all())
 
 
+def test_cql_warm_up_actor_loss_is_the_data_likelihood_with_entropy_by_hand():
+    from tdrl.modules import EnsembleCritic, EnsembleMLP, TanhGaussianActor
+    from tdrl.objectives import CQLLoss, SACLoss
+
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(linear([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), 1)
+    q = EnsembleCritic(EnsembleMLP(OBS + 1, 1, (8,), num_members=2))
+    td = transitions(8, OBS, 1, terminated=[True] + [False] * 7)
+    warm = CQLLoss(actor, q, alpha_init=0.3, num_random=3, behavior_cloning=True)
+    sac = SACLoss(actor, q, alpha_init=0.3)
+    torch.manual_seed(1)
+    loss_actor, log_prob = warm.actor_loss(td)
+    torch.manual_seed(1)  # the same draw of a~ ~ pi(.|s)
+    _, sampled_log_prob = sac._sample(td)
+    # log pi(a_data|s) from the definitions: u = atanh(a), a Gaussian of mean obs[0] and
+    # log-std -5 + 3.5 (tanh(obs[1]) + 1), and the tanh's Jacobian log(1 - a^2)
+    a = td["action"][:, 0]
+    out = actor.net(td["observation"])  # (obs[0], obs[1]), through the actor's weights
+    mean, log_std = out[:, 0], -5.0 + 3.5 * (torch.tanh(out[:, 1]) + 1.0)
+    u = torch.atanh(a)
+    gauss = -0.5 * ((u - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
+    data_log_prob = gauss - torch.log(1.0 - a**2)
+    expected = (0.3 * sampled_log_prob - data_log_prob).mean()
+    torch.testing.assert_close(loss_actor, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(log_prob, sampled_log_prob.detach())
+    # its gradient is the hand formula's, and only the actor learns from it
+    params = list(actor.parameters())
+    by_hand = torch.autograd.grad(expected, params)
+    warm.zero_grad(set_to_none=True)
+    loss_actor.backward()
+    for p, g in zip(params, by_hand, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
+    assert no_param_has_grad(q)
+    # the flag moves the actor's objective only: same draws, same critic and alpha losses;
+    # switched off, the actor's loss is SAC's again
+    torch.manual_seed(2)
+    on = warm(td)
+    warm.behavior_cloning = False
+    torch.manual_seed(2)
+    off = warm(td)
+    for key in ("loss_qvalue", "loss_alpha", "entropy"):
+        torch.testing.assert_close(on[key], off[key])
+    assert not torch.allclose(on["loss_actor"], off["loss_actor"])
+    torch.manual_seed(3)
+    off_actor = warm.actor_loss(td)[0]
+    torch.manual_seed(3)
+    torch.testing.assert_close(off_actor, sac.actor_loss(td)[0])
+
+
 def test_cql_takes_its_action_box_from_the_actor_or_its_arguments_and_refuses_none():
     from torch import nn
 
