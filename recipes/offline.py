@@ -54,11 +54,6 @@ class Config:
     """iql: inverse temperature of the advantage weights."""
     cql_weight: float = 5.0
     """cql: weight of the conservative term."""
-    cql_bc_steps: int = 0
-    """cql: the first gradient steps whose actor loss is maximum likelihood of the data's
-    actions with the entropy term (the authors' warm-up)."""
-    cql_deterministic_backup: bool = False
-    """cql: leave the entropy term out of the critics' target (the authors' default)."""
     crr_mode: Literal["binary", "exp"] = "binary"
     """crr: the advantage filter."""
     crr_advantage: Literal["mean", "max"] = "mean"
@@ -73,6 +68,11 @@ class Config:
     scale_rewards: Literal["auto", "on", "off"] = "auto"
     """multiply the rewards by 1000 / (highest - lowest episode return of the dataset); auto: as
     the algorithm's authors on MuJoCo locomotion data (on for iql)."""
+    cql_bc_steps: int = 0
+    """cql: the first gradient steps whose actor loss is maximum likelihood of the data's
+    actions with the entropy term (the authors' warm-up)."""
+    cql_deterministic_backup: bool = False
+    """cql: leave the entropy term out of the critics' target (the authors' default)."""
 
 
 def main(cfg: Config) -> dict[str, float]:
