@@ -92,6 +92,9 @@ RESULT = "result.json"  # a finished cell's line, in its run folder, before it i
 STARTED = "cell.json"  # a tdrl cell's fields and starting commit, written when its run starts
 EVAL_EPISODES, EVAL_ENVS = 10, 5  # the table's protocol (tdrl's RunConfig defaults)
 LIBRARIES = ("tdrl", "SB3")
+# Peers that run beside tdrl's cells in tuning tables only (not the table's columns): Tianshou's
+# own MuJoCo scripts, where the table quotes Tianshou's published figures.
+TUNING_PEERS = ("Tianshou",)
 TASKS = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5")  # the default selection
 ON_POLICY_STEPS, OFF_POLICY_STEPS, REDQ_STEPS = 1_000_000, 100_000, 30_000
 
@@ -260,6 +263,22 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
     **{(algo, task): dict(_DETERMINISTIC) for algo in ("td3", "ddpg") for task in _LOCOMOTION},
     **{(algo, "Swimmer"): dict(_DETERMINISTIC, gamma=0.9999) for algo in ("td3", "ddpg")},
 }  # fmt: skip
+
+# Tianshou's A2C as thu-ml/tianshou examples/mujoco/mujoco_a2c.py (at 03132cc04cfe) sets it up:
+# 16 envs x 80 steps a batch, one full-batch RMSprop step, the learning rate decayed linearly to
+# 0 over its 100 epochs of 30k steps, observations normalized by VectorEnvNormObs, return scaling,
+# 64x64 tanh networks with orthogonal init (gain sqrt 2), the mean layer scaled by 0.01, log-std
+# -0.5, actions clipped into the box. The cells' own seed and budget; evaluated like the recipes.
+TIANSHOU: dict[str, dict[str, Any]] = {
+    "a2c": dict(
+        num_train_envs=16, collection_step_num_env_steps=80, buffer_size=4096,
+        hidden_sizes=[64, 64], lr=7e-4, rmsprop_eps=1e-5, rmsprop_alpha=0.99, lr_decay=True,
+        epoch=100, epoch_num_steps=30_000, gamma=0.99, gae_lambda=0.95, vf_coef=0.5,
+        ent_coef=0.01, max_grad_norm=0.5, return_scaling=True, bound_action_method="clip",
+        obs_norm=True, init_log_std=-0.5,
+    ),
+}  # fmt: skip
+TIANSHOU_SOURCE = "thu-ml/tianshou 03132cc04cfe examples/mujoco/mujoco_a2c.py"
 
 # Tianshou's MuJoCo benchmark (thu-ml/tianshou examples/mujoco/README.md at f2402056b03a), the
 # "Tianshou (1M)" columns: the max over training of the mean over 10 seeds of the mean return of
@@ -451,9 +470,13 @@ def build_cells(
             if "SB3" in libraries and not sb3_cells:
                 why = "no SB3 settings" if has_sb3 else "no SB3 class"
                 print(f"{algorithm} {task}: {why}, tdrl only")
+            if "Tianshou" in libraries and algorithm not in TIANSHOU:
+                print(f"{algorithm} {task}: no Tianshou script here, no Tianshou cell")
             for seed in seeds:
                 for library in libraries:
                     if library == "SB3" and not sb3_cells:
+                        continue
+                    if library == "Tianshou" and algorithm not in TIANSHOU:
                         continue
                     cells.append(Cell(library, algorithm, task, seed, budget, every, eval_episodes))
     return cells
@@ -664,7 +687,10 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
     ``suite.sb3_settings``."""
     cell = Cell(**{name: line[name] for name in CELL_FIELDS})
     recorded = line.get("settings") or {}
-    if cell.library == "SB3":
+    if cell.library == "Tianshou":
+        now = TIANSHOU.get(cell.algorithm, {})
+        recorded = recorded.get("hyperparameters", {})
+    elif cell.library == "SB3":
         if suite.sb3_cell_settings is not None:
             now = suite.sb3_cell_settings(cell)
         else:
@@ -907,6 +933,121 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     )
 
 
+def run_tianshou(cell: Cell, folder: Path) -> dict[str, Any]:
+    """Tianshou's A2C built as its MuJoCo script builds it (``TIANSHOU``), trained with its
+    OnPolicyTrainer's steps (collect 80 steps, one update on the whole buffer, clear the buffer,
+    inside ``policy_within_training_step``) for the cell's budget, evaluated like the recipes:
+    the mean action of the actor on observations normalized by the training envs' statistics,
+    clipped into the box, with ``tdrl.collectors.evaluate``."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from tianshou.algorithm import A2C
+    from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
+    from tianshou.algorithm.optim import LRSchedulerFactoryLinear, RMSpropOptimizerFactory
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv, VectorEnvNormObs
+    from tianshou.utils.net.common import ActorCritic, Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+    from tianshou.utils.torch_utils import policy_within_training_step
+    from torch.distributions import Independent, Normal
+
+    from tdrl.collectors import evaluate
+    from tdrl.envs import make_vec_env
+    from tdrl.trainers.run import EVAL_SEED_OFFSET
+
+    if cell.algorithm not in TIANSHOU:
+        raise ValueError(f"no Tianshou script for {cell.algorithm}")
+    hp = TIANSHOU[cell.algorithm]
+    start = time.perf_counter()
+    n = hp["num_train_envs"]
+    train_envs = VectorEnvNormObs(DummyVectorEnv([lambda: gym.make(cell.task)] * n))
+    train_envs.seed(cell.seed)
+    np.random.seed(cell.seed)
+    torch.manual_seed(cell.seed)
+    space = gym.make(cell.task).action_space
+    obs_dim = int(np.prod(gym.make(cell.task).observation_space.shape))
+    net_a = Net(state_shape=obs_dim, hidden_sizes=hp["hidden_sizes"], activation=torch.nn.Tanh)
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=net_a, action_shape=space.shape, unbounded=True
+    )
+    net_c = Net(state_shape=obs_dim, hidden_sizes=hp["hidden_sizes"], activation=torch.nn.Tanh)
+    critic = ContinuousCritic(preprocess_net=net_c)
+    torch.nn.init.constant_(actor.sigma_param, hp["init_log_std"])
+    for module in ActorCritic(actor, critic).modules():
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
+            torch.nn.init.zeros_(module.bias)
+    for module in actor.mu.modules():
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.init.zeros_(module.bias)
+            module.weight.data.copy_(0.01 * module.weight.data)
+    optim = RMSpropOptimizerFactory(lr=hp["lr"], eps=hp["rmsprop_eps"], alpha=hp["rmsprop_alpha"])
+    if hp["lr_decay"]:
+        optim.with_lr_scheduler_factory(LRSchedulerFactoryLinear(
+            max_epochs=hp["epoch"], epoch_num_steps=hp["epoch_num_steps"],
+            collection_step_num_env_steps=hp["collection_step_num_env_steps"],
+        ))  # fmt: skip
+
+    def dist(loc_scale: tuple[torch.Tensor, torch.Tensor]) -> Any:
+        return Independent(Normal(*loc_scale), 1)
+
+    policy = ProbabilisticActorPolicy(
+        actor=actor, dist_fn=dist, action_scaling=True,
+        action_bound_method=hp["bound_action_method"], action_space=space,
+    )  # fmt: skip
+    algorithm = A2C(
+        policy=policy, critic=critic, optim=optim, gamma=hp["gamma"],
+        gae_lambda=hp["gae_lambda"], max_grad_norm=hp["max_grad_norm"], vf_coef=hp["vf_coef"],
+        ent_coef=hp["ent_coef"], return_scaling=hp["return_scaling"],
+    )  # fmt: skip
+    collector = Collector(
+        algorithm, train_envs, VectorReplayBuffer(hp["buffer_size"], n), exploration_noise=True
+    )
+    collector.reset()
+
+    def act(td: Any) -> Any:  # the mean action, as the recipes evaluate
+        obs = train_envs.get_obs_rms().norm(td["observation"].numpy())
+        with torch.no_grad():
+            (loc, _), _ = actor(torch.as_tensor(obs, dtype=torch.float32))
+        action = policy.map_action(loc.numpy())
+        return td.set("action", torch.as_tensor(action, dtype=torch.float32))
+
+    eval_seed = cell.seed + EVAL_SEED_OFFSET
+    eval_env = make_vec_env(cell.task, min(EVAL_ENVS, cell.eval_episodes), seed=eval_seed)
+    curve: dict[str, list[float]] = {"steps": [], "returns": [], "stds": [], "wall_s": []}
+
+    def evaluation(step: int) -> None:
+        out = evaluate(eval_env, act, cell.eval_episodes, deterministic=True, seed=eval_seed)
+        values = (step, out["return_mean"], out["return_std"], time.perf_counter() - start)
+        for name, value in zip(curve, values, strict=True):
+            curve[name].append(float(value))
+        print_evaluation(curve)
+
+    steps, next_eval = 0, cell.eval_every or math.inf
+    while steps < cell.steps:
+        with policy_within_training_step(algorithm.policy):
+            steps += collector.collect(n_step=hp["collection_step_num_env_steps"]).n_collected_steps
+            algorithm.update(buffer=collector.buffer, batch_size=None, repeat=1)
+            collector.reset_buffer(keep_statistics=True)
+        if next_eval <= steps < cell.steps:
+            evaluation(steps)
+            next_eval = (steps // cell.eval_every + 1) * cell.eval_every
+    evaluation(steps)
+    wall = time.perf_counter() - start
+    train_envs.close()
+    eval_env.close()
+    curve["steps"] = [int(step) for step in curve["steps"]]
+    return {
+        **curve_summary(curve),
+        "env_steps": steps,
+        "wall_s": wall,
+        "curve": curve,
+        "settings": {"source": TIANSHOU_SOURCE, "hyperparameters": hp},
+        "versions": versions("torch", "tianshou", *MUJOCO.packages),
+    }
+
+
 def finite(value: Any) -> Any:
     """``value`` with every non-finite float written as a string (strict JSON has no inf and
     no nan): ``"inf"``, ``"-inf"``, ``"nan"`` (a recipe's ``stop_at_return`` is inf)."""
@@ -940,6 +1081,8 @@ def run_cell(
         result = run_tdrl(
             cell, folder, suite, resume=resumable(folder, cell, overrides), overrides=overrides
         )
+    elif cell.library == "Tianshou":
+        result = run_tianshou(cell, folder)
     else:
         result = suite.run_sb3(cell, folder)
     after = machine()
@@ -1680,7 +1823,10 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
     parser.add_argument("--algos", nargs="+", choices=algos, default=algos)
     parser.add_argument("--tasks", nargs="+", default=list(suite.tasks), help="gymnasium ids")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
+    parser.add_argument(
+        "--libraries", nargs="+", choices=(*LIBRARIES, *TUNING_PEERS), default=list(LIBRARIES),
+        help="Tianshou (its A2C script): tuning tables only, like --set",
+    )  # fmt: skip
     budgets = ", ".join(f"{name} {fmt_steps(algo.steps)}" for name, algo in suite.algos.items())
     parser.add_argument(
         "--steps", type=int, help=f"env-step budget of every cell (default: {budgets})"
@@ -1728,6 +1874,8 @@ def main(argv: list[str] | None = None, suite: Suite = MUJOCO) -> int:
     )  # fmt: skip
     if overrides:
         check_tuning(overrides, cells, args, suite)
+    if any(cell.library in TUNING_PEERS for cell in cells):
+        check_apart(args, suite, "--libraries Tianshou")
     keys = {cell.key for cell in cells}
     lines = read_lines(args.table)
     other = [line.get("overrides") or {} for line in lines if not same_overrides(line, overrides)]
@@ -1758,18 +1906,24 @@ def check_tuning(
     exit naming it, before anything runs)."""
     if any(cell.library != "tdrl" for cell in cells):
         raise SystemExit("--set changes tdrl's recipe fields: add --libraries tdrl")
-    if args.table.resolve().parent == suite.table.resolve().parent:  # its page and PNGs too
-        raise SystemExit(
-            f"--set: tuning lines stay out of the table's folder ({suite.table.parent}); give "
-            "--table a file elsewhere"
-        )
-    if args.workdir.resolve() == suite.workdir.resolve():
-        raise SystemExit("--set: give --workdir a folder of its own (not the table's cells')")
+    check_apart(args, suite, "--set")
     for cell in cells:
         try:
             tdrl_config(cell, args.workdir, suite, overrides)
         except (TypeError, ValueError) as error:
             raise SystemExit(f"--set: {error}") from None
+
+
+def check_apart(args: argparse.Namespace, suite: Suite, what: str) -> None:
+    """Tuning runs (``what``) keep their lines and run folders apart from the table's: an exit
+    naming the rule otherwise."""
+    if args.table.resolve().parent == suite.table.resolve().parent:  # its page and PNGs too
+        raise SystemExit(
+            f"{what}: tuning lines stay out of the table's folder ({suite.table.parent}); give "
+            "--table a file elsewhere"
+        )
+    if args.workdir.resolve() == suite.workdir.resolve():
+        raise SystemExit(f"{what}: give --workdir a folder of its own (not the table's cells')")
 
 
 if __name__ == "__main__":

@@ -475,6 +475,39 @@ def test_a_tiny_sb3_cell_follows_the_zoo_and_the_protocol(
     assert progress[-1].startswith(f"{steps} steps: return {line['final_return']:.1f} +- ")
 
 
+def test_tianshou_cells_run_its_a2c_script_in_tuning_tables_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cells = mt.build_cells(mt.MUJOCO, ["a2c", "ppo"], ["Hopper-v5"], [0], ["tdrl", "Tianshou"])
+    assert [(c.library, c.algorithm) for c in cells] == [
+        ("tdrl", "a2c"), ("Tianshou", "a2c"), ("tdrl", "ppo")
+    ]  # fmt: skip
+    assert "ppo Hopper-v5: no Tianshou script here" in capsys.readouterr().out
+    args = ["--algos", "a2c", "--tasks", "Hopper-v5", "--seeds", "0", "--dry-run"]
+    with pytest.raises(SystemExit, match="--libraries Tianshou: tuning lines stay out"):
+        mt.main([*args, "--libraries", "Tianshou"])  # the table's own file
+    with pytest.raises(SystemExit, match="a folder of its own"):
+        mt.main([*args, "--libraries", "Tianshou", "--table", str(tmp_path / "t.jsonl")])
+    # a line is stale where the script's settings moved since
+    c = mt.Cell("Tianshou", "a2c", "Hopper-v5", 0, 1_000_000, 20_000, 10)
+    now = {"hyperparameters": json.loads(json.dumps(mt.TIANSHOU["a2c"]))}
+    assert mt.settings_drift(fake_line(c, [1.0]) | {"settings": now}, mt.MUJOCO) == ([], [])
+    then = {"hyperparameters": now["hyperparameters"] | {"lr": 1e-3}}
+    changed, _ = mt.settings_drift(fake_line(c, [1.0]) | {"settings": then}, mt.MUJOCO)
+    assert changed == ["lr: 0.001 then, 0.0007 now"]
+
+
+def test_a_tiny_tianshou_cell_trains_its_a2c_and_follows_the_protocol(tmp_path: Path) -> None:
+    pytest.importorskip("tianshou", reason="Tianshou is the bench extra")
+    c = cell("Tianshou", "a2c", "Hopper-v5", seed=1, steps=800, eval_every=320)
+    line = mt.run_cell(c, tmp_path / "run", mt.MUJOCO)
+    assert strict_json((tmp_path / "run" / mt.RESULT).read_text()) == line
+    assert line["env_steps"] == 800  # 16 envs x 5 steps a batch, 10 batches
+    assert line["curve"]["steps"] == [320, 640, 800]  # after the batch that crosses each 320
+    assert line["settings"]["hyperparameters"] == mt.TIANSHOU["a2c"]
+    assert "tianshou" in line["versions"]
+
+
 def table_line(library: str, algorithm: str, task: str, seed: int, **kw: Any) -> dict[str, Any]:
     c = mt.Cell(library, algorithm, task, seed, 1_000_000, 10, kw.pop("episodes", 10))
     return fake_line(c, kw.pop("returns"), kw.pop("wall", 1.0)) | kw
