@@ -68,10 +68,10 @@ class Config:
     scale_rewards: Literal["auto", "on", "off"] = "auto"
     """multiply the rewards by 1000 / (highest - lowest episode return of the dataset); auto: as
     the algorithm's authors on MuJoCo locomotion data (on for iql)."""
-    cql_bc_steps: int = 0
+    cql_bc_steps: int = 40_000
     """cql: the first gradient steps whose actor loss is maximum likelihood of the data's
-    actions with the entropy term (the authors' warm-up)."""
-    cql_deterministic_backup: bool = False
+    actions with the entropy term (the authors' warm-up, policy_eval_start)."""
+    cql_deterministic_backup: bool = True
     """cql: leave the entropy term out of the critics' target (the authors' default)."""
 
 

@@ -696,8 +696,9 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
     env.close()
     common = dict(dataset="tdrl/hopper-tiny-v0", algo=algo, total_frames=60, eval_every=30,
                   checkpoint_every=30, batch_size=16, hidden_sizes=(16,), eval_episodes=1,
-                  progress=False, tensorboard=False,
-                  normalize_states=normalize_states, device=device)  # fmt: skip
+                  progress=False, tensorboard=False, normalize_states=normalize_states,
+                  device=device, cql_bc_steps=40)  # fmt: skip
+    # (cql_bc_steps: CQL's actor warm-up ends after the resume point)
     module = importlib.import_module("offline")
     straight = module.main(configure(module.Config, **common, log_dir=str(tmp_path / "straight")))
     assert straight["frames"] == 60 and straight["updates"] == 60
