@@ -965,8 +965,8 @@ def run_tianshou(cell: Cell, folder: Path) -> dict[str, Any]:
     train_envs.seed(cell.seed)
     np.random.seed(cell.seed)
     torch.manual_seed(cell.seed)
-    space = gym.make(cell.task).action_space
-    obs_dim = int(np.prod(gym.make(cell.task).observation_space.shape))
+    with gym.make(cell.task) as probe:  # the spaces
+        space, obs_dim = probe.action_space, int(np.prod(probe.observation_space.shape))
     net_a = Net(state_shape=obs_dim, hidden_sizes=hp["hidden_sizes"], activation=torch.nn.Tanh)
     actor = ContinuousActorProbabilistic(
         preprocess_net=net_a, action_shape=space.shape, unbounded=True

@@ -1148,7 +1148,7 @@ def _offline_tdrl(algo: str) -> Callable[[dict[str, torch.Tensor], int], float]:
         if algo == "cql":
             net = mlp(SAC_OBS, 2 * SAC_ACT, SAC_HIDDEN, activation=nn.ReLU)
             actor: Any = TanhGaussianActor(net, SAC_ACT)
-            loss: Any = CQLLoss(actor, critic, weight=5.0, num_random=10)
+            loss: Any = CQLLoss(actor, critic, weight=5.0, num_random=10, deterministic_backup=True)
             extra = [loss.log_alpha]
         else:
             actor = GaussianActor(mlp(SAC_OBS, SAC_ACT, SAC_HIDDEN, activation=nn.ReLU), SAC_ACT)

@@ -69,8 +69,8 @@ class Config:
     """multiply the rewards by 1000 / (highest - lowest episode return of the dataset); auto: as
     the algorithm's authors on MuJoCo locomotion data (on for iql)."""
     cql_bc_steps: int = 40_000
-    """cql: the first gradient steps whose actor loss is maximum likelihood of the data's
-    actions with the entropy term (the authors' warm-up, policy_eval_start)."""
+    """cql: how many first gradient steps train the actor by maximum likelihood of the data's
+    actions, with the entropy term (the authors' warm-up, policy_eval_start)."""
     cql_deterministic_backup: bool = True
     """cql: leave the entropy term out of the critics' target (the authors' default)."""
 
@@ -180,6 +180,8 @@ def main(cfg: Config) -> dict[str, float]:
 
     update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
     critic_update = trainers.compiled_step(critic_step, optimizer, **cfg.run.compile_options())
+    # CQL's warm-up steps: a step of their own (a CUDA graph replays the objective it captured)
+    warm_update = trainers.compiled_step(full_step, optimizer, **cfg.run.compile_options())
 
     # 5. the loop: batches of gradient steps on the dataset (TD3+BC: the actor and the targets
     #    every policy_delay-th step), then log, evaluate, checkpoint when due
@@ -189,11 +191,12 @@ def main(cfg: Config) -> dict[str, float]:
         for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
             for _ in range(steps):
                 run.updates += 1
+                warm = cfg.algo == "cql" and run.updates <= cfg.cql_bc_steps
                 if cfg.algo == "cql":  # the actor's warm-up, then SAC's objective
-                    loss.behavior_cloning = run.updates <= cfg.cql_bc_steps
+                    loss.behavior_cloning = warm
                 sample = buffer.sample(cfg.batch_size)
                 if run.updates % every == 0:
-                    run.record(update(sample))
+                    run.record((warm_update if warm else update)(sample))
                 else:  # TD3+BC's critic-only steps
                     critic_update(sample)
             run.step()

@@ -77,9 +77,9 @@ class CQLLoss(SACLoss):
             may change between steps).
         deterministic_backup: leave SAC's entropy term ``- alpha log pi(a'|s')`` out of the
             Bellman target, as the authors' script does by default (``--deterministic_backup
-            True`` in ``d4rl/examples/cql_mujoco_new.py``) and TorchRL's ``CQLLoss``. tdrl
-            keeps SAC's soft target by default (``False``; the offline table's CQL cells ran
-            so).
+            True`` in ``d4rl/examples/cql_mujoco_new.py``) and TorchRL's ``CQLLoss``. The class
+            keeps SAC's soft target by default (``False``); ``recipes/offline.py`` leaves it
+            out by default.
         **kwargs: :class:`SACLoss`'s.
     """
 

@@ -336,6 +336,7 @@ FIELDS_ADDED: dict[str, Any] = {
     # sac.py's REDQ options and td3.py's --noise (DDPG joined it)
     "sub_sample_len": 2, "critic_dropout": 0.0, "critic_layer_norm": False, "noise": "gaussian",
     "update_order": "joint",  # sac.py --update-order
+    "cql_bc_steps": 0, "cql_deterministic_backup": False,  # offline.py's CQL, before the authors'
 }  # fmt: skip
 
 

@@ -263,6 +263,19 @@ def test_cql_warm_up_actor_loss_is_the_data_likelihood_with_entropy_by_hand():
     off_actor = warm.actor_loss(td)[0]
     torch.manual_seed(3)
     torch.testing.assert_close(off_actor, sac.actor_loss(td)[0])
+    # two action dimensions (the log-density summed over them) and a data action on the box's
+    # edge, as datasets store clipped actions: the loss and its gradient stay finite
+    W = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+    actor2 = TanhGaussianActor(linear(W), 2)
+    q2 = EnsembleCritic(EnsembleMLP(OBS + 2, 1, (8,), num_members=2))
+    td2 = transitions(4, OBS, 2)
+    td2["action"][0] = torch.tensor([1.0, -1.0])
+    edge = CQLLoss(actor2, q2, num_random=2, behavior_cloning=True)
+    loss2, log_prob2 = edge.actor_loss(td2)
+    assert log_prob2.shape == (4,)
+    loss2.backward()
+    assert torch.isfinite(loss2)
+    assert all(bool(torch.isfinite(p.grad).all()) for p in actor2.parameters())
 
 
 def test_cql_takes_its_action_box_from_the_actor_or_its_arguments_and_refuses_none():

@@ -700,13 +700,26 @@ def test_offline_recipe_trains_on_a_minari_dataset_and_resumes_exactly(
                   device=device, cql_bc_steps=40)  # fmt: skip
     # (cql_bc_steps: CQL's actor warm-up ends after the resume point)
     module = importlib.import_module("offline")
+    from tdrl.objectives import CQLLoss
+
+    warm_up: list[bool] = []  # cql: which objective each actor step took
+    actor_loss = CQLLoss.actor_loss
+
+    def recording(self, *args, **kwargs):
+        warm_up.append(self.behavior_cloning)
+        return actor_loss(self, *args, **kwargs)
+
+    monkeypatch.setattr(CQLLoss, "actor_loss", recording)
     straight = module.main(configure(module.Config, **common, log_dir=str(tmp_path / "straight")))
     assert straight["frames"] == 60 and straight["updates"] == 60
+    assert warm_up == ([True] * 40 + [False] * 20 if algo == "cql" else [])
+    warm_up.clear()
     first = configure(
         module.Config, **common, log_dir=str(tmp_path / "resumed"), stop_after_frames=30
     )
     module.main(first)
     module.main(configure(first, stop_after_frames=0, resume=True))
+    assert warm_up == ([True] * 40 + [False] * 20 if algo == "cql" else [])  # across the resume
     rows = [read_csv(tmp_path / d / "eval.csv") for d in ("straight", "resumed")]
     assert [r["step"] for r in rows[1]] == [30, 60]
     assert rows[0] == [
