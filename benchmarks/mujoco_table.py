@@ -1520,6 +1520,11 @@ episodes on a separate env every `eval_every` env steps (the recipe's default: 2
   ran at older commits): Hopper 686.8 against the table's 786.3, Walker2d 1189.5 (1.09x
   Tianshou's 1091.6) against 735.6. Between draws of the same six seeds the row moves more
   than it differs from Tianshou's; the table keeps the lines it has.
+- A2C beside Tianshou's own A2C script (`--libraries tdrl Tianshou`, its settings in the driver's
+  `TIANSHOU`, evaluated like the cells; lines in `mujoco_tuning.jsonl`), Hopper-v5 seeds 0-5:
+  Tianshou's peak of the mean curve is 873.3, 0.70x its published 1253.2 (gym's Hopper-v3),
+  against tdrl's 686.8; mean final 533.0 ± 401.7 against tdrl's 630.0 ± 266.6 (1.18x); its seed
+  2 ended at 21.7. tdrl's seeds 0-2 ran beside it with curves equal to their earlier runs.
 - TD3 HalfCheetah, where tdrl's mean wall time is above SB3's (1.04x): none of its seed pairs ran
   side by side (together 0%, 0%, 2%), so each library's runs met other load on the machine.
 """

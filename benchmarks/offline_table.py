@@ -524,10 +524,12 @@ its sota-implementations' offline settings; Tianshou: `CQL` with its
 deterministic episodes on a separate env every `eval_every` gradient steps and at the end, one
 torch thread per run, one run at a time. Lines of settings that are not the recipe's defaults
 (TD3+BC without its state normalization; IQL without its authors' reward scaling, the recipe's
-default before `--scale-rewards`: every IQL line on the v0 datasets) are kept in
-`offline_table_superseded.jsonl`. Hopper's v1 datasets were made with the same command from new
-source runs; v1's medium data score 69.9, twice D4RL's medium (the medium run's evaluation
-jumped from 28% to 68% of the expert's within 1k steps).
+default before `--scale-rewards`: every IQL line on the v0 datasets; CQL with SAC's soft target
+and no actor warm-up, the recipe's defaults before `--cql-bc-steps`: every tdrl CQL line on the
+v0 datasets, and seeds 0-5 on hopper-medium-v1) are kept in `offline_table_superseded.jsonl`.
+Hopper's v1 datasets were made with the same command from new source runs; v1's medium data
+score 69.9, twice D4RL's medium (the medium run's evaluation jumped from 28% to 68% of the
+expert's within 1k steps).
 
 - score: D4RL's normalized return, `100 * (return - random) / (expert - random)` with the
   dataset's stored references (random: 100 uniform random episodes; expert: the expert run's
