@@ -348,7 +348,7 @@ def task_name(task: str) -> str:
 def zoo_hyperparameters(algorithm: str, task: str) -> dict[str, Any] | None:
     """The zoo's entry for ``algorithm`` on ``task`` (a copy), or None where it has none."""
     entry = ZOO.get((algorithm, task_name(task)))
-    return None if entry is None else json.loads(json.dumps(entry))
+    return None if entry is None else json_form(entry)
 
 
 # ----------------------------------------------------------------------------- cells
@@ -712,7 +712,7 @@ def settings_drift(line: dict[str, Any], suite: Suite) -> tuple[list[str], list[
         own = dict(suite.algos[cell.algorithm].preset).get("algo", cell.algorithm)
         added = FIELDS_ADDED | {"algo": own}
         recorded = {k: v for k, v in added.items() if k in now} | recorded
-    now = json.loads(json.dumps(now))  # tuples as lists, as the line has them
+    now = json_form(now)  # tuples as lists, as the line has them
     changed = [
         f"{name}: {recorded[name]!r} then, {value!r} now"
         for name, value in now.items()
@@ -903,7 +903,7 @@ def run_sb3(cell: Cell, folder: Path) -> dict[str, Any]:
     zoo = zoo_hyperparameters(cell.algorithm, cell.task)
     if zoo is None:
         raise ValueError(f"no rl-baselines3-zoo entry for {cell.algorithm} on {cell.task}")
-    kwargs = json.loads(json.dumps(zoo))
+    kwargs = json_form(zoo)
     start = time.perf_counter()
     env, eval_env = sb3_envs(cell, kwargs.pop("n_envs", 1))
     if kwargs.pop("normalize", False):

@@ -490,7 +490,7 @@ def test_tianshou_cells_run_its_a2c_script_in_tuning_tables_only(
         mt.main([*args, "--libraries", "Tianshou", "--table", str(tmp_path / "t.jsonl")])
     # a line is stale where the script's settings moved since
     c = mt.Cell("Tianshou", "a2c", "Hopper-v5", 0, 1_000_000, 20_000, 10)
-    now = {"hyperparameters": json.loads(json.dumps(mt.TIANSHOU["a2c"]))}
+    now = {"hyperparameters": mt.json_form(mt.TIANSHOU["a2c"])}
     assert mt.settings_drift(fake_line(c, [1.0]) | {"settings": now}, mt.MUJOCO) == ([], [])
     then = {"hyperparameters": now["hyperparameters"] | {"lr": 1e-3}}
     changed, _ = mt.settings_drift(fake_line(c, [1.0]) | {"settings": then}, mt.MUJOCO)
