@@ -2,7 +2,8 @@
 1710.10044), IQN (Dabney et al. 2018, 1806.06923) and FQF (Yang et al. 2019, 1911.02140), with
 noisy nets (Fortunato et al. 2017, 1706.10295), dueling heads, n-step returns and prioritized
 replay as options: Rainbow (Hessel et al. 2017, 1710.02298) is --algo c51 --noisy --dueling
---prioritized --n-steps 3.
+--prioritized --n-steps 3. --algo dqn keeps the scalar Q of recipes/dqn.py (its Huber loss) with
+the same options: Rainbow without its distribution, the ablation of Hessel et al.
 
 Defaults are recipes/dqn.py's (rl-baselines3-zoo's CartPole-v1 DQN settings, double Q), a C51
 support of 51 atoms on [0, 100] (CartPole's discounted returns), 25 quantiles (QR-DQN), 8+8
@@ -25,14 +26,14 @@ from typing import TYPE_CHECKING, ClassVar
 from tdrl import keys, trainers
 from tdrl.trainers import config
 
-TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF"}
+TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF", "dqn": "DQN"}
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
     from torch import nn
     from torchrl.data import Composite, TensorSpec
 
-    from tdrl.objectives import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
+    from tdrl.objectives import C51Loss, DQNLoss, FQFLoss, IQNLoss, QRDQNLoss
 
 
 @trainers.configclass
@@ -44,7 +45,7 @@ class Config:
     dist: config.DistributionalConfig = config.DistributionalConfig()
     noise: config.NoisyConfig = config.NoisyConfig()
     dueling: bool = False
-    """dueling value/advantage head, per atom (c51 and qrdqn)."""
+    """dueling value/advantage head, per atom (c51 and qrdqn; dqn: per action)."""
     double_dqn: bool = True
     """select the bootstrap action with the online network."""
     per: config.PERConfig = config.PERConfig()
@@ -54,16 +55,18 @@ class Config:
 
 def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
-) -> tuple[nn.Module, C51Loss | QRDQNLoss | IQNLoss | FQFLoss]:
+) -> tuple[nn.Module, C51Loss | QRDQNLoss | IQNLoss | FQFLoss | DQNLoss]:
     """The greedy distributional Q actor of ``--algo`` (SB3's init, which the zoo tuned; noisy
     layers where asked) and its loss."""
-    from tdrl.objectives import C51Loss, FQFLoss, IQNLoss, QRDQNLoss
+    from tdrl.objectives import C51Loss, DQNLoss, FQFLoss, IQNLoss, QRDQNLoss
 
     qnet = cfg.dist.build(observation_spec, action_spec, cfg.q.hidden_sizes, dueling=cfg.dueling,
                           network=cfg.pixels.network, noise=cfg.noise)  # fmt: skip
     common = dict(double_dqn=cfg.double_dqn, gamma=cfg.q.gamma)
     if cfg.dist.algo == "fqf":
         return qnet, FQFLoss(qnet, entropy_coeff=cfg.dist.fraction_entropy_coeff, **common)
+    if cfg.dist.algo == "dqn":  # no distribution: dqn.py's Huber TD loss
+        return qnet, DQNLoss(qnet, loss_function="smooth_l1", **common)
     losses = {"c51": C51Loss, "qrdqn": QRDQNLoss, "iqn": IQNLoss}
     return qnet, losses[cfg.dist.algo](qnet, **common)
 

@@ -463,8 +463,9 @@ class PERConfig:
 class DistributionalConfig:
     """The return distribution of the distributional DQNs and its parameters."""
 
-    algo: Literal["c51", "qrdqn", "iqn", "fqf"] = "c51"
-    """the return distribution: atoms (c51), quantiles (qrdqn), sampled (iqn) or proposed (fqf)."""
+    algo: Literal["c51", "qrdqn", "iqn", "fqf", "dqn"] = "c51"
+    """the return distribution: atoms (c51), quantiles (qrdqn), sampled (iqn) or proposed (fqf);
+    dqn: none, a scalar Q (Rainbow without its distribution, Hessel et al.'s ablation)."""
     num_atoms: int = 51
     """c51: atoms of the support."""
     v_min: float = 0.0
@@ -493,12 +494,13 @@ class DistributionalConfig:
         """The greedy Q actor of ``algo`` (SB3's init; noisy layers where ``noise`` asks):
         c51 and qrdqn an MLP or CNN with ``num_actions x atoms`` outputs (``dueling``: a
         value/advantage head per atom); iqn and fqf state features times an embedding of the
-        quantile fractions, then a head."""
+        quantile fractions, then a head; dqn recipes/dqn.py's network (one output an action)."""
         from tdrl.modules import (
             CategoricalQValueActor,
             FQFQValueActor,
             IQNQValueActor,
             QuantileQValueActor,
+            QValueActor,
         )
         from tdrl.modules.networks import q_network, quantile_embedding_parts
 
@@ -509,6 +511,9 @@ class DistributionalConfig:
         net: dict[str, Any] = dict(
             network=network, noisy_std=noise.std, noisy_heads_only=noise.noisy_layers == "heads"
         )
+        if self.algo == "dqn":
+            return QValueActor(q_network(observation_spec, action_spec, hidden_sizes,
+                                         dueling=dueling, **net))  # fmt: skip
         if self.algo in ("c51", "qrdqn"):
             atoms = self.num_atoms if self.algo == "c51" else self.num_quantiles
             body = q_network(observation_spec, action_spec, hidden_sizes, dueling=dueling,

@@ -104,6 +104,7 @@ VARIANT = pytest.mark.variants  # run with -m variants (CI does)
         ("rainbow", {"algo": "qrdqn", "num_quantiles": 8}),
         ("rainbow", {"algo": "iqn", "noisy": True}),
         ("rainbow", {"algo": "fqf", "num_fractions": 8}),
+        ("rainbow", {"algo": "dqn", "noisy": True, "prioritized": True, "n_steps": 3}),
         pytest.param(
             "rainbow",
             {"algo": "c51", "noisy": True, "dueling": True, "prioritized": True},
@@ -287,6 +288,33 @@ def test_rainbow_noisy_epsilon_keeps_epsilon_greedy_on_top_of_the_noise(tmp_path
         eps[keep] = module.main(cfg)["epsilon"]
     assert eps[False] == 0.0  # the noise explores alone
     assert 0.5 < eps[True] < 1.0  # annealing from eps_init over eps_frames
+
+
+@pytest.mark.parametrize("options", [{}, {"dueling": True, "prioritized": True, "n_steps": 3}])
+def test_rainbow_algo_dqn_is_dqn_py_with_the_same_options(options, tmp_path):
+    # Rainbow without its distribution: the scalar head trains exactly as dqn.py does
+    results = {}
+    for name, extra in (("dqn", {}), ("rainbow", {"algo": "dqn"})):
+        module, cfg = config(name, tmp_path / name, checkpoint_every=0, **options, **extra)
+        results[name] = module.main(cfg)
+    for key in ("loss", "q", "updates", "epsilon", "eval_return_mean"):
+        assert results["rainbow"][key] == results["dqn"][key], key
+
+
+def test_rainbow_algo_dqn_with_noisy_nets_has_a_noisy_scalar_head():
+    import rainbow
+
+    from tdrl.envs import make_vec_env
+    from tdrl.modules import NoisyLinear, QValueActor
+    from tdrl.objectives import DQNLoss
+
+    cfg = configure(rainbow.Config, algo="dqn", noisy=True, dueling=True)
+    with make_vec_env("CartPole-v1", 2) as env:
+        qnet, loss = rainbow.q_network_and_loss(cfg, env.observation_spec, env.action_spec)
+        assert isinstance(qnet, QValueActor) and isinstance(loss, DQNLoss)
+        linear = [m for m in qnet.modules() if isinstance(m, torch.nn.Linear | NoisyLinear)]
+        assert linear and all(isinstance(m, NoisyLinear) for m in linear)
+        assert qnet(env.reset())["action_value"].shape == (2, 2)
 
 
 def test_dqn_and_rainbow_pick_the_cnn_for_frames_and_the_mlp_otherwise():
