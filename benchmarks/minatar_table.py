@@ -256,6 +256,75 @@ end; one torch thread per run.
   at that step (Tianshou's way), from tdrl's curves.
 """
 
+# Rainbow's ablation (Hessel et al. 2017, arXiv 1710.02298, fig. 3): each ingredient taken out
+# alone, as the --set fields of tuning runs of the "rainbow" cell; the row of each and its order.
+ABLATED = {
+    (): "Rainbow",
+    (("prioritized", False),): "- prioritized replay",
+    (("n_steps", 1),): "- multi-step (1-step returns)",
+    (("algo", "dqn"),): "- distributional (scalar Q, Huber loss)",
+    (("noisy", False),): "- noisy nets (epsilon-greedy)",
+    (("dueling", False),): "- dueling",
+    (("double_dqn", False),): "- double Q",
+}
+ABLATION_TABLE = mt.ROOT / "docs" / "benchmarks" / "minatar_ablation_table.jsonl"
+
+
+def ablation_markdown(lines: list[dict[str, Any]]) -> str:
+    """The ablation rows of tdrl's "rainbow" cells (``--set`` lines; none: the full agent) per
+    task and budget: seeds, final and best (mean ± std over seeds), the peak of the mean curve,
+    wall seconds, and the final and best means over the full agent's. A line with other fields
+    changed, or evaluated otherwise than the first of its task and budget, is refused, naming
+    it; a cell appended twice counts once."""
+    groups: dict[tuple[str, int], dict[str, dict[int, dict[str, Any]]]] = {}
+    protocols: dict[tuple[str, int], tuple[int, int]] = {}
+    for line in lines:
+        changed = tuple(sorted((line.get("overrides") or {}).items()))
+        where = f"{line['algorithm']} {line['task']} seed {line['seed']}"
+        if line["algorithm"] != "rainbow" or changed not in ABLATED:
+            raise ValueError(
+                f"{where}: changes {dict(changed)}, not one of Rainbow's ablations "
+                f"{[dict(k) for k in ABLATED]}"
+            )
+        group = (line["task"], line["steps"])
+        protocol = protocols.setdefault(group, (line["eval_every"], line["eval_episodes"]))
+        if (line["eval_every"], line["eval_episodes"]) != protocol:
+            raise ValueError(
+                f"{where} {dict(changed)}: evaluated {line['eval_episodes']} episodes every "
+                f"{line['eval_every']} steps, its task and budget's first line {protocol[1]} "
+                f"every {protocol[0]}"
+            )
+        groups.setdefault(group, {}).setdefault(ABLATED[changed], {})[line["seed"]] = line
+    out = [
+        "| task | steps | variant | seeds | final | best | peak | wall s | final / Rainbow "
+        "| best / Rainbow |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (task, steps), rows in sorted(groups.items()):
+        full = list(rows.get("Rainbow", {}).values())
+        for name in (n for n in ABLATED.values() if n in rows):
+            runs = [rows[name][seed] for seed in sorted(rows[name])]
+            finals = [r["final_return"] for r in runs]
+            bests = [r["best_return"] for r in runs]
+            ratios = [
+                mt.ratio(mt.mean_std(ours)[0], mt.mean_std(theirs)[0], positive=True)
+                if theirs
+                else "n/a"
+                for ours, theirs in (
+                    (finals, [r["final_return"] for r in full]),
+                    (bests, [r["best_return"] for r in full]),
+                )
+            ]
+            seeds = ", ".join(str(r["seed"]) for r in runs)
+            wall = mt.mean_std([r["wall_s"] for r in runs])[0]
+            out.append(
+                f"| {task} | {mt.fmt_steps(steps)} | {name} | {seeds} | {mt.pm(finals)} "
+                f"| {mt.pm(bests)} | {mt.peak_of_mean(runs)} | {wall:.0f} | {ratios[0]} "
+                f"| {ratios[1]} |"
+            )
+    return "\n".join(out) + "\n"
+
+
 MINATAR = mt.Suite(
     "minatar", __file__, ALGOS, TASKS, sb3_settings, run_sb3, HEADER, packages=PACKAGES,
     sb3_cell_settings=sb3_cell_settings,

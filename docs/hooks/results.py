@@ -9,11 +9,11 @@ by markdown that the store's benchmark script writes (its ``markdown()``, the te
     <!-- results: mujoco algo=trpo,npg task=Hopper-v5 -->   the rows of that table that match
     <!-- results: offline algo=iql columns="dataset,steps,tdrl final,TorchRL final" -->
 
-STORE is ``mujoco``, ``minatar``, ``atari``, ``offline``, ``goal``, ``exploration`` or
-``marl``. A filter names a column of the main table (``algo`` stands for ``algorithm``) and one
-or more comma-separated values, compared without case or punctuation (``td3bc`` matches
-``TD3+BC``). An unknown store, filter or column, or a placeholder that matches no row, raises,
-so ``mkdocs build --strict`` stops on it.
+STORE is ``mujoco``, ``minatar``, ``atari``, ``offline``, ``goal``, ``exploration``,
+``marl`` or ``minatar_ablation`` (Rainbow's ablation runs). A filter names a column of the
+main table (``algo`` stands for ``algorithm``) and one or more comma-separated values, compared
+without case or punctuation (``td3bc`` matches ``TD3+BC``). An unknown store, filter or column,
+or a placeholder that matches no row, raises, so ``mkdocs build --strict`` stops on it.
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ def _offline() -> str:
     return ot.markdown(mt.read_lines(ot.OFFLINE.table))
 
 
+def _minatar_ablation() -> str:
+    mt, mn = _script("mujoco_table"), _script("minatar_table")
+    return mn.ablation_markdown(mt.read_lines(mn.ABLATION_TABLE))
+
+
 def _marl() -> str:
     marl = _script("marl_table")
     return marl.markdown(marl.read_table())
@@ -65,6 +70,7 @@ STORES = {
     "atari": _suite("atari_table", "ATARI"), "offline": _offline,
     "goal": _suite("goal_table", "GOALS"), "marl": _marl,
     "exploration": _suite("exploration_table", "EXPLORATION"),
+    "minatar_ablation": _minatar_ablation,
 }  # fmt: skip
 _pages: dict[str, tuple[float, str]] = {}
 

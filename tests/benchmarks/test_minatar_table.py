@@ -181,3 +181,41 @@ def test_a_rerun_skips_the_done_cells_and_the_page_renders(table: tuple[Path, Pa
     assert md.count("Versions: ") == 1 and f"SB3: python {sys.version.split()[0]}" in md
     assert f"minatar {minatar}" in md and "Machine: " in md
     assert not re.search(r"\d{4}-\d{2}-\d{2}", md) and not re.search(r"[Ii]ssue \d", md)
+
+
+def ablation_line(seed: int, finals: list[float], **overrides: Any) -> dict[str, Any]:
+    steps = [25_000 * (i + 1) for i in range(len(finals))]
+    return {
+        "library": "tdrl", "algorithm": "rainbow", "task": BREAKOUT, "seed": seed,
+        "steps": steps[-1], "eval_every": 25_000, "eval_episodes": 10,
+        "final_return": finals[-1], "best_return": max(finals), "wall_s": 100.0 + seed,
+        "curve": {"steps": steps, "returns": finals}, "overrides": overrides,
+    }  # fmt: skip
+
+
+def test_the_ablation_rows_put_each_ingredient_beside_the_full_agent() -> None:
+    lines = [
+        ablation_line(0, [2.0, 8.0]), ablation_line(1, [4.0, 10.0]),
+        ablation_line(1, [4.0, 10.0]),  # the same cell appended twice counts once
+        ablation_line(1, [3.0, 2.0], prioritized=False),
+        ablation_line(0, [5.0, 4.0], prioritized=False),
+        ablation_line(0, [1.0, 6.0], algo="dqn"),
+    ]  # fmt: skip
+    rows = [line for line in mn.ablation_markdown(lines).splitlines() if line.startswith("| Min")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert [c[2] for c in cells] == [
+        "Rainbow",
+        "- prioritized replay",
+        "- distributional (scalar Q, Huber loss)",
+    ]  # Rainbow's order, whatever the lines'
+    # final and best: sample std over seeds; peak: the population std (Tianshou's way)
+    assert cells[0][1:8] == ["50k", "Rainbow", "0, 1", "9.0 ± 1.4", "9.0 ± 1.4", "9.0 ± 1.0",
+                             "100"]  # fmt: skip
+    # finals 4 and 2 over Rainbow's 8 and 10; bests 5 and 3 over 8 and 10
+    assert cells[1][3:5] == ["0, 1", "3.0 ± 1.4"] and cells[1][8:] == ["0.33", "0.44"]
+    assert cells[2][4] == "6.0" and cells[2][8:] == ["0.67", "0.67"]  # one seed: no std
+    with pytest.raises(ValueError, match="not one of Rainbow's ablations"):
+        mn.ablation_markdown([ablation_line(0, [1.0], prioritized=False, n_steps=1)])
+    other = ablation_line(2, [1.0, 2.0], dueling=False) | {"eval_every": 10_000}
+    with pytest.raises(ValueError, match="seed 2 {'dueling': False}: evaluated 10 episodes every"):
+        mn.ablation_markdown([*lines, other])
