@@ -47,10 +47,22 @@ the 18 cells (2 games x 3 seeds x {tdrl DQN, SB3 DQN, tdrl Rainbow}): about 24 h
     python benchmarks/minatar_table.py --jobs 2      # 18 cells, 500k steps each
     python benchmarks/minatar_table.py --algos dqn --tasks MinAtar/Breakout-v1 --dry-run
     python benchmarks/minatar_table.py --render      # minatar_table.md and minatar_<game>.png
+
+Rainbow's ablation (``ABLATED``; rendered by ``ablation_markdown``, the docs' store
+``minatar_ablation``): tuning runs of the "rainbow" cell with one ingredient taken out by ``--set``
+(none for the full agent), each setting into a table of its own outside docs/ (the driver keeps
+tuning lines apart from the table's), then appended to ``minatar_ablation_table.jsonl``:
+
+    python benchmarks/minatar_table.py --algos rainbow --tasks MinAtar/Breakout-v1 --seeds 0 1 \
+        --libraries tdrl --steps 100000 --set n_steps=1 --table /tmp/abl/n_steps.jsonl \
+        --workdir /tmp/abl/n_steps --jobs 2
+    cat /tmp/abl/*.jsonl >> docs/benchmarks/minatar_ablation_table.jsonl
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -256,73 +268,92 @@ end; one torch thread per run.
   at that step (Tianshou's way), from tdrl's curves.
 """
 
-# Rainbow's ablation (Hessel et al. 2017, arXiv 1710.02298, fig. 3): each ingredient taken out
-# alone, as the --set fields of tuning runs of the "rainbow" cell; the row of each and its order.
+# Rainbow's ablation (Hessel et al. 2017, arXiv 1710.02298, sec. "Ablation studies"): each
+# ingredient taken out alone, as the --set fields of tuning runs of the "rainbow" cell; the row of
+# each, in this order.
 ABLATED = {
-    (): "Rainbow",
-    (("prioritized", False),): "- prioritized replay",
-    (("n_steps", 1),): "- multi-step (1-step returns)",
-    (("algo", "dqn"),): "- distributional (scalar Q, Huber loss)",
-    (("noisy", False),): "- noisy nets (epsilon-greedy)",
-    (("dueling", False),): "- dueling",
-    (("double_dqn", False),): "- double Q",
+    "{}": "Rainbow",
+    '{"prioritized": false}': "- prioritized replay",
+    '{"n_steps": 1}': "- multi-step (1-step returns)",
+    '{"algo": "dqn"}': "- distributional (scalar Q, Huber loss)",
+    '{"noisy": false}': "- noisy nets (epsilon-greedy)",
+    '{"dueling": false}': "- dueling",
+    '{"double_dqn": false}': "- double Q",
 }
 ABLATION_TABLE = mt.ROOT / "docs" / "benchmarks" / "minatar_ablation_table.jsonl"
 
 
+def ablated(line: dict[str, Any]) -> str:
+    """The ablation row of a line of tdrl's "rainbow" cell (its ``overrides``, with ``true`` /
+    ``false`` typed as the driver types them); a ``ValueError`` naming any other line."""
+    where = f"{line['library']} {line['algorithm']} {line['task']} seed {line['seed']}"
+    if line["library"] != "tdrl" or line["algorithm"] != "rainbow":
+        raise ValueError(f"{where}: the ablation rows are tdrl's Rainbow runs")
+    if line["eval_episodes"] != mt.EVAL_EPISODES:
+        raise ValueError(f"{where}: {line['eval_episodes']} evaluation episodes, not 10")
+    changed = {
+        name: value.strip().lower() == "true"
+        if isinstance(value, str) and value.strip().lower() in ("true", "false")
+        else value
+        for name, value in (line.get("overrides") or {}).items()
+    }
+    key = json.dumps(changed, sort_keys=True)
+    if key not in ABLATED:
+        raise ValueError(f"{where}: changes {key}, not one of Rainbow's ablations {list(ABLATED)}")
+    return ABLATED[key]
+
+
 def ablation_markdown(lines: list[dict[str, Any]]) -> str:
-    """The ablation rows of tdrl's "rainbow" cells (``--set`` lines; none: the full agent) per
-    task and budget: seeds, final and best (mean ± std over seeds), the peak of the mean curve,
-    wall seconds, and the final and best means over the full agent's. A line with other fields
-    changed, or evaluated otherwise than the first of its task and budget, is refused, naming
-    it; a cell appended twice counts once."""
+    """The ablation rows (:func:`ablated`) per task and budget: seeds, final and best (mean ±
+    std over seeds), the peak of the mean curve, wall seconds, and the final and best means over
+    the full agent's on the seeds both ran (their number where either ran others too); then the
+    versions and machine. A line evaluated otherwise than the first of its task and budget is
+    refused, naming it; a cell appended twice counts once (the later line)."""
     groups: dict[tuple[str, int], dict[str, dict[int, dict[str, Any]]]] = {}
-    protocols: dict[tuple[str, int], tuple[int, int]] = {}
+    protocols: dict[tuple[str, int], int] = {}
     for line in lines:
-        changed = tuple(sorted((line.get("overrides") or {}).items()))
-        where = f"{line['algorithm']} {line['task']} seed {line['seed']}"
-        if line["algorithm"] != "rainbow" or changed not in ABLATED:
+        row, group = ablated(line), (line["task"], line["steps"])
+        if protocols.setdefault(group, line["eval_every"]) != line["eval_every"]:
             raise ValueError(
-                f"{where}: changes {dict(changed)}, not one of Rainbow's ablations "
-                f"{[dict(k) for k in ABLATED]}"
+                f"{line['task']} seed {line['seed']} {row!r}: evaluated every "
+                f"{line['eval_every']} steps, its task and budget's first line every "
+                f"{protocols[group]}"
             )
-        group = (line["task"], line["steps"])
-        protocol = protocols.setdefault(group, (line["eval_every"], line["eval_episodes"]))
-        if (line["eval_every"], line["eval_episodes"]) != protocol:
-            raise ValueError(
-                f"{where} {dict(changed)}: evaluated {line['eval_episodes']} episodes every "
-                f"{line['eval_every']} steps, its task and budget's first line {protocol[1]} "
-                f"every {protocol[0]}"
-            )
-        groups.setdefault(group, {}).setdefault(ABLATED[changed], {})[line["seed"]] = line
+        groups.setdefault(group, {}).setdefault(row, {})[line["seed"]] = line
     out = [
         "| task | steps | variant | seeds | final | best | peak | wall s | final / Rainbow "
         "| best / Rainbow |",
         "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for (task, steps), rows in sorted(groups.items()):
-        full = list(rows.get("Rainbow", {}).values())
+        full = rows.get("Rainbow", {})
         for name in (n for n in ABLATED.values() if n in rows):
-            runs = [rows[name][seed] for seed in sorted(rows[name])]
-            finals = [r["final_return"] for r in runs]
-            bests = [r["best_return"] for r in runs]
-            ratios = [
-                mt.ratio(mt.mean_std(ours)[0], mt.mean_std(theirs)[0], positive=True)
-                if theirs
-                else "n/a"
-                for ours, theirs in (
-                    (finals, [r["final_return"] for r in full]),
-                    (bests, [r["best_return"] for r in full]),
-                )
-            ]
-            seeds = ", ".join(str(r["seed"]) for r in runs)
-            wall = mt.mean_std([r["wall_s"] for r in runs])[0]
+            runs = rows[name]
+            ratios = ("—", "—") if name == "Rainbow" else over_full(runs, full)
+            finals = [runs[seed]["final_return"] for seed in sorted(runs)]
+            bests = [runs[seed]["best_return"] for seed in sorted(runs)]
+            wall = statistics.fmean(run["wall_s"] for run in runs.values())
             out.append(
-                f"| {task} | {mt.fmt_steps(steps)} | {name} | {seeds} | {mt.pm(finals)} "
-                f"| {mt.pm(bests)} | {mt.peak_of_mean(runs)} | {wall:.0f} | {ratios[0]} "
-                f"| {ratios[1]} |"
+                f"| {task} | {mt.fmt_steps(steps)} | {name} | {', '.join(map(str, sorted(runs)))} "
+                f"| {mt.pm(finals)} | {mt.pm(bests)} | {mt.peak_of_mean(runs.values())} "
+                f"| {wall:.0f} | {ratios[0]} | {ratios[1]} |"
             )
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n\n" + mt.versions_and_machine(lines)
+
+
+def over_full(ours: dict[int, dict[str, Any]], full: dict[int, dict[str, Any]]) -> tuple[str, str]:
+    """The final and best means of a variant over the full agent's, on the seeds both ran (with
+    their number where either ran others too); "—" without such seeds."""
+    seeds = sorted(set(ours) & set(full))
+    if not seeds:
+        return "—", "—"
+    note = "" if set(ours) == set(full) else f" ({len(seeds)} seed{'s' * (len(seeds) > 1)})"
+
+    def over(field: str) -> str:
+        mean = statistics.fmean(ours[seed][field] for seed in seeds)
+        return mt.ratio(mean, statistics.fmean(full[seed][field] for seed in seeds), positive=True)
+
+    return over("final_return") + note, over("best_return") + note
 
 
 MINATAR = mt.Suite(

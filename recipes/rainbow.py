@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 from tdrl import keys, trainers
 from tdrl.trainers import config
 
-TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF", "dqn": "DQN"}
+TITLES = {"c51": "C51", "qrdqn": "QR-DQN", "iqn": "IQN", "fqf": "FQF", "dqn": "Scalar DQN"}
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
@@ -56,8 +56,8 @@ class Config:
 def q_network_and_loss(
     cfg: Config, observation_spec: Composite, action_spec: TensorSpec
 ) -> tuple[nn.Module, C51Loss | QRDQNLoss | IQNLoss | FQFLoss | DQNLoss]:
-    """The greedy distributional Q actor of ``--algo`` (SB3's init, which the zoo tuned; noisy
-    layers where asked) and its loss."""
+    """The greedy Q actor of ``--algo`` (SB3's init, which the zoo tuned; noisy layers where
+    asked) and its loss: distributional, or dqn.py's scalar Q and Huber loss (``--algo dqn``)."""
     from tdrl.objectives import C51Loss, DQNLoss, FQFLoss, IQNLoss, QRDQNLoss
 
     qnet = cfg.dist.build(observation_spec, action_spec, cfg.q.hidden_sizes, dueling=cfg.dueling,
@@ -72,8 +72,8 @@ def q_network_and_loss(
 
 
 def main(cfg: Config) -> dict[str, float]:
-    """Train the distributional DQN of ``--algo``; returns the final greedy evaluation, the
-    best one, and the counters."""
+    """Train the DQN of ``--algo`` (distributional, or scalar with ``dqn``); returns the final
+    greedy evaluation, the best one, and the counters."""
     # the library loads here, after the command line: --help answers without it
     from tensordict.nn import TensorDictSequential
 
@@ -123,9 +123,9 @@ def main(cfg: Config) -> dict[str, float]:
     )  # fmt: skip
     clip = RewardClipping(-1.0, 1.0) if cfg.pixels.clip_rewards else None
 
-    # 4. the update step: the distributional TD loss and one clipped gradient step, compiled
-    #    (--compile) and/or captured (--cudagraphs); the priorities, the new noise and the
-    #    target copies outside
+    # 4. the update step: the distributional (or scalar) TD loss and one clipped gradient step,
+    #    compiled (--compile) and/or captured (--cudagraphs); the priorities, the new noise and
+    #    the target copies outside
     def learn(sample: TensorDictBase) -> TensorDictBase:
         out = loss(sample)
         trainers.optimizer_step(out[keys.LOSS], optimizer, max_grad_norm=cfg.q.max_grad_norm)

@@ -57,3 +57,17 @@ def test_filters_ignore_case_and_punctuation_and_take_lists(hook) -> None:
 def test_an_unknown_store_column_or_a_placeholder_without_rows_raises(hook, argument) -> None:
     with pytest.raises(ValueError, match="results: "):
         hook.render(argument)
+
+
+def test_rainbows_ablation_store_renders_each_variant_beside_the_full_agent(hook) -> None:
+    lines = [json.loads(x) for x in (ROOT / "docs/benchmarks/minatar_ablation_table.jsonl").open()]
+    full = {x["seed"]: x["final_return"] for x in lines if not x.get("overrides")}
+    page = hook.render("minatar_ablation page")
+    (row,) = [x for x in page.splitlines() if "| Rainbow |" in x]
+    mean = f"{statistics.fmean(full.values()):.1f}"
+    if len(full) > 1:  # one seed: the mean alone
+        mean += f" ± {statistics.stdev(full.values()):.1f}"
+    assert f"| {', '.join(map(str, sorted(full)))} | {mean} |" in row
+    variants = {tuple(sorted(x["overrides"].items())) for x in lines if x.get("overrides")}
+    assert len([x for x in page.splitlines() if "| - " in x]) == len(variants)
+    assert "Versions: tdrl: python" in page

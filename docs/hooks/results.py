@@ -2,7 +2,8 @@
 
 A line ``<!-- results: STORE [page] [FILTER=VALUE ...] [columns="A,B,..."] -->`` is replaced
 by markdown that the store's benchmark script writes (its ``markdown()``, the text of its
-``--render`` page), from ``docs/benchmarks/<STORE>_table.jsonl``:
+``--render`` page; ``minatar_ablation``: ``ablation_markdown()``, a table and its versions), from
+``docs/benchmarks/<STORE>_table.jsonl``:
 
     <!-- results: mujoco page -->                        the whole generated page
     <!-- results: mujoco -->                             its main table

@@ -190,32 +190,61 @@ def ablation_line(seed: int, finals: list[float], **overrides: Any) -> dict[str,
         "steps": steps[-1], "eval_every": 25_000, "eval_episodes": 10,
         "final_return": finals[-1], "best_return": max(finals), "wall_s": 100.0 + seed,
         "curve": {"steps": steps, "returns": finals}, "overrides": overrides,
+        "versions": {"python": "3.11.7", "minatar": "1.0.15"}, "cpus": 2,
     }  # fmt: skip
+
+
+def ablation_rows(lines: list[dict[str, Any]]) -> list[list[str]]:
+    rows = [x for x in mn.ablation_markdown(lines).splitlines() if x.startswith("| Min")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
 
 
 def test_the_ablation_rows_put_each_ingredient_beside_the_full_agent() -> None:
     lines = [
-        ablation_line(0, [2.0, 8.0]), ablation_line(1, [4.0, 10.0]),
-        ablation_line(1, [4.0, 10.0]),  # the same cell appended twice counts once
-        ablation_line(1, [3.0, 2.0], prioritized=False),
+        ablation_line(0, [2.0, 8.0]),
+        ablation_line(1, [3.0, 7.0]),
+        ablation_line(1, [4.0, 10.0]),  # the same cell appended again: the later line counts
+        ablation_line(1, [3.0, 2.0], prioritized="false"),  # typed as the driver types it
         ablation_line(0, [5.0, 4.0], prioritized=False),
         ablation_line(0, [1.0, 6.0], algo="dqn"),
-    ]  # fmt: skip
-    rows = [line for line in mn.ablation_markdown(lines).splitlines() if line.startswith("| Min")]
-    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+        ablation_line(7, [1.0, 6.0], dueling=False),  # a seed the full agent did not run
+    ]
+    cells = ablation_rows(lines)
     assert [c[2] for c in cells] == [
         "Rainbow",
         "- prioritized replay",
         "- distributional (scalar Q, Huber loss)",
+        "- dueling",
     ]  # Rainbow's order, whatever the lines'
     # final and best: sample std over seeds; peak: the population std (Tianshou's way)
-    assert cells[0][1:8] == ["50k", "Rainbow", "0, 1", "9.0 ± 1.4", "9.0 ± 1.4", "9.0 ± 1.0",
-                             "100"]  # fmt: skip
+    assert cells[0][1:] == [
+        "50k", "Rainbow", "0, 1", "9.0 ± 1.4", "9.0 ± 1.4", "9.0 ± 1.0", "100", "—", "—"
+    ]  # fmt: skip
     # finals 4 and 2 over Rainbow's 8 and 10; bests 5 and 3 over 8 and 10
     assert cells[1][3:5] == ["0, 1", "3.0 ± 1.4"] and cells[1][8:] == ["0.33", "0.44"]
-    assert cells[2][4] == "6.0" and cells[2][8:] == ["0.67", "0.67"]  # one seed: no std
-    with pytest.raises(ValueError, match="not one of Rainbow's ablations"):
-        mn.ablation_markdown([ablation_line(0, [1.0], prioritized=False, n_steps=1)])
+    # seed 0 alone: 6 over 8, both final and best, on one of the full agent's two seeds
+    assert cells[2][4] == "6.0" and cells[2][8:] == ["0.75 (1 seed)", "0.75 (1 seed)"]
+    assert cells[3][3] == "7" and cells[3][8:] == ["—", "—"]  # no seed in common
+    page = mn.ablation_markdown(lines)
+    assert "Versions: tdrl: python 3.11.7, minatar 1.0.15. Machine: 2 CPUs." in page
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        (ablation_line(0, [1.0], prioritized=False, n_steps=1), "not one of Rainbow's ablations"),
+        (ablation_line(0, [1.0], hidden_sizes=[64, 64]), "not one of Rainbow's ablations"),
+        (ablation_line(0, [1.0]) | {"algorithm": "dqn"}, "tdrl dqn .* seed 0: the ablation rows"),
+        (ablation_line(0, [1.0]) | {"library": "SB3"}, "SB3 rainbow .* the ablation rows"),
+        (ablation_line(0, [1.0]) | {"eval_episodes": 5}, "5 evaluation episodes, not 10"),
+    ],
+)
+def test_a_line_that_is_no_ablation_of_tdrls_rainbow_is_refused_by_name(line, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        mn.ablation_markdown([line])
+
+
+def test_an_ablation_line_evaluated_on_another_schedule_is_refused() -> None:
     other = ablation_line(2, [1.0, 2.0], dueling=False) | {"eval_every": 10_000}
-    with pytest.raises(ValueError, match="seed 2 {'dueling': False}: evaluated 10 episodes every"):
-        mn.ablation_markdown([*lines, other])
+    with pytest.raises(ValueError, match="seed 2 '- dueling': evaluated every 10000 steps"):
+        mn.ablation_markdown([ablation_line(0, [2.0, 8.0]), other])

@@ -291,12 +291,15 @@ def test_rainbow_noisy_epsilon_keeps_epsilon_greedy_on_top_of_the_noise(tmp_path
 
 
 @pytest.mark.parametrize("options", [{}, {"dueling": True, "prioritized": True, "n_steps": 3}])
-def test_rainbow_algo_dqn_is_dqn_py_with_the_same_options(options, tmp_path):
-    # Rainbow without its distribution: the scalar head trains exactly as dqn.py does
+def test_rainbow_algo_dqn_is_dqn_py_with_the_same_options(options, tmp_path, monkeypatch):
+    # Rainbow without its distribution: the scalar head trains exactly as dqn.py does, in a run
+    # folder of its own (both default to runs/<title>/<env>/seed<seed> here)
+    monkeypatch.chdir(tmp_path)
     results = {}
     for name, extra in (("dqn", {}), ("rainbow", {"algo": "dqn"})):
-        module, cfg = config(name, tmp_path / name, checkpoint_every=0, **options, **extra)
+        module, cfg = config(name, tmp_path, checkpoint_every=0, log_dir="", **options, **extra)
         results[name] = module.main(cfg)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["dqn", "scalar_dqn"]
     for key in ("loss", "q", "updates", "epsilon", "eval_return_mean"):
         assert results["rainbow"][key] == results["dqn"][key], key
 
