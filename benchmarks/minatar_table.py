@@ -284,19 +284,15 @@ ABLATION_TABLE = mt.ROOT / "docs" / "benchmarks" / "minatar_ablation_table.jsonl
 
 
 def ablated(line: dict[str, Any]) -> str:
-    """The ablation row of a line of tdrl's "rainbow" cell (its ``overrides``, with ``true`` /
-    ``false`` typed as the driver types them); a ``ValueError`` naming any other line."""
+    """The ablation row of a line of tdrl's "rainbow" cell (its ``overrides``, typed as the
+    driver types them, :func:`mujoco_table.typed_overrides`, over the Rainbow preset); a
+    ``ValueError`` naming any other line."""
     where = f"{line['library']} {line['algorithm']} {line['task']} seed {line['seed']}"
     if line["library"] != "tdrl" or line["algorithm"] != "rainbow":
         raise ValueError(f"{where}: the ablation rows are tdrl's Rainbow runs")
     if line["eval_episodes"] != mt.EVAL_EPISODES:
         raise ValueError(f"{where}: {line['eval_episodes']} evaluation episodes, not 10")
-    changed = {
-        name: value.strip().lower() == "true"
-        if isinstance(value, str) and value.strip().lower() in ("true", "false")
-        else value
-        for name, value in (line.get("overrides") or {}).items()
-    }
+    changed = mt.typed_overrides(line.get("overrides") or {}, dict(ALGOS["rainbow"].preset))
     key = json.dumps(changed, sort_keys=True)
     if key not in ABLATED:
         raise ValueError(f"{where}: changes {key}, not one of Rainbow's ablations {list(ABLATED)}")
