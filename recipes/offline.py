@@ -191,9 +191,9 @@ def main(cfg: Config) -> dict[str, float]:
         for steps in run.resume(trainers.OfflineSteps(buffer, cfg.run, dataset=cfg.dataset)):
             for _ in range(steps):
                 run.updates += 1
-                warm = cfg.algo == "cql" and run.updates <= cfg.cql_bc_steps
+                warm = False
                 if cfg.algo == "cql":  # the actor's warm-up, then SAC's objective
-                    loss.behavior_cloning = warm
+                    warm = loss.behavior_cloning = run.updates <= cfg.cql_bc_steps
                 sample = buffer.sample(cfg.batch_size)
                 if run.updates % every == 0:
                     run.record((warm_update if warm else update)(sample))
