@@ -3,7 +3,8 @@ replay, seed by seed, into a result store.
 
 "after" is ``recipes/drqn.py`` at its defaults (padded slices, 3-step targets, value rescaling,
 prioritized sequences, 0.25 gradient steps per env step); "before" the settings the recipe had
-without them (slices inside one episode, 1-step targets, uniform replay, 0.125). Each run is
+without them (slices inside one episode, 1-step targets, uniform replay, 0.125); "apex" the
+defaults with ``--apex-epsilon`` (each env its own final epsilon, Ape-X's). Each run is
 one JSON line of ``docs/benchmarks/drqn_table.jsonl`` (its evaluation curve: 10 greedy episodes
 every 5k steps); ``--render`` writes ``drqn_table.md``: the first evaluation at or above the
 task's "solved" threshold (gymnasium's reward_threshold of the base task: CartPole 475, Acrobot
@@ -44,6 +45,7 @@ def solved_threshold(env_id: str) -> float:
 VARIANTS: dict[str, dict[str, Any]] = {
     "after": {},
     "before": dict(pad=False, n_steps=1, prioritized=False, value_rescaling=False, utd_ratio=0.125),
+    "apex": {"apex_epsilon": True},
 }
 
 
@@ -104,7 +106,9 @@ def markdown(lines: list[dict[str, Any]]) -> str:
         "the first greedy evaluation (10 episodes, every 5k env steps) at or above the task's",
         "threshold (CartPoleNoVel-v1: 475; AcrobotNoVel-v1: -100, gymnasium's reward_threshold",
         "of Acrobot-v1). The recipe's defaults were chosen on CartPoleNoVel seeds 50 and 51, and",
-        "looked at on seeds 52-55 of both tasks; these are other seeds.", "",
+        "looked at on seeds 52-55 of both tasks; these are other seeds. apex: the defaults with",
+        "`--apex-epsilon` (env i of 8 anneals to its own final epsilon 0.4^(1 + i), Ape-X's),",
+        "looked at on CartPoleNoVel seeds 60-62 beside the defaults.", "",
         *summary, "",
         "| task | settings | seed | solved at (env steps) | best | final | wall s |",
         "|---|---|---|---|---|---|---|",

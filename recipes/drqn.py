@@ -60,6 +60,9 @@ class Config:
     per: config.PERConfig = config.PERConfig(n_steps=3, prioritized=True)
     value_rescaling: bool = True
     """learn h(Q), R2D2's invertible value rescaling (--no-value-rescaling: Q itself)."""
+    apex_epsilon: bool = False
+    """each env anneals to its own final epsilon, 0.4^(1 + 7 i/(N - 1)) for env i of N (Ape-X's
+    actors, as R2D2's), in place of --eps-end."""
 
 
 def main(cfg: Config) -> dict[str, float]:
@@ -70,7 +73,7 @@ def main(cfg: Config) -> dict[str, float]:
 
     from tdrl.data import make_replay_buffer, transitions
     from tdrl.keys import EMBED, OBSERVATION
-    from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, flat_dims, mlp
+    from tdrl.modules import EpsilonGreedy, LSTMModule, QValueActor, apex_epsilons, flat_dims, mlp
     from tdrl.objectives import DRQNLoss, HardUpdate, update_priority
 
     cfg.run.refuse_cudagraphs(
@@ -86,10 +89,10 @@ def main(cfg: Config) -> dict[str, float]:
     lstm = LSTMModule(obs_dim, cfg.recurrent_size, in_key=OBSERVATION, out_key=EMBED)
     head = QValueActor(mlp(cfg.recurrent_size, num_actions, cfg.q.hidden_sizes), in_key=EMBED)
     qnet = TensorDictSequential(lstm, head)
+    eps_end = apex_epsilons(cfg.run.num_envs) if cfg.apex_epsilon else cfg.q.eps_end
     exploration = EpsilonGreedy(
-        num_actions, eps_init=cfg.q.eps_init, eps_end=cfg.q.eps_end,
-        annealing_num_steps=cfg.q.eps_frames,
-    )  # fmt: skip
+        num_actions, eps_init=cfg.q.eps_init, eps_end=eps_end, annealing_num_steps=cfg.q.eps_frames
+    )
     policy = TensorDictSequential(qnet, exploration)
 
     # 3. loss, target copies, optimizer, buffer of per-env streams (slices stay in one episode),

@@ -40,6 +40,7 @@ from tdrl.modules.exploration import (
     AdditiveGaussianNoise,
     EpsilonGreedy,
     OrnsteinUhlenbeckNoise,
+    apex_epsilons,
     linear_schedule,
 )
 from tdrl.modules.inputs import (
@@ -132,6 +133,7 @@ __all__ = [
     "ValueTargetScaling",
     "action_bounds",
     "actor_critic",
+    "apex_epsilons",
     "aux_value_head",
     "bcq_perturbation",
     "bcq_vae",

@@ -53,16 +53,35 @@ class _Exploration(TensorDictModuleBase):
         return (interaction_type() or self.default_interaction_type) is InteractionType.RANDOM
 
 
+def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> torch.Tensor:
+    """Ape-X's fixed per-actor epsilons (Horgan et al. 2018, arXiv 1803.00933; R2D2's actors):
+    ``eps_i = base ** (1 + alpha i / (N - 1))`` for ``i = 0 .. N-1`` (``[base]`` for one env),
+    from ``base`` down to ``base ** (1 + alpha)``: a few envs explore, most act near greedily.
+
+    Returns:
+        float32 ``[N]``, an ``eps_end`` of :class:`EpsilonGreedy` (one epsilon per env).
+    """
+    check_counts("apex_epsilons", num_envs=num_envs)
+    if not 0.0 <= base <= 1.0 or alpha < 0.0:
+        raise ValueError(
+            f"apex_epsilons: base must lie in [0, 1] and alpha be >= 0, got {base}, {alpha}"
+        )
+    i = torch.arange(num_envs, dtype=torch.float64)
+    return (base ** (1.0 + alpha * i / max(num_envs - 1, 1))).to(torch.float32)
+
+
 class EpsilonGreedy(_Exploration):
     """With probability epsilon, replace the (index) action by a uniform random one.
 
     Epsilon follows :func:`linear_schedule` from ``eps_init`` to ``eps_end`` over
-    ``annealing_num_steps`` frames (TorchRL's ``EGreedyModule`` argument names).
+    ``annealing_num_steps`` frames (TorchRL's ``EGreedyModule`` argument names). ``eps_end`` may
+    be one epsilon per env, a ``[N]`` tensor (e.g. :func:`apex_epsilons`): env ``i`` (index ``i``
+    of the batch's first dimension, which must then be ``N``) anneals to its own ``eps_end[i]``.
 
     Args:
         num_actions: number of discrete actions ``n``.
         eps_init: initial epsilon.
-        eps_end: final epsilon.
+        eps_end: final epsilon, a float or a ``[N]`` tensor (one per env).
         annealing_num_steps: frames over which epsilon decays.
         action_key: the action entry (int64 index) to rewrite.
         mask_key: an action-mask key (``"action_mask"``): random actions are drawn among the
@@ -78,7 +97,7 @@ class EpsilonGreedy(_Exploration):
         num_actions: int,
         *,
         eps_init: float = 1.0,
-        eps_end: float = 0.05,
+        eps_end: float | torch.Tensor = 0.05,
         annealing_num_steps: int = 10_000,
         action_key: NestedKey = ACTION,
         mask_key: NestedKey | None = None,
@@ -88,20 +107,34 @@ class EpsilonGreedy(_Exploration):
         self.mask_key = mask_key
         if mask_key is not None:
             self.in_keys = [*self.in_keys, mask_key]
-        if not 0.0 <= eps_end <= 1.0 or not 0.0 <= eps_init <= 1.0:
+        ends = torch.as_tensor(eps_end, dtype=torch.float32)
+        if ends.dim() > 1 or ends.numel() == 0:
+            raise ValueError(
+                f"EpsilonGreedy: eps_end must be a float or a [num_envs] tensor, got shape "
+                f"{tuple(ends.shape)}"
+            )
+        if not 0.0 <= eps_init <= 1.0 or not bool(((ends >= 0) & (ends <= 1)).all()):
             raise ValueError(f"epsilons must lie in [0, 1], got {eps_init}, {eps_end}")
         check_counts("EpsilonGreedy", num_actions=num_actions)
         self.num_actions = num_actions
         self.eps_init = eps_init
-        self.eps_end = eps_end
+        self.eps_end: float | torch.Tensor
+        if ends.dim() == 0:
+            self.eps_end = float(eps_end)
+        else:  # a buffer: it moves with .to() and is saved with the schedule
+            self.register_buffer("eps_end", ends.clone())
         self.annealing_num_steps = annealing_num_steps
 
     @property
     def eps(self) -> float:
-        """The current epsilon."""
-        return linear_schedule(
-            self.eps_init, self.eps_end, self.annealing_num_steps, int(self.frames)
-        )
+        """The current epsilon; with one per env, their mean (the figure to log)."""
+        eps = self._eps()
+        return float(eps.mean()) if isinstance(eps, torch.Tensor) else eps
+
+    def _eps(self) -> float | torch.Tensor:
+        """The current epsilon: a float, or ``[N]`` with one per env."""
+        frac = linear_schedule(0.0, 1.0, self.annealing_num_steps, int(self.frames))
+        return self.eps_init + frac * (self.eps_end - self.eps_init)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not self._exploring():
@@ -119,7 +152,15 @@ class EpsilonGreedy(_Exploration):
                 f"(or {(*batch, 1)}), got {tuple(action.shape)}; a one-hot action (TorchRL's "
                 "QValueActor on a OneHot spec) is not taken: give it a Categorical spec"
             )
-        explore = torch.rand(action.shape, device=action.device) < self.eps
+        eps = self._eps()
+        if isinstance(eps, torch.Tensor):  # one per env: along the batch's first dimension
+            if not batch or batch[0] != eps.numel():
+                raise ValueError(
+                    f"EpsilonGreedy: {eps.numel()} per-env epsilons (eps_end) need a batch "
+                    f"whose first dimension is the {eps.numel()} envs, got batch {batch}"
+                )
+            eps = eps.view(-1, *(1,) * (action.dim() - 1))
+        explore = torch.rand(action.shape, device=action.device) < eps
         if self.mask_key is None:
             random = torch.randint_like(action, self.num_actions)
         else:  # the arg-max of iid uniforms over the valid actions is uniform among them

@@ -12,6 +12,7 @@ from tdrl.modules import (
     DeterministicActor,
     EpsilonGreedy,
     OrnsteinUhlenbeckNoise,
+    apex_epsilons,
     linear_schedule,
 )
 
@@ -37,6 +38,50 @@ def test_epsilon_greedy_rate_and_schedule():
     fresh = EpsilonGreedy(4, eps_init=1.0, eps_end=0.2, annealing_num_steps=10)
     fresh.load_state_dict(state)
     assert fresh.eps == pytest.approx(0.2)
+
+
+def test_apex_epsilons_by_hand():
+    # Horgan et al. 2018: eps_i = 0.4 ** (1 + 7 i / (N - 1))
+    assert torch.allclose(apex_epsilons(8), torch.tensor([0.4 ** (1 + i) for i in range(8)]))
+    assert torch.allclose(apex_epsilons(3), torch.tensor([0.4, 0.4**4.5, 0.4**8]))
+    assert apex_epsilons(1).tolist() == pytest.approx([0.4])
+    assert torch.allclose(apex_epsilons(2, base=0.5, alpha=1.0), torch.tensor([0.5, 0.25]))
+    with pytest.raises(ValueError, match="num_envs"):
+        apex_epsilons(0)
+    with pytest.raises(ValueError, match="base must lie in"):
+        apex_epsilons(4, base=1.5)
+
+
+def test_epsilon_greedy_with_one_epsilon_per_env():
+    torch.manual_seed(0)
+    ends = torch.tensor([0.0, 1.0, 0.5])
+    module = EpsilonGreedy(4, eps_init=1.0, eps_end=ends, annealing_num_steps=10)
+    module.step(5)  # halfway: each env halfway from 1 to its own end
+    assert torch.allclose(module._eps(), torch.tensor([0.5, 1.0, 0.75]))
+    assert module.eps == pytest.approx(0.75)  # the mean, a float to log
+    module.step(5)
+    steps = 20000
+    td = TensorDict(action=torch.zeros(3, steps, dtype=torch.int64), batch_size=[3, steps])
+    with set_interaction_type(InteractionType.RANDOM):
+        module(td)
+    changed = (td["action"] != 0).float().mean(1)  # a random action differs w.p. eps * 3/4
+    assert changed[0] == 0.0  # env 0's epsilon is 0: its greedy actions stay
+    assert abs(float(changed[1]) - 0.75) < 0.015
+    assert abs(float(changed[2]) - 0.5 * 0.75) < 0.015
+    fresh = EpsilonGreedy(4, eps_init=1.0, eps_end=torch.ones(3), annealing_num_steps=10)
+    fresh.load_state_dict(module.state_dict())  # the per-env ends come back with the schedule
+    assert torch.equal(fresh._eps(), ends)
+
+
+def test_epsilon_greedy_names_bad_per_env_epsilons():
+    module = EpsilonGreedy(4, eps_end=torch.tensor([0.1, 0.2]))
+    td = TensorDict(action=torch.zeros(3, dtype=torch.int64), batch_size=[3])
+    with pytest.raises(ValueError, match=r"2 per-env epsilons .* batch \(3,\)"):
+        module(td)
+    with pytest.raises(ValueError, match=r"epsilons must lie in \[0, 1\]"):
+        EpsilonGreedy(4, eps_end=torch.tensor([0.1, 1.2]))
+    with pytest.raises(ValueError, match=r"\[num_envs\] tensor, got shape \(2, 2\)"):
+        EpsilonGreedy(4, eps_end=torch.zeros(2, 2))
 
 
 @pytest.mark.parametrize(

@@ -530,6 +530,7 @@ def _rows(path: Path) -> list[dict[str, float]]:
         ("ddpg", 150),
         ("drqn", 320),
         ("drqn-unpadded", 320),
+        ("drqn-apex", 320),
         ("td3", 151),
         ("sac-tqc", 150),
         ("sac-crossq", 151),
@@ -553,6 +554,7 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         # drqn.py's defaults are R2D2's (padded slices drawn by priority: the priorities and
         # PER's beta in the checkpoint); this one: slices inside one episode, uniform
         "unpadded": {"pad": False, "prioritized": False, "n_steps": 1, "value_rescaling": False},
+        "apex": {"apex_epsilon": True},  # each env its own epsilon (a buffer in the checkpoint)
         # a frame and a vector (tests.tiny_envs: discrete moves for DQN, continuous otherwise)
         "images": {"env_id": f"tdrl-test/{'DotDict' if name == 'dqn' else 'ReachDict'}-v0"},
         "shifted": {"env_id": "tdrl-test/ReachDict-v0", "augment": "shift", "shift_pad": 1},
