@@ -108,7 +108,7 @@ def markdown(lines: list[dict[str, Any]]) -> str:
         "of Acrobot-v1). The recipe's defaults were chosen on CartPoleNoVel seeds 50 and 51, and",
         "looked at on seeds 52-55 of both tasks; these are other seeds. apex: the defaults with",
         "`--apex-epsilon` (env i of 8 anneals to its own final epsilon 0.4^(1 + i), Ape-X's),",
-        "looked at on CartPoleNoVel seeds 60-62 beside the defaults.", "",
+        "looked at on CartPoleNoVel seeds 60-62 beside the defaults (tuning runs, not here).", "",
         *summary, "",
         "| task | settings | seed | solved at (env steps) | best | final | wall s |",
         "|---|---|---|---|---|---|---|",

@@ -61,8 +61,9 @@ class Config:
     value_rescaling: bool = True
     """learn h(Q), R2D2's invertible value rescaling (--no-value-rescaling: Q itself)."""
     apex_epsilon: bool = False
-    """each env anneals to its own final epsilon, 0.4^(1 + 7 i/(N - 1)) for env i of N (Ape-X's
-    actors, as R2D2's), in place of --eps-end."""
+    """each env anneals (over --eps-frames) to its own final epsilon, 0.4^(1 + 7 i/(N - 1)) for
+    env i of N, Ape-X's and R2D2's actors' (which hold them fixed: --eps-frames 0); --eps-end is
+    then unused."""
 
 
 def main(cfg: Config) -> dict[str, float]:

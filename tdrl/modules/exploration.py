@@ -54,9 +54,11 @@ class _Exploration(TensorDictModuleBase):
 
 
 def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> torch.Tensor:
-    """Ape-X's fixed per-actor epsilons (Horgan et al. 2018, arXiv 1803.00933; R2D2's actors):
+    """Ape-X's per-actor epsilons (Horgan et al. 2018, arXiv 1803.00933; R2D2's actors):
     ``eps_i = base ** (1 + alpha i / (N - 1))`` for ``i = 0 .. N-1`` (``[base]`` for one env),
     from ``base`` down to ``base ** (1 + alpha)``: a few envs explore, most act near greedily.
+    Ape-X holds them fixed (an :class:`EpsilonGreedy` with ``annealing_num_steps=0``); as its
+    ``eps_end`` with a longer schedule, each env anneals to its own.
 
     Returns:
         float32 ``[N]``, an ``eps_end`` of :class:`EpsilonGreedy` (one epsilon per env).
@@ -133,8 +135,9 @@ class EpsilonGreedy(_Exploration):
 
     def _eps(self) -> float | torch.Tensor:
         """The current epsilon: a float, or ``[N]`` with one per env."""
-        frac = linear_schedule(0.0, 1.0, self.annealing_num_steps, int(self.frames))
-        return self.eps_init + frac * (self.eps_end - self.eps_init)
+        return linear_schedule(
+            self.eps_init, self.eps_end, self.annealing_num_steps, int(self.frames)
+        )
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not self._exploring():
@@ -159,7 +162,7 @@ class EpsilonGreedy(_Exploration):
                     f"EpsilonGreedy: {eps.numel()} per-env epsilons (eps_end) need a batch "
                     f"whose first dimension is the {eps.numel()} envs, got batch {batch}"
                 )
-            eps = eps.view(-1, *(1,) * (action.dim() - 1))
+            eps = eps.to(action.device).view(-1, *(1,) * (action.dim() - 1))
         explore = torch.rand(action.shape, device=action.device) < eps
         if self.mask_key is None:
             random = torch.randint_like(action, self.num_actions)

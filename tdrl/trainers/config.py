@@ -337,6 +337,7 @@ FIELDS_ADDED: dict[str, Any] = {
     "sub_sample_len": 2, "critic_dropout": 0.0, "critic_layer_norm": False, "noise": "gaussian",
     "update_order": "joint",  # sac.py --update-order
     "cql_bc_steps": 0, "cql_deterministic_backup": False,  # offline.py's CQL, before the authors'
+    "apex_epsilon": False,  # drqn.py's per-env epsilons
 }  # fmt: skip
 
 

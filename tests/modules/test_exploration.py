@@ -73,6 +73,13 @@ def test_epsilon_greedy_with_one_epsilon_per_env():
     assert torch.equal(fresh._eps(), ends)
 
 
+def test_epsilon_greedy_without_a_schedule_holds_its_end():
+    # annealing_num_steps=0: eps_end from the first step (Ape-X's fixed epsilons), exactly
+    assert EpsilonGreedy(4, eps_init=1.0, eps_end=0.05, annealing_num_steps=0).eps == 0.05
+    module = EpsilonGreedy(4, eps_end=apex_epsilons(8), annealing_num_steps=0)
+    assert torch.equal(module._eps(), apex_epsilons(8))
+
+
 def test_epsilon_greedy_names_bad_per_env_epsilons():
     module = EpsilonGreedy(4, eps_end=torch.tensor([0.1, 0.2]))
     td = TensorDict(action=torch.zeros(3, dtype=torch.int64), batch_size=[3])

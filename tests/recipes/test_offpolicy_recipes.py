@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tdrl.data import PrioritizedReplayBuffer, ReplayBuffer, truncate_streams, updates_due
+from tdrl.modules import apex_epsilons
 from tdrl.trainers import configure, latest_checkpoint, parse, read_csv
 from tdrl.trainers.config import TD3Config, flat_dict
 from tests.tiny_envs import register_test_envs
@@ -485,6 +486,7 @@ def test_target_entropy_parses_and_bad_values_name_the_field(name, tmp_path):
     [
         ("sac", ["sub_sample_len", "critic_dropout", "critic_layer_norm", "update_order", "algo"]),
         ("td3", ["algo", "noise"]),
+        ("drqn", ["apex_epsilon"]),
     ],
 )
 def test_a_checkpoint_written_before_the_family_options_resumes(name, added, tmp_path):
@@ -498,7 +500,7 @@ def test_a_checkpoint_written_before_the_family_options_resumes(name, added, tmp
     old = {"recipe": name, "config": {k: v for k, v in now["config"].items() if k not in added}}
     (tmp_path / "run.json").write_text(json.dumps(old))
     assert check_same_run(tmp_path, now) == []
-    changed = {**now["config"], added[0]: {"sac": 3, "td3": "ddpg"}[name]}
+    changed = {**now["config"], added[0]: {"sac": 3, "td3": "ddpg", "drqn": True}[name]}
     with pytest.raises(RunFolderError, match=f"{added[0]} "):
         check_same_run(tmp_path, {"recipe": name, "config": changed})
 
@@ -554,7 +556,8 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         # drqn.py's defaults are R2D2's (padded slices drawn by priority: the priorities and
         # PER's beta in the checkpoint); this one: slices inside one episode, uniform
         "unpadded": {"pad": False, "prioritized": False, "n_steps": 1, "value_rescaling": False},
-        "apex": {"apex_epsilon": True},  # each env its own epsilon (a buffer in the checkpoint)
+        # each env its own epsilon, reached within the run (a buffer in the checkpoint)
+        "apex": {"apex_epsilon": True, "eps_frames": 64},
         # a frame and a vector (tests.tiny_envs: discrete moves for DQN, continuous otherwise)
         "images": {"env_id": f"tdrl-test/{'DotDict' if name == 'dqn' else 'ReachDict'}-v0"},
         "shifted": {"env_id": "tdrl-test/ReachDict-v0", "augment": "shift", "shift_pad": 1},
@@ -575,6 +578,9 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         latest_checkpoint(Path(first.run.log_dir)) / "checkpoint.pt", weights_only=True
     )
     assert saved["counters"]["updates"] > 0
+    if algo == "apex":
+        ends = [v for k, v in saved["policy"].items() if k.endswith("eps_end")]
+        assert len(ends) == 1 and torch.equal(ends[0], apex_epsilons(straight.run.num_envs))
     torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
     resumed = module.main(configure(first, stop_after_frames=0, resume=True))
     assert resumed["updates"] == result["updates"]
