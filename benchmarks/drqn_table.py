@@ -1,18 +1,20 @@
 """DRQN on velocity-free tasks (CartPoleNoVel-v1, AcrobotNoVel-v1) before and after R2D2's
 replay, seed by seed, into a result store.
 
-"after" is ``recipes/drqn.py`` at its defaults (padded slices, 3-step targets, value rescaling,
-prioritized sequences, 0.25 gradient steps per env step); "before" the settings the recipe had
-without them (slices inside one episode, 1-step targets, uniform replay, 0.125); "apex" the
-defaults with ``--apex-epsilon`` (each env its own final epsilon, Ape-X's). Each run is
+"apex" is ``recipes/drqn.py`` at its defaults: R2D2's replay (padded slices, 3-step targets,
+value rescaling, prioritized sequences, 0.25 gradient steps per env step) and its actors'
+exploration (``--apex-epsilon``: each env its own final epsilon, Ape-X's); "after" the same
+with one final epsilon for every env (``--no-apex-epsilon``, the defaults before); "before"
+the settings the recipe had without R2D2's parts (slices inside one episode, 1-step targets,
+uniform replay, 0.125, one epsilon). Each run is
 one JSON line of ``docs/benchmarks/drqn_table.jsonl`` (its evaluation curve: 10 greedy episodes
 every 5k steps); ``--render`` writes ``drqn_table.md``: the first evaluation at or above the
 task's "solved" threshold (gymnasium's reward_threshold of the base task: CartPole 475, Acrobot
--100), the best and the final return. The defaults were chosen on CartPoleNoVel seeds 50 and 51;
-the table's seeds are others.
+-100), the best and the final return. The replay's settings were chosen on CartPoleNoVel seeds
+50 and 51, the per-env epsilons on 60-62; the table's seeds are others.
 
-    python benchmarks/drqn_table.py --variants after before --seeds 0 1 2 100 101 102
-    python benchmarks/drqn_table.py --env-id AcrobotNoVel-v1 --seeds 0 1 2 100 101 102
+    python benchmarks/drqn_table.py --variants apex after before --seeds 0 1 2 100 101 102
+    python benchmarks/drqn_table.py --env-id AcrobotNoVel-v1 --variants apex after before
     python benchmarks/drqn_table.py --render
 """
 
@@ -43,9 +45,16 @@ def solved_threshold(env_id: str) -> float:
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "after": {},
-    "before": dict(pad=False, n_steps=1, prioritized=False, value_rescaling=False, utd_ratio=0.125),
     "apex": {"apex_epsilon": True},
+    "after": {"apex_epsilon": False},
+    "before": {
+        "pad": False,
+        "n_steps": 1,
+        "prioritized": False,
+        "value_rescaling": False,
+        "utd_ratio": 0.125,
+        "apex_epsilon": False,
+    },
 }
 
 
@@ -105,10 +114,11 @@ def markdown(lines: list[dict[str, Any]]) -> str:
         "Written by `python benchmarks/drqn_table.py --render` from `drqn_table.jsonl`. Solved:",
         "the first greedy evaluation (10 episodes, every 5k env steps) at or above the task's",
         "threshold (CartPoleNoVel-v1: 475; AcrobotNoVel-v1: -100, gymnasium's reward_threshold",
-        "of Acrobot-v1). The recipe's defaults were chosen on CartPoleNoVel seeds 50 and 51, and",
-        "looked at on seeds 52-55 of both tasks; these are other seeds. apex: the defaults with",
-        "`--apex-epsilon` (env i of 8 anneals to its own final epsilon 0.4^(1 + i), Ape-X's),",
-        "looked at on CartPoleNoVel seeds 60-62 beside the defaults (tuning runs, not here).", "",
+        "of Acrobot-v1). after's settings were chosen on CartPoleNoVel seeds 50 and 51, and",
+        "looked at on seeds 52-55 of both tasks; these are other seeds. apex (the defaults",
+        "since): after with `--apex-epsilon` (env i of 8 anneals to its own final epsilon",
+        "0.4^(1 + i), Ape-X's), looked at on CartPoleNoVel seeds 60-62 beside after (tuning",
+        "runs, not here).", "",
         *summary, "",
         "| task | settings | seed | solved at (env steps) | best | final | wall s |",
         "|---|---|---|---|---|---|---|",
@@ -119,7 +129,7 @@ def markdown(lines: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["after"])
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["apex"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 100, 101, 102])
     parser.add_argument("--env-id", default="CartPoleNoVel-v1", choices=TASKS)
     parser.add_argument("--frames", type=int, default=100_000)

@@ -1,7 +1,7 @@
 """DRQN (Hausknecht & Stone 2015, arXiv 1507.06527) with R2D2's replay (Kapturowski et al. 2019,
 "Recurrent experience replay in distributed reinforcement learning"): stored recurrent state and
 burn-in, sequences padded past episode ends, n-step double Q on rescaled values, prioritized
-sequences; on a partially observed task.
+sequences, an epsilon per env (its actors'); on a partially observed task.
 
 An LSTM on the observation, then a Q head; epsilon-greedy on top while collecting (from the first
 step: the collector always runs the policy, so every stored step carries the recurrent state it
@@ -14,9 +14,11 @@ errors (R2D2's eta).
 Defaults: CartPoleNoVel-v1 (CartPole without its velocities), 100k steps, 8 envs, slices of 8
 with a burn-in of 2, 3-step targets, value rescaling (eps 1e-3), PER alpha 0.6 and beta 0.4 ->
 1, 0.25 gradient steps per env step, an LSTM of 64 and a 64-unit head, Adam 1e-3, epsilon 1 ->
-0.05 over 20k steps, a hard target copy every 200 gradient steps. These were chosen on seeds 50
-and 51; docs/algorithms/drqn.md has the runs on other seeds. --no-pad --n-steps 1
---no-prioritized --no-value-rescaling --utd-ratio 0.125 are the settings before R2D2's parts.
+each env's own Ape-X epsilon (0.4^(1 + i) for env i of 8) over 20k steps, a hard target copy
+every 200 gradient steps. These were chosen on seeds 50 and 51 (the per-env epsilons on 60-62);
+docs/algorithms/drqn.md has the runs on other seeds. --no-apex-epsilon: one epsilon, 1 -> 0.05.
+--no-pad --n-steps 1 --no-prioritized --no-value-rescaling --utd-ratio 0.125 --no-apex-epsilon
+are the settings before R2D2's parts.
 
     python recipes/drqn.py                                  # CartPoleNoVel-v1
     python recipes/drqn.py --env-id AcrobotNoVel-v1         # a swing-up without velocities
@@ -60,10 +62,10 @@ class Config:
     per: config.PERConfig = config.PERConfig(n_steps=3, prioritized=True)
     value_rescaling: bool = True
     """learn h(Q), R2D2's invertible value rescaling (--no-value-rescaling: Q itself)."""
-    apex_epsilon: bool = False
+    apex_epsilon: bool = True
     """each env anneals (over --eps-frames) to its own final epsilon, 0.4^(1 + 7 i/(N - 1)) for
     env i of N, Ape-X's and R2D2's actors' (which hold them fixed: --eps-frames 0); --eps-end is
-    then unused."""
+    then unused (--no-apex-epsilon: every env anneals to --eps-end)."""
 
 
 def main(cfg: Config) -> dict[str, float]:

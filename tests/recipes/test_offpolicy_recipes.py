@@ -495,7 +495,8 @@ def test_a_checkpoint_written_before_the_family_options_resumes(name, added, tmp
     # difference
     from tdrl.trainers.run import RunFolderError, check_same_run
 
-    module, cfg = config(name, tmp_path)
+    # drqn.py's default moved on (--apex-epsilon): the old runs' value is a flag away
+    module, cfg = config(name, tmp_path, **({"apex_epsilon": False} if name == "drqn" else {}))
     now = {"recipe": name, "config": json.loads(json.dumps(flat_dict(cfg)))}
     old = {"recipe": name, "config": {k: v for k, v in now["config"].items() if k not in added}}
     (tmp_path / "run.json").write_text(json.dumps(old))
@@ -554,8 +555,14 @@ def test_resume_continues_exactly(name, stop, tmp_path, device):
         # step counts must come back with the networks
         "crossq": {"algo": "crossq", "policy_delay": 3, "adam_beta1": 0.5, "renorm_warmup": 50},
         # drqn.py's defaults are R2D2's (padded slices drawn by priority: the priorities and
-        # PER's beta in the checkpoint); this one: slices inside one episode, uniform
-        "unpadded": {"pad": False, "prioritized": False, "n_steps": 1, "value_rescaling": False},
+        # PER's beta in the checkpoint); this one: slices inside one episode, uniform, one epsilon
+        "unpadded": {
+            "pad": False,
+            "prioritized": False,
+            "n_steps": 1,
+            "value_rescaling": False,
+            "apex_epsilon": False,
+        },
         # each env its own epsilon, reached within the run (a buffer in the checkpoint)
         "apex": {"apex_epsilon": True, "eps_frames": 64},
         # a frame and a vector (tests.tiny_envs: discrete moves for DQN, continuous otherwise)
