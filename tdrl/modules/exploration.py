@@ -13,7 +13,7 @@ them by ``n`` env frames.
 
 from __future__ import annotations
 
-from typing import Final, TypedDict, Unpack
+from typing import Final, TypedDict, Unpack, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -26,10 +26,19 @@ from tdrl.keys import ACTION, IS_INIT
 from tdrl.modules.actors import Bound, _register_bounds, masked_logits
 
 
-def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float:
+@overload
+def linear_schedule(start: float, end: float, duration: int, t: int | float) -> float: ...
+@overload
+def linear_schedule(
+    start: float, end: torch.Tensor, duration: int, t: int | float
+) -> torch.Tensor: ...
+def linear_schedule(
+    start: float, end: float | torch.Tensor, duration: int, t: int | float
+) -> float | torch.Tensor:
     """``start`` moved linearly to ``end`` over ``duration`` steps, then held at ``end``.
 
-    The DQN schedule of Mnih et al. 2015 (epsilon 1 -> 0.1 over the first 1M frames).
+    The DQN schedule of Mnih et al. 2015 (epsilon 1 -> 0.1 over the first 1M frames); ``end``
+    may be a tensor (one schedule per entry, e.g. per env).
     """
     if duration <= 0:
         return end
