@@ -274,6 +274,10 @@ def fill_from_empty(pool: list[TensorDict], np_pool: list[dict[str, np.ndarray]]
             for i in range(capacity // N_ENVS):
                 add(i)
             times[name].append(time.perf_counter() - start)
+            # freed before the next one is built: every construction meets the same allocator
+            # state (else SB3, allocating in its constructor, runs while the previous buffer
+            # still holds its memory, and tdrl, allocating at its first add, after it is freed)
+            del add
     print(f"\nconstruct + fill {capacity:,} transitions in chunks of {N_ENVS}, median of {rounds}")
     median = {name: sorted(t)[rounds // 2] for name, t in times.items()}
     for name, t in median.items():

@@ -34,9 +34,10 @@ __all__ = ["NONFINITE", "RowCopier"]
 _memmove = ctypes.memmove
 _data_ptr = Tensor.data_ptr
 
-# counters: [cursor, size] (owned by the storage). geom: length, streams, leaves n, then n base
-# addresses and n bytes per step of each leaf (this module's leaf order).
-_LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3
+# geom: the counters cursor and size (the storage reads them through a view, one array less to
+# pass per compiled call), length, streams, leaves n, then n base addresses and n bytes per
+# step of each leaf (this module's leaf order).
+_CURSOR, _SIZE, _LENGTH, _STREAMS, _LEAVES, _HEAD = 0, 1, 2, 3, 4, 5
 # geom also holds, after the bytes per step, each leaf's float width for the finiteness scan:
 # 4 (float32), 8 (float64) or 0 (not scanned here: not a float, or a half float).
 
@@ -55,39 +56,42 @@ def _pointer_intrinsic(dtype: Any) -> Any:
     return intrinsic(cast)
 
 
-_f32_ptr = _pointer_intrinsic(types.float32)
-_f64_ptr = _pointer_intrinsic(types.float64)
+_u32_ptr = _pointer_intrinsic(types.uint32)
+_u64_ptr = _pointer_intrinsic(types.uint64)
+
+
+# Finiteness from the bits: a float32 (float64) is NaN or infinite exactly when its exponent
+# bits are all ones. An integer max has no order to keep, so the loop vectorises (a float sum
+# is a serial chain: about 8x slower on the 41 floats of a HalfCheetah transition).
+_EXP32, _EXP64 = np.uint32(0x7F800000), np.uint64(0x7FF0000000000000)
 
 
 @numba.njit(nogil=True, cache=True)
 def _finite32(address: int, count: int) -> bool:
-    # v * 0 is 0 for a finite v and NaN for NaN or +-inf: no overflow, no branch per value
-    values = numba.carray(_f32_ptr(address), count)  # type: ignore[call-arg]
-    total = np.float32(0.0)
-    for v in values:
-        total += v * np.float32(0.0)
-    return total == 0.0
+    bits = numba.carray(_u32_ptr(address), count)  # type: ignore[call-arg]
+    top = np.uint32(0)
+    for b in bits:
+        top = max(top, b & _EXP32)
+    return top != _EXP32
 
 
 @numba.njit(nogil=True, cache=True)
 def _finite64(address: int, count: int) -> bool:
-    values = numba.carray(_f64_ptr(address), count)  # type: ignore[call-arg]
-    total = 0.0
-    for v in values:
-        total += v * 0.0
-    return total == 0.0
+    bits = numba.carray(_u64_ptr(address), count)  # type: ignore[call-arg]
+    top = np.uint64(0)
+    for b in bits:
+        top = max(top, b & _EXP64)
+    return top != _EXP64
 
 
 @numba.njit(nogil=True)  # not cached: numba cannot cache a function calling a ctypes pointer
-def _write_rows(
-    counters: np.ndarray, geom: np.ndarray, src: tuple[int, ...], steps: int, check: bool
-) -> int:
+def _write_rows(geom: np.ndarray, src: tuple[int, ...], steps: int, check: bool) -> int:
     # One compiled call for all leaves (a ctypes memmove per leaf from Python would pay a
     # Python call per leaf), with the cursor bookkeeping. 1: written. 0, nothing written, when
     # the steps would wrap or a source has no data of its own (a wrapper tensor subclass:
     # data_ptr 0). NONFINITE, nothing written, when ``check`` and a scanned float source holds
     # a NaN or an infinity.
-    cursor, length, S, n = counters[0], geom[_LENGTH], geom[_STREAMS], geom[_LEAVES]
+    cursor, length, S, n = geom[_CURSOR], geom[_LENGTH], geom[_STREAMS], geom[_LEAVES]
     if cursor + steps > length:
         return 0
     for i in range(n):
@@ -105,8 +109,8 @@ def _write_rows(
     for i in range(n):
         step = geom[_HEAD + n + i]
         _memmove(geom[_HEAD + i] + cursor * S * step, src[i], steps * S * step)
-    counters[0] = (cursor + steps) % length
-    counters[1] = min(counters[1] + steps, length)
+    geom[_CURSOR] = (cursor + steps) % length
+    geom[_SIZE] = min(geom[_SIZE] + steps, length)
     return 1
 
 
@@ -201,7 +205,7 @@ def _writer_source(
             "        return _NONFINITE",
         ]
     lines += [
-        "    done = _write_rows(counters, geom, ptrs, steps, check)",
+        "    done = _write_rows(geom, ptrs, steps, check)",
         "    return steps if done > 0 else (None if done == 0 else _NONFINITE)",
     ]
     return "def write(td):\n" + "\n".join(lines) + "\n", names
@@ -212,7 +216,9 @@ class RowCopier:
 
     Args:
         keys: the storage's leaf paths (sorted), ``leaves`` their ``[L, S, *F]`` tensors.
-        counters: the storage's ``[cursor, size]`` int64 array (updated in place by writes).
+        counters: the storage's ``[cursor, size]`` int64 array. The copier keeps its own copy
+            of them (in the array its compiled writes take) and :attr:`counters` is a view
+            of it: the storage reads and sets the counters through that view from then on.
         check_finite: writes refuse a batch with a NaN or infinite float value (returning
             :data:`NONFINITE`, nothing written).
     """
@@ -225,16 +231,17 @@ class RowCopier:
         *,
         check_finite: bool = False,
     ):
-        self.keys, self.leaves, self.counters = keys, leaves, counters
+        self.keys, self.leaves = keys, leaves
         length, streams = leaves[0].shape[:2]
         widths = {torch.float32: 4, torch.float64: 8}  # what the compiled scan reads
         self._geom = np.array(
-            [length, streams, len(leaves)]
+            [int(counters[0]), int(counters[1]), length, streams, len(leaves)]
             + [x.data_ptr() for x in leaves]
             + [x[0, 0].numel() * x.element_size() for x in leaves]
             + [widths.get(x.dtype, 0) for x in leaves],
             dtype=np.int64,
         )
+        self.counters = self._geom[_CURSOR : _SIZE + 1]  # a view: [cursor, size]
         self.check_finite = check_finite
         halves = [
             i for i, x in enumerate(leaves) if x.is_floating_point() and x.dtype not in widths
@@ -275,7 +282,6 @@ class RowCopier:
             "_isfinite": math.isfinite,
             "_NONFINITE": NONFINITE,
             "check": self.check_finite,
-            "counters": self.counters,
             "geom": self._geom,
             "steps": steps,
         }

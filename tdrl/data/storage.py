@@ -199,6 +199,7 @@ class StreamStorage:
                 self._copier = RowCopier(
                     self.keys, self.leaves, self._counters, check_finite=self.check_finite
                 )
+                self._counters = self._copier.counters  # the compiled writes update these
                 self.fast_writers = self._copier.writers
         return self._copier if _fast.enabled() else None
 
