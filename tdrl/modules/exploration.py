@@ -13,7 +13,8 @@ them by ``n`` env frames.
 
 from __future__ import annotations
 
-from typing import Final, TypedDict, Unpack, overload
+from collections.abc import Mapping
+from typing import Any, Final, TypedDict, Unpack, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -135,6 +136,45 @@ class EpsilonGreedy(_Exploration):
         else:  # a buffer: it moves with .to() and is saved with the schedule
             self.register_buffer("eps_end", ends.clone())
         self.annealing_num_steps = annealing_num_steps
+
+    def _load_from_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        # A checkpoint's epsilons in another form than this module's (one per env against one
+        # float, or another number of envs): named here, not as torch's missing, unexpected or
+        # size-mismatched "eps_end" key.
+        saved = state_dict.get(prefix + "eps_end")
+        ours = self.eps_end
+        here = (
+            f"{ours.numel()} per-env epsilons (a [{ours.numel()}] eps_end)"
+            if isinstance(ours, torch.Tensor)
+            else f"one epsilon (eps_end={ours})"
+        )
+        if isinstance(saved, torch.Tensor) and (
+            not isinstance(ours, torch.Tensor) or saved.shape != ours.shape
+        ):
+            raise ValueError(
+                f"EpsilonGreedy: the checkpoint holds {saved.numel()} per-env epsilons (a "
+                f"[{saved.numel()}] eps_end, e.g. apex_epsilons), this module {here}: build it "
+                "with the eps_end the checkpoint was saved with"
+            )
+        # (torch passes strict=True here whatever the caller asked: a checkpoint that holds
+        # this module's schedule position but no eps_end was saved with one float)
+        if saved is None and isinstance(ours, torch.Tensor) and prefix + "frames" in state_dict:
+            raise ValueError(
+                f"EpsilonGreedy: the checkpoint holds one epsilon (a float eps_end), this module "
+                f"{here}: build it with the eps_end the checkpoint was saved with"
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     @property
     def eps(self) -> float:

@@ -91,6 +91,28 @@ def test_epsilon_greedy_names_bad_per_env_epsilons():
         EpsilonGreedy(4, eps_end=torch.zeros(2, 2))
 
 
+def test_epsilon_greedy_names_a_checkpoint_of_another_epsilon_form():
+    per_env = EpsilonGreedy(4, eps_end=apex_epsilons(8))
+    per_env.step(100)
+    one = EpsilonGreedy(4, eps_end=0.05)
+    with pytest.raises(ValueError, match=r"checkpoint holds 8 per-env epsilons .* one epsilon"):
+        one.load_state_dict(per_env.state_dict())
+    with pytest.raises(ValueError, match=r"checkpoint holds 8 per-env epsilons .* 4 per-env"):
+        EpsilonGreedy(4, eps_end=apex_epsilons(4)).load_state_dict(per_env.state_dict())
+    with pytest.raises(ValueError, match=r"checkpoint holds one epsilon .* 8 per-env"):
+        EpsilonGreedy(4, eps_end=apex_epsilons(8)).load_state_dict(one.state_dict())
+    with pytest.raises(ValueError, match=r"checkpoint holds one epsilon"):  # strict or not
+        EpsilonGreedy(4, eps_end=apex_epsilons(8)).load_state_dict(one.state_dict(), strict=False)
+    # a partial checkpoint without this module's entries, strict=False: it keeps its own
+    loose = EpsilonGreedy(4, eps_end=apex_epsilons(8))
+    loose.load_state_dict({}, strict=False)
+    assert torch.equal(loose.eps_end, apex_epsilons(8))
+    # the same form loads, the schedule's position with it
+    again = EpsilonGreedy(4, eps_end=torch.zeros(8))
+    again.load_state_dict(per_env.state_dict())
+    assert torch.equal(again.eps_end, apex_epsilons(8)) and int(again.frames) == 100
+
+
 @pytest.mark.parametrize(
     "make",
     [
