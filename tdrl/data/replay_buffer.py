@@ -87,9 +87,7 @@ class ReplayBuffer:
         if n_steps < 1 or n_steps > capacity:
             raise ValueError(f"n_steps must be in [1, capacity={capacity}], got {n_steps}")
         check_discount("gamma", gamma)
-        if on_nonfinite not in ("raise", "ignore"):
-            raise ValueError(f"on_nonfinite must be 'raise' or 'ignore', got {on_nonfinite!r}")
-        self.on_nonfinite = on_nonfinite
+        self.on_nonfinite = on_nonfinite  # checked by its setter
         self.transform = transform
         self._capacity = capacity
         self.device = torch.device(device)
@@ -113,6 +111,21 @@ class ReplayBuffer:
                 f"frame_stack={frame_stack} needs frame_keys (the entries holding the frames)"
             )
         self._frames = None if frame_keys is None else FrameStore(frame_keys, frame_stack)
+
+    @property
+    def on_nonfinite(self) -> Literal["raise", "ignore"]:
+        """``"raise"``: ``extend`` refuses a batch with a NaN or infinite float entry; ``"ignore"``:
+        it stores it. May be changed at any time: the storage's fast writes follow."""
+        return self._on_nonfinite
+
+    @on_nonfinite.setter
+    def on_nonfinite(self, value: Literal["raise", "ignore"]) -> None:
+        if value not in ("raise", "ignore"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'ignore', got {value!r}")
+        self._on_nonfinite = value
+        storage = getattr(self, "_storage", None)  # None while __init__ runs
+        if storage is not None:
+            storage.check_finite = value == "raise"
 
     # --- writing ---------------------------------------------------------------------------
     def extend(self, td: TensorDictBase) -> None:

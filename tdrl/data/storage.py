@@ -108,7 +108,8 @@ class StreamStorage:
         self.length = capacity // num_streams
         self.device = torch.device(device)
         # [cursor, size]: the next time position to write (shared by all streams) and the
-        # written positions per stream (<= length); an array, so the fast twin updates it.
+        # written positions per stream (<= length); an array, so the fast twin updates it (its
+        # copier replaces it by a view of the array its compiled writes take).
         self._counters = np.zeros(2, dtype=np.int64)
         self.keys: list[tuple[str, ...]] = []
         self.leaves: list[Tensor] = []  # [L, S, *F]
@@ -120,11 +121,23 @@ class StreamStorage:
         # writer returns the steps written, or None, nothing written, for the checked path)
         self.fast_writers: dict[torch.Size, Callable[[TensorDictBase], int | None]] = {}
         # the fast writes refuse NaN and infinite floats (ReplayBuffer(on_nonfinite="raise"),
-        # which checks the other writes itself); set before the first write
-        self.check_finite = False
+        # which checks the other writes itself)
+        self._check_finite = False
 
     # the next time position to write, and the written positions per stream
     cursor, size = _Counter(0), _Counter(1)
+
+    @property
+    def check_finite(self) -> bool:
+        """Whether the fast writes refuse NaN and infinite floats (nothing written)."""
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, value: bool) -> None:
+        self._check_finite = bool(value)
+        if self._copier is not None:  # its writers hold the old setting: learned again
+            self._copier.check_finite = self._check_finite
+            self._copier.writers.clear()
 
     def __getstate__(self) -> dict[str, Any]:
         """What a copy or a pickle takes: the leaves and counters, not the fast twin (its

@@ -222,6 +222,25 @@ def test_extend_refuses_a_nonfinite_batch_naming_the_key():
         ReplayBuffer(20, on_nonfinite="drop")
 
 
+def test_on_nonfinite_changed_after_the_first_writes_holds_for_the_fast_writes():
+    batch = rollout(steps=1)[:, 0]  # [2]: the fast writer's layout from the second write on
+    bad = batch.clone()
+    bad["next", "reward"][0, 0] = float("nan")
+    buffer = ReplayBuffer(20, on_nonfinite="ignore")
+    for _ in range(3):
+        buffer.extend(batch)
+    buffer.on_nonfinite = "raise"
+    with pytest.raises(ValueError, match=r"non-finite \('next', 'reward'\) at batch index \(0,\)"):
+        buffer.extend(bad)
+    assert len(buffer) == 6  # nothing of it was written
+    buffer.extend(batch)
+    buffer.on_nonfinite = "ignore"
+    buffer.extend(bad)
+    assert len(buffer) == 10 and buffer.storage["next", "reward"].isnan().sum() == 1
+    with pytest.raises(ValueError, match="on_nonfinite must be 'raise' or 'ignore', got 'drop'"):
+        buffer.on_nonfinite = "drop"  # type: ignore[assignment]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 # -nan: a NaN with its sign bit set (the compiled scan reads the exponent bits)
 @pytest.mark.parametrize("bad", [float("nan"), -float("nan"), float("inf"), -float("inf")])
