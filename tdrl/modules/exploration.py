@@ -149,7 +149,11 @@ class EpsilonGreedy(_Exploration):
     ) -> None:
         # A checkpoint's epsilons in another form than this module's (one per env against one
         # float, or another number of envs): named here, not as torch's missing, unexpected or
-        # size-mismatched "eps_end" key.
+        # size-mismatched "eps_end" key. Checked after torch's load, whose pre-hooks may
+        # rewrite the entries (a mismatched size leaves the module's own epsilons in place).
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         saved = state_dict.get(prefix + "eps_end")
         ours = self.eps_end
         here = (
@@ -172,9 +176,6 @@ class EpsilonGreedy(_Exploration):
                 f"EpsilonGreedy: the checkpoint holds one epsilon (a float eps_end), this module "
                 f"{here}: build it with the eps_end the checkpoint was saved with"
             )
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
 
     @property
     def eps(self) -> float:

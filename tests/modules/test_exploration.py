@@ -103,6 +103,13 @@ def test_epsilon_greedy_names_a_checkpoint_of_another_epsilon_form():
         EpsilonGreedy(4, eps_end=apex_epsilons(8)).load_state_dict(one.state_dict())
     with pytest.raises(ValueError, match=r"checkpoint holds one epsilon"):  # strict or not
         EpsilonGreedy(4, eps_end=apex_epsilons(8)).load_state_dict(one.state_dict(), strict=False)
+    # a load pre-hook that fills the entry in runs before the check
+    migrated = EpsilonGreedy(4, eps_end=torch.zeros(8))
+    migrated.register_load_state_dict_pre_hook(
+        lambda module, state, prefix, *rest: state.setdefault(prefix + "eps_end", apex_epsilons(8))
+    )
+    migrated.load_state_dict(one.state_dict())
+    assert torch.equal(migrated.eps_end, apex_epsilons(8))
     # a partial checkpoint without this module's entries, strict=False: it keeps its own
     loose = EpsilonGreedy(4, eps_end=apex_epsilons(8))
     loose.load_state_dict({}, strict=False)
