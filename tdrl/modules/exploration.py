@@ -82,6 +82,14 @@ def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> torch
     return (base ** (1.0 + alpha * i / max(num_envs - 1, 1))).to(torch.float32)
 
 
+def _epsilon_form(eps_end: object) -> str:
+    """How an ``eps_end`` (a float, None for a checkpoint saved with one, or ``[N]``) reads in an
+    error: equal strings for the same form."""
+    if isinstance(eps_end, torch.Tensor):
+        return f"{eps_end.numel()} per-env epsilons (a {list(eps_end.shape)} eps_end)"
+    return "one epsilon (a float eps_end)"
+
+
 class EpsilonGreedy(_Exploration):
     """With probability epsilon, replace the (index) action by a uniform random one.
 
@@ -155,26 +163,15 @@ class EpsilonGreedy(_Exploration):
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
         saved = state_dict.get(prefix + "eps_end")
-        ours = self.eps_end
-        here = (
-            f"{ours.numel()} per-env epsilons (a [{ours.numel()}] eps_end)"
-            if isinstance(ours, torch.Tensor)
-            else f"one epsilon (eps_end={ours})"
-        )
-        if isinstance(saved, torch.Tensor) and (
-            not isinstance(ours, torch.Tensor) or saved.shape != ours.shape
-        ):
-            raise ValueError(
-                f"EpsilonGreedy: the checkpoint holds {saved.numel()} per-env epsilons (a "
-                f"[{saved.numel()}] eps_end, e.g. apex_epsilons), this module {here}: build it "
-                "with the eps_end the checkpoint was saved with"
-            )
+        if saved is None and prefix + "frames" not in state_dict:
+            return  # the checkpoint does not hold this module (a partial one, strict=False)
         # (torch passes strict=True here whatever the caller asked: a checkpoint that holds
         # this module's schedule position but no eps_end was saved with one float)
-        if saved is None and isinstance(ours, torch.Tensor) and prefix + "frames" in state_dict:
+        theirs, ours = _epsilon_form(saved), _epsilon_form(self.eps_end)
+        if theirs != ours:
             raise ValueError(
-                f"EpsilonGreedy: the checkpoint holds one epsilon (a float eps_end), this module "
-                f"{here}: build it with the eps_end the checkpoint was saved with"
+                f"EpsilonGreedy: the checkpoint holds {theirs}, this module {ours}: build it "
+                "with the eps_end the checkpoint was saved with"
             )
 
     @property
