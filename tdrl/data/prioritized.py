@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from torch import Tensor
 
 from tdrl import keys
@@ -16,7 +18,13 @@ from tdrl.data.sum_tree import SumTree
 __all__ = ["PrioritizedReplayBuffer"]
 
 
-def _numpy(x: Tensor | np.ndarray | Any) -> np.ndarray:
+def _numpy(x: Tensor | np.ndarray | Any, name: str) -> np.ndarray:
+    if isinstance(x, Mapping | TensorDictBase):  # numpy would iterate its keys
+        raise TypeError(
+            f"update_priority: {name} must be a tensor or array, got {type(x).__name__}; "
+            f"pass a sample's {name!r} entry"
+            + (" (sample['index'])" if name == "index" else " (e.g. |td_error|)")
+        )
     if isinstance(x, Tensor):
         if x.dtype == torch.bfloat16:  # numpy has no bfloat16
             x = x.float()
@@ -84,14 +92,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         ``priority`` is typically ``|td_error|``; each must be finite and >= 0, else a
         ValueError names the entry (and nothing is updated).
         """
-        index_np = _numpy(index)
+        index_np = _numpy(index, "index")
         if index_np.dtype.kind not in "iu":
             raise TypeError(
                 f"update_priority: index must hold integers (the 'index' of a sample), got "
                 f"{index_np.dtype}"
             )
         index_np = index_np.astype(np.int64, copy=False)
-        priority_np = _numpy(priority)
+        priority_np = _numpy(priority, "priority")
         if priority_np.dtype != np.float32:  # the kernel reads float32 or float64
             priority_np = priority_np.astype(np.float64, copy=False)
         if index_np.shape != priority_np.shape:

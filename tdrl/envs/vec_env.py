@@ -131,6 +131,7 @@ class VecEnv:
         if out_of_bounds not in ("clip", "reject"):
             raise ValueError(f"out_of_bounds must be 'clip' or 'reject', got {out_of_bounds!r}")
         _check_timeout(step_timeout)
+        seed = _check_seed(seed)
         mode = getattr(vec_env, "metadata", {}).get("autoreset_mode")
         if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
             # NEXT_STEP (gym.make_vec's default) returns a dummy step after each episode end:
@@ -199,6 +200,7 @@ class VecEnv:
             if not self._seeded:
                 raise RuntimeError("a partial reset (mask) needs a full reset first")
             options = {"reset_mask": mask}
+        seed = _check_seed(seed)
         if seed is None and not self._seeded:
             seed = self.seed
         self._seeded = True
@@ -434,7 +436,7 @@ class VecEnv:
 
     def reseed(self, seed: int | None) -> None:
         """The next ``reset_arrays()`` without a seed seeds env ``i`` with ``seed + i``."""
-        self.seed, self._seeded = seed, False
+        self.seed, self._seeded = _check_seed(seed), False
 
     def continue_streams(self) -> None:
         """The next ``reset_arrays()`` without a seed continues the envs' random streams, as after
@@ -626,6 +628,15 @@ def _check_timeout(step_timeout: float | None) -> None:
         raise ValueError(f"step_timeout must be a number > 0 or None, got {step_timeout!r}")
 
 
+def _check_seed(seed: int | None) -> int | None:
+    """``seed`` as a Python int (gymnasium's vector reset takes no numpy int), or None."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0 or None, got {seed!r}")
+    return int(seed)
+
+
 def make_vec_env(
     env_id_or_callables: str | EnvFactory | Sequence[EnvFactory],
     num_envs: int,
@@ -677,6 +688,7 @@ def make_vec_env(
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     _check_timeout(step_timeout)
+    seed = _check_seed(seed)
     if is_multiagent_id(env_id_or_callables):  # vmas/..., mpe2/..., pettingzoo/...
         if mode != "sync" or backend != "gymnasium":
             raise ValueError(

@@ -12,7 +12,7 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tdrl.keys import ACTION_VALUE, ALPHA, ENTROPY, LOSS_ACTOR, LOSS_ALPHA, LOSS_QVALUE, NEXT
-from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target
+from tdrl.objectives.offpolicy import OffPolicyLoss, bellman_target, checked_target_entropy
 
 
 class DiscreteSACLoss(OffPolicyLoss):
@@ -65,6 +65,7 @@ class DiscreteSACLoss(OffPolicyLoss):
         delay_qvalue: bool = True,
         gamma: float = 0.99,
     ) -> None:
+        target_entropy = checked_target_entropy(target_entropy)  # before building anything
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue, out_key=ACTION_VALUE)

@@ -92,12 +92,15 @@ class OffPolicyLoss(TensorDictModuleBase):
 
     @property
     def in_keys(self) -> list[NestedKey]:  # type: ignore[override]
-        """What the loss reads: the networks' inputs at the root and under ``"next"``."""
+        """What the loss reads: the networks' inputs at the root and under ``"next"`` (but the
+        action: the next state's action is the loss's own, never read from the batch)."""
         keys = self.tensor_keys
         found: list[NestedKey] = [keys.action, next_key(keys.reward), next_key(keys.terminated)]
+        action = unravel_key(keys.action)
         for net in self.children():
             for key in getattr(net, "in_keys", []):
-                for k in (key, next_key(key)):
+                pair = (key,) if unravel_key(key) == action else (key, next_key(key))
+                for k in pair:
                     if k not in found:
                         found.append(k)
         return found
@@ -470,6 +473,22 @@ def actor_critic_value(
     if reduced is None:
         return reduce_members(critic_values(critic, batch, action, action_key), how)
     return _one_value_per_member(reduced(_critic_inputs(critic, batch, action, action_key), how))
+
+
+def checked_target_entropy(target_entropy: str | float) -> str | float:
+    """``target_entropy`` as the losses keep it: ``"auto"`` or a finite float (a string that
+    reads as one passes, as a command line gives it); anything else is a ValueError."""
+    if isinstance(target_entropy, str) and target_entropy == "auto":
+        return "auto"
+    try:
+        value = float(target_entropy)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(
+            f"target_entropy must be 'auto' or a finite number, got {target_entropy!r}"
+        )
+    return value
 
 
 def target_entropy_of(target_entropy: str | float, action_dim: int | None) -> float:

@@ -15,6 +15,7 @@ from tdrl.objectives.offpolicy import (
     OffPolicyLoss,
     actor_critic_value,
     bellman_target,
+    checked_target_entropy,
     critic_values,
     frozen,
     rsample_and_log_prob,
@@ -90,6 +91,7 @@ class SACLoss(OffPolicyLoss):
         delay_qvalue: bool = True,
         gamma: float = 0.99,
     ) -> None:
+        target_entropy = checked_target_entropy(target_entropy)  # before building anything
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue)

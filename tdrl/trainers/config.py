@@ -716,17 +716,9 @@ class EntropyConfig:
 
     def entropy_target(self) -> str | float:
         """``target_entropy`` as the losses take it: "auto" or a float (checked)."""
-        if self.target_entropy == "auto":
-            return "auto"
-        try:
-            value = float(self.target_entropy)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise ValueError(
-                f"target_entropy must be 'auto' or a finite number, got {self.target_entropy!r}"
-            )
-        return value
+        from tdrl.objectives.offpolicy import checked_target_entropy  # torch: not at --help
+
+        return checked_target_entropy(self.target_entropy)
 
 
 @configclass

@@ -85,6 +85,11 @@ def test_bad_priorities_name_the_value_and_index():
         rb.update_priority([1, 2], [1.0, 1.0, 1.0])
     with pytest.raises(IndexError, match=r"index\[0\] = 8"):
         rb.update_priority([8], [1.0])
+    sample = rb.sample(2)  # the whole sample given where its "index" entry belongs
+    with pytest.raises(TypeError, match=r"index must be a tensor or array, got TensorDict"):
+        rb.update_priority(sample, torch.ones(2))
+    with pytest.raises(TypeError, match="priority must be a tensor or array, got dict"):
+        rb.update_priority(sample["index"], {"td_error": torch.ones(2)})
     assert np.array_equal(rb._tree.sums, before)  # nothing was written
 
 

@@ -72,3 +72,18 @@ def test_out_keys_are_what_forward_returns(name: str) -> None:
     losses = [k for k in out.keys() if k.startswith(keys.LOSS_PREFIX) or k == keys.LOSS]
     known = {getattr(keys, n) for n in dir(keys) if n.startswith("LOSS")}
     assert set(losses) <= known  # every loss name is a keys.py constant
+
+
+@pytest.mark.parametrize("name", ["dqn", "ddpg", "td3", "sac", "redq", "discrete_sac"])
+def test_in_keys_are_entries_of_a_transition_batch(name: str) -> None:
+    # The next state's action is the loss's own (sampled or greedy), never read: listing
+    # ("next", "action") made minibatches(batch, n, in_keys=loss.in_keys) refuse every batch.
+    from tdrl.data import minibatches
+
+    loss, discrete = _losses()[name]
+    batch = transitions(6, OBS, ACT, num_actions=N if discrete else None)
+    assert ("next", "action") not in loss.in_keys
+    assert set(loss.in_keys) <= set(batch.keys(True, True))
+    (minibatch,) = minibatches(batch, 6, in_keys=loss.in_keys)
+    assert set(minibatch.keys(True, True)) == set(loss.in_keys)
+    loss(minibatch)  # the selection is all the loss needs

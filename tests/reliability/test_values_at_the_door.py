@@ -230,7 +230,16 @@ def test_counts_that_are_not_whole_numbers_are_named():
 
     with pytest.raises(ValueError, match=r"num_envs must be an int >= 1, got 2.5"):
         make_vec_env("CartPole-v1", 2.5)
+    for seed in ("0", 1.5, -1, True):  # gymnasium took "0" and failed at the first reset
+        with pytest.raises(ValueError, match=rf"seed must be an int >= 0 or None, got {seed!r}"):
+            make_vec_env("CartPole-v1", 2, seed=seed)
     with make_vec_env("CartPole-v1", 2, seed=0) as env:
+        for seed in ("0", -1):
+            with pytest.raises(ValueError, match=r"seed must be an int >= 0 or None"):
+                env.reset(seed=seed)
+            with pytest.raises(ValueError, match=r"seed must be an int >= 0 or None"):
+                env.reseed(seed)
+        assert env.reset(seed=np.int64(3))["observation"].shape == (2, 4)  # numpy ints pass
         with pytest.raises(TypeError, match=r"frames_per_batch must be an int, got 2.0"):
             Collector(env, None, 2.0)
         with pytest.raises(TypeError, match=r"total_frames must be an int, got 64.5"):
@@ -242,3 +251,25 @@ def test_counts_that_are_not_whole_numbers_are_named():
     buffer.extend(TensorDict({"observation": torch.zeros(4, 3)}, batch_size=[4]))
     with pytest.raises(ValueError, match=r"batch_size must be an int >= 1, got 2.5"):
         buffer.sample(2.5)
+
+
+@pytest.mark.parametrize("bad", ["foo", "nan", float("inf"), None])
+def test_the_sac_losses_refuse_a_target_entropy_that_is_not_a_number(bad):
+    # A loss built in the user's own loop: before, "foo" passed the constructor and failed
+    # inside the first alpha update with float()'s message.
+    from torch import nn
+
+    from tdrl.objectives import DiscreteSACLoss, SACLoss
+
+    match = rf"target_entropy must be 'auto' or a finite number, got {bad!r}"
+    with pytest.raises(ValueError, match=match):
+        SACLoss(nn.Linear(1, 1), nn.Linear(1, 1), target_entropy=bad)
+    with pytest.raises(ValueError, match=match):
+        DiscreteSACLoss(nn.Linear(1, 1), nn.Linear(1, 1), num_actions=2, target_entropy=bad)
+    from torchrl.data import Bounded, Composite, Unbounded
+
+    from tdrl.modules import q_ensemble, tanh_gaussian_actor
+
+    obs, act = Composite(observation=Unbounded(3)), Bounded(-1.0, 1.0, (1,))
+    actor, critic = tanh_gaussian_actor(obs, act, [8]), q_ensemble(obs, act, [8])
+    assert SACLoss(actor, critic, target_entropy="-2.5").target_entropy() == -2.5
