@@ -36,7 +36,12 @@ K = TypeVar("K")
 
 
 class MissingKeyError(KeyError):
-    """An entry a module needs is not in the batch (a readable message, unlike ``KeyError``)."""
+    """An entry a module needs is not in the batch (a readable message, unlike ``KeyError``);
+    ``key`` is the key as the module asked for it (None when not given)."""
+
+    def __init__(self, message: str, key: NestedKey | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -54,7 +59,9 @@ def require(td: TensorDictBase, key: NestedKey, owner: str, why: str = "") -> to
     if value is None:
         present = sorted(map(str, td.keys(True, True)))
         hint = f"; {why}" if why else ""
-        raise MissingKeyError(f"{owner}: missing key {key!r} in the batch (it has {present}){hint}")
+        raise MissingKeyError(
+            f"{owner}: missing key {key!r} in the batch (it has {present}){hint}", key
+        )
     return value
 
 

@@ -21,7 +21,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey, unravel_key
 from torch.distributions import Distribution
 
-from tdrl.keyed import check_finite, next_key, renamed, require, tracing
+from tdrl.keyed import MissingKeyError, check_finite, next_key, renamed, require, tracing
 from tdrl.keys import (
     ACTION,
     ACTION_VALUE,
@@ -89,6 +89,37 @@ class OffPolicyLoss(TensorDictModuleBase):
         self.gamma = gamma
         self.loss_function = loss_function
         self.tensor_keys = OffPolicyKeys()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except MissingKeyError as err:  # free when nothing is raised
+            batch = args[0] if args else kwargs.get("tensordict")
+            located = self._missing_in_key(batch, err.key)
+            if located is None:
+                raise
+            raise located from err
+
+    def _missing_in_key(self, batch: Any, key: NestedKey | None) -> MissingKeyError | None:
+        """A network found ``key`` missing in the part of the batch it was given (the actor
+        reads the next state's ``"observation"`` from ``batch["next"]``): the error again, naming
+        the entry of the whole batch (``("next", "observation")``), when one of :attr:`in_keys`
+        is missing and ends in ``key``."""
+        if key is None or not isinstance(batch, TensorDictBase):
+            return None
+        tail = unravel_key(key)
+        tail = tail if isinstance(tail, tuple) else (tail,)
+        present = set(batch.keys(True, True))
+        for wanted in map(unravel_key, self.in_keys):
+            path = wanted if isinstance(wanted, tuple) else (wanted,)
+            if wanted not in present and path[-len(tail) :] == tail:
+                have = sorted(map(str, present))
+                return MissingKeyError(
+                    f"{type(self).__name__}: missing key {wanted!r} in the batch (it has {have}); "
+                    f"the loss reads {list(self.in_keys)}",
+                    wanted,
+                )
+        return None
 
     @property
     def in_keys(self) -> list[NestedKey]:  # type: ignore[override]

@@ -87,3 +87,18 @@ def test_in_keys_are_entries_of_a_transition_batch(name: str) -> None:
     (minibatch,) = minibatches(batch, 6, in_keys=loss.in_keys)
     assert set(minibatch.keys(True, True)) == set(loss.in_keys)
     loss(minibatch)  # the selection is all the loss needs
+
+
+@pytest.mark.parametrize("name", ["dqn", "ddpg", "td3", "sac", "redq", "discrete_sac"])
+def test_a_missing_next_state_entry_is_named_by_its_whole_key(name: str) -> None:
+    # The networks read the next state from batch["next"] and saw "observation" missing there;
+    # the error named 'observation', which the batch has (and, for the actors, "it has []").
+    from tdrl.keyed import MissingKeyError
+
+    loss, discrete = _losses()[name]
+    batch = transitions(6, OBS, ACT, num_actions=N if discrete else None)
+    with pytest.raises(MissingKeyError, match=r"missing key \('next', 'observation'\) in the"):
+        loss(batch.exclude(("next", "observation")))
+    with pytest.raises(MissingKeyError, match=r"missing key 'observation' in the batch") as err:
+        loss(batch.exclude("observation"))
+    assert err.value.key == "observation"
