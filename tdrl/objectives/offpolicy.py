@@ -109,11 +109,11 @@ class OffPolicyLoss(TensorDictModuleBase):
             return None
         tail = unravel_key(key)
         tail = tail if isinstance(tail, tuple) else (tail,)
-        present = set(batch.keys(True, True))
+        present = set(batch.keys(True))  # a network may read a whole sub-TensorDict
         for wanted in map(unravel_key, self.in_keys):
             path = wanted if isinstance(wanted, tuple) else (wanted,)
             if wanted not in present and path[-len(tail) :] == tail:
-                have = sorted(map(str, present))
+                have = sorted(map(str, batch.keys(True, True)))
                 return MissingKeyError(
                     f"{type(self).__name__}: missing key {wanted!r} in the batch (it has {have}); "
                     f"the loss reads {list(self.in_keys)}",
