@@ -65,14 +65,13 @@ class DiscreteSACLoss(OffPolicyLoss):
         delay_qvalue: bool = True,
         gamma: float = 0.99,
     ) -> None:
-        target_entropy = checked_target_entropy(target_entropy)  # before building anything
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue, out_key=ACTION_VALUE)
         self._init_alpha(alpha_init, fixed_alpha)
         self.num_actions = num_actions
         self.target_entropy_weight = target_entropy_weight
-        self._target_entropy_spec = target_entropy
+        self._target_entropy_spec = checked_target_entropy(target_entropy)
 
     @property
     def alpha(self) -> torch.Tensor:

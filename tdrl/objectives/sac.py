@@ -91,14 +91,13 @@ class SACLoss(OffPolicyLoss):
         delay_qvalue: bool = True,
         gamma: float = 0.99,
     ) -> None:
-        target_entropy = checked_target_entropy(target_entropy)  # before building anything
         super().__init__(gamma=gamma, loss_function=loss_function)
         self.actor_network = actor_network
         self._init_critics(qvalue_network, num_qvalue_nets, delay_qvalue)
         self._init_alpha(alpha_init, fixed_alpha)
         self.min_log_alpha = None if min_alpha is None else float(torch.tensor(min_alpha).log())
         self.max_log_alpha = None if max_alpha is None else float(torch.tensor(max_alpha).log())
-        self._target_entropy_spec = target_entropy
+        self._target_entropy_spec = checked_target_entropy(target_entropy)
         self._action_dim = action_dim or getattr(actor_network, "action_dim", None)
         self._target_entropy: float | None = None
 

@@ -257,19 +257,29 @@ def test_counts_that_are_not_whole_numbers_are_named():
 def test_the_sac_losses_refuse_a_target_entropy_that_is_not_a_number(bad):
     # A loss built in the user's own loop: before, "foo" passed the constructor and failed
     # inside the first alpha update with float()'s message.
-    from torch import nn
-
-    from tdrl.objectives import DiscreteSACLoss, SACLoss
-
-    match = rf"target_entropy must be 'auto' or a finite number, got {bad!r}"
-    with pytest.raises(ValueError, match=match):
-        SACLoss(nn.Linear(1, 1), nn.Linear(1, 1), target_entropy=bad)
-    with pytest.raises(ValueError, match=match):
-        DiscreteSACLoss(nn.Linear(1, 1), nn.Linear(1, 1), num_actions=2, target_entropy=bad)
     from torchrl.data import Bounded, Composite, Unbounded
 
-    from tdrl.modules import q_ensemble, tanh_gaussian_actor
+    from tdrl.modules import (
+        CategoricalActor,
+        EnsembleCritic,
+        EnsembleMLP,
+        mlp,
+        q_ensemble,
+        tanh_gaussian_actor,
+    )
+    from tdrl.objectives import DiscreteSACLoss, SACLoss
 
-    obs, act = Composite(observation=Unbounded(3)), Bounded(-1.0, 1.0, (1,))
-    actor, critic = tanh_gaussian_actor(obs, act, [8]), q_ensemble(obs, act, [8])
+    obs, box = Composite(observation=Unbounded(3)), Bounded(-1.0, 1.0, (1,))
+    actor, critic = tanh_gaussian_actor(obs, box, [8]), q_ensemble(obs, box, [8])
+    discrete_actor = CategoricalActor(mlp(3, 2, (8,)))
+    discrete_critic = EnsembleCritic(
+        EnsembleMLP(3, 2, (8,), num_members=2), in_keys=("observation",), out_key="action_value"
+    )
+    match = rf"target_entropy must be 'auto' or a finite number, got {bad!r}"
+    with pytest.raises(ValueError, match=match):
+        SACLoss(actor, critic, target_entropy=bad)
+    with pytest.raises(ValueError, match=match):
+        DiscreteSACLoss(discrete_actor, discrete_critic, num_actions=2, target_entropy=bad)
     assert SACLoss(actor, critic, target_entropy="-2.5").target_entropy() == -2.5
+    loss = DiscreteSACLoss(discrete_actor, discrete_critic, num_actions=2, target_entropy="0.5")
+    assert loss.target_entropy(2) == 0.5
